@@ -1,0 +1,1 @@
+"""Decoding: plain and speculative. Array-library-free; backends hold the arrays."""

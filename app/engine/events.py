@@ -1,0 +1,70 @@
+"""The event stream every consumer reads: the window, the CLI, the server and the benchmarks.
+
+One immutable `Round` per target forward pass, then one `Finished`. Plain decoding is the
+degenerate case: nothing drafted, one token emitted per round.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Round:
+    index: int
+    drafted: tuple[int, ...]  # what the drafter proposed this round (empty when decoding plainly)
+    accepted: int  # how many of `drafted` the target accepted (a prefix)
+    emitted: tuple[int, ...]  # tokens committed this round: accepted drafts + the target's own
+    text: str  # the text delta these tokens completed (may lag a token for split characters)
+    draft_p: tuple[float, ...] = ()  # the draft's probability of each drafted token
+    target_q: tuple[float, ...] = ()  # the target's probability of each drafted token
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    k: int = 0  # draft length asked for this round (0: plain decoding)
+
+
+@dataclass(frozen=True)
+class GenerationStats:
+    prompt_tokens: int
+    tokens: int  # committed answer tokens (stop token excluded)
+    rounds: int  # target forward passes after the prefill
+    decode_tokens: int  # tokens those passes produced (the first token comes from the prefill;
+    #                     a final stop token counts here, since a pass paid for it)
+    drafted: int
+    accepted: int
+    prefill_s: float
+    decode_s: float
+    finish_reason: str  # "stop", "length", "stop_string", "context", "cancelled"
+    accepted_by_position: tuple[int, ...] = field(default=())
+    drafted_by_position: tuple[int, ...] = field(default=())
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def tokens_per_round(self) -> float:
+        return self.decode_tokens / self.rounds if self.rounds else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Decode throughput: tokens the decode passes produced over the time they took."""
+        return self.decode_tokens / self.decode_s if self.decode_s > 0 else 0.0
+
+    def summary(self) -> str:
+        line = (f"{self.tokens} tokens in {self.decode_s:.2f}s = {self.tokens_per_s:.1f} tok/s, "
+                f"prefill {self.prompt_tokens} tokens in {self.prefill_s:.2f}s, "
+                f"{self.rounds} target passes ({self.tokens_per_round:.2f} tokens/pass)")
+        if self.drafted:
+            line += f", acceptance {self.acceptance_rate:.0%} ({self.accepted}/{self.drafted})"
+        return line + f", finish: {self.finish_reason}"
+
+
+@dataclass(frozen=True)
+class Finished:
+    stats: GenerationStats
+    text: str  # the whole answer
+
+
+class PromptTooLongError(ValueError):
+    """The prompt leaves no room to generate within the model's context."""

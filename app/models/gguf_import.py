@@ -1,0 +1,132 @@
+"""Import a .gguf file into model folders the backends load natively.
+
+One path for every GGUF: the file is checked (magic, header, every tensor's bytes present),
+transformers' own GGUF reader dequantizes it into a Hugging Face folder (safetensors only), and
+mlx-lm's converter turns that folder into MLX folders. Folders are built in a temporary sibling
+and renamed into place only when complete, so a failed import leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.models.errors import ModelFileError
+
+GGUF_MAGIC = b"GGUF"
+IMPORT_MARKER = "tandem-import.json"
+
+
+@dataclass(frozen=True)
+class GGUFInfo:
+    path: Path
+    architecture: str
+    name: str
+    tensor_types: dict[str, int]  # quantization type name -> number of tensors
+    n_tensors: int
+    size_bytes: int
+
+
+def sha256_of(path: Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def inspect_gguf(path: str | Path) -> GGUFInfo:
+    """Check that `path` is a complete GGUF file and describe it. Raises ModelFileError."""
+    path = Path(path)
+    if not path.is_file():
+        raise ModelFileError(f"{path}: no such file. Check the path and try again.")
+    size = path.stat().st_size
+    with open(path, "rb") as handle:
+        head = handle.read(4)
+    if head != GGUF_MAGIC:
+        raise ModelFileError(
+            f"{path.name} is not a GGUF file: it starts with {head!r} instead of b'GGUF'. "
+            "Choose a .gguf model file (or a model folder with config.json and safetensors)."
+        )
+    import gguf  # the reference reader from llama.cpp; numpy only
+
+    try:
+        reader = gguf.GGUFReader(path, "r")
+    except Exception as exc:  # the reader raises bare ValueError/IndexError on damaged headers
+        raise ModelFileError(
+            f"{path.name}: the GGUF header cannot be read ({exc}). The file is damaged or "
+            "truncated; download it again."
+        ) from exc
+    counts: dict[str, int] = {}
+    for tensor in reader.tensors:
+        end = int(tensor.data_offset) + int(tensor.n_bytes)
+        if end > size or tensor.data.nbytes != tensor.n_bytes:
+            raise ModelFileError(
+                f"{path.name} is truncated: tensor '{tensor.name}' needs bytes up to {end:,} but "
+                f"the file has {size:,}. The download is incomplete; fetch the file again."
+            )
+        kind = tensor.tensor_type.name
+        counts[kind] = counts.get(kind, 0) + 1
+    arch_field = reader.fields.get("general.architecture")
+    if arch_field is None:
+        raise ModelFileError(f"{path.name}: GGUF metadata has no general.architecture.")
+    architecture = str(arch_field.contents())
+    name_field = reader.fields.get("general.name")
+    name = str(name_field.contents()) if name_field is not None else path.stem
+    return GGUFInfo(path, architecture, name, counts, len(reader.tensors), size)
+
+
+def import_gguf(
+    gguf_path: str | Path,
+    out_dir: str | Path,
+    *,
+    mlx_variants: tuple[str, ...] = ("mlx",),
+    progress=None,
+) -> dict[str, Path]:
+    """Convert `gguf_path` into `out_dir/hf` (+ `out_dir/<variant>` for MLX variants).
+
+    Variants: "mlx" (float32, the reference) and "mlx-4bit" (affine, group 32: the same grid as
+    GGUF's Q4_0/Q4_1 blocks). Returns {"hf": path, "mlx": path, ...}. Idempotent: an existing
+    complete import of the same file (checked by size and hash) is reused.
+    """
+    info = inspect_gguf(gguf_path)
+    out_dir = Path(out_dir)
+    say = progress or (lambda message: None)
+    digest = sha256_of(info.path)
+    marker = out_dir / IMPORT_MARKER
+    wanted = {"hf": out_dir / "hf", **{v: out_dir / v for v in mlx_variants}}
+    done: dict[str, str] = {}
+    if marker.is_file():
+        record = json.loads(marker.read_text())
+        if record.get("sha256") == digest:
+            done = record.get("variants", {})
+    result: dict[str, Path] = {}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for variant, target in wanted.items():
+        if variant in done and target.is_dir():
+            result[variant] = target
+            continue
+        say(f"Converting {info.path.name} to {variant} ...")
+        with tempfile.TemporaryDirectory(prefix=f".{variant}-", dir=out_dir) as tmp:
+            staging = Path(tmp) / variant
+            if variant == "hf":
+                from app.models.transformers_convert import gguf_to_hf_folder
+
+                gguf_to_hf_folder(info.path, staging)
+            else:
+                from app.models.mlx_convert import hf_to_mlx_folder
+
+                bits = 4 if variant.endswith("4bit") else None
+                hf_to_mlx_folder(result["hf"], staging, bits=bits)
+            if target.exists():
+                shutil.rmtree(target)
+            staging.rename(target)
+        done[variant] = "ok"
+        marker.write_text(json.dumps({"source": str(info.path), "sha256": digest, "variants": done}))
+        result[variant] = target
+    return result
+

@@ -1,0 +1,30 @@
+"""Turn what a user names (a folder, a .gguf file, "demo") into a folder a backend loads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from app.models.errors import ModelFileError
+from app.models.gguf_import import import_gguf, inspect_gguf, sha256_of
+from app.paths import models_dir
+
+
+def resolve_model(spec: str | Path, backend: str, progress=print) -> Path:
+    if str(spec) == "demo":
+        from app.models.demo import demo_folder
+
+        return demo_folder(backend, progress)
+    path = Path(spec).expanduser()
+    if path.is_file() and path.suffix.lower() == ".gguf":
+        info = inspect_gguf(path)
+        cache = models_dir() / f"{path.stem}-{sha256_of(path)[:12]}"
+        variants = ("mlx",) if backend == "mlx" else ()
+        folders = import_gguf(info.path, cache, mlx_variants=variants, progress=progress)
+        return folders["mlx" if backend == "mlx" else "hf"]
+    if path.is_dir():
+        return path
+    if path.is_file():
+        raise ModelFileError(
+            f"{path}: not a model. Give a model folder (config.json + *.safetensors) or a .gguf file."
+        )
+    raise ModelFileError(f"{path}: no such file or folder.")

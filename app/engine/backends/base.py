@@ -9,9 +9,17 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from app.engine.sampling import SamplingParams
+
+
+@dataclass(frozen=True)
+class Verdict:
+    accepted: int  # how many drafts the target accepted (a prefix)
+    token: int  # the target's own token after them: the correction, or the bonus after k
+    q: tuple[float, ...]  # the target's probability of each drafted token
 
 
 class ModelBackend(ABC):
@@ -23,6 +31,7 @@ class ModelBackend(ABC):
     context_length: int  # positions the model supports
     model_type: str
     weights_bytes: int
+    vocab_limit: int  # logits are cut to the tokenizer's real vocabulary (padded embeddings)
 
     @abstractmethod
     def reset(self) -> None:
@@ -38,12 +47,34 @@ class ModelBackend(ABC):
         """False for caches with recurrent state (hybrid models), which cannot be rolled back."""
 
     @abstractmethod
-    def trim(self, n: int) -> None:
-        """Drop the last `n` positions from the cache."""
+    def truncate(self, length: int) -> None:
+        """Keep the first `length` positions of every layer's cache (a pass that failed midway
+        may have extended only some layers, so this works layer by layer)."""
+
+    @abstractmethod
+    def prefill(self, ids: Sequence[int]) -> None:
+        """Append `ids` to the cache (no token is picked)."""
 
     @abstractmethod
     def next_token(self, ids: Sequence[int], params: SamplingParams) -> int:
         """Append `ids` to the cache in one forward pass and pick the token that follows them."""
+
+    @abstractmethod
+    def draft(self, ids: Sequence[int], k: int, params: SamplingParams):
+        """Append `ids`, then decode `k` tokens (appending all but the last to the cache).
+
+        Returns (ids, p, probs, ids_array): the drafted ids, the draft's probability of each
+        (at temperature 0 the softmax at temperature 1, for display), and on the device the
+        (k, V) draft distributions (None when greedy) and the ids. One transfer to Python.
+        """
+
+    @abstractmethod
+    def verify(self, ids: Sequence[int], proposal, params: SamplingParams) -> "Verdict":
+        """Append `ids` (the pending token + the k drafts) in one forward pass and decide.
+
+        Greedy: accept while the draft equals the target's argmax. Sampling: the Leviathan/Chen
+        rule. Returns a Verdict; the caller trims the rejected positions from the cache.
+        """
 
     def describe(self) -> str:
         return f"{self.name} on {self.device}, {self.dtype}"

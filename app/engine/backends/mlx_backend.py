@@ -10,10 +10,10 @@ from pathlib import Path
 
 import mlx.core as mx
 from mlx.utils import tree_flatten
-from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
+from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
 from mlx_lm.utils import load_model
 
-from app.engine.backends.base import ModelBackend
+from app.engine.backends.base import ModelBackend, Verdict
 from app.engine.sampling import SamplingParams
 from app.models.folder import check_model_folder, context_length_of
 
@@ -51,7 +51,8 @@ class MLXBackend(ModelBackend):
             self.dtype = str(config.get("dtype") or config.get("torch_dtype") or "float32")
         self.model_type = config.get("model_type", "?")
         self.context_length = context_length_of(config)
-        self.vocab_size = int(config.get("vocab_size") or 0)
+        self.vocab_size = int(config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size") or 0)
+        self.vocab_limit = self.vocab_size
         self.weights_bytes = sum(v.nbytes for _, v in tree_flatten(self.model.parameters()))
         self.reset()
 
@@ -65,22 +66,92 @@ class MLXBackend(ModelBackend):
     def can_trim(self) -> bool:
         return bool(can_trim_prompt_cache(self.cache))
 
-    def trim(self, n: int) -> None:
-        if n > 0:
-            trim_prompt_cache(self.cache, n)
+    def truncate(self, length: int) -> None:
+        for layer in self.cache:
+            extra = layer.offset - length
+            if extra > 0:
+                layer.trim(extra)
+
+    def _forward(self, ids: mx.array) -> mx.array:
+        """Append ids (1, n) to the cache; logits of every new position (n, V') float32."""
+        return self.model(ids, cache=self.cache)[0, :, : self.vocab_limit].astype(mx.float32)
+
+    def _seed(self, params: SamplingParams) -> None:
+        if params.seed is not None and params.seed != getattr(self, "_seeded", None):
+            mx.random.seed(params.seed)
+            self._seeded = params.seed
 
     def forward_last(self, ids: Sequence[int]) -> mx.array:
         """Logits of the last position after appending `ids`. (V,) float32."""
-        logits = self.model(mx.array([list(ids)]), cache=self.cache)  # (1, n, V)
-        return logits[0, -1].astype(mx.float32)
+        return self._forward(mx.array([list(ids)]))[-1]
+
+    def prefill(self, ids: Sequence[int]) -> None:
+        if ids:
+            mx.eval(self._forward(mx.array([list(ids)]))[-1])
 
     def next_token(self, ids: Sequence[int], params: SamplingParams) -> int:
         logits = self.forward_last(ids)
         if params.greedy:
             return int(mx.argmax(logits).item())
-        if params.seed is not None and params.seed != getattr(self, "_seeded", None):
-            mx.random.seed(params.seed)
-            self._seeded = params.seed
-        probs = probs_from_logits(logits, params)
-        return int(mx.random.categorical(mx.log(probs)).item())
+        self._seed(params)
+        return int(mx.random.categorical(mx.log(probs_from_logits(logits, params))).item())
 
+    def draft(self, ids: Sequence[int], k: int, params: SamplingParams):
+        self._seed(params)
+        x = mx.array([list(ids)])
+        tokens, p_of, rows = [], [], []
+        for i in range(k):
+            logits = self._forward(x)[-1]  # (V,)
+            if params.greedy:
+                token = mx.argmax(logits)
+                p = mx.softmax(logits)[token]
+            else:
+                probs = probs_from_logits(logits, params)
+                token = mx.random.categorical(mx.log(probs))
+                p = probs[token]
+                rows.append(probs)
+            tokens.append(token)
+            p_of.append(p)
+            if i < k - 1:
+                x = token.reshape(1, 1)
+                mx.async_eval(x)  # keep the lazy graph short; no sync to Python
+        ids_a = mx.stack(tokens).astype(mx.int32)  # (k,)
+        both = mx.concatenate([ids_a.astype(mx.float32), mx.stack(p_of)]).tolist()
+        drafted = tuple(int(t) for t in both[:k])
+        return drafted, tuple(both[k:]), (mx.stack(rows) if rows else None), ids_a
+
+    def verify(self, ids: Sequence[int], proposal, params: SamplingParams) -> Verdict:
+        k = len(proposal.ids)
+        logits = self._forward(mx.array([list(ids)]))  # (k+1, V): position i predicts draft i+1
+        drafts = proposal.ids_array
+        if drafts is None:
+            drafts = mx.array(proposal.ids, dtype=mx.int32)
+        drafts = drafts.reshape(k, 1)
+        if params.greedy:
+            # Greedy rule: accept while the draft token is the target's argmax.
+            top = mx.argmax(logits, axis=-1)  # (k+1,)
+            n = mx.cumprod((top[:k] == drafts[:, 0]).astype(mx.int32)).sum()
+            token = mx.take(top, n)
+            q = mx.take_along_axis(mx.softmax(logits[:k], axis=-1), drafts, axis=1)[:, 0]
+        else:
+            self._seed(params)
+            q_all = probs_from_logits(logits, params)  # (k+1, V) target q
+            p_all = proposal.probs  # (k, V) draft p, after the same transform
+            if p_all is None:  # a deterministic drafter: p is one-hot at its token
+                p_all = (mx.arange(q_all.shape[-1])[None, :] == drafts).astype(mx.float32)
+            q = mx.take_along_axis(q_all[:k], drafts, axis=1)[:, 0]
+            p = mx.take_along_axis(p_all, drafts, axis=1)[:, 0]
+            # Leviathan et al. 2023 / Chen et al. 2023: accept x with probability
+            # min(1, q(x)/p(x)); on the first rejection sample from normalize(max(q - p, 0));
+            # after k acceptances sample the bonus token from q.
+            r = mx.random.uniform(shape=(k,))
+            n = mx.cumprod((r < mx.minimum(q / p, 1.0)).astype(mx.int32)).sum()
+            residual = mx.concatenate([mx.maximum(q_all[:k] - p_all, 0.0), q_all[k:]])  # (k+1, V)
+            row = mx.take(residual, n, axis=0)
+            total = row.sum()
+            # q == p exactly leaves no residual mass; then rejection had probability 0 anyway
+            row = mx.where(total > 0, row / mx.maximum(total, 1e-30), mx.take(q_all, n, axis=0))
+            token = mx.random.categorical(mx.log(row))
+        out = mx.concatenate([n.reshape(1).astype(mx.float32), token.reshape(1).astype(mx.float32),
+                              q.astype(mx.float32)]).tolist()
+        return Verdict(accepted=int(out[0]), token=int(out[1]), q=tuple(out[2:]))

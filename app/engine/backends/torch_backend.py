@@ -9,7 +9,7 @@ import torch
 from transformers import AutoModelForCausalLM, DynamicCache
 from transformers.cache_utils import DynamicSlidingWindowLayer, LinearAttentionCacheLayerMixin
 
-from app.engine.backends.base import ModelBackend
+from app.engine.backends.base import ModelBackend, Verdict
 from app.engine.sampling import SamplingParams
 from app.models.folder import check_model_folder, context_length_of
 
@@ -75,6 +75,7 @@ class TorchBackend(ModelBackend):
         self.dtype = str(self._dtype).removeprefix("torch.")
         self.model_type = config.get("model_type", "?")
         self.vocab_size = int(self.model.get_output_embeddings().weight.shape[0])
+        self.vocab_limit = self.vocab_size
         self.context_length = context_length_of(config)
         self.weights_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
         self._generator = torch.Generator(device=self._device)
@@ -96,25 +97,101 @@ class TorchBackend(ModelBackend):
             for layer in self.cache.layers
         )
 
-    def trim(self, n: int) -> None:
-        if n > 0:
-            self.cache.crop(-n)  # transformers 5: a negative count removes that many
+    def truncate(self, length: int) -> None:
+        for layer in self.cache.layers:
+            extra = layer.get_seq_length() - length
+            if extra > 0:
+                layer.crop(-extra)  # transformers 5: a negative count removes that many
+
+    def _forward(self, input_ids: torch.Tensor, keep: int) -> torch.Tensor:
+        """Append input_ids (1, n) to the cache; logits of the last `keep` positions (keep, V')."""
+        out = self.model(input_ids=input_ids, past_key_values=self.cache, use_cache=True,
+                         logits_to_keep=keep)
+        return out.logits[0, :, : self.vocab_limit].float()
+
+    def _seed(self, params: SamplingParams) -> None:
+        if params.seed is not None and params.seed != self._seeded:
+            self._generator.manual_seed(params.seed)
+            self._seeded = params.seed
+
+    def _ids(self, ids: Sequence[int]) -> torch.Tensor:
+        return torch.tensor([list(ids)], dtype=torch.long, device=self._device)  # (1, n)
 
     @torch.inference_mode()
     def forward_last(self, ids: Sequence[int]) -> torch.Tensor:
         """Logits of the last position after appending `ids`. (V,) float32, on the device."""
-        input_ids = torch.tensor([list(ids)], dtype=torch.long, device=self._device)  # (1, n)
-        out = self.model(input_ids=input_ids, past_key_values=self.cache, use_cache=True,
-                         logits_to_keep=1)
-        return out.logits[0, -1].float()
+        return self._forward(self._ids(ids), 1)[-1]
+
+    @torch.inference_mode()
+    def prefill(self, ids: Sequence[int]) -> None:
+        if ids:
+            self._forward(self._ids(ids), 1)
 
     @torch.inference_mode()
     def next_token(self, ids: Sequence[int], params: SamplingParams) -> int:
         logits = self.forward_last(ids)
         if params.greedy:
             return int(torch.argmax(logits))
-        if params.seed is not None and params.seed != self._seeded:
-            self._generator.manual_seed(params.seed)
-            self._seeded = params.seed
-        probs = probs_from_logits(logits, params)
-        return int(torch.multinomial(probs, 1, generator=self._generator))
+        self._seed(params)
+        return int(torch.multinomial(probs_from_logits(logits, params), 1, generator=self._generator))
+
+    @torch.inference_mode()
+    def draft(self, ids: Sequence[int], k: int, params: SamplingParams):
+        self._seed(params)
+        x = self._ids(ids)
+        tokens, p_of, rows = [], [], []
+        for i in range(k):
+            logits = self._forward(x, 1)[-1]  # (V,)
+            if params.greedy:
+                token = torch.argmax(logits)
+                p = torch.softmax(logits, -1)[token]
+            else:
+                probs = probs_from_logits(logits, params)
+                token = torch.multinomial(probs, 1, generator=self._generator)[0]
+                p = probs[token]
+                rows.append(probs)
+            tokens.append(token)
+            p_of.append(p)
+            if i < k - 1:
+                x = token.view(1, 1)  # stays on the device: no sync inside the loop
+        ids_t = torch.stack(tokens)  # (k,)
+        # one transfer: ids (exact in float32 below 2**24) and their probabilities
+        both = torch.cat([ids_t.float(), torch.stack(p_of).float()]).tolist()
+        drafted = tuple(int(t) for t in both[:k])
+        return drafted, tuple(both[k:]), (torch.stack(rows) if rows else None), ids_t
+
+    @torch.inference_mode()
+    def verify(self, ids: Sequence[int], proposal, params: SamplingParams) -> Verdict:
+        k = len(proposal.ids)
+        logits = self._forward(self._ids(ids), k + 1)  # (k+1, V): position i predicts draft i+1
+        drafts = proposal.ids_array
+        if drafts is None:
+            drafts = torch.tensor(proposal.ids, dtype=torch.long, device=self._device)
+        drafts = drafts.view(k, 1)
+        if params.greedy:
+            # Greedy rule: accept while the draft token is the target's argmax.
+            top = torch.argmax(logits, -1)  # (k+1,)
+            n = (top[:k] == drafts[:, 0]).int().cumprod(0).sum()
+            token = top[n]
+            q = torch.softmax(logits[:k], -1).gather(1, drafts)[:, 0]  # shown at temperature 1
+        else:
+            self._seed(params)
+            q_all = probs_from_logits(logits, params)  # (k+1, V) target q
+            p_all = proposal.probs  # (k, V) draft p, after the same transform
+            if p_all is None:  # a deterministic drafter: p is one-hot at its token
+                p_all = torch.zeros_like(q_all[:k]).scatter_(1, drafts, 1.0)
+            q = q_all[:k].gather(1, drafts)[:, 0]
+            p = p_all.gather(1, drafts)[:, 0]
+            # Leviathan et al. 2023 / Chen et al. 2023: accept x with probability
+            # min(1, q(x)/p(x)); on the first rejection sample from normalize(max(q - p, 0));
+            # after k acceptances sample the bonus token from q.
+            r = torch.rand(k, generator=self._generator, device=self._device)
+            n = (r < (q / p).clamp(max=1.0)).int().cumprod(0).sum()
+            residual = torch.cat([(q_all[:k] - p_all).clamp(min=0.0), q_all[k:]])  # (k+1, V)
+            row = residual.index_select(0, n.view(1))[0]
+            total = row.sum()
+            # q == p exactly leaves no residual mass; then rejection had probability 0 anyway
+            row = torch.where(total > 0, row / total.clamp(min=1e-30), q_all.index_select(0, n.view(1))[0])
+            token = torch.multinomial(row, 1, generator=self._generator)[0]
+        out = torch.cat([n.view(1).float(), token.view(1).float(), q.float()]).tolist()
+        return Verdict(accepted=int(out[0]), token=int(out[1]), q=tuple(out[2:]))

@@ -1,0 +1,150 @@
+"""Choosing the draft length k each round from measured acceptance and measured costs.
+
+Throughput of a round with k drafts (Leviathan et al. 2023, eq. 1, with measured costs instead
+of the 1 + k*c cost model, which overstates what is possible on a CPU):
+
+    rate(k) = E[tokens | k] / (k * t_d + t_v(k + 1)),   E[tokens | k] = 1 + sum_j prod_{i<=j} a_i
+
+where a_i is the measured acceptance at draft position i given that position i-1 was accepted,
+t_d the draft's cost per token and t_v(w) the target's cost of a verify pass of width w. Plain
+decoding is k = 0 with rate 1 / t_v(1). The same quantities give the bound the benchmarks and
+the side panel report: bound(k) = rate(k) * t_v(1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+DECAY = 0.97  # per round: old evidence fades so the controller follows the text
+PRIOR_ACCEPT = 0.6
+PROBE_EVERY = 24  # plain rounds between probes when speculation was not paying
+# Verify cost is not monotonic in width on CPUs (matmul kernels change with the row count:
+# measured here, width 2-3 can cost more than width 5-9), so the first rounds measure several
+# widths instead of interpolating.
+WARMUP_KS = (0, 4, 2, 6, 8, 3, 1, 5, 7)  # 0 first: plain decoding's cost is the yardstick
+
+
+@dataclass
+class CostModel:
+    max_k: int = 8
+    accept_w: list[float] = field(default_factory=list)  # decayed accepted counts per position
+    reach_w: list[float] = field(default_factory=list)  # decayed times each position was drafted
+    t_draft: float | None = None  # seconds per draft token (EMA)
+    t_verify: dict[int, float] = field(default_factory=dict)  # width -> seconds (EMA)
+
+    def __post_init__(self):
+        self.accept_w = self.accept_w or [0.0] * self.max_k
+        self.reach_w = self.reach_w or [0.0] * self.max_k
+
+    # --- measurements ---------------------------------------------------------------------
+    def record_round(self, drafted: int, accepted: int, draft_s: float, verify_s: float) -> None:
+        for i in range(self.max_k):
+            self.accept_w[i] *= DECAY
+            self.reach_w[i] *= DECAY
+        for i in range(min(drafted, self.max_k)):
+            self.reach_w[i] += 1.0
+            if i < accepted:
+                self.accept_w[i] += 1.0
+            else:
+                break  # positions after the first rejection were not reached
+        if drafted:
+            self.t_draft = _ema(self.t_draft, draft_s / drafted)
+        self.record_verify(drafted + 1, verify_s)
+
+    def record_verify(self, width: int, seconds: float) -> None:
+        self.t_verify[width] = _ema(self.t_verify.get(width), seconds)
+
+    # --- estimates ------------------------------------------------------------------------
+    def acceptance(self, i: int) -> float:
+        """P(position i accepted | position i-1 accepted), with a weak prior."""
+        return (self.accept_w[i] + PRIOR_ACCEPT) / (self.reach_w[i] + 1.0)
+
+    def expected_tokens(self, k: int) -> float:
+        total, run = 1.0, 1.0
+        for i in range(k):
+            run *= self.acceptance(i)
+            total += run
+        return total
+
+    def verify_cost(self, width: int) -> float | None:
+        """Measured cost of a width, or a line through the nearest measured widths."""
+        if width in self.t_verify:
+            return self.t_verify[width]
+        known = sorted(self.t_verify)
+        if not known:
+            return None
+        if len(known) == 1:
+            base = self.t_verify[known[0]]
+            # until a second width is measured assume 6% more per extra position (this CPU:
+            # width 9 costs 1.5-1.9x width 1)
+            return base * (1 + 0.06 * (width - known[0]))
+        lo = max([w for w in known if w < width], default=known[0])
+        hi = min([w for w in known if w > width], default=known[-1])
+        if lo == hi:
+            lo, hi = (known[-2], known[-1]) if width > known[-1] else (known[0], known[1])
+        slope = (self.t_verify[hi] - self.t_verify[lo]) / (hi - lo)
+        return max(self.t_verify[lo] + slope * (width - lo), 1e-6)
+
+    def rate(self, k: int) -> float | None:
+        """Estimated committed tokens per second with k drafts (k = 0: plain decoding)."""
+        t_v = self.verify_cost(k + 1)
+        if t_v is None or (k and self.t_draft is None):
+            return None
+        return self.expected_tokens(k) / (k * (self.t_draft or 0.0) + t_v)
+
+    def bound(self, k: int) -> float | None:
+        """Speedup over plain decoding predicted for k drafts: E[tokens] * t_t(1) / cost."""
+        r, base = self.rate(k), self.verify_cost(1)
+        return r * base if r is not None and base is not None else None
+
+
+class DraftLengthController:
+    """Adaptive k (on by default) or a fixed k. Falls back to plain decoding when no k is
+    predicted to beat it, and probes again every PROBE_EVERY plain rounds."""
+
+    def __init__(self, fixed_k: int | None = None, max_k: int = 8):
+        self.fixed_k = fixed_k
+        self.costs = CostModel(max_k=max(max_k, fixed_k or 0))
+        self._warmup = [k for k in WARMUP_KS if k <= max_k]
+        self._plain_run = 0
+
+    def choose(self) -> int:
+        if self.fixed_k is not None:
+            return self.fixed_k
+        while self._warmup:
+            k = self._warmup[0]
+            if k + 1 not in self.costs.t_verify and self._could_win(k):
+                return k
+            self._warmup.pop(0)
+        if self.costs.t_draft is None:
+            return 4
+        rates = {k: self.costs.rate(k) for k in range(0, self.costs.max_k + 1)}
+        rates = {k: r for k, r in rates.items() if r is not None}
+        if 0 not in rates:
+            return 0  # measure plain decoding once
+        best = max(rates, key=rates.get)
+        if best == 0:
+            self._plain_run += 1
+            if self._plain_run >= PROBE_EVERY:
+                self._plain_run = 0
+                return 1  # probe: acceptance may have recovered
+        else:
+            self._plain_run = 0
+        return best
+
+    def _could_win(self, k: int) -> bool:
+        """Even with every draft accepted and a free verify, would k drafts beat plain?"""
+        t_plain, t_draft = self.costs.t_verify.get(1), self.costs.t_draft
+        if k == 0 or t_plain is None or t_draft is None:
+            return True
+        return (k + 1) / (k * t_draft + t_plain) > 1.02 / t_plain
+
+    def record_round(self, drafted, accepted, draft_s, verify_s) -> None:
+        self.costs.record_round(drafted, accepted, draft_s, verify_s)
+
+    def record_plain(self, seconds: float) -> None:
+        self.costs.record_verify(1, seconds)
+
+
+def _ema(old: float | None, new: float, weight: float = 0.2) -> float:
+    return new if old is None else (1 - weight) * old + weight * new

@@ -1,0 +1,112 @@
+"""Draft sources behind one small interface (transformers' candidate generators are the model:
+`get_candidates` / `update_candidate_strategy`).
+
+A drafter proposes up to k tokens after the committed sequence and is told how many the target
+accepted, so it can roll its own state back. Drafters that condition on the target's hidden
+states or read its KV cache (MTP heads, EAGLE-3, DFlash, Gemma 4 assistants) set
+`wants_target_state` and receive the verify pass's `TargetState` in `accepted()`: one more class,
+not a redesign.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from app.engine.backends.base import ModelBackend
+from app.engine.sampling import SamplingParams
+
+
+@dataclass(frozen=True)
+class Proposal:
+    ids: tuple[int, ...]
+    p: tuple[float, ...]  # the draft's probability of each proposed token (1.0: deterministic)
+    probs: Any = None  # device array (k, V) of the draft distributions; None: one-hot at `ids`
+    ids_array: Any = None  # the same ids as a device array, when the drafter has one
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class TargetState:
+    """What a verify pass can hand a drafter that conditions on the target (planned interface)."""
+
+    hidden: Any = None  # (n_accepted + 1, hidden) last hidden states of the verified positions
+    backend: ModelBackend | None = None  # read access to the target's cache
+
+
+class Drafter(ABC):
+    name: str = "drafter"
+    wants_target_state: bool = False
+
+    def start(self, prompt_ids: Sequence[int]) -> None:
+        """A new generation begins after `prompt_ids`."""
+
+    @abstractmethod
+    def propose(self, committed: Sequence[int], k: int, params: SamplingParams) -> Proposal:
+        """Up to `k` tokens that may follow `committed` (fewer, or none, is allowed)."""
+
+    def accepted(self, committed: Sequence[int], proposal: Proposal, n_accepted: int,
+                 state: TargetState | None = None) -> None:
+        """The target accepted `n_accepted` of `proposal`; `committed` is the new sequence."""
+
+    def can_speculate(self) -> str | None:
+        """None when speculation is possible; otherwise the reason it is not."""
+        return None
+
+
+class ModelDrafter(Drafter):
+    """A small model with the target's tokenizer, decoding k tokens autoregressively."""
+
+    def __init__(self, backend: ModelBackend):
+        self.backend = backend
+        self.name = f"draft model {backend.folder.name}"
+
+    def start(self, prompt_ids: Sequence[int]) -> None:
+        self.backend.reset()
+        self.backend.prefill(prompt_ids)  # with the target's prefill, not in round 1's draft time
+
+    def propose(self, committed: Sequence[int], k: int, params: SamplingParams) -> Proposal:
+        start = time.perf_counter()
+        # Catch up on what the draft has not seen (the last committed token, and after a fully
+        # accepted round also its own last draft), then draft k tokens.
+        catch_up = list(committed[self.backend.cache_len :])
+        ids, p, probs, ids_array = self.backend.draft(catch_up, k, params)
+        return Proposal(ids, p, probs, ids_array, time.perf_counter() - start)
+
+    def accepted(self, committed, proposal, n_accepted, state=None) -> None:
+        # The draft cache holds the old committed tokens + proposal[:k-1], and the new committed
+        # sequence is old + proposal[:n] + one target token: the common prefix is what stays.
+        self.backend.truncate(min(self.backend.cache_len, len(committed) - 1))
+
+    def can_speculate(self) -> str | None:
+        if not self.backend.can_trim():
+            return (f"the draft model ({self.backend.model_type}) has recurrent layers whose "
+                    "state cannot be rolled back")
+        return None
+
+
+class PromptLookupDrafter(Drafter):
+    """Prompt lookup decoding (Saxena 2023): find the latest earlier occurrence of the last n
+    tokens (n from max_ngram down to min_ngram) in prompt + output and propose what followed."""
+
+    name = "prompt lookup"
+
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
+        self.max_ngram, self.min_ngram = max_ngram, min_ngram
+
+    def propose(self, committed: Sequence[int], k: int, params: SamplingParams) -> Proposal:
+        start = time.perf_counter()
+        seq = list(committed)
+        for n in range(min(self.max_ngram, len(seq) - 1), self.min_ngram - 1, -1):
+            tail = seq[-n:]
+            # scan backwards for the most recent match that has a continuation
+            for i in range(len(seq) - n - 1, -1, -1):
+                if seq[i : i + n] == tail:
+                    follow = tuple(seq[i + n : i + n + k])
+                    if follow:
+                        return Proposal(follow, (1.0,) * len(follow),
+                                        seconds=time.perf_counter() - start)
+        return Proposal((), (), seconds=time.perf_counter() - start)

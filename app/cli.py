@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from app.engine.events import Finished, PromptTooLongError, Round
+from app.engine.events import Finished, Notice, PromptTooLongError, Round
 from app.engine.sampling import SamplingParams
 from app.models.errors import ModelFileError
+from app.models.pairing import PairingError
 
 
 def _progress(message: str) -> None:
@@ -32,11 +33,33 @@ def cmd_import(args) -> int:
     return 0
 
 
+def _draft_tokens(value: str) -> int | None:
+    if value == "auto":
+        return None
+    k = int(value)
+    if not 1 <= k <= 32:
+        raise argparse.ArgumentTypeError("--draft-tokens takes auto or a number from 1 to 32")
+    return k
+
+
+def _show_round(event: Round, token_text) -> None:
+    """One line per round on stderr: +accepted -rejected => the target's own token."""
+    if not event.drafted:
+        return
+    accepted = " ".join("+" + repr(token_text(t)) for t in event.drafted[: event.accepted])
+    rejected = " ".join("-" + repr(token_text(t)) for t in event.drafted[event.accepted :])
+    own = event.emitted[event.accepted :] if len(event.emitted) > event.accepted else ()
+    line = f"[round {event.index} k={event.k}] {accepted} {rejected}".rstrip()
+    if own:
+        line += f" => {token_text(own[-1])!r}"
+    print(line, file=sys.stderr, flush=True)
+
+
 def cmd_generate(args) -> int:
     from app.runner import ChatRequest, Runner
 
     runner = Runner()
-    loaded = runner.load(args.model, args.backend, progress=_progress)
+    loaded = runner.load(args.model, args.backend, draft=args.draft, progress=_progress)
     _progress(f"Loaded {loaded.describe()} in {loaded.load_s:.1f}s")
     messages = []
     if args.system:
@@ -44,9 +67,14 @@ def cmd_generate(args) -> int:
     messages.append({"role": "user", "content": args.prompt})
     params = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                             seed=args.seed)
-    request = ChatRequest(tuple(messages), max_tokens=args.max_tokens, params=params)
+    request = ChatRequest(tuple(messages), max_tokens=args.max_tokens, params=params,
+                          draft_tokens=args.draft_tokens)
     for event in runner.chat(request):
-        if isinstance(event, Round):
+        if isinstance(event, Notice):
+            _progress(event.message)
+        elif isinstance(event, Round):
+            if args.show_rounds:
+                _show_round(event, runner.tokenizer.token_text)
             sys.stdout.write(event.text)
             sys.stdout.flush()
         elif isinstance(event, Finished):
@@ -71,6 +99,12 @@ def build_parser() -> argparse.ArgumentParser:
     gen = sub.add_parser("generate", help="stream an answer to one prompt")
     gen.add_argument("--model", "--target", dest="model", default="demo",
                      help='model folder, .gguf file, or "demo" (default)')
+    gen.add_argument("--draft", default="none",
+                     help='draft model folder or .gguf, "ngram" (prompt lookup), or "none"')
+    gen.add_argument("--draft-tokens", type=_draft_tokens, default=None, metavar="auto|N",
+                     help="draft length: auto (adaptive, the default) or a fixed N")
+    gen.add_argument("--show-rounds", action="store_true",
+                     help="print each round's accepted (+) and rejected (-) drafts to stderr")
     gen.add_argument("--prompt", required=True)
     gen.add_argument("--system", default=None)
     gen.add_argument("--backend", choices=["mlx", "torch"], default=None)
@@ -87,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ModelFileError, PromptTooLongError, ValueError) as exc:
+    except (ModelFileError, PairingError, PromptTooLongError, ValueError) as exc:
         print(f"tandem-cli: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

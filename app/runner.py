@@ -10,15 +10,19 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from app.engine.backends import default_backend, load_backend
 from app.engine.backends.base import ModelBackend
-from app.engine.events import Finished, Round
-from app.engine.plain import generate_plain
+from app.engine.drafters import Drafter, ModelDrafter, PromptLookupDrafter
+from app.engine.events import Finished, Notice, Round
 from app.engine.sampling import SamplingParams
-from app.models.resolve import resolve_model
+from app.engine.speculative import generate
+from app.models.pairing import check_tokenizers
+from app.models.resolve import display_name, resolve_model
+
+DRAFT_NONE, DRAFT_LOOKUP = "none", "ngram"
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,8 @@ class ChatRequest:
     max_tokens: int = 512
     params: SamplingParams = SamplingParams()
     stop_strings: tuple[str, ...] = ()
+    draft_tokens: int | None = None  # None: adaptive
+    use_draft: bool = True  # False: the target alone (race mode, baselines)
 
 
 @dataclass(frozen=True)
@@ -39,47 +45,70 @@ class LoadedModel:
     context_length: int
     weights_bytes: int
     load_s: float
-    extra: dict = field(default_factory=dict)
+    draft: str = DRAFT_NONE  # "none", "ngram", or the draft folder's name
 
     def describe(self) -> str:
-        return f"{self.folder.name} ({self.model_type}, {self.dtype}) on {self.backend}/{self.device}"
+        pair = f" + {self.draft}" if self.draft != DRAFT_NONE else ""
+        return f"{display_name(self.folder)}{pair} ({self.model_type}, {self.dtype}) on {self.backend}/{self.device}"
 
 
 class Runner:
     def __init__(self):
         self.target: ModelBackend | None = None
+        self.drafter: Drafter | None = None
         self.tokenizer = None
         self.loaded: LoadedModel | None = None
         self._cancel = threading.Event()
 
-    def load(self, spec: str | Path, backend: str | None = None, progress=print) -> LoadedModel:
-        """Load a target (folder, .gguf, or "demo"). The current model stays until this succeeds."""
+    def load(self, spec: str | Path, backend: str | None = None, draft: str | Path = DRAFT_NONE,
+             progress=print) -> LoadedModel:
+        """Load a target (folder, .gguf, or "demo") and a draft ("none", "ngram", or a model).
+        Everything is checked before anything replaces the current pair."""
+        from app.models.transformers_tokenizer import ChatTokenizer
+
         backend = backend or default_backend()
         start = time.perf_counter()
         folder = resolve_model(spec, backend, progress)
-        from app.models.transformers_tokenizer import ChatTokenizer
-
-        progress(f"Loading {folder.name} on {backend} ...")
         tokenizer = ChatTokenizer(folder)
+        draft_folder = draft_tokenizer = None
+        if str(draft) not in (DRAFT_NONE, DRAFT_LOOKUP):
+            draft_folder = resolve_model(draft, backend, progress)
+            draft_tokenizer = ChatTokenizer(draft_folder)
+            check_tokenizers(tokenizer, draft_tokenizer)  # before any weights load
+        progress(f"Loading {folder.name} on {backend} ...")
         target = load_backend(folder, backend)
-        self.target, self.tokenizer = target, tokenizer
+        drafter: Drafter | None = None
+        if draft_folder is not None:
+            progress(f"Loading draft {draft_folder.name} ...")
+            draft_backend = load_backend(draft_folder, backend)
+            # Padded embeddings (e.g. 151936 vs 152064 rows): compare over the real vocabulary.
+            limit = min(len(tokenizer), target.vocab_size, draft_backend.vocab_size)
+            target.vocab_limit = draft_backend.vocab_limit = limit
+            drafter = ModelDrafter(draft_backend)
+            draft_name = display_name(draft_folder)
+        elif str(draft) == DRAFT_LOOKUP:
+            drafter, draft_name = PromptLookupDrafter(), DRAFT_LOOKUP
+        else:
+            draft_name = DRAFT_NONE
+        self.target, self.drafter, self.tokenizer = target, drafter, tokenizer
         self.loaded = LoadedModel(folder, backend, target.device, target.dtype, target.model_type,
                                   target.context_length, target.weights_bytes,
-                                  time.perf_counter() - start)
+                                  time.perf_counter() - start, draft_name)
         return self.loaded
 
     def cancel(self) -> None:
         """Ask the running generation to stop after its current round (any thread)."""
         self._cancel.set()
 
-    def chat(self, request: ChatRequest) -> Iterator[Round | Finished]:
+    def chat(self, request: ChatRequest) -> Iterator[Round | Notice | Finished]:
         if self.target is None:
             raise RuntimeError("No model is loaded.")
         self._cancel.clear()
         prompt_ids = self.tokenizer.render_chat(list(request.messages))
-        yield from generate_plain(
+        yield from generate(
             self.target, self.tokenizer.decode, prompt_ids,
+            drafter=self.drafter if request.use_draft else None,
             stop_ids=self.tokenizer.stop_ids, max_tokens=request.max_tokens,
             params=request.params, stop_strings=request.stop_strings,
-            should_stop=self._cancel.is_set,
+            draft_tokens=request.draft_tokens, should_stop=self._cancel.is_set,
         )

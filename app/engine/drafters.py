@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from app.engine.backends.base import ModelBackend
@@ -73,6 +73,8 @@ class ModelDrafter(Drafter):
         # Catch up on what the draft has not seen (the last committed token, and after a fully
         # accepted round also its own last draft), then draft k tokens.
         catch_up = list(committed[self.backend.cache_len :])
+        if params.seed is not None:  # the draft's random stream must not mirror the target's
+            params = replace(params, seed=params.seed + 7919)
         ids, p, probs, ids_array = self.backend.draft(catch_up, k, params)
         return Proposal(ids, p, probs, ids_array, time.perf_counter() - start)
 

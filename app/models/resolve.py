@@ -28,3 +28,10 @@ def resolve_model(spec: str | Path, backend: str, progress=print) -> Path:
             f"{path}: not a model. Give a model folder (config.json + *.safetensors) or a .gguf file."
         )
     raise ModelFileError(f"{path}: no such file or folder.")
+
+
+def display_name(folder: Path) -> str:
+    """Imported folders are named for their variant (hf, mlx, mlx-4bit): show the model too."""
+    if folder.name in ("hf", "mlx") or folder.name.startswith("mlx-"):
+        return f"{folder.parent.name}/{folder.name}"
+    return folder.name

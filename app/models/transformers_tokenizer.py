@@ -59,11 +59,16 @@ class ChatTokenizer:
         )
         return self.encode(rendered)
 
+    def vocab(self) -> dict[str, int]:
+        return self._tok.get_vocab()
+
+    def special_tokens(self) -> set[str]:
+        return {str(t) for t in self._tok.all_special_tokens}
+
     def fingerprint(self) -> str:
         """A hash of the vocabulary and special tokens: equal fingerprints pair safely."""
-        vocab = sorted(self._tok.get_vocab().items(), key=lambda item: item[1])
-        specials = sorted(str(t) for t in self._tok.all_special_tokens)
-        payload = json.dumps([vocab, specials], ensure_ascii=False).encode()
+        vocab = sorted(self.vocab().items(), key=lambda item: item[1])
+        payload = json.dumps([vocab, sorted(self.special_tokens())], ensure_ascii=False).encode()
         return hashlib.sha256(payload).hexdigest()
 
     def _stop_ids(self, folder: Path) -> set[int]:

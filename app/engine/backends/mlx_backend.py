@@ -36,6 +36,40 @@ def probs_from_logits(logits: mx.array, params: SamplingParams) -> mx.array:
     return probs
 
 
+def greedy_verdict(logits: mx.array, drafts: mx.array):
+    """Greedy rule: accept while the draft token is the target's argmax.
+
+    logits (k+1, V), drafts (k,) -> (n accepted, the target's next token, q of each draft at
+    temperature 1 for display)."""
+    k = drafts.shape[0]
+    top = mx.argmax(logits, axis=-1)  # (k+1,)
+    n = mx.cumprod((top[:k] == drafts).astype(mx.int32)).sum()
+    q = mx.take_along_axis(mx.softmax(logits[:k], axis=-1), drafts.reshape(k, 1), axis=1)[:, 0]
+    return n, mx.take(top, n), q
+
+
+def residual(q: mx.array, p: mx.array) -> mx.array:
+    """Where a rejected position resamples from: max(q - p, 0), unnormalised. (k, V)"""
+    return mx.maximum(q - p, 0.0)
+
+
+def rejection_verdict(q_all: mx.array, p_all: mx.array, drafts: mx.array, r: mx.array):
+    """Leviathan et al. 2023 / Chen et al. 2023 (q = target, p = draft, same transform):
+    accept draft x_i with probability min(1, q_i(x_i) / p_i(x_i)), i.e. while r_i < that ratio;
+    at the first rejection n sample from normalize(max(q_n - p_n, 0)); after k acceptances
+    sample the bonus token from q_k. Returns (n, next-token distribution (V,), q of drafts)."""
+    k = drafts.shape[0]
+    q = mx.take_along_axis(q_all[:k], drafts.reshape(k, 1), axis=1)[:, 0]
+    p = mx.take_along_axis(p_all, drafts.reshape(k, 1), axis=1)[:, 0]
+    n = mx.cumprod((r < mx.minimum(q / p, 1.0)).astype(mx.int32)).sum()
+    rows = mx.concatenate([residual(q_all[:k], p_all), q_all[k:]])  # (k+1, V)
+    row = mx.take(rows, n, axis=0)
+    total = row.sum()
+    # q == p leaves no residual mass; rejection then had probability 0, so q is the answer
+    row = mx.where(total > 0, row / mx.maximum(total, 1e-30), mx.take(q_all, n, axis=0))
+    return n, row, q
+
+
 class MLXBackend(ModelBackend):
     name = "mlx"
 
@@ -126,31 +160,17 @@ class MLXBackend(ModelBackend):
         drafts = proposal.ids_array
         if drafts is None:
             drafts = mx.array(proposal.ids, dtype=mx.int32)
-        drafts = drafts.reshape(k, 1)
+        drafts = drafts.reshape(k)
         if params.greedy:
-            # Greedy rule: accept while the draft token is the target's argmax.
-            top = mx.argmax(logits, axis=-1)  # (k+1,)
-            n = mx.cumprod((top[:k] == drafts[:, 0]).astype(mx.int32)).sum()
-            token = mx.take(top, n)
-            q = mx.take_along_axis(mx.softmax(logits[:k], axis=-1), drafts, axis=1)[:, 0]
+            n, token, q = greedy_verdict(logits, drafts)
         else:
             self._seed(params)
             q_all = probs_from_logits(logits, params)  # (k+1, V) target q
             p_all = proposal.probs  # (k, V) draft p, after the same transform
             if p_all is None:  # a deterministic drafter: p is one-hot at its token
-                p_all = (mx.arange(q_all.shape[-1])[None, :] == drafts).astype(mx.float32)
-            q = mx.take_along_axis(q_all[:k], drafts, axis=1)[:, 0]
-            p = mx.take_along_axis(p_all, drafts, axis=1)[:, 0]
-            # Leviathan et al. 2023 / Chen et al. 2023: accept x with probability
-            # min(1, q(x)/p(x)); on the first rejection sample from normalize(max(q - p, 0));
-            # after k acceptances sample the bonus token from q.
+                p_all = (mx.arange(q_all.shape[-1])[None, :] == drafts[:, None]).astype(mx.float32)
             r = mx.random.uniform(shape=(k,))
-            n = mx.cumprod((r < mx.minimum(q / p, 1.0)).astype(mx.int32)).sum()
-            residual = mx.concatenate([mx.maximum(q_all[:k] - p_all, 0.0), q_all[k:]])  # (k+1, V)
-            row = mx.take(residual, n, axis=0)
-            total = row.sum()
-            # q == p exactly leaves no residual mass; then rejection had probability 0 anyway
-            row = mx.where(total > 0, row / mx.maximum(total, 1e-30), mx.take(q_all, n, axis=0))
+            n, row, q = rejection_verdict(q_all, p_all, drafts, r)
             token = mx.random.categorical(mx.log(row))
         out = mx.concatenate([n.reshape(1).astype(mx.float32), token.reshape(1).astype(mx.float32),
                               q.astype(mx.float32)]).tolist()

@@ -55,6 +55,44 @@ def probs_from_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Ten
     return probs
 
 
+def greedy_verdict(logits: torch.Tensor, drafts: torch.Tensor):
+    """Greedy rule: accept while the draft token is the target's argmax.
+
+    logits (k+1, V), drafts (k,) -> (n accepted, the target's next token, q of each draft at
+    temperature 1 for display), all on the device."""
+    k = drafts.shape[0]
+    top = torch.argmax(logits, -1)  # (k+1,)
+    n = (top[:k] == drafts).int().cumprod(0).sum()
+    q = torch.softmax(logits[:k], -1).gather(1, drafts.view(k, 1))[:, 0]
+    return n, top[n], q
+
+
+def residual(q: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """Where a rejected position resamples from: max(q - p, 0), unnormalised. (k, V)"""
+    return (q - p).clamp(min=0.0)
+
+
+def rejection_verdict(q_all: torch.Tensor, p_all: torch.Tensor, drafts: torch.Tensor,
+                      r: torch.Tensor):
+    """Leviathan et al. 2023 / Chen et al. 2023 (q = target, p = draft, same transform):
+    accept draft x_i with probability min(1, q_i(x_i) / p_i(x_i)), i.e. while r_i < that ratio;
+    at the first rejection n sample from normalize(max(q_n - p_n, 0)); after k acceptances
+    sample the bonus token from q_k.
+
+    q_all (k+1, V), p_all (k, V), drafts (k,), r (k,) uniforms ->
+    (n, the distribution to sample the next token from (V,), q of each draft)."""
+    k = drafts.shape[0]
+    q = q_all[:k].gather(1, drafts.view(k, 1))[:, 0]
+    p = p_all.gather(1, drafts.view(k, 1))[:, 0]
+    n = (r < (q / p).clamp(max=1.0)).int().cumprod(0).sum()
+    rows = torch.cat([residual(q_all[:k], p_all), q_all[k:]])  # (k+1, V)
+    row = rows.index_select(0, n.view(1))[0]
+    total = row.sum()
+    # q == p leaves no residual mass; rejection then had probability 0, so q is the answer
+    row = torch.where(total > 0, row / total.clamp(min=1e-30), q_all.index_select(0, n.view(1))[0])
+    return n, row, q
+
+
 class TorchBackend(ModelBackend):
     name = "torch"
 
@@ -167,31 +205,17 @@ class TorchBackend(ModelBackend):
         drafts = proposal.ids_array
         if drafts is None:
             drafts = torch.tensor(proposal.ids, dtype=torch.long, device=self._device)
-        drafts = drafts.view(k, 1)
+        drafts = drafts.view(k)
         if params.greedy:
-            # Greedy rule: accept while the draft token is the target's argmax.
-            top = torch.argmax(logits, -1)  # (k+1,)
-            n = (top[:k] == drafts[:, 0]).int().cumprod(0).sum()
-            token = top[n]
-            q = torch.softmax(logits[:k], -1).gather(1, drafts)[:, 0]  # shown at temperature 1
+            n, token, q = greedy_verdict(logits, drafts)
         else:
             self._seed(params)
             q_all = probs_from_logits(logits, params)  # (k+1, V) target q
             p_all = proposal.probs  # (k, V) draft p, after the same transform
             if p_all is None:  # a deterministic drafter: p is one-hot at its token
-                p_all = torch.zeros_like(q_all[:k]).scatter_(1, drafts, 1.0)
-            q = q_all[:k].gather(1, drafts)[:, 0]
-            p = p_all.gather(1, drafts)[:, 0]
-            # Leviathan et al. 2023 / Chen et al. 2023: accept x with probability
-            # min(1, q(x)/p(x)); on the first rejection sample from normalize(max(q - p, 0));
-            # after k acceptances sample the bonus token from q.
+                p_all = torch.zeros_like(q_all[:k]).scatter_(1, drafts.view(k, 1), 1.0)
             r = torch.rand(k, generator=self._generator, device=self._device)
-            n = (r < (q / p).clamp(max=1.0)).int().cumprod(0).sum()
-            residual = torch.cat([(q_all[:k] - p_all).clamp(min=0.0), q_all[k:]])  # (k+1, V)
-            row = residual.index_select(0, n.view(1))[0]
-            total = row.sum()
-            # q == p exactly leaves no residual mass; then rejection had probability 0 anyway
-            row = torch.where(total > 0, row / total.clamp(min=1e-30), q_all.index_select(0, n.view(1))[0])
+            n, row, q = rejection_verdict(q_all, p_all, drafts, r)
             token = torch.multinomial(row, 1, generator=self._generator)[0]
         out = torch.cat([n.view(1).float(), token.view(1).float(), q.float()]).tolist()
         return Verdict(accepted=int(out[0]), token=int(out[1]), q=tuple(out[2:]))

@@ -44,16 +44,26 @@ def tiny_fields(demo_gguf):
 
 @pytest.fixture(scope="session")
 def tiny_pair(tmp_path_factory, tiny_fields) -> dict[str, Path]:
-    """Two tiny random Llama models sharing one tokenizer, imported through the GGUF path:
-    {"target": hf folder, "draft": hf folder, "target_mlx": mlx folder, ...}."""
+    """Tiny random Llama models sharing one tokenizer, imported through the GGUF path: a target,
+    an unrelated draft (almost nothing accepted) and a noisy copy of the target (much accepted):
+    {"target": hf folder, "draft": ..., "near": ..., "target_mlx": mlx folder, ...}."""
     from app.models.gguf_import import import_gguf
     from tests.factories import tiny_llama, write_gguf
 
+    import torch
+
     root = tmp_path_factory.mktemp("tiny")
+    near = tiny_llama(1)  # the target plus noise: accepts often but not always
+    with torch.no_grad():
+        torch.manual_seed(9)
+        for p in near.parameters():
+            if p.dim() == 2:
+                p.add_(torch.randn_like(p) * 0.35 * p.std())
+    models = {"target": tiny_llama(1), "draft": tiny_llama(2), "near": near}
     folders = {}
-    for role, seed in (("target", 1), ("draft", 2)):
+    for role, model in models.items():
         path = root / f"{role}.gguf"
-        write_gguf(tiny_llama(seed), path, tiny_fields)
+        write_gguf(model, path, tiny_fields)
         out = import_gguf(path, root / role, mlx_variants=("mlx",))
         folders[role], folders[f"{role}_mlx"] = out["hf"], out["mlx"]
     return folders

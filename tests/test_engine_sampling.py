@@ -1,0 +1,120 @@
+"""Distribution at temperature > 0: speculative sampling (Leviathan/Chen rejection sampling)
+produces the target's own distribution. A chi-square goodness-of-fit test compares the tokens
+produced by the first speculative round with their exact marginal under the target, computed by
+enumerating a 16-token vocabulary."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import chisquare
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from app.engine.backends import load_backend
+from app.engine.backends import torch_backend as tb
+from app.engine.drafters import ModelDrafter
+from app.engine.events import Round
+from app.engine.sampling import SamplingParams
+from app.engine.speculative import generate
+
+VOCAB = 16
+PROMPT = [3, 7, 1, 12]
+ALPHA = 1e-3  # significance: a correct sampler fails this test once in a thousand seeds
+SAMPLES = 2500
+
+
+def _small_model(seed: int, folder):
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                         max_position_embeddings=64, tie_word_embeddings=False)
+    model = LlamaForCausalLM(config).eval()
+    with torch.no_grad():  # sharper distributions than the init, so draft and target differ
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.mul_(6.0)
+    model.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def small_pair(tmp_path_factory):
+    root = tmp_path_factory.mktemp("small")
+    return _small_model(21, root / "target"), _small_model(22, root / "draft")
+
+
+def _exact_marginals(folder, params: SamplingParams, depth: int = 3) -> list[np.ndarray]:
+    """P(t_i) for i = 1..depth under the target alone, by enumeration."""
+    model = LlamaForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
+
+    def next_probs(prefix):
+        with torch.no_grad():
+            logits = model(torch.tensor([PROMPT + list(prefix)])).logits[0, -1]
+        return tb.probs_from_logits(logits, params).double().numpy()
+
+    marginals, frontier = [], {(): 1.0}
+    for _ in range(depth):
+        dist, nxt = np.zeros(VOCAB), {}
+        for prefix, weight in frontier.items():
+            probs = next_probs(prefix)
+            dist += weight * probs
+            for t in np.nonzero(probs > 1e-4)[0]:
+                nxt[prefix + (int(t),)] = weight * probs[t]
+        marginals.append(dist)
+        frontier = nxt
+    return marginals
+
+
+def _speculative_samples(small_pair, params, n=SAMPLES, backend="torch"):
+    target = load_backend(small_pair[0], backend)
+    drafter = ModelDrafter(load_backend(small_pair[1], backend))
+    counts = np.zeros((3, VOCAB))
+    for _ in range(n):
+        tokens = [t for e in generate(target, lambda ids: "", PROMPT, drafter=drafter,
+                                      draft_tokens=2, max_tokens=3, params=params)
+                  if isinstance(e, Round) for t in e.emitted]
+        for i, t in enumerate(tokens):
+            counts[i, t] += 1
+    return counts
+
+
+def _p_value(observed: np.ndarray, expected_p: np.ndarray) -> float:
+    expected = expected_p / expected_p.sum() * observed.sum()
+    big = expected >= 5  # pool sparse cells so the chi-square approximation holds
+    obs = np.append(observed[big], observed[~big].sum())
+    exp = np.append(expected[big], expected[~big].sum())
+    if exp[-1] == 0:
+        obs, exp = obs[:-1], exp[:-1]
+    return float(chisquare(obs, exp).pvalue)
+
+
+CASES = [SamplingParams(temperature=1.0, seed=5),
+         SamplingParams(temperature=0.7, top_p=0.9, seed=6)]
+
+
+@pytest.mark.parametrize("params", CASES, ids=["T1", "T0.7-top_p0.9"])
+def test_speculative_sampling_matches_the_target(small_pair, params):
+    exact = _exact_marginals(small_pair[0], params)
+    counts = _speculative_samples(small_pair, params)
+    for position in (1, 2):  # tokens 2 and 3 come from the first speculative round
+        assert _p_value(counts[position], exact[position]) > ALPHA / 2, position
+
+
+def test_the_test_catches_a_wrong_residual(small_pair, monkeypatch):
+    """With the residual taken as max(p - q, 0) the same test must fail."""
+    params = CASES[0]
+    exact = _exact_marginals(small_pair[0], params)
+    monkeypatch.setattr(tb, "residual", lambda q, p: (p - q).clamp(min=0.0))
+    counts = _speculative_samples(small_pair, params)
+    assert min(_p_value(counts[i], exact[i]) for i in (1, 2)) < ALPHA / 2
+
+
+def test_mlx_speculative_sampling_matches_the_target(small_pair, tmp_path):
+    pytest.importorskip("mlx_lm")
+    params = CASES[0]
+    exact = _exact_marginals(small_pair[0], params)
+    counts = _speculative_samples(small_pair, params, n=1500, backend="mlx")
+    for position in (1, 2):
+        assert _p_value(counts[position], exact[position]) > ALPHA / 2, position
+

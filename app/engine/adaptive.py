@@ -133,11 +133,12 @@ class DraftLengthController:
         return best
 
     def _could_win(self, k: int) -> bool:
-        """Even with every draft accepted and a free verify, would k drafts beat plain?"""
+        """With the acceptance seen so far and a verify as cheap as one plain step (a lower
+        bound), would k drafts beat plain decoding? If not, measuring width k+1 is wasted."""
         t_plain, t_draft = self.costs.t_verify.get(1), self.costs.t_draft
         if k == 0 or t_plain is None or t_draft is None:
             return True
-        return (k + 1) / (k * t_draft + t_plain) > 1.02 / t_plain
+        return self.costs.expected_tokens(k) / (k * t_draft + t_plain) > 1.02 / t_plain
 
     def record_round(self, drafted, accepted, draft_s, verify_s) -> None:
         self.costs.record_round(drafted, accepted, draft_s, verify_s)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from app.models.errors import ModelFileError
+from app.models.folder import check_model_folder
 from app.models.gguf_import import import_gguf, inspect_gguf, sha256_of
 from app.paths import models_dir
 
@@ -22,6 +23,7 @@ def resolve_model(spec: str | Path, backend: str, progress=print) -> Path:
         folders = import_gguf(info.path, cache, mlx_variants=variants, progress=progress)
         return folders["mlx" if backend == "mlx" else "hf"]
     if path.is_dir():
+        check_model_folder(path)  # config and safetensors before anything reads the folder
         return path
     if path.is_file():
         raise ModelFileError(

@@ -1,0 +1,138 @@
+"""Pairing a target with a draft through the runner: tokenizer checks, padded vocabularies,
+non-trimmable caches, and the adaptive controller's choices."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from app.engine.adaptive import DraftLengthController
+from app.engine.events import Finished, Notice, Round
+from app.models.pairing import PairingError
+from app.runner import ChatRequest, Runner
+from tests.factories import tiny_llama
+
+ASK = ChatRequest(({"role": "user", "content": "hi there"},), max_tokens=30)
+
+
+def _tokens(events):
+    return [t for e in events if isinstance(e, Round) for t in e.emitted]
+
+
+def _padded_copy(tiny_pair, tmp_path, rows=1088):
+    """The target's tokenizer with an embedding matrix padded to more rows (like Qwen's)."""
+    folder = tmp_path / "padded"
+    model = tiny_llama(seed=1, vocab=rows)
+    model.save_pretrained(folder)
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        shutil.copy(tiny_pair["target"] / name, folder / name)
+    return folder
+
+
+def test_padded_embeddings_pair_and_stay_exact(tiny_pair, tmp_path):
+    padded = _padded_copy(tiny_pair, tmp_path)
+    runner = Runner()
+    runner.load(tiny_pair["target"], "torch", draft=padded, progress=lambda m: None)
+    assert runner.target.vocab_size == 1024 and runner.drafter.backend.vocab_size == 1088
+    assert runner.target.vocab_limit == runner.drafter.backend.vocab_limit == 1024
+    spec = list(runner.chat(ASK))
+    plain = list(runner.chat(ChatRequest(ASK.messages, max_tokens=30, use_draft=False)))
+    assert _tokens(spec) == _tokens(plain)
+    assert max(_tokens(spec)) < 1024
+
+
+def test_different_tokenizers_are_refused_before_loading(tiny_pair, demo, tmp_path):
+    # the demo's full 49152-token tokenizer beside the tiny model's 1024-token slice, and
+    # weights that would fail to load: the tokenizer check must come first
+    odd = tmp_path / "odd"
+    shutil.copytree(demo["hf"], odd, ignore=shutil.ignore_patterns("*.safetensors"))
+    (odd / "model.safetensors").write_bytes(b"not weights")
+    runner = Runner()
+    with pytest.raises(PairingError) as err:
+        runner.load(tiny_pair["target"], "torch", draft=odd, progress=lambda m: None)
+    message = str(err.value)
+    assert "cannot be paired" in message and "1,024" in message and "49,152" in message
+    assert runner.target is None  # nothing was replaced
+
+
+def test_prompt_lookup_and_plain_through_the_runner(tiny_pair):
+    runner = Runner()
+    loaded = runner.load(tiny_pair["target"], "torch", draft="ngram", progress=lambda m: None)
+    assert loaded.draft == "ngram"
+    spec = list(runner.chat(ASK))
+    plain = list(runner.chat(ChatRequest(ASK.messages, max_tokens=30, use_draft=False)))
+    assert _tokens(spec) == _tokens(plain)
+    assert isinstance(spec[-1], Finished)
+
+
+def test_untrimmable_target_decodes_plainly_and_says_why(tiny_pair, monkeypatch):
+    runner = Runner()
+    runner.load(tiny_pair["target"], "torch", draft=tiny_pair["near"], progress=lambda m: None)
+    plain = _tokens(runner.chat(ChatRequest(ASK.messages, max_tokens=30, use_draft=False)))
+    monkeypatch.setattr(runner.target, "can_trim", lambda: False)
+    events = list(runner.chat(ASK))
+    notices = [e for e in events if isinstance(e, Notice)]
+    assert notices and "cannot be rolled back" in notices[0].message
+    assert all(not e.drafted for e in events if isinstance(e, Round))
+    assert _tokens(events) == plain
+
+
+def test_controller_falls_back_to_plain_when_drafts_do_not_pay():
+    c = DraftLengthController()
+    c.record_plain(0.050)
+    for _ in range(30):  # a bad draft: nothing accepted, and drafting costs a third of a pass
+        c.record_round(4, 0, draft_s=4 * 0.017, verify_s=0.060)
+    choices = []
+    for _ in range(60):
+        k = choices.append(c.choose()) or choices[-1]
+        if k:
+            c.record_round(k, 0, draft_s=k * 0.017, verify_s=0.050 + 0.005 * k)
+        else:
+            c.record_plain(0.050)
+    assert choices.count(0) >= 55  # plain, with an occasional probe
+    assert 1 in choices  # it probes again later
+
+
+def test_controller_drafts_long_when_everything_is_accepted():
+    c = DraftLengthController()
+    choices = []
+    for _ in range(60):  # a cheap draft that is always right
+        k = choices.append(c.choose()) or choices[-1]
+        if k:
+            c.record_round(k, k, draft_s=k * 0.005, verify_s=0.050 + 0.004 * k)
+        else:
+            c.record_plain(0.050)
+    assert min(choices[-20:]) >= 6
+    assert c.costs.bound(8) > 3.0  # 9 tokens for 0.04 + 0.082 s vs 0.05 s per token
+
+
+def test_fixed_k_is_respected():
+    c = DraftLengthController(fixed_k=3)
+    c.record_round(3, 0, 0.1, 0.1)
+    assert {c.choose() for _ in range(10)} == {3}
+
+
+def test_cli_generate_with_a_self_draft(tiny_pair, capsys):
+    from app.cli import main
+
+    args = ["generate", "--target", str(tiny_pair["target"]), "--backend", "torch",
+            "--prompt", "hello", "--max-tokens", "20"]
+    assert main(args + ["--draft", "none"]) == 0
+    plain = capsys.readouterr()
+    assert main(args + ["--draft", str(tiny_pair["target"]), "--draft-tokens", "4",
+                        "--show-rounds"]) == 0
+    spec = capsys.readouterr()
+    assert spec.out == plain.out
+    assert "acceptance 100%" in spec.err and "[round 1 k=4] +" in spec.err
+
+
+def test_cli_reports_bad_input_clearly(tmp_path, capsys):
+    from app.cli import main
+
+    (tmp_path / "weights.bin").write_bytes(b"\x80\x02pickle")
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    assert main(["generate", "--target", str(tmp_path), "--backend", "torch", "--prompt", "x"]) == 2
+    err = capsys.readouterr().err
+    assert "pickled" in err and "safetensors" in err

@@ -73,3 +73,16 @@ def test_plain_generation_stops_at_end_of_turn(demo, tokenizer):
     assert finished.stats.finish_reason == "stop"
     assert "<|im_end|>" not in finished.text
     assert finished.text == "".join(e.text for e in events if isinstance(e, Round))
+
+
+def test_cli_self_draft_on_the_demo_accepts_everything(demo, capsys):
+    from app.cli import main
+
+    args = ["generate", "--target", "demo", "--backend", "torch", "--max-tokens", "32",
+            "--prompt", "Write a haiku about rivers."]
+    assert main(args + ["--draft", "none"]) == 0
+    plain = capsys.readouterr()
+    assert main(args + ["--draft", "demo", "--draft-tokens", "4"]) == 0
+    spec = capsys.readouterr()
+    assert spec.out == plain.out and len(spec.out.strip()) > 20
+    assert "acceptance 100%" in spec.err

@@ -52,7 +52,8 @@ def rejection_case(draw):
         p = q[:k].copy()  # the self-draft case: nothing is ever rejected
     q, p = q / q.sum(1, keepdims=True), p / p.sum(1, keepdims=True)
     drafts = np.array([draw(st.integers(0, vocab - 1)) for _ in range(k)])
-    r = draw(arrays(np.float64, (k,), elements=st.floats(0.0, 0.5, width=32) | st.floats(0.5, 0.9990000128746033, width=32)))
+    below_one = st.floats(0.0, 0.5, width=32) | st.floats(0.5, 0.9990000128746033, width=32)
+    r = draw(arrays(np.float64, (k,), elements=below_one))
     return q.astype(np.float32), p.astype(np.float32), drafts, r.astype(np.float32)
 
 

@@ -31,8 +31,9 @@ def check_tokenizers(target, draft) -> None:
     t_special, d_special = target.special_tokens(), draft.special_tokens()
     if t_special != d_special:
         details.append(f"special tokens differ: {sorted(t_special ^ d_special)[:5]}")
+    why = "; ".join(details) or "their merges or normalisation differ"
     raise PairingError(
-        f"These models cannot be paired: their tokenizers differ ({'; '.join(details) or 'merges or normalisation differ'}). "
+        f"These models cannot be paired: their tokenizers differ ({why}). "
         "A draft must share the target's tokenizer; choose a smaller model of the same family, "
         "or use prompt lookup."
     )

@@ -128,7 +128,9 @@ class MainWindow(QMainWindow):
 
     def _on_finished(self, event: Finished) -> None:
         self.messages.append({"role": "assistant", "content": event.text})
-        self.statusBar().showMessage(event.stats.summary())
+        stats = event.stats
+        self.statusBar().showMessage(f"{stats.tokens} tokens · {stats.tokens_per_s:.1f} tok/s · "
+                                     f"{stats.tokens_per_round:.2f} tokens per target pass")
         self._set_busy(False)
 
     def _on_failed(self, message: str) -> None:

@@ -80,7 +80,8 @@ def ensure_demo(progress=print) -> dict[str, Path]:
     if gguf is None or not _verified(gguf):
         gguf = fetch_demo_gguf(progress)
     variants = DEMO_VARIANTS if _has_mlx() else ()
-    return import_gguf(gguf, demo_dir(), mlx_variants=variants, progress=progress)
+    return import_gguf(gguf, demo_dir(), mlx_variants=variants, progress=progress,
+                       digest=DEMO_SHA256)  # _verified just checked it
 
 
 def demo_folder(backend: str, progress=print) -> Path:

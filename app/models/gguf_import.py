@@ -86,17 +86,19 @@ def import_gguf(
     *,
     mlx_variants: tuple[str, ...] = ("mlx",),
     progress=None,
+    digest: str | None = None,
 ) -> dict[str, Path]:
     """Convert `gguf_path` into `out_dir/hf` (+ `out_dir/<variant>` for MLX variants).
 
     Variants: "mlx" (float32, the reference) and "mlx-4bit" (affine, group 32: the same grid as
     GGUF's Q4_0/Q4_1 blocks). Returns {"hf": path, "mlx": path, ...}. Idempotent: an existing
-    complete import of the same file (checked by size and hash) is reused.
+    complete import of the same file (checked by size and hash) is reused. `digest`: the file's
+    SHA-256 when the caller has already computed it.
     """
     info = inspect_gguf(gguf_path)
     out_dir = Path(out_dir)
     say = progress or (lambda message: None)
-    digest = sha256_of(info.path)
+    digest = digest or sha256_of(info.path)
     marker = out_dir / IMPORT_MARKER
     wanted = {"hf": out_dir / "hf", **{v: out_dir / v for v in mlx_variants}}
     done: dict[str, str] = {}

@@ -18,9 +18,11 @@ def resolve_model(spec: str | Path, backend: str, progress=print) -> Path:
     path = Path(spec).expanduser()
     if path.is_file() and path.suffix.lower() == ".gguf":
         info = inspect_gguf(path)
-        cache = models_dir() / f"{path.stem}-{sha256_of(path)[:12]}"
+        digest = sha256_of(path)
+        cache = models_dir() / f"{path.stem}-{digest[:12]}"
         variants = ("mlx",) if backend == "mlx" else ()
-        folders = import_gguf(info.path, cache, mlx_variants=variants, progress=progress)
+        folders = import_gguf(info.path, cache, mlx_variants=variants, progress=progress,
+                              digest=digest)
         return folders["mlx" if backend == "mlx" else "hf"]
     if path.is_dir():
         check_model_folder(path)  # config and safetensors before anything reads the folder

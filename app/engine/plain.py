@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator, Sequence
 from app.engine.backends.base import ModelBackend
 from app.engine.events import Finished, Round
 from app.engine.sampling import SamplingParams
-from app.engine.speculative import check_prompt_fits, generate
+from app.engine.speculative import generate
 
 
 def generate_plain(
@@ -27,5 +27,3 @@ def generate_plain(
                     max_tokens=max_tokens, params=params, stop_strings=stop_strings,
                     should_stop=should_stop)
 
-
-__all__ = ["check_prompt_fits", "generate_plain"]

@@ -75,6 +75,3 @@ class ModelBackend(ABC):
         Greedy: accept while the draft equals the target's argmax. Sampling: the Leviathan/Chen
         rule. Returns a Verdict; the caller trims the rejected positions from the cache.
         """
-
-    def describe(self) -> str:
-        return f"{self.name} on {self.device}, {self.dtype}"

@@ -1,0 +1,456 @@
+"""The chat history: conversations and their messages in one SQLite file in the user data folder.
+
+A store is used from one thread (the GUI thread) for its whole life, so its connection is never
+shared between threads. Every write is one transaction: a crash keeps all of it or none of it.
+`begin_answer` stores the user's message with an empty answer marked 'interrupted' before
+generation starts, so an app killed mid-answer never loses what the user typed.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from app import paths
+
+DEFAULT_TITLE = "New chat"
+TITLE_CHARS = 48
+STATUSES = ("complete", "stopped", "error", "interrupted")
+BUSY_TIMEOUT_S = 2.0
+
+# Primary SQLite result codes (the low byte of an extended code). Only these two kinds of failure
+# get special handling: a busy file is left alone, a damaged one is moved aside.
+_BUSY_CODES = {5, 6}  # SQLITE_BUSY, SQLITE_LOCKED
+_DAMAGED_CODES = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB
+
+
+class HistoryError(Exception):
+    """The history cannot be opened or written; the message says why and what the user can do."""
+
+
+@dataclass(frozen=True)
+class Conversation:
+    id: int
+    title: str
+    system_prompt: str
+    settings: dict
+    created: float
+    updated: float
+
+
+@dataclass(frozen=True)
+class Message:
+    id: int
+    conversation_id: int
+    position: int
+    role: str  # "user" | "assistant"
+    content: str
+    status: str  # one of STATUSES
+    settings: dict | None  # the generation settings an answer was made with
+    stats: dict | None  # tokens, acceptance, tokens/s: whatever the caller measured
+    trace: Any  # the per-round trace the UI colours tokens with; opaque here
+    created: float
+
+    def as_chat(self) -> dict:
+        return {"role": self.role, "content": self.content}
+
+
+def _migrate_to_v1(db: sqlite3.Connection) -> None:
+    db.execute(
+        """CREATE TABLE conversations (
+            id INTEGER PRIMARY KEY,
+            title TEXT NOT NULL,
+            system_prompt TEXT NOT NULL DEFAULT '',
+            settings TEXT NOT NULL DEFAULT '{}',
+            created REAL NOT NULL,
+            updated REAL NOT NULL)"""
+    )
+    db.execute(
+        """CREATE TABLE messages (
+            id INTEGER PRIMARY KEY,
+            conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+            position INTEGER NOT NULL,
+            role TEXT NOT NULL CHECK (role IN ('user', 'assistant')),
+            content TEXT NOT NULL,
+            status TEXT NOT NULL CHECK (status IN ('complete', 'stopped', 'error', 'interrupted')),
+            settings TEXT,
+            stats TEXT,
+            trace TEXT,
+            created REAL NOT NULL)"""
+    )
+    db.execute("CREATE UNIQUE INDEX messages_in_order ON messages (conversation_id, position)")
+    db.execute("CREATE INDEX conversations_by_updated ON conversations (updated)")
+
+
+# MIGRATIONS[i] brings a database from user_version i to i + 1. Append steps; never edit a shipped one.
+MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_migrate_to_v1,)
+
+
+def default_path() -> Path:
+    return paths.data_dir() / "history.sqlite3"
+
+
+def auto_title(text: str) -> str:
+    """The first non-empty line of a message, cut to about TITLE_CHARS characters."""
+    line = next((" ".join(line.split()) for line in text.splitlines() if line.strip()), "")
+    if not line:
+        return DEFAULT_TITLE
+    return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1].rstrip() + "…"
+
+
+class HistoryStore:
+    """Open with `HistoryStore.open(path)`; use from one thread; close it (or use `with`)."""
+
+    def __init__(self, db: sqlite3.Connection, path: Path, clock: Callable[[], float]):
+        self._db = db
+        self._clock = clock
+        self.path = path
+        self.recovery_message: str | None = None  # set when a damaged file was moved aside
+
+    @classmethod
+    def open(
+        cls, path: Path | None = None, *, busy_timeout: float = BUSY_TIMEOUT_S, clock: Callable[[], float] = time.time
+    ) -> HistoryStore:
+        path = Path(path) if path is not None else default_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        recovery = None
+        damage = _check_integrity(path, busy_timeout)
+        if damage is not None:
+            moved = _move_aside(path)
+            recovery = (
+                f"The chat history at {path} was damaged ({damage}) and has been moved to {moved}; "
+                "a new, empty history was started. Nothing was deleted."
+            )
+        store = cls(_connect(path, busy_timeout), path, clock)
+        store.recovery_message = recovery
+        return store
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> HistoryStore:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # Conversations
+
+    def create_conversation(self, title: str = DEFAULT_TITLE, system_prompt: str = "", settings=None) -> Conversation:
+        now = self._clock()
+        with self._write():
+            cursor = self._db.execute(
+                "INSERT INTO conversations (title, system_prompt, settings, created, updated) VALUES (?, ?, ?, ?, ?)",
+                (title, system_prompt, json.dumps(settings or {}), now, now),
+            )
+        return self.get_conversation(cursor.lastrowid)
+
+    # Editing a conversation's details does not move it up the list; only new messages do.
+    def rename(self, conv_id: int, title: str) -> None:
+        self._set_column(conv_id, "title", title)
+
+    def set_system_prompt(self, conv_id: int, text: str) -> None:
+        self._set_column(conv_id, "system_prompt", text)
+
+    def set_settings(self, conv_id: int, settings: dict) -> None:
+        self._set_column(conv_id, "settings", json.dumps(settings))
+
+    def delete_conversation(self, conv_id: int) -> None:
+        with self._write():
+            self._db.execute("DELETE FROM conversations WHERE id = ?", (conv_id,))  # messages go by cascade
+
+    def get_conversation(self, conv_id: int) -> Conversation:
+        row = self._db.execute("SELECT * FROM conversations WHERE id = ?", (conv_id,)).fetchone()
+        if row is None:
+            raise HistoryError(f"There is no conversation {conv_id} in the chat history; it may have been deleted.")
+        return _conversation(row)
+
+    def list_conversations(self, search: str = "") -> list[Conversation]:
+        """Newest activity first. `search` matches titles and message text, ignoring case (Unicode-aware)."""
+        needle = search.strip().casefold()
+        rows = self._db.execute(
+            """SELECT * FROM conversations AS c
+               WHERE ?1 = '' OR instr(casefold(c.title), ?1) > 0 OR EXISTS (
+                   SELECT 1 FROM messages AS m WHERE m.conversation_id = c.id AND instr(casefold(m.content), ?1) > 0)
+               ORDER BY c.updated DESC, c.id DESC""",
+            (needle,),
+        ).fetchall()
+        return [_conversation(row) for row in rows]
+
+    def messages(self, conv_id: int) -> list[Message]:
+        rows = self._db.execute(
+            "SELECT * FROM messages WHERE conversation_id = ? ORDER BY position", (conv_id,)
+        ).fetchall()
+        return [_message(row) for row in rows]
+
+    # Turns: each method is one transaction
+
+    def add_turn(
+        self, conv_id: int, user_text: str, answer_text: str, status: str = "complete", settings=None, stats=None,
+        trace=None,
+    ) -> tuple[Message, Message]:
+        _check_status(status)
+        with self._write():
+            user_id, answer_id = self._append_turn(conv_id, user_text, (answer_text, status, settings, stats, trace))
+        return self._get_message(user_id), self._get_message(answer_id)
+
+    def begin_answer(self, conv_id: int, user_text: str) -> int:
+        """Store the user's message and an empty 'interrupted' answer; returns the answer's id."""
+        with self._write():
+            _, answer_id = self._append_turn(conv_id, user_text, ("", "interrupted", None, None, None))
+        return answer_id
+
+    def finish_answer(self, answer_id: int, text: str, status: str, settings=None, stats=None, trace=None) -> Message:
+        _check_status(status)
+        with self._write():
+            row = self._db.execute(
+                "SELECT conversation_id FROM messages WHERE id = ? AND role = 'assistant'", (answer_id,)
+            ).fetchone()
+            if row is None:
+                raise HistoryError(f"There is no answer {answer_id} in the chat history to finish.")
+            self._touch(row["conversation_id"])
+            self._update_answer(answer_id, (text, status, settings, stats, trace))
+        return self._get_message(answer_id)
+
+    def replace_last_answer(
+        self, conv_id: int, answer_text: str, status: str = "complete", settings=None, stats=None, trace=None
+    ) -> Message:
+        """Regenerate: the conversation's last message must be an answer; it is replaced in place."""
+        _check_status(status)
+        with self._write():
+            self._touch(conv_id)
+            last = self._db.execute(
+                "SELECT id, role FROM messages WHERE conversation_id = ? ORDER BY position DESC LIMIT 1", (conv_id,)
+            ).fetchone()
+            if last is None or last["role"] != "assistant":
+                raise HistoryError(f"Conversation {conv_id} does not end with an answer, so there is none to replace.")
+            self._update_answer(last["id"], (answer_text, status, settings, stats, trace))
+        return self._get_message(last["id"])
+
+    def edit_last_user(
+        self, conv_id: int, new_user_text: str, answer_text: str, status: str = "complete", settings=None,
+        stats=None, trace=None,
+    ) -> tuple[Message, Message]:
+        """Edit and resend: the last user message and everything after it give way to the new turn."""
+        _check_status(status)
+        with self._write():
+            self._touch(conv_id)
+            last_user = self._db.execute(
+                "SELECT position, content FROM messages WHERE conversation_id = ? AND role = 'user' "
+                "ORDER BY position DESC LIMIT 1",
+                (conv_id,),
+            ).fetchone()
+            if last_user is None:
+                raise HistoryError(f"Conversation {conv_id} has no message of yours to edit.")
+            self._db.execute(
+                "DELETE FROM messages WHERE conversation_id = ? AND position >= ?", (conv_id, last_user["position"])
+            )
+            # If that was the first message and named the chat, the name follows the edit (by
+            # _append_turn); a title the user chose stays.
+            self._db.execute(
+                "UPDATE conversations SET title = ? WHERE id = ? AND title = ? AND NOT EXISTS ("
+                "SELECT 1 FROM messages WHERE conversation_id = ? AND role = 'user')",
+                (DEFAULT_TITLE, conv_id, auto_title(last_user["content"]), conv_id),
+            )
+            answer = (answer_text, status, settings, stats, trace)
+            user_id, answer_id = self._append_turn(conv_id, new_user_text, answer)
+        return self._get_message(user_id), self._get_message(answer_id)
+
+    # Helpers; callers hold a transaction
+
+    @contextmanager
+    def _write(self) -> Iterator[None]:
+        with _transaction(self._db, self.path):
+            yield
+
+    def _set_column(self, conv_id: int, column: str, value: str) -> None:
+        with self._write():
+            cursor = self._db.execute(f"UPDATE conversations SET {column} = ? WHERE id = ?", (value, conv_id))
+            if cursor.rowcount == 0:
+                raise HistoryError(f"There is no conversation {conv_id} in the chat history; it may have been deleted.")
+
+    def _touch(self, conv_id: int) -> None:
+        cursor = self._db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (self._clock(), conv_id))
+        if cursor.rowcount == 0:
+            raise HistoryError(f"There is no conversation {conv_id} in the chat history; it may have been deleted.")
+
+    def _append_turn(self, conv_id: int, user_text: str, answer: tuple) -> tuple[int, int]:
+        self._touch(conv_id)
+        # The first message of a still-untitled chat names it.
+        self._db.execute(
+            "UPDATE conversations SET title = ? WHERE id = ? AND title = ? AND NOT EXISTS ("
+            "SELECT 1 FROM messages WHERE conversation_id = ? AND role = 'user')",
+            (auto_title(user_text), conv_id, DEFAULT_TITLE, conv_id),
+        )
+        (position,) = self._db.execute(
+            "SELECT COALESCE(MAX(position), -1) + 1 FROM messages WHERE conversation_id = ?", (conv_id,)
+        ).fetchone()
+        user_id = self._insert_message(conv_id, position, "user", (user_text, "complete", None, None, None))
+        answer_id = self._insert_message(conv_id, position + 1, "assistant", answer)
+        return user_id, answer_id
+
+    def _insert_message(self, conv_id: int, position: int, role: str, body: tuple) -> int:
+        text, status, settings, stats, trace = body
+        cursor = self._db.execute(
+            "INSERT INTO messages (conversation_id, position, role, content, status, settings, stats, trace, created) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (conv_id, position, role, text, status, _dump(settings), _dump(stats), _dump(trace), self._clock()),
+        )
+        return cursor.lastrowid
+
+    def _update_answer(self, answer_id: int, body: tuple) -> None:
+        text, status, settings, stats, trace = body
+        self._db.execute(
+            "UPDATE messages SET content = ?, status = ?, settings = ?, stats = ?, trace = ?, created = ? WHERE id = ?",
+            (text, status, _dump(settings), _dump(stats), _dump(trace), self._clock(), answer_id),
+        )
+
+    def _get_message(self, message_id: int) -> Message:
+        return _message(self._db.execute("SELECT * FROM messages WHERE id = ?", (message_id,)).fetchone())
+
+
+# Opening: look before touching, then connect and migrate
+
+
+def _check_integrity(path: Path, busy_timeout: float) -> str | None:
+    """What is wrong with the file, or None. A read-only connection, because closing a writable one
+    checkpoints the WAL into the main file: a damaged file must be moved aside exactly as found."""
+    if not path.exists() or path.stat().st_size == 0:
+        return None
+    try:
+        db = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True, timeout=busy_timeout)
+    except sqlite3.Error as exc:
+        raise _open_error(path, exc) from exc
+    try:
+        # quick_check reads every page once (O(file size)), without the slower index cross-checks.
+        problems = [row[0] for row in db.execute("PRAGMA quick_check").fetchall()]
+        if problems == ["ok"]:
+            return None
+        detail = " ".join(" ".join(problems).split())  # one line for a dialog; the file keeps the rest
+        return detail if len(detail) <= 120 else detail[:119] + "…"
+    except sqlite3.DatabaseError as exc:
+        if _code(exc) in _DAMAGED_CODES:
+            return str(exc)
+        raise _open_error(path, exc) from exc
+    finally:
+        db.close()
+
+
+def _connect(path: Path, busy_timeout: float) -> sqlite3.Connection:
+    try:
+        # isolation_level=None: no implicit transactions; _transaction opens each one explicitly.
+        db = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None)
+    except sqlite3.Error as exc:
+        raise _open_error(path, exc) from exc
+    try:
+        (version,) = db.execute("PRAGMA user_version").fetchone()
+        _refuse_newer(path, version)  # before anything below changes the file
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute("PRAGMA foreign_keys = ON")
+        with _transaction(db, path):
+            # BEGIN IMMEDIATE takes the write lock, so a second Tandem writing this file is found now.
+            (version,) = db.execute("PRAGMA user_version").fetchone()
+            _refuse_newer(path, version)
+            for step in MIGRATIONS[version:]:
+                step(db)
+            db.execute(f"PRAGMA user_version = {len(MIGRATIONS)}")
+    except BaseException as exc:
+        db.close()
+        if isinstance(exc, sqlite3.Error):
+            raise _open_error(path, exc) from exc
+        raise
+    db.row_factory = sqlite3.Row
+    db.create_function("casefold", 1, lambda text: text.casefold() if text else "", deterministic=True)
+    return db
+
+
+def _refuse_newer(path: Path, version: int) -> None:
+    if version > len(MIGRATIONS):
+        raise HistoryError(
+            f"The chat history at {path} was written by a newer Tandem (format {version}; this version reads up "
+            f"to {len(MIGRATIONS)}). Update Tandem to open it; the file was left as it is."
+        )
+
+
+@contextmanager
+def _transaction(db: sqlite3.Connection, path: Path) -> Iterator[None]:
+    try:
+        with db:  # commits when the block ends, rolls back on any exception
+            db.execute("BEGIN IMMEDIATE")
+            yield
+    except sqlite3.OperationalError as exc:
+        if _code(exc) in _BUSY_CODES:
+            raise HistoryError(_locked_message(path)) from exc
+        raise
+
+
+def _move_aside(path: Path) -> Path:
+    """Rename the damaged file (and its -wal/-shm) to `<name>.corrupt-<time>`, never over an existing file."""
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    target, n = path.with_name(f"{path.name}.corrupt-{stamp}"), 1
+    while any(Path(f"{target}{suffix}").exists() for suffix in ("", "-wal", "-shm")):
+        n += 1
+        target = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
+    try:
+        # The WAL first: a fresh database must never meet the old file's log.
+        for suffix in ("-wal", "-shm", ""):
+            source = Path(f"{path}{suffix}")
+            if source.exists():
+                source.rename(f"{target}{suffix}")
+    except OSError as exc:
+        raise HistoryError(
+            f"The chat history at {path} is damaged and could not be moved aside ({exc}). "
+            "Move or rename it yourself, then start Tandem again."
+        ) from exc
+    return target
+
+
+def _open_error(path: Path, exc: sqlite3.Error) -> HistoryError:
+    if _code(exc) in _BUSY_CODES:
+        return HistoryError(_locked_message(path))
+    return HistoryError(f"Could not open the chat history at {path}: {exc}. Check that the folder is writable.")
+
+
+def _locked_message(path: Path) -> str:
+    return (
+        f"The chat history at {path} is locked by another program; another Tandem may be running. "
+        "Close it and try again."
+    )
+
+
+def _code(exc: sqlite3.Error) -> int | None:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return None if code is None else code & 0xFF
+
+
+def _check_status(status: str) -> None:
+    if status not in STATUSES:
+        raise ValueError(f"Unknown answer status {status!r}; expected one of {', '.join(STATUSES)}.")
+
+
+def _dump(value) -> str | None:
+    return None if value is None else json.dumps(value, ensure_ascii=False)
+
+
+def _load(text: str | None):
+    return None if text is None else json.loads(text)
+
+
+def _conversation(row: sqlite3.Row) -> Conversation:
+    return Conversation(
+        row["id"], row["title"], row["system_prompt"], json.loads(row["settings"]), row["created"], row["updated"]
+    )
+
+
+def _message(row: sqlite3.Row) -> Message:
+    return Message(
+        row["id"], row["conversation_id"], row["position"], row["role"], row["content"], row["status"],
+        _load(row["settings"]), _load(row["stats"]), _load(row["trace"]), row["created"],
+    )

@@ -32,7 +32,11 @@ class ChatRequest:
     params: SamplingParams = SamplingParams()
     stop_strings: tuple[str, ...] = ()
     draft_tokens: int | None = None  # None: adaptive
-    use_draft: bool = True  # False: the target alone (race mode, baselines)
+    drafter: str = "pair"  # "pair": the loaded draft; "ngram": prompt lookup; "none": the target alone
+
+    @property
+    def use_draft(self) -> bool:
+        return self.drafter != DRAFT_NONE
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,7 @@ class Runner:
         self.drafter: Drafter | None = None
         self.tokenizer = None
         self.loaded: LoadedModel | None = None
+        self._lookup = PromptLookupDrafter()
         self._cancel = threading.Event()
 
     def load(self, spec: str | Path, backend: str | None = None, draft: str | Path = DRAFT_NONE,
@@ -100,6 +105,13 @@ class Runner:
         """Ask the running generation to stop after its current round (any thread)."""
         self._cancel.set()
 
+    def _drafter_for(self, choice: str) -> Drafter | None:
+        if choice == DRAFT_NONE:
+            return None
+        if choice == DRAFT_LOOKUP and not isinstance(self.drafter, PromptLookupDrafter):
+            return self._lookup  # stateless between generations: one instance serves every request
+        return self.drafter
+
     def chat(self, request: ChatRequest) -> Iterator[Round | Notice | Finished]:
         if self.target is None:
             raise RuntimeError("No model is loaded.")
@@ -107,7 +119,7 @@ class Runner:
         prompt_ids = self.tokenizer.render_chat(list(request.messages))
         yield from generate(
             self.target, self.tokenizer.decode, prompt_ids,
-            drafter=self.drafter if request.use_draft else None,
+            drafter=self._drafter_for(request.drafter),
             stop_ids=self.tokenizer.stop_ids, max_tokens=request.max_tokens,
             params=request.params, stop_strings=request.stop_strings,
             draft_tokens=request.draft_tokens, should_stop=self._cancel.is_set,

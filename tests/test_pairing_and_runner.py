@@ -38,7 +38,7 @@ def test_padded_embeddings_pair_and_stay_exact(tiny_pair, tmp_path):
     assert runner.target.vocab_size == 1024 and runner.drafter.backend.vocab_size == 1088
     assert runner.target.vocab_limit == runner.drafter.backend.vocab_limit == 1024
     spec = list(runner.chat(ASK))
-    plain = list(runner.chat(ChatRequest(ASK.messages, max_tokens=30, use_draft=False)))
+    plain = list(runner.chat(ChatRequest(ASK.messages, max_tokens=30, drafter="none")))
     assert _tokens(spec) == _tokens(plain)
     assert max(_tokens(spec)) < 1024
 
@@ -62,7 +62,7 @@ def test_prompt_lookup_and_plain_through_the_runner(tiny_pair):
     loaded = runner.load(tiny_pair["target"], "torch", draft="ngram", progress=lambda m: None)
     assert loaded.draft == "ngram"
     spec = list(runner.chat(ASK))
-    plain = list(runner.chat(ChatRequest(ASK.messages, max_tokens=30, use_draft=False)))
+    plain = list(runner.chat(ChatRequest(ASK.messages, max_tokens=30, drafter="none")))
     assert _tokens(spec) == _tokens(plain)
     assert isinstance(spec[-1], Finished)
 
@@ -70,7 +70,7 @@ def test_prompt_lookup_and_plain_through_the_runner(tiny_pair):
 def test_untrimmable_target_decodes_plainly_and_says_why(tiny_pair, monkeypatch):
     runner = Runner()
     runner.load(tiny_pair["target"], "torch", draft=tiny_pair["near"], progress=lambda m: None)
-    plain = _tokens(runner.chat(ChatRequest(ASK.messages, max_tokens=30, use_draft=False)))
+    plain = _tokens(runner.chat(ChatRequest(ASK.messages, max_tokens=30, drafter="none")))
     monkeypatch.setattr(runner.target, "can_trim", lambda: False)
     events = list(runner.chat(ASK))
     notices = [e for e in events if isinstance(e, Notice)]

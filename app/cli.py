@@ -59,7 +59,8 @@ def cmd_generate(args) -> int:
     from app.runner import ChatRequest, Runner
 
     runner = Runner()
-    loaded = runner.load(args.model, args.backend, draft=args.draft, progress=_progress)
+    loaded = runner.load(args.model, args.backend, draft=args.draft, precision=args.precision,
+                         progress=_progress)
     _progress(f"Loaded {loaded.describe()} in {loaded.load_s:.1f}s")
     messages = []
     if args.system:
@@ -83,6 +84,56 @@ def cmd_generate(args) -> int:
     return 0
 
 
+def _ks(value: str) -> tuple[int, ...]:
+    try:
+        ks = tuple(int(k) for k in value.split(",") if k.strip())
+    except ValueError:
+        ks = (0,)
+    if not all(1 <= k <= 16 for k in ks):
+        raise argparse.ArgumentTypeError("--ks takes a comma list of draft lengths from 1 to 16, e.g. 2,4,6")
+    return ks
+
+
+def cmd_bench(args) -> int:
+    import json
+    import platform
+
+    from app.bench.exactness import find_divergences
+    from app.bench.harness import build_methods, run_bench
+    from app.bench.report import format_table, summarize
+    from app.bench.suite import load_suite
+    from app.runner import Runner
+
+    prompts = load_suite(args.suite, prompts=args.prompts, max_tokens=args.max_tokens, quick=args.quick)
+    runner = Runner()
+    loaded = runner.load(args.model, args.backend, draft=args.draft, precision=args.precision, progress=_progress)
+    _progress(f"Loaded {loaded.describe()} in {loaded.load_s:.1f}s")
+    params = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed)
+    methods = build_methods(runner, ks=args.ks, anchors=not args.no_anchors)
+    bench = run_bench(runner, prompts, methods, params=params, repeats=args.repeats,
+                      progress=_progress if args.verbose else (lambda message: None))
+    divergences = find_divergences(bench, runner.target) if params.greedy else []
+    config = {"target": str(args.model), "target_precision": runner.target.dtype, "draft": loaded.draft,
+              "backend": loaded.backend, "device": loaded.device, "temperature": args.temperature,
+              "top_p": args.top_p, "top_k": args.top_k, "repeats": args.repeats, "prompts": len(prompts),
+              "max_tokens": max(p.max_tokens for p in prompts), "ks": list(args.ks),
+              "machine": f"{platform.system()} {platform.machine()}, {_cpu_count()} cores",
+              "command": "tandem-cli " + " ".join(sys.argv[1:])}
+    summary = summarize(bench, divergences, config)
+    print(format_table(summary))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as out:
+            json.dump(summary, out, indent=1)
+        _progress(f"wrote {args.json}")
+    return 1 if summary["exactness"]["bugs"] else 0
+
+
+def _cpu_count() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tandem-cli", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -100,7 +151,11 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--model", "--target", dest="model", default="demo",
                      help='model folder, .gguf file, or "demo" (default)')
     gen.add_argument("--draft", default="none",
-                     help='draft model folder or .gguf, "ngram" (prompt lookup), or "none"')
+                     help='draft model folder or .gguf, "self:int4" / "self:int4-head" / "self:bfloat16" '
+                          '(a copy of the target at that precision), "ngram" (prompt lookup), or "none"')
+    gen.add_argument("--precision", default="auto",
+                     choices=["auto", "float32", "bfloat16", "float16", "int4", "int4-head"],
+                     help="the target's precision: auto (its weights' own), a float type, or int4 weight-only")
     gen.add_argument("--draft-tokens", type=_draft_tokens, default=None, metavar="auto|N",
                      help="draft length: auto (adaptive, the default) or a fixed N")
     gen.add_argument("--show-rounds", action="store_true",
@@ -114,6 +169,28 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--top-k", type=int, default=0)
     gen.add_argument("--seed", type=int, default=None)
     gen.set_defaults(func=cmd_generate)
+
+    bench = sub.add_parser("bench", help="measure Tandem against the target alone and the anchors")
+    bench.add_argument("--model", "--target", dest="model", default="demo")
+    bench.add_argument("--draft", default="self:int4",
+                       help='draft model, "self:<precision>", or "ngram" (default: self:int4)')
+    bench.add_argument("--precision", default="auto",
+                       choices=["auto", "float32", "bfloat16", "float16", "int4", "int4-head"])
+    bench.add_argument("--backend", choices=["mlx", "torch"], default=None)
+    bench.add_argument("--temperature", type=float, default=0.0)
+    bench.add_argument("--top-p", type=float, default=1.0)
+    bench.add_argument("--top-k", type=int, default=0)
+    bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument("--repeats", type=int, default=3)
+    bench.add_argument("--ks", type=_ks, default=(2, 4, 6), help="fixed draft lengths to run besides adaptive")
+    bench.add_argument("--suite", default=None, help="prompt suite JSON (default: benchmarks/suite.json)")
+    bench.add_argument("--prompts", type=int, default=None, help="use only the first N prompts")
+    bench.add_argument("--max-tokens", type=int, default=None, help="new tokens per prompt (default: the suite's)")
+    bench.add_argument("--quick", action="store_true", help="2 prompts, 16 tokens (smoke test)")
+    bench.add_argument("--no-anchors", action="store_true", help="skip transformers / mlx-lm")
+    bench.add_argument("--json", default=None, metavar="OUT", help="write every figure to this file")
+    bench.add_argument("--verbose", action="store_true", help="print each run as it finishes")
+    bench.set_defaults(func=cmd_bench)
     return parser
 
 

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.engine.adaptive import DraftLengthController
 from app.engine.backends import default_backend, load_backend
 from app.engine.backends.base import ModelBackend
 from app.engine.drafters import Drafter, ModelDrafter, PromptLookupDrafter
@@ -22,7 +23,13 @@ from app.engine.speculative import generate
 from app.models.pairing import check_tokenizers
 from app.models.resolve import display_name, resolve_model
 
-DRAFT_NONE, DRAFT_LOOKUP = "none", "ngram"
+DRAFT_NONE, DRAFT_LOOKUP, SELF_DRAFT = "none", "ngram", "self:"
+
+
+def self_draft_precision(draft: str | Path) -> str | None:
+    """"self:int4" -> "int4": a draft made from the target's own weights at a lower precision."""
+    text = str(draft)
+    return text[len(SELF_DRAFT):] if text.startswith(SELF_DRAFT) else None
 
 
 @dataclass(frozen=True)
@@ -63,12 +70,16 @@ class Runner:
         self.tokenizer = None
         self.loaded: LoadedModel | None = None
         self._lookup = PromptLookupDrafter()
+        # Adaptive k per drafter, kept across turns: what it measured (the cost of each verify
+        # width, the acceptance) belongs to the pair and this machine, not to one answer.
+        self._controllers: dict[str, DraftLengthController] = {}
         self._cancel = threading.Event()
 
     def load(self, spec: str | Path, backend: str | None = None, draft: str | Path = DRAFT_NONE,
-             progress=print) -> LoadedModel:
-        """Load a target (folder, .gguf, or "demo") and a draft ("none", "ngram", or a model).
-        Everything is checked before anything replaces the current pair."""
+             precision: str = "auto", progress=print) -> LoadedModel:
+        """Load a target (folder, .gguf, or "demo") at `precision` and a draft ("none", "ngram",
+        "self:<precision>" for a copy of the target's weights, or a model). Everything is checked
+        before anything replaces the current pair."""
         from app.models.transformers_tokenizer import ChatTokenizer
 
         backend = backend or default_backend()
@@ -76,26 +87,31 @@ class Runner:
         folder = resolve_model(spec, backend, progress)
         tokenizer = ChatTokenizer(folder)
         draft_folder = draft_tokenizer = None
-        if str(draft) not in (DRAFT_NONE, DRAFT_LOOKUP):
+        draft_precision = self_draft_precision(draft)
+        if draft_precision is not None:
+            draft_folder = folder  # same weights, same tokenizer: nothing to check
+        elif str(draft) not in (DRAFT_NONE, DRAFT_LOOKUP):
             draft_folder = resolve_model(draft, backend, progress)
             draft_tokenizer = ChatTokenizer(draft_folder)
             check_tokenizers(tokenizer, draft_tokenizer)  # before any weights load
         progress(f"Loading {folder.name} on {backend} ...")
-        target = load_backend(folder, backend)
+        target = load_backend(folder, backend, precision=precision)
         drafter: Drafter | None = None
         if draft_folder is not None:
             progress(f"Loading draft {draft_folder.name} ...")
-            draft_backend = load_backend(draft_folder, backend)
+            draft_backend = load_backend(draft_folder, backend, precision=draft_precision or "auto")
             # Padded embeddings (e.g. 151936 vs 152064 rows): compare over the real vocabulary.
             limit = min(len(tokenizer), target.vocab_size, draft_backend.vocab_size)
             target.vocab_limit = draft_backend.vocab_limit = limit
             drafter = ModelDrafter(draft_backend)
-            draft_name = display_name(draft_folder)
+            draft_name = (f"self-draft {draft_backend.dtype}" if draft_precision
+                          else display_name(draft_folder))
         elif str(draft) == DRAFT_LOOKUP:
             drafter, draft_name = PromptLookupDrafter(), DRAFT_LOOKUP
         else:
             draft_name = DRAFT_NONE
         self.target, self.drafter, self.tokenizer = target, drafter, tokenizer
+        self._controllers.clear()
         self.loaded = LoadedModel(folder, backend, target.device, target.dtype, target.model_type,
                                   target.context_length, target.weights_bytes,
                                   time.perf_counter() - start, draft_name)
@@ -104,6 +120,9 @@ class Runner:
     def cancel(self) -> None:
         """Ask the running generation to stop after its current round (any thread)."""
         self._cancel.set()
+
+    def _controller(self, choice: str) -> DraftLengthController:
+        return self._controllers.setdefault(choice, DraftLengthController())
 
     def _drafter_for(self, choice: str) -> Drafter | None:
         if choice == DRAFT_NONE:
@@ -123,4 +142,5 @@ class Runner:
             stop_ids=self.tokenizer.stop_ids, max_tokens=request.max_tokens,
             params=request.params, stop_strings=request.stop_strings,
             draft_tokens=request.draft_tokens, should_stop=self._cancel.is_set,
+            controller=None if request.draft_tokens else self._controller(request.drafter),
         )

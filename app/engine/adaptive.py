@@ -8,12 +8,14 @@ of the 1 + k*c cost model, which overstates what is possible on a CPU):
 where a_i is the measured acceptance at draft position i given that position i-1 was accepted,
 t_d the draft's cost per token and t_v(w) the target's cost of a verify pass of width w. Plain
 decoding is k = 0 with rate 1 / t_v(1). The same quantities give the bound the benchmarks and
-the side panel report: bound(k) = rate(k) * t_v(1).
+the side panel report (app/engine/bound.py): bound(k) = rate(k) * t_v(1).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from app.engine.bound import expected_tokens
 
 DECAY = 0.97  # per round: old evidence fades so the controller follows the text
 PRIOR_ACCEPT = 0.6
@@ -60,11 +62,7 @@ class CostModel:
         return (self.accept_w[i] + PRIOR_ACCEPT) / (self.reach_w[i] + 1.0)
 
     def expected_tokens(self, k: int) -> float:
-        total, run = 1.0, 1.0
-        for i in range(k):
-            run *= self.acceptance(i)
-            total += run
-        return total
+        return expected_tokens([self.acceptance(i) for i in range(k)], k)
 
     def verify_cost(self, width: int) -> float | None:
         """Measured cost of a width, or a line through the nearest measured widths."""

@@ -33,10 +33,12 @@ class GenerationStats:
     drafted: int
     accepted: int
     prefill_s: float
-    decode_s: float
+    decode_s: float  # wall clock from the first token to the last, loop and consumer included
     finish_reason: str  # "stop", "length", "stop_string", "context", "cancelled"
     accepted_by_position: tuple[int, ...] = field(default=())
     drafted_by_position: tuple[int, ...] = field(default=())
+    # rounds that drafted position i with every earlier draft accepted: a_i = accepted / reached
+    reached_by_position: tuple[int, ...] = field(default=())
 
     @property
     def acceptance_rate(self) -> float:

@@ -97,7 +97,7 @@ def generate(
     controller = controller or DraftLengthController(fixed_k=draft_tokens, max_k=max_draft)
     answer = AnswerStream(decode, prompt_ids, stop_ids, stop_strings, max_tokens)
     max_k = max(max_draft, draft_tokens or 0)
-    drafted_at, accepted_at = [0] * max_k, [0] * max_k
+    drafted_at, accepted_at, reached_at = [0] * max_k, [0] * max_k, [0] * max_k
 
     start = time.perf_counter()
     target.reset()
@@ -110,7 +110,9 @@ def generate(
     yield Round(index=0, drafted=(), accepted=0, emitted=kept, text=text, verify_s=prefill_s)
 
     rounds = decode_tokens = 0
-    decode_s = 0.0
+    # Throughput is wall clock, not the sum of model calls: the loop's own overhead (and the
+    # consumer's, between yields) is part of what a user waits for.
+    decode_start = time.perf_counter()
     while answer.finish is None:
         if should_stop():
             answer.finish = "cancelled"
@@ -131,6 +133,7 @@ def generate(
             for i in range(len(proposal.ids)):
                 drafted_at[i] += 1
                 accepted_at[i] += i < accepted
+                reached_at[i] += i <= accepted
         else:  # plain step: k = 0, or the drafter had nothing to offer
             step = time.perf_counter()
             emitted, accepted = (target.next_token((committed[-1],), params),), 0
@@ -138,13 +141,13 @@ def generate(
             if drafter is not None:
                 controller.record_plain(verify_s)
         rounds += 1
-        decode_s += proposal.seconds + verify_s
         decode_tokens += len(emitted)
         committed.extend(emitted)
         kept, text = answer.take(emitted)
         yield Round(index=rounds, drafted=proposal.ids, accepted=accepted, emitted=kept,
                     text=text, draft_p=proposal.p, target_q=verdict.q if verdict else (),
                     draft_s=proposal.seconds, verify_s=verify_s, k=k)
+    decode_s = time.perf_counter() - decode_start
     tail = answer.close()
     if tail:
         yield Round(index=rounds, drafted=(), accepted=0, emitted=(), text=tail)
@@ -153,5 +156,6 @@ def generate(
         decode_tokens=decode_tokens, drafted=sum(drafted_at), accepted=sum(accepted_at),
         prefill_s=prefill_s, decode_s=decode_s, finish_reason=answer.finish,
         accepted_by_position=tuple(accepted_at), drafted_by_position=tuple(drafted_at),
+        reached_by_position=tuple(reached_at),
     )
     yield Finished(stats=stats, text=answer.text)

@@ -36,6 +36,11 @@ class ChatTokenizer:
         return len(self._tok)
 
     @property
+    def hf(self):
+        """The transformers tokenizer itself (the benchmarks hand it to the anchors)."""
+        return self._tok
+
+    @property
     def has_chat_template(self) -> bool:
         return bool(getattr(self._tok, "chat_template", None))
 

@@ -52,6 +52,11 @@ class ModelBackend(ABC):
         may have extended only some layers, so this works layer by layer)."""
 
     @abstractmethod
+    def top2_gap(self, ids: Sequence[int]) -> float:
+        """Top-1 minus top-2 logit after `ids` on a fresh cache (the cache is reset after). Tells a
+        near-tie (numerics) from a bug when a temperature-0 output diverges."""
+
+    @abstractmethod
     def prefill(self, ids: Sequence[int]) -> None:
         """Append `ids` to the cache (no token is picked)."""
 

@@ -70,11 +70,33 @@ def rejection_verdict(q_all: mx.array, p_all: mx.array, drafts: mx.array, r: mx.
     return n, row, q
 
 
+PRECISIONS = ("auto", "float32", "bfloat16", "float16", "int4", "int4-head")  # "auto": the weights' own
+INT4_GROUP = 32  # GGUF's Q4 block, and the grid of the mlx-4bit demo variant
+
+
+def _quantize_int4(model, include_head: bool) -> str:
+    """MLX's affine quantization in memory (what mlx_lm.convert -q writes), optionally leaving the
+    output head, and the tied embedding that serves as it, at full precision."""
+    import mlx.nn as nn
+
+    def wanted(path: str, module) -> bool:
+        if not hasattr(module, "to_quantized"):
+            return False
+        if not include_head and (path.endswith("lm_head") or path.endswith("embed_tokens")):
+            return False
+        return module.weight.shape[-1] % INT4_GROUP == 0
+
+    nn.quantize(model, group_size=INT4_GROUP, bits=4, class_predicate=wanted)
+    return f"int4 (affine, g{INT4_GROUP}, {'int4' if include_head else 'float'} head)"
+
+
 class MLXBackend(ModelBackend):
     name = "mlx"
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, precision: str = "auto"):
         config = check_model_folder(folder)
+        if precision not in PRECISIONS:
+            raise ValueError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
         self.folder = folder
         self.model, self._config = load_model(folder)
         self.device = "metal" if mx.metal.is_available() else "cpu"
@@ -83,6 +105,11 @@ class MLXBackend(ModelBackend):
             self.dtype = f"int{quant['bits']} (affine, g{quant.get('group_size', 64)})"
         else:
             self.dtype = str(config.get("dtype") or config.get("torch_dtype") or "float32")
+            if precision in ("float32", "bfloat16", "float16"):
+                self.model.set_dtype(getattr(mx, precision))
+                self.dtype = precision
+            elif precision.startswith("int4"):
+                self.dtype = _quantize_int4(self.model, include_head=precision == "int4-head")
         self.model_type = config.get("model_type", "?")
         self.context_length = context_length_of(config)
         self.vocab_size = int(config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size") or 0)
@@ -118,6 +145,12 @@ class MLXBackend(ModelBackend):
     def forward_last(self, ids: Sequence[int]) -> mx.array:
         """Logits of the last position after appending `ids`. (V,) float32."""
         return self._forward(mx.array([list(ids)]))[-1]
+
+    def top2_gap(self, ids: Sequence[int]) -> float:
+        self.reset()
+        top = mx.sort(self.forward_last(ids))[-2:]
+        self.reset()
+        return float((top[1] - top[0]).item())
 
     def prefill(self, ids: Sequence[int]) -> None:
         if ids:

@@ -7,13 +7,19 @@ from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, DynamicCache
+from transformers.utils import logging as transformers_logging
 from transformers.cache_utils import DynamicSlidingWindowLayer, LinearAttentionCacheLayerMixin
 
 from app.engine.backends.base import ModelBackend, Verdict
 from app.engine.sampling import SamplingParams
 from app.models.folder import check_model_folder, context_length_of
+from app.models.torch_quantize import quiet_torchao_logs
+
+quiet_torchao_logs()
+transformers_logging.disable_progress_bar()  # the window and the CLI report loading themselves
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+PRECISIONS = ("auto", *_DTYPES, "int4", "int4-head")  # "auto": the weights' own
 
 
 def pick_device() -> torch.device:
@@ -96,26 +102,39 @@ def rejection_verdict(q_all: torch.Tensor, p_all: torch.Tensor, drafts: torch.Te
 class TorchBackend(ModelBackend):
     name = "torch"
 
-    def __init__(self, folder: Path, device: str | None = None, dtype: str | None = None):
+    def __init__(self, folder: Path, device: str | None = None, precision: str = "auto"):
         config = check_model_folder(folder)
+        if precision not in PRECISIONS:
+            raise ValueError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
         self.folder = folder
         self._device = torch.device(device) if device else pick_device()
         stored = config.get("dtype") or config.get("torch_dtype")
-        self._dtype = _DTYPES[dtype] if dtype else pick_dtype(stored, self._device)
+        if precision in _DTYPES:
+            self._dtype = _DTYPES[precision]
+        else:  # int4 keeps the float layers (norms, embeddings, the head) at the weights' precision
+            self._dtype = pick_dtype(stored, self._device)
         self.model = AutoModelForCausalLM.from_pretrained(
             str(folder),
             dtype=self._dtype,
             trust_remote_code=False,  # never run code shipped with a model
             use_safetensors=True,
         ).to(self._device)
+        self.precision = str(self._dtype).removeprefix("torch.")
+        if precision.startswith("int4"):
+            from app.models.torch_quantize import GROUP_SIZE, quantize_int4
+
+            quantize_int4(self.model, include_head=precision == "int4-head")
+            head = "int4 head" if precision == "int4-head" else f"{self.precision} head"
+            self.precision = f"int4 (g{GROUP_SIZE}, {head})"
         self.model.eval()
         self.device = str(self._device)
-        self.dtype = str(self._dtype).removeprefix("torch.")
+        self.dtype = self.precision
         self.model_type = config.get("model_type", "?")
         self.vocab_size = int(self.model.get_output_embeddings().weight.shape[0])
         self.vocab_limit = self.vocab_size
         self.context_length = context_length_of(config)
-        self.weights_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
+        self.weights_bytes = sum(t.numel() * t.element_size()
+                                 for t in [*self.model.parameters(), *self.model.buffers()])
         self._generator = torch.Generator(device=self._device)
         self._seeded: int | None = None
         self.reset()
@@ -159,6 +178,13 @@ class TorchBackend(ModelBackend):
     def forward_last(self, ids: Sequence[int]) -> torch.Tensor:
         """Logits of the last position after appending `ids`. (V,) float32, on the device."""
         return self._forward(self._ids(ids), 1)[-1]
+
+    @torch.inference_mode()
+    def top2_gap(self, ids: Sequence[int]) -> float:
+        self.reset()
+        top = torch.topk(self.forward_last(ids), 2).values
+        self.reset()
+        return float(top[0] - top[1])
 
     @torch.inference_mode()
     def prefill(self, ids: Sequence[int]) -> None:

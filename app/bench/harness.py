@@ -1,0 +1,136 @@
+"""The benchmark run: every method on every prompt, interleaved in one process.
+
+Order per repeat: prompt by prompt, methods A B C ... then C B A on the next repeat, so slow
+drift of the machine (thermal, other processes) falls on every method alike. Each method runs
+once on a short prompt first (warm-up: allocators, kernels, lazy imports).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from app.bench.costs import measure_draft_cost, measure_target_costs
+from app.bench.runs import RunResult, run_tandem
+from app.bench.suite import BenchPrompt
+from app.engine.adaptive import DraftLengthController
+from app.engine.drafters import ModelDrafter
+from app.engine.sampling import SamplingParams
+
+TARGET_ALONE = "target alone"
+WARMUP_TOKENS = 8
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    family: str  # "target" (Tandem plain), "tandem" (speculative), "anchor"
+    run: Callable[[BenchPrompt, list[int], SamplingParams], RunResult]
+    k: int | None = None  # fixed draft length; None: adaptive (Tandem) or the anchor's own
+    anchor: str | None = None  # the anchor this method is compared with
+
+
+@dataclass
+class Record:
+    prompt: str
+    method: str
+    repeat: int
+    result: RunResult
+
+
+@dataclass
+class BenchRun:
+    methods: list[Method]
+    prompts: list[BenchPrompt]
+    prompt_ids: dict[str, list[int]]
+    records: list[Record] = field(default_factory=list)
+    target_costs: dict[int, float] = field(default_factory=dict)
+    draft_cost: float | None = None
+    wall_s: float = 0.0
+
+
+def build_methods(runner, ks=(2, 4, 6), anchors: bool = True) -> list[Method]:
+    """Tandem's target alone, adaptive and fixed-k speculation with the loaded drafter, and the
+    anchors of the runner's backend on the same model objects."""
+    target, drafter, tok = runner.target, runner.drafter, runner.tokenizer
+    stop = tok.stop_ids
+
+    def tandem(draft, k):
+        # adaptive k keeps what it measured across runs, as the runner does across a chat's turns
+        controller = DraftLengthController() if draft is not None and k is None else None
+        return lambda prompt, ids, params: run_tandem(target, tok.decode, ids, draft, prompt.max_tokens,
+                                                      params, stop, k, controller)
+
+    is_model = isinstance(drafter, ModelDrafter)
+    anchor_spec = anchor_lookup = anchor_plain = None
+    methods = [Method(TARGET_ALONE, "target", tandem(None, None))]
+    if anchors and target.name == "torch":
+        from app.bench.anchors_torch import transformers_generate
+
+        anchor_plain = "transformers plain"
+        methods.append(Method(anchor_plain, "anchor", lambda p, ids, params: transformers_generate(
+            target.model, ids, p.max_tokens, params, stop)))
+        anchor_lookup = "transformers prompt lookup"
+        methods.append(Method(anchor_lookup, "anchor", lambda p, ids, params: transformers_generate(
+            target.model, ids, p.max_tokens, params, stop, prompt_lookup=True)))
+        if is_model:
+            anchor_spec = "transformers assisted"
+            methods.append(Method(anchor_spec, "anchor", lambda p, ids, params: transformers_generate(
+                target.model, ids, p.max_tokens, params, stop, assistant=drafter.backend.model)))
+    elif anchors and target.name == "mlx":
+        from app.bench.anchors_mlx import mlx_generate
+
+        anchor_plain = "mlx-lm plain"
+        methods.append(Method(anchor_plain, "anchor", lambda p, ids, params: mlx_generate(
+            target.model, tok.hf, ids, p.max_tokens, params, stop)))
+        if is_model:
+            anchor_spec = "mlx-lm speculative"
+            methods.append(Method(anchor_spec, "anchor", lambda p, ids, params: mlx_generate(
+                target.model, tok.hf, ids, p.max_tokens, params, stop, draft_model=drafter.backend.model)))
+    if drafter is not None:
+        matching = anchor_spec if is_model else anchor_lookup
+        methods.append(Method("tandem adaptive", "tandem", tandem(drafter, None), None, matching))
+        for k in ks:
+            methods.append(Method(f"tandem k={k}", "tandem", tandem(drafter, k), k, matching))
+    methods[0] = replace(methods[0], anchor=anchor_plain)
+    return methods
+
+
+def run_bench(runner, prompts: list[BenchPrompt], methods: list[Method], *, params: SamplingParams,
+              repeats: int = 3, progress=print) -> BenchRun:
+    start = time.perf_counter()
+    tok = runner.tokenizer
+    bench = BenchRun(methods, prompts, {p.name: tok.render_chat(list(p.messages)) for p in prompts})
+    first = prompts[0]
+    for method in methods:  # warm-up, not recorded
+        method.run(replace(first, max_tokens=WARMUP_TOKENS), bench.prompt_ids[first.name], params)
+    for repeat in range(repeats):
+        order = methods if repeat % 2 == 0 else methods[::-1]
+        for prompt in prompts:
+            for method in order:
+                # at a temperature each repeat has its own seed, the same for every method
+                seeded = params if params.greedy else replace(params, seed=(params.seed or 0) + repeat)
+                result = method.run(prompt, bench.prompt_ids[prompt.name], seeded)
+                bench.records.append(Record(prompt.name, method.name, repeat, result))
+                progress(f"repeat {repeat + 1}/{repeats}  {prompt.name:<12} {method.name:<28} "
+                         f"{result.tokens_per_s:6.1f} tok/s  ({len(result.tokens)} tokens)")
+    bench.target_costs, bench.draft_cost = measure_costs(runner, bench)
+    bench.wall_s = time.perf_counter() - start
+    return bench
+
+
+def measure_costs(runner, bench: BenchRun) -> tuple[dict[int, float], float | None]:
+    """t_t(w) for w = 1 .. max k + 1 and t_d(1), at the first prompt's length plus its answer."""
+    first = bench.prompts[0]
+    answer = next(r.result.tokens for r in bench.records if r.prompt == first.name and r.method == TARGET_ALONE)
+    context = bench.prompt_ids[first.name] + answer[: len(answer) // 2 or 1]
+    widest = max([m.k or 8 for m in bench.methods if m.family == "tandem"], default=8)
+    costs = measure_target_costs(runner.target, context, range(1, widest + 2))
+    drafter = runner.drafter
+    if isinstance(drafter, ModelDrafter):
+        return costs, measure_draft_cost(drafter.backend, context)
+    # a model-free drafter: its measured time per proposed token in the runs
+    drafted = [r.result for r in bench.records if r.result.drafted]
+    total = sum(r.drafted for r in drafted)
+    return costs, (sum(r.draft_s for r in drafted) / total if total else None)

@@ -1,0 +1,146 @@
+"""Figures from a benchmark run: one table on the terminal, every figure in JSON.
+
+Throughput of a method over the suite, per repeat, is its decode tokens over its decode seconds
+summed across prompts; ratios are taken within a repeat (the same conditions), and each figure is
+a median with its min and max over the repeats: a claim stands only where that interval clears it.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict
+
+from app.bench.exactness import Divergence
+from app.bench.harness import TARGET_ALONE, BenchRun
+from app.engine.bound import best_bound, conditional_acceptance
+
+
+def _spread(values: list[float]) -> dict:
+    values = [v for v in values if v is not None]
+    if not values:
+        return {"median": None, "min": None, "max": None}
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def _suite_tps(bench: BenchRun, method: str, prompt: str | None = None) -> list[float]:
+    """Tokens/s per repeat over all prompts (or one)."""
+    out = []
+    for repeat in sorted({r.repeat for r in bench.records}):
+        runs = [r.result for r in bench.records if r.method == method and r.repeat == repeat
+                and (prompt is None or r.prompt == prompt)]
+        seconds = sum(r.decode_s for r in runs)
+        out.append(sum(r.decode_tokens for r in runs) / seconds if seconds > 0 else 0.0)
+    return out
+
+
+def _ratios(a: list[float], b: list[float]) -> list[float]:
+    return [x / y for x, y in zip(a, b, strict=True) if y > 0]
+
+
+def summarize(bench: BenchRun, divergences: list[Divergence], config: dict) -> dict:
+    base = _suite_tps(bench, TARGET_ALONE)
+    methods = []
+    for method in bench.methods:
+        tps = _suite_tps(bench, method.name)
+        runs = [r.result for r in bench.records if r.method == method.name]
+        entry = {"name": method.name, "family": method.family, "k": method.k, "anchor": method.anchor,
+                 "tokens_per_s": _spread(tps), "ratio_to_target_alone": _spread(_ratios(tps, base))}
+        if method.anchor:
+            entry["ratio_to_anchor"] = _spread(_ratios(tps, _suite_tps(bench, method.anchor)))
+        drafted = sum(r.drafted or 0 for r in runs)
+        if drafted:
+            entry["acceptance"] = sum(r.accepted or 0 for r in runs) / drafted
+        rounds = sum(r.rounds or 0 for r in runs)
+        if rounds and method.family != "anchor":
+            entry["tokens_per_pass"] = sum(r.decode_tokens for r in runs) / rounds
+        if method.family == "tandem":
+            width = max(len(r.accepted_by_position) for r in runs)
+            acc = [sum(r.accepted_by_position[i] for r in runs if i < len(r.accepted_by_position))
+                   for i in range(width)]
+            reached = [sum(r.reached_by_position[i] for r in runs if i < len(r.reached_by_position))
+                       for i in range(width)]
+            a = conditional_acceptance(acc, reached)
+            entry["acceptance_by_position"] = a
+            if bench.draft_cost is not None and bench.target_costs and a:
+                k, bound = best_bound(a, bench.draft_cost, bench.target_costs)
+                entry["bound"] = {"k": k, "speedup": bound}
+                entry["fraction_of_bound"] = _spread([x / bound for x in _ratios(tps, base)])
+        entry["per_prompt"] = {
+            p.name: {"tokens_per_s": _spread(_suite_tps(bench, method.name, p.name)),
+                     "ratio_to_target_alone": _spread(_ratios(_suite_tps(bench, method.name, p.name),
+                                                              _suite_tps(bench, TARGET_ALONE, p.name))),
+                     "tokens": statistics.median(len(r.result.tokens) for r in bench.records
+                                                 if r.method == method.name and r.prompt == p.name)}
+            for p in bench.prompts}
+        methods.append(entry)
+    tandem_div = [d for d in divergences if d.family != "anchor"]
+    return {
+        "config": config,
+        "costs": {"target_s_by_width": bench.target_costs, "draft_s_per_token": bench.draft_cost},
+        "methods": methods,
+        "exactness": {
+            "checked": config["temperature"] == 0,
+            "exact": config["temperature"] == 0 and not tandem_div,
+            "bugs": sum(not d.near_tie for d in tandem_div),
+            "divergences": [asdict(d) for d in divergences],
+        },
+        "runs": [{"prompt": r.prompt, "method": r.method, "repeat": r.repeat, "tokens": len(r.result.tokens),
+                  "decode_tokens": r.result.decode_tokens, "decode_s": r.result.decode_s,
+                  "tokens_per_s": r.result.tokens_per_s, "rounds": r.result.rounds,
+                  "drafted": r.result.drafted, "accepted": r.result.accepted} for r in bench.records],
+        "wall_s": bench.wall_s,
+    }
+
+
+def _fmt(spread: dict | None, digits: int = 2, suffix: str = "") -> str:
+    if not spread or spread.get("median") is None:
+        return "-"
+    return (f"{spread['median']:.{digits}f}{suffix} "
+            f"[{spread['min']:.{digits}f}-{spread['max']:.{digits}f}]")
+
+
+def format_table(summary: dict) -> str:
+    c = summary["config"]
+    lines = [f"target {c['target']} ({c['target_precision']}) · draft {c['draft']} · {c['backend']}/{c['device']}"
+             f" · T={c['temperature']} · {c['prompts']} prompts · {c['repeats']} repeats",
+             "tok/s and ratios: median [min-max] over repeats; acc = acceptance; tok/pass = tokens per target pass",
+             ""]
+    header = (f"{'method':<28}{'tok/s':>22}{'vs target alone':>24}{'vs anchor':>24}"
+              f"{'acc':>6}{'tok/pass':>9}{'bound':>12}{'of bound':>22}")
+    lines += [header, "-" * len(header)]
+    for m in summary["methods"]:
+        bound = m.get("bound")
+        bound_text = f"{bound['speedup']:.2f}x@k{bound['k']}" if bound else "-"
+        lines.append(
+            f"{m['name']:<28}{_fmt(m['tokens_per_s'], 1):>22}{_fmt(m['ratio_to_target_alone'], 2, 'x'):>24}"
+            f"{_fmt(m.get('ratio_to_anchor'), 2, 'x'):>24}"
+            f"{(format(m['acceptance'], '.0%') if 'acceptance' in m else '-'):>6}"
+            f"{(format(m['tokens_per_pass'], '.2f') if 'tokens_per_pass' in m else '-'):>9}"
+            f"{bound_text:>12}"
+            f"{_fmt(m.get('fraction_of_bound'), 2):>22}")
+    for m in summary["methods"]:
+        if m.get("acceptance_by_position"):
+            lines.append(f"  {m['name']}: acceptance by position "
+                         + " ".join(f"{a:.2f}" for a in m["acceptance_by_position"]))
+    costs = summary["costs"]
+    lines.append("  target pass (ms) by width: " + " ".join(
+        f"{w}:{s * 1000:.0f}" for w, s in sorted(costs["target_s_by_width"].items())))
+    if costs["draft_s_per_token"] is not None:
+        lines.append(f"  draft: {costs['draft_s_per_token'] * 1000:.1f} ms per token")
+    lines.append("")
+    names = [m["name"] for m in summary["methods"]]
+    lines.append("per prompt, median tok/s:  " + " | ".join(names))
+    for prompt in summary["methods"][0]["per_prompt"]:
+        cells = [f"{m['per_prompt'][prompt]['tokens_per_s']['median']:.1f}" for m in summary["methods"]]
+        tokens = summary["methods"][0]["per_prompt"][prompt]["tokens"]
+        lines.append(f"  {prompt:<12} ({tokens:>3} tok)  " + " | ".join(cells))
+    ex = summary["exactness"]
+    if ex["checked"]:
+        verdict = "identical to the target alone" if ex["exact"] else f"{ex['bugs']} divergence(s) at a clear gap"
+        lines.append(f"\nexactness (T=0): Tandem outputs {verdict}")
+        for d in ex["divergences"]:
+            kind = "near-tie (numerics)" if d["near_tie"] else "CLEAR GAP"
+            lines.append(f"  {d['method']} on {d['prompt']} (repeat {d['repeat'] + 1}): first differs at token "
+                         f"{d['position']}, top-2 logit gap {d['top2_gap']:.2e} - {kind}")
+    lines.append(f"\nwall time {summary['wall_s']:.0f}s")
+    return "\n".join(lines)

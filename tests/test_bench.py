@@ -1,0 +1,118 @@
+"""`tandem-cli bench`: the bound's arithmetic, the report's structure and exactness flags on tiny
+models (timings are not asserted: they belong in the notes), and a divergence is caught."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from app.engine.bound import best_bound, conditional_acceptance, expected_tokens, speedup_bound
+
+TORCH_METHODS = {"target alone", "transformers plain", "transformers prompt lookup", "transformers assisted",
+                 "tandem adaptive", "tandem k=2", "tandem k=4", "tandem k=6"}
+
+
+def test_expected_tokens_and_the_bound():
+    assert expected_tokens([1.0, 1.0], 2) == 3.0
+    assert expected_tokens([0.5, 0.5], 2) == pytest.approx(1 + 0.5 + 0.25)
+    assert expected_tokens([0.8], 3) == pytest.approx(1 + 0.8 + 0.64 + 0.512)  # the last a_i repeats
+    costs = {1: 0.050, 2: 0.060, 3: 0.065, 4: 0.070, 5: 0.075}
+    # 3 tokens per round for 2 * 10 ms of drafting + one 65 ms pass, against 50 ms per token alone
+    assert speedup_bound([1.0, 1.0], 0.010, costs, 2) == pytest.approx(3 * 0.050 / 0.085)
+    k, bound = best_bound([0.9] * 4, 0.010, costs)
+    assert k == 4 and bound == pytest.approx(expected_tokens([0.9] * 4, 4) * 0.050 / 0.115)
+    assert best_bound([0.0], 0.010, costs) == (0, 1.0)  # nothing accepted: plain decoding is best
+
+
+def test_conditional_acceptance_from_counts():
+    # 10 rounds reached position 0 (8 accepted), 8 reached position 1 (4 accepted), none went further
+    assert conditional_acceptance([8, 4, 0], [10, 8, 0]) == [0.8, 0.5]
+
+
+def _bench(tiny_pair, tmp_path, *extra):
+    from app.cli import main
+
+    out = tmp_path / "bench.json"
+    code = main(["bench", "--quick", "--repeats", "2", "--json", str(out), *extra])
+    return code, json.loads(out.read_text())
+
+
+def test_quick_bench_on_torch_reports_every_figure(tiny_pair, tmp_path, capsys):
+    code, report = _bench(tiny_pair, tmp_path, "--target", str(tiny_pair["target"]),
+                          "--draft", str(tiny_pair["near"]), "--backend", "torch")
+    assert code == 0
+    methods = {m["name"]: m for m in report["methods"]}
+    assert set(methods) == TORCH_METHODS
+    assert report["exactness"] == {"checked": True, "exact": True, "bugs": 0, "divergences": []}
+    assert report["config"]["prompts"] == 2 and report["config"]["max_tokens"] == 16
+    assert len(report["runs"]) == 2 * 2 * len(TORCH_METHODS)
+    assert all(run["tokens"] == 16 and run["tokens_per_s"] > 0 for run in report["runs"])
+    assert set(report["costs"]["target_s_by_width"]) == {str(w) for w in range(1, 10)}  # adaptive k goes to 8
+    assert report["costs"]["draft_s_per_token"] > 0
+    for name in ("tandem adaptive", "tandem k=4"):
+        m = methods[name]
+        assert m["anchor"] == "transformers assisted"
+        assert 0 < m["acceptance"] <= 1 and m["tokens_per_pass"] > 1
+        assert m["bound"]["speedup"] >= 1 and m["fraction_of_bound"]["median"] > 0
+        spread = m["ratio_to_target_alone"]
+        assert spread["min"] <= spread["median"] <= spread["max"]
+        assert all(0 <= a <= 1 for a in m["acceptance_by_position"])
+    assert len(methods["tandem k=2"]["acceptance_by_position"]) == 2
+    assert methods["target alone"]["anchor"] == "transformers plain"
+    table = capsys.readouterr().out
+    assert "identical to the target alone" in table and "tandem k=6" in table and "of bound" in table
+
+
+def test_a_wrong_verification_is_reported_as_a_divergence(tiny_pair, tmp_path, monkeypatch, capsys):
+    import app.engine.backends.torch_backend as tb
+
+    def accept_everything(logits, drafts):  # a broken greedy rule: the drafts always pass
+        n, token, q = real(logits, drafts)
+        return n.new_tensor(drafts.shape[0]), logits[-1].argmax(), q
+
+    real = tb.greedy_verdict
+    monkeypatch.setattr(tb, "greedy_verdict", accept_everything)
+    code, report = _bench(tiny_pair, tmp_path, "--target", str(tiny_pair["target"]),
+                          "--draft", str(tiny_pair["draft"]), "--backend", "torch", "--no-anchors",
+                          "--ks", "4")
+    assert code == 1
+    ex = report["exactness"]
+    assert not ex["exact"] and ex["bugs"] >= 1
+    d = ex["divergences"][0]
+    assert d["family"] == "tandem" and d["position"] >= 0 and d["top2_gap"] > 0 and not d["near_tie"]
+    assert "CLEAR GAP" in capsys.readouterr().out
+
+
+def test_quick_bench_on_mlx_with_mlx_lm_anchors(tiny_pair, tmp_path):
+    code, report = _bench(tiny_pair, tmp_path, "--target", str(tiny_pair["target_mlx"]),
+                          "--draft", str(tiny_pair["near_mlx"]), "--backend", "mlx", "--ks", "4")
+    assert code == 0
+    methods = {m["name"]: m for m in report["methods"]}
+    assert set(methods) == {"target alone", "mlx-lm plain", "mlx-lm speculative", "tandem adaptive", "tandem k=4"}
+    assert report["exactness"]["exact"]
+    assert 0 < methods["mlx-lm speculative"]["acceptance"] <= 1
+    assert methods["tandem k=4"]["anchor"] == "mlx-lm speculative"
+    assert methods["tandem k=4"]["ratio_to_anchor"]["median"] > 0
+
+
+def test_suite_has_the_kinds_the_benchmark_promises():
+    from app.bench.suite import load_suite
+
+    suite = load_suite()
+    assert len(suite) >= 8 and all(p.max_tokens == 128 for p in suite)
+    kinds = [p.kind for p in suite]
+    assert kinds.count("copying from the prompt") >= 2
+    assert {"code writing", "code editing", "summarising", "question answering", "a list",
+            "free writing"} <= set(kinds)
+    quick = load_suite(quick=True)
+    assert len(quick) == 2 and {p.max_tokens for p in quick} == {16}
+
+
+def test_a_broken_suite_file_is_a_clear_error(tmp_path):
+    from app.bench.suite import load_suite
+
+    bad = tmp_path / "suite.json"
+    bad.write_text("{not json")
+    with pytest.raises(ValueError, match="not a benchmark suite"):
+        load_suite(bad)

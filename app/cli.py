@@ -150,9 +150,10 @@ def build_parser() -> argparse.ArgumentParser:
     gen = sub.add_parser("generate", help="stream an answer to one prompt")
     gen.add_argument("--model", "--target", dest="model", default="demo",
                      help='model folder, .gguf file, or "demo" (default)')
-    gen.add_argument("--draft", default="none",
+    gen.add_argument("--draft", default="auto",
                      help='draft model folder or .gguf, "self:int4" / "self:int4-head" / "self:bfloat16" '
-                          '(a copy of the target at that precision), "ngram" (prompt lookup), or "none"')
+                          '(a copy of the target at that precision), "ngram" (prompt lookup), "none", or '
+                          '"auto" (default: the demo\'s measured best draft, else prompt lookup)')
     gen.add_argument("--precision", default="auto",
                      choices=["auto", "float32", "bfloat16", "float16", "int4", "int4-head"],
                      help="the target's precision: auto (its weights' own), a float type, or int4 weight-only")
@@ -172,8 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="measure Tandem against the target alone and the anchors")
     bench.add_argument("--model", "--target", dest="model", default="demo")
-    bench.add_argument("--draft", default="self:int4",
-                       help='draft model, "self:<precision>", or "ngram" (default: self:int4)')
+    bench.add_argument("--draft", default="auto",
+                       help='draft model, "self:<precision>", "ngram", or "auto" (as for generate)')
     bench.add_argument("--precision", default="auto",
                        choices=["auto", "float32", "bfloat16", "float16", "int4", "int4-head"])
     bench.add_argument("--backend", choices=["mlx", "torch"], default=None)

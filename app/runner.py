@@ -23,7 +23,15 @@ from app.engine.speculative import generate
 from app.models.pairing import check_tokenizers
 from app.models.resolve import display_name, resolve_model
 
-DRAFT_NONE, DRAFT_LOOKUP, SELF_DRAFT = "none", "ngram", "self:"
+DRAFT_NONE, DRAFT_LOOKUP, SELF_DRAFT, DRAFT_AUTO = "none", "ngram", "self:", "auto"
+
+
+def auto_draft(spec: str | Path) -> str:
+    """What "auto" pairs a target with: the demo's measured best draft; for other targets prompt
+    lookup, which costs no memory and which adaptive k turns off where it does not pay."""
+    from app.models.demo import DEMO_DRAFT
+
+    return DEMO_DRAFT if str(spec) == "demo" else DRAFT_LOOKUP
 
 
 def self_draft_precision(draft: str | Path) -> str | None:
@@ -83,6 +91,8 @@ class Runner:
         from app.models.transformers_tokenizer import ChatTokenizer
 
         backend = backend or default_backend()
+        if str(draft) == DRAFT_AUTO:
+            draft = auto_draft(spec)
         start = time.perf_counter()
         folder = resolve_model(spec, backend, progress)
         tokenizer = ChatTokenizer(folder)

@@ -136,3 +136,19 @@ def test_cli_reports_bad_input_clearly(tmp_path, capsys):
     assert main(["generate", "--target", str(tmp_path), "--backend", "torch", "--prompt", "x"]) == 2
     err = capsys.readouterr().err
     assert "pickled" in err and "safetensors" in err
+
+
+def test_auto_draft_is_the_demo_default_or_prompt_lookup(tmp_path):
+    from app.models.demo import DEMO_DRAFT
+    from app.runner import auto_draft
+
+    assert auto_draft("demo") == DEMO_DRAFT == "self:int4"
+    assert auto_draft(tmp_path) == "ngram"
+
+
+def test_one_slow_pass_does_not_rule_a_draft_length_out():
+    c = DraftLengthController()
+    for _ in range(5):
+        c.record_round(4, 4, 0.04, 0.10)
+    c.record_round(4, 4, 0.04, 5.0)  # a hiccup fifty times the usual cost
+    assert c.costs.t_verify[5] < 0.12

@@ -19,6 +19,7 @@ from app.engine.bound import expected_tokens
 
 DECAY = 0.97  # per round: old evidence fades so the controller follows the text
 PRIOR_ACCEPT = 0.6
+SPIKE_LIMIT = 1.5  # a measurement counts at most this many times the running estimate
 PROBE_EVERY = 24  # plain rounds between probes when speculation was not paying
 # Verify cost is not monotonic in width on CPUs (matmul kernels change with the row count:
 # measured here, width 2-3 can cost more than width 5-9), so the first rounds measure several
@@ -146,4 +147,9 @@ class DraftLengthController:
 
 
 def _ema(old: float | None, new: float, weight: float = 0.2) -> float:
-    return new if old is None else (1 - weight) * old + weight * new
+    if old is None:
+        return new
+    # Interference only ever adds time (another process, a page fault), so a spike is damped
+    # before it counts: one slow pass must not rule a draft length out for the rest of a chat.
+    new = min(new, old * SPIKE_LIMIT)
+    return (1 - weight) * old + weight * new

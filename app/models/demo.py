@@ -24,6 +24,9 @@ DEMO_SIZE = 98_362_432
 DEMO_NAME = "smollm2-135m-instruct"
 # Folder per backend: PyTorch reads the Hugging Face folder, MLX its own conversion.
 DEMO_VARIANTS = ("mlx", "mlx-4bit")
+# The demo target is the float32 reference; its draft is the one `tandem-cli bench` measured
+# fastest with it here (README, "Benchmarks"): the int4 weight-only copy of the same weights.
+DEMO_DRAFT = "self:int4"
 
 
 def demo_dir() -> Path:

@@ -27,7 +27,8 @@ def main(out: str) -> None:
     folder = Path(out)
     base = LlamaConfig.from_pretrained(demo)
     config = LlamaConfig(vocab_size=base.vocab_size, hidden_size=256, intermediate_size=512, num_hidden_layers=4,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=base.max_position_embeddings,
+                         num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=base.max_position_embeddings,
                          bos_token_id=base.bos_token_id, eos_token_id=base.eos_token_id, tie_word_embeddings=True)
     torch.manual_seed(0)
     LlamaForCausalLM(config).save_pretrained(folder)  # safetensors

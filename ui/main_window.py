@@ -1,165 +1,319 @@
-"""A minimal Tandem window: one conversation with the loaded model, streamed without freezing.
-(The full chat window, side panel and pairing build on this.)"""
+"""The Tandem window: the chats on the left, the chat in the middle, the side panel on the right.
+
+This module assembles the parts and wires them; the parts do the work (ui/chat/ for the chat,
+ui/worker.py for the engine thread, app/chat/ for the history).
+"""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QEvent, QObject, Qt, QThread, Signal
-from PySide6.QtGui import QFont, QKeyEvent, QTextCursor
-from PySide6.QtWidgets import (QHBoxLayout, QLabel, QMainWindow, QPlainTextEdit, QPushButton,
-                               QTextBrowser, QVBoxLayout, QWidget)
+import tempfile
+from pathlib import Path
 
-from app.engine.events import Finished
-from app.engine.sampling import SamplingParams
-from app.runner import ChatRequest, LoadedModel
+from PySide6.QtCore import QCoreApplication, QEvent, QSettings, Qt, QThread, Signal
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import QApplication, QHBoxLayout, QMainWindow, QMessageBox, QSplitter, QVBoxLayout, QWidget
+
+from app.chat.history import HistoryError, HistoryStore
+from app.chat.markdown import MarkdownRenderer
+from app.chat.settings import ChatSettings
+from app.runner import DRAFT_AUTO, LoadedModel
+from ui import theme, window_state
+from ui.banner import BannerStack
+from ui.chat.chat_view import ChatView
+from ui.chat.composer import Composer
+from ui.chat.controller import ChatController
+from ui.chat.conversation_list import ConversationList
+from ui.chat.settings_drawer import SettingsDrawer
+from ui.header import Header, draft_text, target_text
+from ui.side_panel import SidePanelHost
+from ui.status_bar import StatusBar
 from ui.worker import EngineWorker
 
-GREETING = "Say hello to Tandem. Type a message and press Enter."
+QUIT_WAIT_MS = 30_000  # the current round (or a load in progress) finishes within this
+DEFAULT_SIZE = (1180, 760)
+DEFAULT_SPLIT = (250, 880, 320)
+
+
+def open_history(path: Path | None) -> tuple[HistoryStore, str | None]:
+    """The history, and what the user must be told about it. A locked or newer file is left
+    alone: this session then keeps its chats in memory, and says so."""
+    try:
+        store = HistoryStore.open(path)
+    except HistoryError as exc:
+        try:
+            store = HistoryStore.open(Path(":memory:"))
+        except HistoryError:  # an SQLite without in-memory databases: a throwaway file
+            store = HistoryStore.open(Path(tempfile.mkdtemp(prefix="tandem-")) / "history.sqlite3")
+        return store, f"{exc} Until then, this session's chats are kept in memory only and are gone when Tandem closes."
+    return store, store.recovery_message
 
 
 class MainWindow(QMainWindow):
-    request_load = Signal(str, str)
-    request_generate = Signal(object)
+    request_load = Signal(str, str, str)  # model, backend ("" = default), draft
 
-    def __init__(self, model: str = "demo", backend: str = "", max_tokens: int = 256):
+    def __init__(self, model: str = "demo", backend: str = "", draft: str = DRAFT_AUTO,
+                 history_path: str | Path | None = None, settings: QSettings | None = None,
+                 max_tokens: int | None = None, chat_defaults: ChatSettings | None = None):
         super().__init__()
         self.setWindowTitle("Tandem")
-        self.resize(900, 640)
-        self.max_tokens = max_tokens
-        self.messages: list[dict] = []
-        self._answer = ""
-        self._busy = False
+        self.theme = theme.install(QApplication.instance())
+        self.app_settings = settings if settings is not None else QSettings()
+        self._closed = False
+        defaults = chat_defaults or ChatSettings()
+        if max_tokens is not None:
+            defaults = ChatSettings.from_dict({"max_tokens": max_tokens}, base=defaults)
+        self.store, history_message = open_history(Path(history_path) if history_path else None)
 
-        self.transcript = QTextBrowser()
-        self.transcript.setOpenExternalLinks(True)
-        self.transcript.setPlaceholderText(GREETING)
-        self.composer = QPlainTextEdit()
-        self.composer.setPlaceholderText("Message Tandem  (Enter to send, Shift+Enter for a new line)")
-        self.composer.setFixedHeight(80)
-        self.composer.installEventFilter(self)
-        self.send_button = QPushButton("Send")
-        self.send_button.clicked.connect(self.send)
-        self.stop_button = QPushButton("Stop")
-        self.stop_button.clicked.connect(self.stop)
-        self.stop_button.setEnabled(False)
-        self.model_label = QLabel("Loading the model ...")
+        self._build()
+        self.settings_drawer.defaults = defaults
+        self._start_worker()
+        self.controller = ChatController(self.store, self.worker, self.chat_view, defaults, self)
+        self._build_actions()
+        self._wire()
+        self._restore()
+        if history_message:
+            self.banners.add(history_message, "warning")
+        self.chat_view.set_greeting_hint("Loading the model…")
+        self.request_load.emit(model, backend, draft)
 
-        row = QHBoxLayout()
-        row.addWidget(self.composer, 1)
-        buttons = QVBoxLayout()
-        buttons.addWidget(self.send_button)
-        buttons.addWidget(self.stop_button)
-        row.addLayout(buttons)
-        column = QVBoxLayout()
-        column.addWidget(self.transcript, 1)
-        column.addLayout(row)
-        central = QWidget()
-        central.setLayout(column)
-        self.setCentralWidget(central)
-        self.statusBar().addPermanentWidget(self.model_label)
-        base = self.font()
-        self.transcript.setFont(QFont(base.family(), base.pointSize() + 1))
+    # Building
 
+    def _build(self) -> None:
+        self.header = Header()
+        self.settings_drawer = SettingsDrawer()
+        self.settings_drawer.hide()
+        self.banners = BannerStack()
+        self.chat_view = ChatView(MarkdownRenderer(self.theme.theme.markdown_style()))
+        self.composer = Composer()
+        self.composer.setMaximumWidth(self.chat_view.column_width() - 16)  # the messages sit 8 px inside the column
+        composer_row = QHBoxLayout()
+        composer_row.setContentsMargins(20, 6, 20, 16)
+        composer_row.addWidget(self.composer)
+        chat_column = QWidget()
+        chat_column.setObjectName("chatColumn")
+        column = QVBoxLayout(chat_column)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.setSpacing(0)
+        for widget in (self.header, self.settings_drawer, self.banners):
+            column.addWidget(widget)
+        column.addWidget(self.chat_view, 1)
+        column.addLayout(composer_row)
+
+        self.conversation_list = ConversationList()
+        self.side_panel_host = SidePanelHost()
+        self.splitter = QSplitter(Qt.Orientation.Horizontal)
+        self.splitter.setChildrenCollapsible(False)
+        self.splitter.setHandleWidth(2)
+        for widget in (self.conversation_list, chat_column, self.side_panel_host):
+            self.splitter.addWidget(widget)
+        self.splitter.setStretchFactor(1, 1)
+        self.setCentralWidget(self.splitter)
+        self.status = StatusBar()
+        self.setStatusBar(self.status)
+
+    def _start_worker(self) -> None:
         self.thread = QThread(self)
         self.thread.setObjectName("tandem-engine")
         self.worker = EngineWorker()
         self.worker.moveToThread(self.thread)
         self.request_load.connect(self.worker.load)
-        self.request_generate.connect(self.worker.generate)
-        self.worker.progress.connect(self.statusBar().showMessage)
-        self.worker.loaded.connect(self._on_loaded)
-        self.worker.load_failed.connect(self._on_load_failed)
-        self.worker.text.connect(self._on_text)
-        self.worker.finished.connect(self._on_finished)
-        self.worker.failed.connect(self._on_failed)
         self.thread.start()
-        self.send_button.setEnabled(False)
-        self.request_load.emit(model, backend)
 
-    # --- composer -------------------------------------------------------------------------
-    def eventFilter(self, obj: QObject, event: QEvent) -> bool:
-        if obj is self.composer and event.type() == QEvent.Type.KeyPress:
-            key = QKeyEvent(event)
-            if key.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not (
-                key.modifiers() & Qt.KeyboardModifier.ShiftModifier
-            ):
-                self.send()
-                return True
-            if key.key() == Qt.Key.Key_Escape:
-                self.stop()
-                return True
-        return super().eventFilter(obj, event)
+    def _build_actions(self) -> None:
+        def action(menu, text, slot, shortcut=None, checkable=False, tip=""):
+            item = QAction(text, self)
+            if shortcut is not None:
+                item.setShortcut(QKeySequence(shortcut))
+            item.setCheckable(checkable)
+            item.setToolTip(tip or text)
+            (item.toggled if checkable else item.triggered).connect(slot)
+            menu.addAction(item)
+            return item
 
-    def send(self) -> None:
-        text = self.composer.toPlainText().strip()
-        if not text or self._busy or not self.send_button.isEnabled():
+        bar = self.menuBar()
+        file_menu, chat_menu, view_menu = bar.addMenu("&File"), bar.addMenu("&Chat"), bar.addMenu("&View")
+        self.new_action = action(file_menu, "New chat", self.new_chat, QKeySequence.StandardKey.New)
+        action(file_menu, "Rename chat", self.rename_current, Qt.Key.Key_F2)
+        action(file_menu, "Delete chat…", lambda: self.delete_conversation(self._current_id()))
+        file_menu.addSeparator()
+        action(file_menu, "Quit", self.close, QKeySequence.StandardKey.Quit)
+        self.stop_action = action(chat_menu, "Stop", self.escape, Qt.Key.Key_Escape,
+                                  tip="Stop the answer after the current round")
+        self.regenerate_action = action(chat_menu, "Regenerate last answer", self.controller.regenerate, "Ctrl+R")
+        self.edit_action = action(chat_menu, "Edit last message", self.edit_last, "Ctrl+E")
+        action(chat_menu, "Copy last answer", self.copy_last_answer, "Ctrl+Shift+C")
+        self.settings_action = action(view_menu, "Chat settings", self.settings_drawer.setVisible, "Ctrl+,", True,
+                                      "System prompt and generation settings of this chat")
+        self.side_panel_action = action(view_menu, "Draft activity", self.side_panel_host.setVisible,
+                                        "Ctrl+Shift+D", True, "Show or hide the side panel: draft tokens, live graphs")
+        self.list_action = action(view_menu, "Chat list", self.conversation_list.setVisible, "Ctrl+Shift+L", True)
+        self.header.settings_button.setDefaultAction(self.settings_action)
+        self.header.side_panel_button.setDefaultAction(self.side_panel_action)
+
+    def _wire(self) -> None:
+        worker, controller = self.worker, self.controller
+        worker.progress.connect(self._on_progress)
+        worker.loaded.connect(self._on_loaded)
+        worker.load_failed.connect(self._on_load_failed)
+        controller.busy_changed.connect(self._on_busy)
+        controller.conversations_changed.connect(self.refresh_conversations)
+        controller.conversation_opened.connect(self._on_conversation_opened)
+        controller.answer_finished.connect(self.status.show_stats)
+        controller.error.connect(lambda message: self.banners.add(message, "error"))
+        self.composer.send_requested.connect(self._on_send)
+        self.composer.stop_requested.connect(controller.stop)
+        self.chat_view.edit_requested.connect(self.edit_last)
+        self.conversation_list.conversation_selected.connect(self._open)
+        self.conversation_list.new_requested.connect(self.new_chat)
+        self.conversation_list.rename_requested.connect(controller.rename)
+        self.conversation_list.delete_requested.connect(self.delete_conversation)
+        self.conversation_list.search_changed.connect(lambda _text: self.refresh_conversations())
+        self.settings_drawer.settings_changed.connect(controller.update_settings)
+        self.settings_drawer.system_prompt_changed.connect(controller.update_system_prompt)
+        self.theme.changed.connect(lambda t: self.chat_view.set_renderer(MarkdownRenderer(t.markdown_style())))
+
+    def _restore(self) -> None:
+        settings = self.app_settings
+        if not window_state.restore_layout(settings, self, self.splitter):
+            self.resize(*DEFAULT_SIZE)
+            self.splitter.setSizes(list(DEFAULT_SPLIT))
+        self.side_panel_action.setChecked(window_state.flag(settings, window_state.SIDE_PANEL, False))
+        self.side_panel_host.setVisible(self.side_panel_action.isChecked())
+        self.settings_action.setChecked(window_state.flag(settings, window_state.SETTINGS_DRAWER, False))
+        self.list_action.setChecked(True)
+        self.controller.open(window_state.last_conversation(settings))
+        self.refresh_conversations()
+
+    # Chats
+
+    def _current_id(self) -> int | None:
+        return self.controller.current.id if self.controller.current else None
+
+    def refresh_conversations(self) -> None:
+        conversations = self.store.list_conversations(self.conversation_list.search.text())
+        self.conversation_list.set_conversations(conversations, self._current_id())
+        current = next((c for c in conversations if c.id == self._current_id()), None)
+        self.setWindowTitle(f"{current.title} · Tandem" if current else "Tandem")
+
+    def _open(self, conv_id: int) -> None:
+        self.settings_drawer.flush_prompt()  # an edit in progress belongs to the chat being left
+        self.composer.cancel_edit()
+        self.controller.open(conv_id)
+
+    def new_chat(self) -> None:
+        self._open(None)
+        self.refresh_conversations()
+        self.composer.edit.setFocus()
+
+    def _on_conversation_opened(self, conversation) -> None:
+        c = self.controller
+        self.settings_drawer.set_values(c.settings, c.system_prompt)
+        self.setWindowTitle(f"{conversation.title} · Tandem" if conversation else "Tandem")
+        self.conversation_list.select(conversation.id if conversation else None)
+
+    def rename_current(self) -> None:
+        if (conv_id := self._current_id()) is not None:
+            self.conversation_list.start_rename(conv_id)
+
+    def delete_conversation(self, conv_id: int | None, ask: bool = True) -> None:
+        if conv_id is None:
             return
-        self.composer.clear()
-        self.messages.append({"role": "user", "content": text})
-        self._append_block("You", text)
-        self._append_block("Tandem", "")
-        self._answer = ""
-        self._set_busy(True)
-        request = ChatRequest(tuple(self.messages), max_tokens=self.max_tokens,
-                              params=SamplingParams())
-        self.request_generate.emit(request)
+        if ask and not self.confirm_delete(self.store.get_conversation(conv_id).title):
+            return
+        self.controller.delete(conv_id)
 
-    def stop(self) -> None:
-        if self._busy:
-            self.worker.stop()
+    def confirm_delete(self, title: str) -> bool:
+        answer = QMessageBox.question(
+            self, "Delete chat", f"Delete “{title}” and all its messages? This cannot be undone.",
+            QMessageBox.StandardButton.Delete | QMessageBox.StandardButton.Cancel, QMessageBox.StandardButton.Cancel)
+        return answer == QMessageBox.StandardButton.Delete
 
-    # --- worker signals -------------------------------------------------------------------
+    # Turns
+
+    def _on_send(self, text: str) -> None:
+        self.settings_drawer.flush_prompt()
+        controller = self.controller
+        taken = controller.edit_last(text) if self.composer.editing else controller.send(text)
+        if taken:
+            self.composer.accept_sent()
+
+    def send(self, text: str) -> bool:
+        """Send `text` as if typed and Enter pressed (menus, tests)."""
+        self.composer.set_text(text)
+        before = self.controller.busy
+        self.composer.submit()
+        return self.controller.busy and not before
+
+    def edit_last(self) -> None:
+        if not self.controller.busy and (text := self.controller.last_user_text()):
+            self.composer.begin_edit(text)
+
+    def escape(self) -> None:
+        """Esc: stop the answer being written; otherwise leave editing."""
+        if self.controller.busy:
+            self.controller.stop()
+        else:
+            self.composer.cancel_edit()
+
+    def copy_last_answer(self) -> None:
+        answers = [m for m in self.chat_view.messages() if m.role == "assistant"]
+        if answers:
+            answers[-1].copy_message()
+
+    def _on_busy(self, busy: bool) -> None:
+        self.composer.set_busy(busy)
+        self.regenerate_action.setEnabled(not busy)
+        self.edit_action.setEnabled(not busy)
+
+    # The engine
+
+    def _on_progress(self, message: str) -> None:
+        self.status.show_loading(message)
+        self.header.show_loading(message)
+        self.chat_view.set_greeting_hint(message)
+
     def _on_loaded(self, info: LoadedModel) -> None:
-        self.model_label.setText(f"{info.describe()}  ·  loaded in {info.load_s:.1f}s")
-        self.statusBar().showMessage("Ready", 3000)
-        self.send_button.setEnabled(True)
+        self.controller.model = info
+        self.header.show_loaded(info)
+        self.status.show_loaded(info)
+        self.settings_drawer.set_pair_draft(draft_text(info)[0])
+        self.composer.set_ready(True)
+        self.chat_view.set_greeting_hint(
+            f"{target_text(info)[0]} is ready, drafting with {draft_text(info)[0]}.\n"
+            "Ask anything: Enter sends, Shift+Enter starts a new line.")
 
     def _on_load_failed(self, message: str) -> None:
-        self.model_label.setText("No model loaded")
-        self.transcript.append(f"<p style='color:#c0392b'><b>Could not load the model.</b> "
-                               f"{_escape(message)}</p>")
+        self.header.show_load_failed()
+        self.status.show_load_failed()
+        self.composer.set_ready(self.controller.model is not None)  # a previous pair stays usable
+        self.banners.add(f"Could not load the model. {message}", "error")
+        self.chat_view.set_greeting_hint("No model is loaded.")
 
-    def _on_text(self, delta: str) -> None:
-        self._answer += delta
-        cursor = self.transcript.textCursor()
-        cursor.movePosition(QTextCursor.MoveOperation.End)
-        cursor.insertText(delta)
-        self.transcript.setTextCursor(cursor)
-        self.transcript.ensureCursorVisible()
-
-    def _on_finished(self, event: Finished) -> None:
-        self.messages.append({"role": "assistant", "content": event.text})
-        stats = event.stats
-        self.statusBar().showMessage(f"{stats.tokens} tokens · {stats.tokens_per_s:.1f} tok/s · "
-                                     f"{stats.tokens_per_round:.2f} tokens per target pass")
-        self._set_busy(False)
-
-    def _on_failed(self, message: str) -> None:
-        self.transcript.append(f"<p style='color:#c0392b'>{_escape(message)}</p>")
-        self._set_busy(False)
-
-    # --- helpers --------------------------------------------------------------------------
-    def _append_block(self, who: str, text: str) -> None:
-        self.transcript.append(f"<p><b>{who}</b></p>")
-        if text:
-            self.transcript.append(_escape(text))
-        else:
-            self.transcript.append("")
-
-    def _set_busy(self, busy: bool) -> None:
-        self._busy = busy
-        self.stop_button.setEnabled(busy)
-        self.send_button.setEnabled(not busy)
-
-    def shutdown(self) -> None:
-        """Quitting mid-answer: stop after the current round, then let the thread finish."""
-        self.worker.stop()
-        self.thread.quit()
-        self.thread.wait(30_000)
+    # Quitting
 
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
-        self.shutdown()
+        if not self._closed:
+            self._closed = True
+            self.shutdown()
         super().closeEvent(event)
 
-
-def _escape(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("\n", "<br>")
+    def shutdown(self) -> None:
+        """Stop after the current round, let the thread end, store what was written, close the history."""
+        self.settings_drawer.flush_prompt()
+        window_state.save(self.app_settings, self, self.splitter, side_panel=self.side_panel_action.isChecked(),
+                          drawer=self.settings_action.isChecked(), conversation_id=self._current_id())
+        self.controller.closing = True
+        self.worker.stop()
+        self.thread.quit()
+        self.thread.wait(QUIT_WAIT_MS)
+        # The worker's last reports (the Finished of a stopped answer) are queued for this thread:
+        # deliver them now, so the answer is stored as the worker ended it.
+        QCoreApplication.sendPostedEvents(None, QEvent.Type.MetaCall)
+        self.controller.finish_on_quit()
+        for signal in (self.worker.text, self.worker.notice, self.worker.finished, self.worker.failed,
+                       self.worker.loaded, self.worker.load_failed, self.worker.progress):
+            try:
+                signal.disconnect()  # a worker that outlived the wait must not write to a closed history
+            except (RuntimeError, TypeError):
+                pass
+        self.store.close()

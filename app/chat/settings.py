@@ -1,0 +1,53 @@
+"""A chat's generation settings: what the settings drawer edits and the history stores per chat
+and per answer. Qt-free.
+
+The defaults are what users of LM Studio and Ollama expect from a chat (a little randomness,
+nucleus and top-k cuts), not the greedy decoding the CLI and the benchmarks use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+
+from app.engine.sampling import SamplingParams
+
+DRAFTERS = ("pair", "ngram", "none")  # the loaded draft, prompt lookup, the target alone
+MAX_DRAFT_TOKENS = 32
+
+
+@dataclass(frozen=True)
+class ChatSettings:
+    temperature: float = 0.7
+    top_p: float = 0.95
+    top_k: int = 40
+    max_tokens: int = 1024
+    draft_tokens: int | None = None  # None: adapts to the measured acceptance
+    drafter: str = "pair"
+
+    def __post_init__(self):
+        if self.max_tokens < 1:
+            raise ValueError(f"max new tokens must be at least 1, got {self.max_tokens}")
+        if self.draft_tokens is not None and not 1 <= self.draft_tokens <= MAX_DRAFT_TOKENS:
+            raise ValueError(f"draft tokens must be auto or 1 to {MAX_DRAFT_TOKENS}, got {self.draft_tokens}")
+        if self.drafter not in DRAFTERS:
+            raise ValueError(f"drafter must be one of {', '.join(DRAFTERS)}, got {self.drafter!r}")
+        self.sampling()  # SamplingParams checks temperature, top-p and top-k
+
+    def sampling(self) -> SamplingParams:
+        return SamplingParams(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict | None, base: ChatSettings | None = None) -> ChatSettings:
+        """Settings stored by any version: unknown keys are ignored, and a missing or invalid
+        value falls back to `base` (the defaults) instead of making the chat unopenable."""
+        settings = base or cls()
+        for item in fields(cls):
+            if data and item.name in data:
+                try:
+                    settings = replace(settings, **{item.name: data[item.name]})
+                except (TypeError, ValueError):
+                    continue
+        return settings

@@ -1,0 +1,166 @@
+"""The conversation in the middle of the window: a greeting when it is empty, otherwise the
+messages in one scrolling column of readable width, following the newest text while the user
+is at the bottom (and staying put when they scrolled up to read)."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QScrollArea, QStackedWidget, QVBoxLayout, QWidget
+
+from app.chat.markdown import MarkdownRenderer
+from ui.chat.message_widget import MessageWidget
+
+COLUMN_CHARS = 96  # the widest the text column grows, in average characters: lines stay readable
+STICK_SLACK_PX = 24  # "at the bottom" allows this much
+
+
+class ChatView(QStackedWidget):
+    regenerate_requested = Signal()
+    edit_requested = Signal()
+
+    def __init__(self, renderer: MarkdownRenderer, parent: QWidget | None = None):
+        super().__init__(parent)
+        self._renderer = renderer
+        self._busy = False
+        self._stick = True
+        font = self.font()
+        font.setPointSizeF(font.pointSizeF() * 1.08)  # the chat reads a little larger than the chrome
+        self.setFont(font)
+        self.addWidget(self._build_greeting())
+        self.addWidget(self._build_chat())
+
+    def _build_greeting(self) -> QWidget:
+        page = QWidget()
+        page.setObjectName("greeting")
+        self.greeting_title = QLabel("Say hello to Tandem")
+        self.greeting_title.setObjectName("greetingTitle")
+        title_font = self.greeting_title.font()
+        title_font.setPointSizeF(title_font.pointSizeF() * 1.6)
+        self.greeting_title.setFont(title_font)
+        self.greeting_hint = QLabel("Loading the model…")
+        self.greeting_hint.setObjectName("greetingHint")
+        self.greeting_hint.setWordWrap(True)
+        for label in (self.greeting_title, self.greeting_hint):
+            label.setAlignment(Qt.AlignmentFlag.AlignHCenter)
+        layout = QVBoxLayout(page)
+        layout.addStretch(2)
+        layout.addWidget(self.greeting_title)
+        layout.addSpacing(6)
+        layout.addWidget(self.greeting_hint)
+        layout.addStretch(3)
+        return page
+
+    def _build_chat(self) -> QWidget:
+        self.scroll = QScrollArea()
+        self.scroll.setObjectName("chatScroll")
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        page = QWidget()
+        page.setObjectName("chatPage")
+        column = QWidget()
+        column.setMaximumWidth(self.column_width())
+        self._items = QVBoxLayout(column)
+        self._items.setContentsMargins(8, 16, 8, 16)
+        self._items.setSpacing(10)
+        self._items.addStretch(1)
+        row = QHBoxLayout(page)
+        row.setContentsMargins(12, 0, 12, 0)
+        row.addStretch(0)
+        row.addWidget(column, 1)
+        row.addStretch(0)
+        self.scroll.setWidget(page)
+        bar = self.scroll.verticalScrollBar()
+        bar.rangeChanged.connect(self._follow)
+        bar.valueChanged.connect(lambda value: setattr(self, "_stick", value >= bar.maximum() - STICK_SLACK_PX))
+        return self.scroll
+
+    def column_width(self) -> int:
+        """The widest the message column grows (the composer below matches it)."""
+        return self.fontMetrics().averageCharWidth() * COLUMN_CHARS
+
+    # Content
+
+    def clear(self) -> None:
+        for widget in self._item_widgets():
+            # Qt deletes it later, while it still has its parent: giving it to Python first
+            # (setParent(None)) let Python delete it under Qt's pending events and corrupted memory.
+            self._items.removeWidget(widget)
+            widget.hide()
+            widget.deleteLater()
+        self.setCurrentIndex(0)
+
+    def set_greeting_hint(self, text: str) -> None:
+        self.greeting_hint.setText(text)
+
+    def add_message(self, role: str, text: str = "", status: str = "complete", stats: dict | None = None,
+                    error: str = "") -> MessageWidget:
+        widget = MessageWidget(role, self._renderer)
+        widget.regenerate_requested.connect(self.regenerate_requested)
+        widget.edit_requested.connect(self.edit_requested)
+        widget.finish(text, status, stats, error)
+        self._append(widget)
+        self.refresh_actions()
+        return widget
+
+    def add_notice(self, text: str, error: bool = False, before: QWidget | None = None) -> QLabel:
+        """A line between messages (context fitting, a model that failed to load), at the end or
+        just above `before`."""
+        label = QLabel(text)
+        label.setObjectName("errorLabel" if error else "noticeLabel")
+        label.setWordWrap(True)
+        label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        label.setContentsMargins(14, 0, 14, 0)
+        self._append(label, before)
+        return label
+
+    def _append(self, widget: QWidget, before: QWidget | None = None) -> None:
+        self._stick = True  # something new: show it
+        index = self._items.indexOf(before) if before is not None else -1
+        self._items.insertWidget(index if index >= 0 else self._items.count() - 1, widget)  # before the stretch
+        self.setCurrentIndex(1)
+
+    def messages(self) -> list[MessageWidget]:
+        return [w for w in self._item_widgets() if isinstance(w, MessageWidget)]
+
+    def last_message(self) -> MessageWidget | None:
+        messages = self.messages()
+        return messages[-1] if messages else None
+
+    def plain_text(self) -> str:
+        """Everything the chat shows, as text (tests and accessibility)."""
+        parts = []
+        for widget in self._item_widgets():
+            if isinstance(widget, MessageWidget):
+                parts += [widget.role_label.text(), widget.status_tag.text() if widget.status_tag.isVisibleTo(self)
+                          else "", widget.body.toPlainText(), widget.error_label.text()]
+            elif isinstance(widget, QLabel):
+                parts.append(widget.text())
+        return "\n".join(part for part in parts if part)
+
+    def _item_widgets(self) -> list[QWidget]:
+        items = (self._items.itemAt(i).widget() for i in range(self._items.count()))
+        return [widget for widget in items if widget is not None]
+
+    # Actions: only the last answer can be regenerated and the last message of yours edited,
+    # and neither while an answer is being written.
+
+    def set_busy(self, busy: bool) -> None:
+        self._busy = busy
+        self.refresh_actions()
+
+    def refresh_actions(self) -> None:
+        messages = self.messages()
+        last_user = next((m for m in reversed(messages) if m.role == "user"), None)
+        last = messages[-1] if messages else None
+        for message in messages:
+            message.set_actions(regenerate=not self._busy and message is last and message.role == "assistant",
+                                edit=not self._busy and message is last_user)
+
+    def set_renderer(self, renderer: MarkdownRenderer) -> None:
+        self._renderer = renderer
+        for message in self.messages():
+            message.set_renderer(renderer)
+
+    def _follow(self, _minimum: int, maximum: int) -> None:
+        if self._stick:
+            self.scroll.verticalScrollBar().setValue(maximum)

@@ -1,0 +1,283 @@
+"""One chat turn at a time, between the history store, the worker and the chat view.
+
+Every answer is in the history from the moment it is asked for: `begin_answer` (or the
+regenerate / edit equivalents) stores the user's message and an empty answer marked
+'interrupted' in one transaction, and `finish_answer` writes the text, status, settings and
+stats when the worker reports the end. So a crash or a kill never loses the question, and
+keeps the answer marked as unfinished.
+
+An answer keeps streaming into its own chat while the user opens another one; the view only
+shows it when its chat is open.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from PySide6.QtCore import QObject, Signal
+
+from app.chat.history import Conversation, HistoryError, HistoryStore, Message
+from app.chat.settings import ChatSettings
+from app.engine.events import Finished, GenerationStats
+from app.runner import ChatRequest, LoadedModel
+from ui.chat.chat_view import ChatView
+from ui.chat.message_widget import MessageWidget
+from ui.header import draft_text, target_text
+from ui.worker import EngineWorker
+
+
+@dataclass
+class _Pending:
+    """The answer being written."""
+
+    conv_id: int
+    answer_id: int
+    record: dict  # the settings it is made with, stored with it
+    text: str = ""
+    widget: MessageWidget | None = None  # None while its chat is not on screen
+    discarded: bool = False  # its chat was deleted: nothing to store
+
+
+class ChatController(QObject):
+    request_generate = Signal(object)  # ChatRequest, to the worker's thread
+    busy_changed = Signal(bool)
+    conversations_changed = Signal()  # titles or order changed: the list reloads
+    conversation_opened = Signal(object)  # Conversation, or None for a new chat not yet stored
+    answer_finished = Signal(object)  # GenerationStats
+    error = Signal(str)  # the history could not be written
+
+    def __init__(self, store: HistoryStore, worker: EngineWorker, view: ChatView, defaults: ChatSettings,
+                 parent: QObject | None = None):
+        super().__init__(parent)
+        self.store, self.worker, self.view = store, worker, view
+        self.defaults = defaults
+        self.current: Conversation | None = None
+        self.settings = defaults  # of the open chat (or of the new chat until its first message)
+        self.system_prompt = ""
+        self.model: LoadedModel | None = None
+        self.pending: _Pending | None = None
+        self.closing = False  # the window is quitting: an answer cut now is 'interrupted', not 'stopped'
+        self.request_generate.connect(worker.generate)
+        worker.text.connect(self._on_text)
+        worker.notice.connect(self._on_notice)
+        worker.finished.connect(self._on_finished)
+        worker.failed.connect(self._on_failed)
+        view.regenerate_requested.connect(self.regenerate)
+
+    @property
+    def busy(self) -> bool:
+        return self.pending is not None
+
+    # Opening chats
+
+    def open(self, conv_id: int | None) -> None:
+        conversation = None
+        if conv_id is not None:
+            try:
+                conversation = self.store.get_conversation(conv_id)
+            except HistoryError:
+                conversation = None  # deleted meanwhile: a new chat instead
+        self.current = conversation
+        if conversation is None:
+            self.settings, self.system_prompt = self.defaults, ""
+        else:
+            self.settings = ChatSettings.from_dict(conversation.settings, base=self.defaults)
+            self.system_prompt = conversation.system_prompt
+        self._show()
+        self.conversation_opened.emit(conversation)
+
+    def new_chat(self) -> None:
+        self.open(None)
+
+    def _show(self) -> None:
+        if self.pending is not None:
+            self.pending.widget = None  # the view is about to delete it
+        self.view.clear()
+        if self.current is None:
+            return
+        for message in self.store.messages(self.current.id):
+            widget = self._add_widget(message)
+            if self.pending is not None and message.id == self.pending.answer_id:
+                self._attach(widget)
+        self.view.refresh_actions()
+
+    def _add_widget(self, message: Message) -> MessageWidget:
+        error = (message.stats or {}).get("error", "") if message.status == "error" else ""
+        return self.view.add_message(message.role, message.content, message.status, message.stats, error)
+
+    def _attach(self, widget: MessageWidget) -> None:
+        """Show the pending answer in `widget`, with what was written so far."""
+        self.pending.widget = widget
+        widget.set_stats(None)
+        widget.set_status("complete")
+        widget.set_text(self.pending.text)
+        widget.set_streaming()
+
+    # Chat details
+
+    def update_settings(self, settings: ChatSettings) -> None:
+        self.settings = settings
+        if self.current is not None:
+            self._write(self.store.set_settings, self.current.id, settings.to_dict())
+
+    def update_system_prompt(self, text: str) -> None:
+        self.system_prompt = text
+        if self.current is not None:
+            self._write(self.store.set_system_prompt, self.current.id, text)
+
+    def rename(self, conv_id: int, title: str) -> None:
+        if title:
+            self._write(self.store.rename, conv_id, title)
+        self.conversations_changed.emit()  # also puts the old name back when the new one was refused
+
+    def delete(self, conv_id: int) -> None:
+        if self.pending is not None and self.pending.conv_id == conv_id:
+            self.pending.discarded = True
+            self.worker.stop()
+        self._write(self.store.delete_conversation, conv_id)
+        if self.current is not None and self.current.id == conv_id:
+            self.new_chat()
+        self.conversations_changed.emit()
+
+    def last_user_text(self) -> str:
+        if self.current is None:
+            return ""
+        users = [m for m in self.store.messages(self.current.id) if m.role == "user"]
+        return users[-1].content if users else ""
+
+    # Turns
+
+    def send(self, text: str) -> bool:
+        """Ask for an answer to `text` in the open chat (a new chat is stored now)."""
+        if self.busy or self.model is None:
+            return False
+        try:
+            if self.current is None:
+                self.current = self.store.create_conversation(
+                    system_prompt=self.system_prompt, settings=self.settings.to_dict())
+                self.conversation_opened.emit(self.current)
+            answer_id = self.store.begin_answer(self.current.id, text)
+        except HistoryError as exc:
+            self.error.emit(str(exc))
+            return False
+        self.conversations_changed.emit()  # the first message names the chat and moves it up
+        self.view.add_message("user", text)
+        widget = self.view.add_message("assistant")
+        self._start(answer_id)
+        self._attach(widget)
+        return True
+
+    def regenerate(self) -> bool:
+        """Write the last answer again, in place."""
+        if self.busy or self.model is None or self.current is None:
+            return False
+        messages = self.store.messages(self.current.id)
+        if not messages or messages[-1].role != "assistant":
+            return False
+        try:
+            answer = self.store.replace_last_answer(self.current.id, "", "interrupted")
+        except HistoryError as exc:
+            self.error.emit(str(exc))
+            return False
+        self._start(answer.id)
+        self._attach(self.view.last_message())
+        return True
+
+    def edit_last(self, text: str) -> bool:
+        """Replace the last message of yours (and what followed it) and ask again."""
+        if self.busy or self.model is None or self.current is None:
+            return False
+        try:
+            _, answer = self.store.edit_last_user(self.current.id, text, "", "interrupted")
+        except HistoryError as exc:
+            self.error.emit(str(exc))
+            return False
+        self.conversations_changed.emit()
+        self._start(answer.id)
+        self._show()
+        return True
+
+    def stop(self) -> None:
+        if self.busy:
+            self.worker.stop()  # after the current round; the worker then reports Finished
+
+    def _start(self, answer_id: int) -> None:
+        conv_id = self.current.id
+        history = [m.as_chat() for m in self.store.messages(conv_id)
+                   if m.id != answer_id and (m.role == "user" or m.content)]  # failed answers are left out
+        if self.system_prompt.strip():
+            history.insert(0, {"role": "system", "content": self.system_prompt})
+        settings = self.settings
+        record = settings.to_dict() | {"system_prompt": self.system_prompt}
+        if self.model is not None:
+            record |= {"target": target_text(self.model)[0], "draft": draft_text(self.model)[0],
+                       "backend": self.model.backend, "device": self.model.device}
+        self.pending = _Pending(conv_id, answer_id, record)
+        self._set_busy(True)
+        self.request_generate.emit(ChatRequest(
+            tuple(history), max_tokens=settings.max_tokens, params=settings.sampling(),
+            draft_tokens=settings.draft_tokens, drafter=settings.drafter,
+        ))
+
+    # The worker's reports
+
+    def _on_text(self, delta: str) -> None:
+        if self.pending is not None:
+            self.pending.text += delta
+            if self.pending.widget is not None:
+                self.pending.widget.stream(delta)
+
+    def _on_notice(self, message: str) -> None:
+        if self.pending is not None and self.pending.widget is not None:
+            self.view.add_notice(message, before=self.pending.widget)
+
+    def _on_finished(self, event: Finished) -> None:
+        status = "complete"
+        if event.stats.finish_reason == "cancelled":
+            status = "interrupted" if self.closing else "stopped"
+        if self._finish(event.text, status, stats_record(event.stats)):
+            self.answer_finished.emit(event.stats)
+
+    def _on_failed(self, message: str) -> None:
+        if self.pending is not None:
+            self._finish(self.pending.text, "error", {"error": message}, error=message)
+
+    def _finish(self, text: str, status: str, stats: dict, error: str = "") -> bool:
+        pending, self.pending = self.pending, None
+        if pending is None:
+            return False
+        if not pending.discarded:
+            self._write(self.store.finish_answer, pending.answer_id, text, status, pending.record, stats)
+        if pending.widget is not None:
+            pending.widget.finish(text, status, stats, error)
+        self._set_busy(False)
+        return True
+
+    def finish_on_quit(self) -> None:
+        """The worker has ended but never reported (it was loading, or failed to stop in time):
+        keep what arrived, marked as interrupted."""
+        if self.pending is not None:
+            self._finish(self.pending.text, "interrupted", {})
+
+    def _set_busy(self, busy: bool) -> None:
+        self.view.set_busy(busy)
+        self.busy_changed.emit(busy)
+
+    def _write(self, method, *args) -> bool:
+        try:
+            method(*args)
+        except HistoryError as exc:
+            self.error.emit(str(exc))
+            return False
+        return True
+
+
+def stats_record(stats: GenerationStats) -> dict:
+    """What the history keeps about an answer, and what the chat shows under it."""
+    return {
+        "tokens": stats.tokens, "prompt_tokens": stats.prompt_tokens, "rounds": stats.rounds,
+        "decode_tokens": stats.decode_tokens, "drafted": stats.drafted, "accepted": stats.accepted,
+        "acceptance": round(stats.acceptance_rate, 4), "tokens_per_s": round(stats.tokens_per_s, 2),
+        "tokens_per_round": round(stats.tokens_per_round, 3), "prefill_s": round(stats.prefill_s, 4),
+        "decode_s": round(stats.decode_s, 4), "finish_reason": stats.finish_reason,
+    }

@@ -1,0 +1,228 @@
+"""One message in the chat: who wrote it, its text (Markdown for answers), its status and actions.
+
+An answer that is still being written is rendered again as text arrives, but never more often
+than the worker's coalesced rate, and less often when rendering gets expensive (a long answer),
+so the GUI thread stays a small share of the machine while the engine decodes.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+from PySide6.QtCore import Qt, QTimer, QUrl, Signal
+from PySide6.QtGui import QDesktopServices, QGuiApplication
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QTextBrowser, QToolButton, QVBoxLayout, QWidget
+
+from app.chat.markdown import COPY_SCHEME, MarkdownRenderer, plain_to_html
+
+MIN_RENDER_INTERVAL_S = 1 / 30  # the worker's coalesced rate
+RENDER_BUDGET = 0.04  # at most this share of the time goes to re-rendering a streaming answer
+
+STATUS_TAGS = {"stopped": "Stopped", "interrupted": "Interrupted", "error": "Failed"}
+STATUS_TIPS = {
+    "stopped": "You stopped this answer; what was written until then is kept.",
+    "interrupted": "Tandem closed before this answer was finished; what was written until then is kept.",
+    "error": "This answer failed; the message below says why.",
+}
+ROLE_NAMES = {"user": "You", "assistant": "Tandem"}
+
+# Qt's rich text has generous default margins and huge headings; these read like a chat.
+DOCUMENT_CSS = """
+p, ul, ol, pre, blockquote { margin-top: 0px; margin-bottom: 8px; }
+li { margin-bottom: 2px; }
+h1 { font-size: x-large; margin-top: 6px; margin-bottom: 6px; }
+h2 { font-size: large; margin-top: 6px; margin-bottom: 6px; }
+h3, h4, h5, h6 { font-size: medium; margin-top: 4px; margin-bottom: 4px; }
+blockquote { margin-left: 12px; }
+"""
+
+
+class MessageText(QTextBrowser):
+    """Rich text as tall as its content: the chat scrolls as a whole, a message never does."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setObjectName("messageText")
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setOpenLinks(False)
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.document().setDocumentMargin(2)
+        self.document().setDefaultStyleSheet(DOCUMENT_CSS)
+        self.document().documentLayout().documentSizeChanged.connect(self._fit_height)
+        self.setFixedHeight(self.fontMetrics().lineSpacing() + 8)
+
+    def _fit_height(self, size) -> None:
+        height = math.ceil(size.height()) + 2 * self.frameWidth()
+        if height != self.height():
+            self.setFixedHeight(height)
+
+    def wheelEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        event.ignore()  # let the chat scroll
+
+
+class MessageWidget(QFrame):
+    regenerate_requested = Signal()
+    edit_requested = Signal()
+
+    def __init__(self, role: str, renderer: MarkdownRenderer, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.role = role
+        self.status = "complete"
+        self.code_blocks: list[str] = []
+        self._text = ""
+        self._renderer = renderer
+        self._last_render = 0.0
+        self._render_interval = MIN_RENDER_INTERVAL_S
+        self._render_timer = QTimer(self)
+        self._render_timer.setSingleShot(True)
+        self._render_timer.timeout.connect(self._render)
+        self.setObjectName("userMessage" if role == "user" else "assistantMessage")
+
+        self.role_label = QLabel(ROLE_NAMES.get(role, role))
+        self.role_label.setObjectName("roleLabel")
+        self.status_tag = QLabel()
+        self.status_tag.setObjectName("statusTag")
+        self.status_tag.hide()
+        self.body = MessageText()
+        self.body.anchorClicked.connect(self._link_clicked)
+        self.error_label = QLabel()
+        self.error_label.setObjectName("errorLabel")
+        self.error_label.setWordWrap(True)
+        self.error_label.hide()
+        self.stats_label = QLabel()
+        self.stats_label.setObjectName("statsLabel")
+        self.copy_button = self._action("Copy", "Copy the whole message as text", self.copy_message)
+        self.edit_button = self._action("Edit", "Edit this message and send it again", self.edit_requested.emit)
+        self.regenerate_button = self._action("Regenerate", "Write this answer again", self.regenerate_requested.emit)
+        self.set_actions(regenerate=False, edit=False)
+
+        top = QHBoxLayout()
+        top.setSpacing(8)
+        top.addWidget(self.role_label)
+        top.addWidget(self.status_tag)
+        top.addStretch(1)
+        actions = QHBoxLayout()
+        actions.setSpacing(2)
+        actions.addWidget(self.stats_label)
+        actions.addStretch(1)
+        for button in (self.copy_button, self.edit_button, self.regenerate_button):
+            actions.addWidget(button)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(14, 10, 14, 6)
+        layout.setSpacing(4)
+        layout.addLayout(top)
+        layout.addWidget(self.body)
+        layout.addWidget(self.error_label)
+        layout.addLayout(actions)
+
+    def _action(self, text: str, tip: str, slot) -> QToolButton:
+        button = QToolButton()
+        button.setObjectName("messageAction")
+        button.setText(text)
+        button.setToolTip(tip)
+        button.clicked.connect(slot)
+        return button
+
+    # Content
+
+    @property
+    def text(self) -> str:
+        return self._text
+
+    def set_text(self, text: str) -> None:
+        self._text = text
+        self._render()
+
+    def stream(self, delta: str) -> None:
+        """Text of an answer being written: rendered now, or soon if it was rendered just now."""
+        self._text += delta
+        if self._render_timer.isActive():
+            return
+        wait = self._render_interval - (time.perf_counter() - self._last_render)
+        if wait <= 0:
+            self._render()
+        else:
+            self._render_timer.start(math.ceil(wait * 1000))
+
+    def finish(self, text: str, status: str, stats: dict | None = None, error: str = "") -> None:
+        self._render_timer.stop()
+        self._text = text
+        self._render()
+        self.set_status(status, error)
+        self.set_stats(stats)
+
+    def set_renderer(self, renderer: MarkdownRenderer) -> None:
+        self._renderer = renderer
+        self._render()
+
+    def _render(self) -> None:
+        self._render_timer.stop()
+        start = time.perf_counter()
+        if self.role == "user":
+            self.code_blocks = []
+            self.body.setHtml(plain_to_html(self._text))
+        else:
+            rendered = self._renderer.render(self._text)
+            self.code_blocks = rendered.code_blocks
+            self.body.setHtml(rendered.html)
+        self._last_render = time.perf_counter()
+        # A render that took r seconds waits r / RENDER_BUDGET before the next one.
+        self._render_interval = max(MIN_RENDER_INTERVAL_S, (self._last_render - start) / RENDER_BUDGET)
+
+    # Status, stats and actions
+
+    def set_streaming(self) -> None:
+        self.status_tag.setText("Writing…")
+        self.status_tag.setProperty("kind", "")
+        self.status_tag.setToolTip("")
+        self.status_tag.show()
+        self.body.setPlaceholderText("…")
+
+    def set_status(self, status: str, error: str = "") -> None:
+        self.status = status
+        self.body.setPlaceholderText("")
+        tag = STATUS_TAGS.get(status)
+        self.status_tag.setVisible(tag is not None)
+        if tag:
+            self.status_tag.setText(tag)
+            self.status_tag.setToolTip(STATUS_TIPS[status])
+            self.status_tag.setProperty("kind", "error" if status == "error" else "")
+            self.status_tag.style().unpolish(self.status_tag)
+            self.status_tag.style().polish(self.status_tag)
+        self.error_label.setText(error)
+        self.error_label.setVisible(bool(error))
+        self.body.setVisible(bool(self._text) or status == "complete")
+
+    def set_stats(self, stats: dict | None) -> None:
+        self.stats_label.setText(stats_line(stats) if stats else "")
+
+    def set_actions(self, regenerate: bool, edit: bool) -> None:
+        self.regenerate_button.setVisible(regenerate and self.role == "assistant")
+        self.edit_button.setVisible(edit and self.role == "user")
+
+    # Copying and links
+
+    def copy_message(self) -> None:
+        QGuiApplication.clipboard().setText(self._text)
+
+    def copy_code(self, index: int) -> None:
+        if 0 <= index < len(self.code_blocks):
+            QGuiApplication.clipboard().setText(self.code_blocks[index])
+
+    def _link_clicked(self, url: QUrl) -> None:
+        if url.scheme() == COPY_SCHEME:
+            self.copy_code(int(url.path()) if url.path().isdigit() else -1)
+        elif url.scheme() in ("http", "https", "mailto"):
+            QDesktopServices.openUrl(url)
+
+
+def stats_line(stats: dict) -> str:
+    if "tokens" not in stats:
+        return ""
+    parts = [f"{stats['tokens']} tokens", f"{stats.get('tokens_per_s', 0):.1f} tok/s"]
+    if stats.get("drafted"):
+        parts.append(f"{stats.get('acceptance', 0):.0%} of drafts accepted")
+    return " · ".join(parts)

@@ -1,0 +1,162 @@
+"""The chat settings drawer: the system prompt and generation settings of the open chat.
+
+It folds out under the header. Every change is announced at once (the window saves it with
+the chat); the system prompt is announced when typing pauses.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QTimer, Signal
+from PySide6.QtWidgets import (QComboBox, QDoubleSpinBox, QFormLayout, QFrame, QGridLayout, QLabel, QPlainTextEdit,
+                               QPushButton, QSpinBox, QWidget)
+
+from app.chat.settings import MAX_DRAFT_TOKENS, ChatSettings
+
+PROMPT_DELAY_MS = 400
+
+TIPS = {
+    "system_prompt": "Instructions the model reads before every message of this chat, e.g. "
+                     "\"Answer briefly\". Kept when old messages must be left out to fit the context.",
+    "temperature": "Randomness. 0 always picks the most likely token (the same answer every time); "
+                   "0.7 is a good default for chatting; above 1 gets erratic. Speculative decoding keeps "
+                   "the answer exactly as the target alone would sample it at any temperature.",
+    "top_p": "Nucleus sampling: only the most likely tokens that together hold this much probability are "
+             "considered. 1 turns it off.",
+    "top_k": "Only the k most likely tokens are considered. Off considers them all.",
+    "max_tokens": "The longest answer, in tokens (about ¾ of a word each). The answer also ends when the "
+                  "model's context is full.",
+    "draft_tokens": "How many tokens the drafter proposes per round. Auto adapts to how many the target "
+                    "accepts; a fixed number is for experiments.",
+    "drafter": "Where the proposed tokens come from. The target checks every one of them, so the answer "
+               "is the same either way; only the speed differs.",
+}
+
+
+class SettingsDrawer(QFrame):
+    settings_changed = Signal(object)  # ChatSettings
+    system_prompt_changed = Signal(str)
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setObjectName("settingsDrawer")
+        self._quiet = False
+        self.defaults = ChatSettings()  # what "Defaults" restores; the window sets its own
+        self.system_prompt = QPlainTextEdit()
+        self.system_prompt.setPlaceholderText("Optional: how the model should answer, e.g. “Answer briefly.”")
+        self.system_prompt.setFixedHeight(self.fontMetrics().lineSpacing() * 4 + 12)
+        self.temperature = _double(0.0, 2.0, 0.05, 2)
+        self.top_p = _double(0.05, 1.0, 0.05, 2)
+        self.top_k = QSpinBox()
+        self.top_k.setRange(0, 1000)
+        self.top_k.setSpecialValueText("off")
+        self.max_tokens = QSpinBox()
+        self.max_tokens.setRange(1, 131072)
+        self.max_tokens.setSingleStep(64)
+        self.draft_tokens = QSpinBox()
+        self.draft_tokens.setRange(0, MAX_DRAFT_TOKENS)
+        self.draft_tokens.setSpecialValueText("auto")
+        self.drafter = QComboBox()
+        self.set_pair_draft("the pair's draft")
+        self.drafter.addItem("Prompt lookup (n-gram)", "ngram")
+        self.drafter.addItem("None: the target alone", "none")
+        self.reset_button = QPushButton("Defaults")
+        self.reset_button.setToolTip("Put the generation settings back to Tandem's defaults")
+        self.reset_button.clicked.connect(lambda: self.set_values(self.defaults, self.system_prompt.toPlainText(),
+                                                                  announce=True))
+        self._prompt_timer = QTimer(self)
+        self._prompt_timer.setSingleShot(True)
+        self._prompt_timer.setInterval(PROMPT_DELAY_MS)
+        self._prompt_timer.timeout.connect(self._announce_prompt)
+        self.system_prompt.textChanged.connect(self._prompt_edited)
+        for widget in (self.temperature, self.top_p, self.top_k, self.max_tokens, self.draft_tokens):
+            widget.valueChanged.connect(self._edited)
+        self.drafter.currentIndexChanged.connect(self._edited)
+        self._layout()
+        self.set_values(ChatSettings(), "")
+
+    def _layout(self) -> None:
+        prompt_label = QLabel("System prompt")
+        prompt_label.setToolTip(TIPS["system_prompt"])
+        self.system_prompt.setToolTip(TIPS["system_prompt"])
+        left, right = QFormLayout(), QFormLayout()
+        for form in (left, right):
+            form.setHorizontalSpacing(10)
+            form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+        rows = [(left, "Temperature", self.temperature, "temperature"), (left, "Top-p", self.top_p, "top_p"),
+                (left, "Top-k", self.top_k, "top_k"), (right, "Max new tokens", self.max_tokens, "max_tokens"),
+                (right, "Draft tokens", self.draft_tokens, "draft_tokens"), (right, "Drafter", self.drafter, "drafter")]
+        for form, text, widget, key in rows:
+            label = QLabel(text)
+            label.setToolTip(TIPS[key])
+            widget.setToolTip(TIPS[key])
+            form.addRow(label, widget)
+        grid = QGridLayout(self)
+        grid.setContentsMargins(16, 10, 16, 12)
+        grid.setHorizontalSpacing(20)
+        grid.setVerticalSpacing(6)
+        grid.addWidget(prompt_label, 0, 0, 1, 3)
+        grid.addWidget(self.system_prompt, 1, 0, 1, 3)
+        grid.addLayout(left, 2, 0)
+        grid.addLayout(right, 2, 1)
+        grid.addWidget(self.reset_button, 2, 2)
+        grid.setColumnStretch(0, 1)
+        grid.setColumnStretch(1, 1)
+
+    def set_pair_draft(self, name: str) -> None:
+        """The first choice names what the loaded pair drafts with."""
+        text = f"The pair's draft ({name})"
+        if self.drafter.count() and self.drafter.itemData(0) == "pair":
+            self.drafter.setItemText(0, text)
+        else:
+            self.drafter.insertItem(0, text, "pair")
+
+    def values(self) -> ChatSettings:
+        draft_tokens = self.draft_tokens.value()
+        return ChatSettings(
+            temperature=round(self.temperature.value(), 2), top_p=round(self.top_p.value(), 2),
+            top_k=self.top_k.value(), max_tokens=self.max_tokens.value(),
+            draft_tokens=draft_tokens or None, drafter=self.drafter.currentData(),
+        )
+
+    def set_values(self, settings: ChatSettings, system_prompt: str, announce: bool = False) -> None:
+        """Show a chat's settings; `announce` also reports them as a change (the Defaults button)."""
+        self._quiet = True
+        try:
+            self.temperature.setValue(settings.temperature)
+            self.top_p.setValue(settings.top_p)
+            self.top_k.setValue(settings.top_k)
+            self.max_tokens.setValue(settings.max_tokens)
+            self.draft_tokens.setValue(settings.draft_tokens or 0)
+            self.drafter.setCurrentIndex(max(0, self.drafter.findData(settings.drafter)))
+            if self.system_prompt.toPlainText() != system_prompt:
+                self.system_prompt.setPlainText(system_prompt)
+            self._prompt_timer.stop()
+        finally:
+            self._quiet = False
+        if announce:
+            self.settings_changed.emit(self.values())
+
+    def flush_prompt(self) -> None:
+        """Announce a pending system prompt edit now (before sending, or when the chat changes)."""
+        if self._prompt_timer.isActive():
+            self._prompt_timer.stop()
+            self._announce_prompt()
+
+    def _announce_prompt(self) -> None:
+        self.system_prompt_changed.emit(self.system_prompt.toPlainText())
+
+    def _prompt_edited(self) -> None:
+        if not self._quiet:
+            self._prompt_timer.start()
+
+    def _edited(self, *_args) -> None:
+        if not self._quiet:
+            self.settings_changed.emit(self.values())
+
+
+def _double(low: float, high: float, step: float, decimals: int) -> QDoubleSpinBox:
+    box = QDoubleSpinBox()
+    box.setRange(low, high)
+    box.setSingleStep(step)
+    box.setDecimals(decimals)
+    return box

@@ -1,0 +1,26 @@
+"""The right-hand panel's frame. Issue 6 fills `content` with draft token chips and live graphs."""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import QFrame, QLabel, QSizePolicy, QVBoxLayout, QWidget
+
+
+class SidePanelHost(QFrame):
+    """A header ("Draft activity") over an empty vertical layout, `content`, for the panel's widgets."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setObjectName("sidePanel")
+        self.setMinimumWidth(self.fontMetrics().averageCharWidth() * 24)  # never shown as a sliver
+        self.title = QLabel("Draft activity")
+        self.title.setObjectName("sidePanelTitle")
+        self.title.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(12, 12, 12, 12)
+        outer.setSpacing(8)
+        outer.addWidget(self.title)
+        self.content = QVBoxLayout()
+        self.content.setSpacing(8)
+        # The content takes the height; with nothing in it yet, the stretch keeps the title on top.
+        outer.addLayout(self.content, 100)
+        outer.addStretch(1)

@@ -155,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
                           '(a copy of the target at that precision), "ngram" (prompt lookup), "none", or '
                           '"auto" (default: the demo\'s measured best draft, else prompt lookup)')
     gen.add_argument("--precision", default="auto",
-                     choices=["auto", "float32", "bfloat16", "float16", "int4", "int4-head"],
+                     choices=["auto", "float32", "bfloat16", "float16", "int4", "int4-bf16-head", "int4-head"],
                      help="the target's precision: auto (its weights' own), a float type, or int4 weight-only")
     gen.add_argument("--draft-tokens", type=_draft_tokens, default=None, metavar="auto|N",
                      help="draft length: auto (adaptive, the default) or a fixed N")
@@ -176,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--draft", default="auto",
                        help='draft model, "self:<precision>", "ngram", or "auto" (as for generate)')
     bench.add_argument("--precision", default="auto",
-                       choices=["auto", "float32", "bfloat16", "float16", "int4", "int4-head"])
+                       choices=["auto", "float32", "bfloat16", "float16", "int4", "int4-bf16-head", "int4-head"])
     bench.add_argument("--backend", choices=["mlx", "torch"], default=None)
     bench.add_argument("--temperature", type=float, default=0.0)
     bench.add_argument("--top-p", type=float, default=1.0)

@@ -85,14 +85,17 @@ def test_controller_falls_back_to_plain_when_drafts_do_not_pay():
     for _ in range(30):  # a bad draft: nothing accepted, and drafting costs a third of a pass
         c.record_round(4, 0, draft_s=4 * 0.017, verify_s=0.060)
     choices = []
-    for _ in range(60):
+    for _ in range(400):
         k = choices.append(c.choose()) or choices[-1]
         if k:
-            c.record_round(k, 0, draft_s=k * 0.017, verify_s=0.050 + 0.005 * k)
+            c.record_round(k, 0, draft_s=k * 0.017, verify_s=0.060)
         else:
             c.record_plain(0.050)
-    assert choices.count(0) >= 55  # plain, with an occasional probe
-    assert 1 in choices  # it probes again later
+    probes = [i for i, k in enumerate(choices) if k]
+    assert 2 <= len(probes) <= 5  # plain, with an occasional probe ...
+    gaps = [b - a for a, b in zip(probes, probes[1:], strict=False)]
+    assert gaps == sorted(gaps) and gaps[-1] > 2 * gaps[0]  # ... ever rarer while they find nothing
+    assert {choices[i] for i in probes} == {4}  # at the cheapest verify width measured (5)
 
 
 def test_controller_drafts_long_when_everything_is_accepted():

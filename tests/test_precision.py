@@ -43,6 +43,13 @@ def test_torch_int4_layers_use_torchao(tiny_pair):
     assert "WeightOnlyInt4Linear" in kinds and "int4" in body.dtype and "float32 head" in body.dtype
     assert not isinstance(body.model.get_output_embeddings(), WeightOnlyInt4Linear)
     assert isinstance(everything.model.get_output_embeddings(), WeightOnlyInt4Linear)
+    from app.models.torch_quantize import LowPrecisionHead
+
+    half_head = TorchBackend(tiny_pair["target"], precision="int4-bf16-head")
+    head = half_head.model.get_output_embeddings()
+    assert isinstance(head, LowPrecisionHead) and "bfloat16 head" in half_head.dtype
+    ids = [5, 17, 300, 42]
+    assert half_head.top2_gap(ids) > 0 and half_head.forward_last(ids).dtype == full.forward_last(ids).dtype
     # (a tied embedding stays float for the lookup, so an int4 head adds to memory: it buys speed)
     assert body.weights_bytes < full.weights_bytes and everything.weights_bytes < full.weights_bytes
 

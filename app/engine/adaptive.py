@@ -20,7 +20,8 @@ from app.engine.bound import expected_tokens
 DECAY = 0.97  # per round: old evidence fades so the controller follows the text
 PRIOR_ACCEPT = 0.6
 SPIKE_LIMIT = 1.5  # a measurement counts at most this many times the running estimate
-PROBE_EVERY = 24  # plain rounds between probes when speculation was not paying
+PROBE_EVERY = 24  # plain rounds before the first probe when speculation was not paying
+PROBE_MAX = 384
 # Verify cost is not monotonic in width on CPUs (matmul kernels change with the row count:
 # measured here, width 2-3 can cost more than width 5-9), so the first rounds measure several
 # widths instead of interpolating.
@@ -106,6 +107,7 @@ class DraftLengthController:
         self.costs = CostModel(max_k=max(max_k, fixed_k or 0))
         self._warmup = [k for k in WARMUP_KS if k <= max_k]
         self._plain_run = 0
+        self._probe_every = PROBE_EVERY
 
     def choose(self) -> int:
         if self.fixed_k is not None:
@@ -124,12 +126,22 @@ class DraftLengthController:
         best = max(rates, key=rates.get)
         if best == 0:
             self._plain_run += 1
-            if self._plain_run >= PROBE_EVERY:
+            if self._plain_run >= self._probe_every:
                 self._plain_run = 0
-                return 1  # probe: acceptance may have recovered
+                # each probe that finds nothing waits twice as long for the next (a bad pair
+                # then costs a vanishing share of the time), up to PROBE_MAX
+                self._probe_every = min(self._probe_every * 2, PROBE_MAX)
+                return self._probe_k()
         else:
             self._plain_run = 0
+            self._probe_every = PROBE_EVERY
         return best
+
+    def _probe_k(self) -> int:
+        """The draft length whose verify pass measured cheapest: on a CPU a width-5 pass can
+        cost less than a width-2 one, and it samples more positions' acceptance."""
+        widths = [w for w in self.costs.t_verify if 2 <= w <= self.costs.max_k + 1]
+        return min(widths, key=self.costs.t_verify.get) - 1 if widths else 1
 
     def _could_win(self, k: int) -> bool:
         """With the acceptance seen so far and a verify as cheap as one plain step (a lower

@@ -68,3 +68,23 @@ def quantize_int4(model: torch.nn.Module, include_head: bool = False,
             setattr(parent, name, holder[0])
             count += 1
     return count
+
+
+class LowPrecisionHead(torch.nn.Module):
+    """The output head as its own copy in a lower float precision. For a small draft the head is
+    most of the bytes read per token (SmolLM2-135M: 113 MB in float32 against 53 MB for the whole
+    int4 body), and bfloat16 halves it while keeping the argmax far better than int4 does."""
+
+    def __init__(self, linear: torch.nn.Linear, dtype: torch.dtype):
+        super().__init__()
+        self.weight = torch.nn.Parameter(linear.weight.detach().to(dtype).clone(), requires_grad=False)
+        self.out_dtype = linear.weight.dtype
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.linear(x.to(self.weight.dtype), self.weight).to(self.out_dtype)
+
+
+@torch.no_grad()
+def lower_head_precision(model, dtype: torch.dtype = torch.bfloat16) -> None:
+    """Replace the output head by a `LowPrecisionHead` (a tied input embedding keeps its weights)."""
+    model.set_output_embeddings(LowPrecisionHead(model.get_output_embeddings(), dtype))

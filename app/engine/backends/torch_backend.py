@@ -19,7 +19,7 @@ quiet_torchao_logs()
 transformers_logging.disable_progress_bar()  # the window and the CLI report loading themselves
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-PRECISIONS = ("auto", *_DTYPES, "int4", "int4-head")  # "auto": the weights' own
+PRECISIONS = ("auto", *_DTYPES, "int4", "int4-bf16-head", "int4-head")  # "auto": the weights' own
 
 
 def pick_device() -> torch.device:
@@ -121,10 +121,13 @@ class TorchBackend(ModelBackend):
         ).to(self._device)
         self.precision = str(self._dtype).removeprefix("torch.")
         if precision.startswith("int4"):
-            from app.models.torch_quantize import GROUP_SIZE, quantize_int4
+            from app.models.torch_quantize import GROUP_SIZE, lower_head_precision, quantize_int4
 
             quantize_int4(self.model, include_head=precision == "int4-head")
             head = "int4 head" if precision == "int4-head" else f"{self.precision} head"
+            if precision == "int4-bf16-head":
+                lower_head_precision(self.model, torch.bfloat16)
+                head = "bfloat16 head"
             self.precision = f"int4 (g{GROUP_SIZE}, {head})"
         self.model.eval()
         self.device = str(self._device)

@@ -16,7 +16,7 @@ from pathlib import Path
 from app.engine.adaptive import DraftLengthController
 from app.engine.backends import default_backend, load_backend
 from app.engine.backends.base import ModelBackend
-from app.engine.drafters import Drafter, ModelDrafter, PromptLookupDrafter
+from app.engine.drafters import Drafter, LookupThenModelDrafter, ModelDrafter, PromptLookupDrafter
 from app.engine.events import Finished, Notice, Round
 from app.engine.sampling import SamplingParams
 from app.engine.speculative import generate
@@ -24,6 +24,7 @@ from app.models.pairing import check_tokenizers
 from app.models.resolve import display_name, resolve_model
 
 DRAFT_NONE, DRAFT_LOOKUP, SELF_DRAFT, DRAFT_AUTO = "none", "ngram", "self:", "auto"
+DRAFT_MODEL_ONLY = "model"  # a request's drafter: the pair's draft model without prompt lookup
 
 
 def auto_draft(spec: str | Path) -> str:
@@ -47,7 +48,9 @@ class ChatRequest:
     params: SamplingParams = SamplingParams()
     stop_strings: tuple[str, ...] = ()
     draft_tokens: int | None = None  # None: adaptive
-    drafter: str = "pair"  # "pair": the loaded draft; "ngram": prompt lookup; "none": the target alone
+    # "pair": the loaded draft (a draft model works with prompt lookup); "model": the draft model
+    # alone; "ngram": prompt lookup alone; "none": the target alone
+    drafter: str = "pair"
 
     @property
     def use_draft(self) -> bool:
@@ -113,7 +116,7 @@ class Runner:
             # Padded embeddings (e.g. 151936 vs 152064 rows): compare over the real vocabulary.
             limit = min(len(tokenizer), target.vocab_size, draft_backend.vocab_size)
             target.vocab_limit = draft_backend.vocab_limit = limit
-            drafter = ModelDrafter(draft_backend)
+            drafter = LookupThenModelDrafter(ModelDrafter(draft_backend))
             draft_name = (f"self-draft {draft_backend.dtype}" if draft_precision
                           else display_name(draft_folder))
         elif str(draft) == DRAFT_LOOKUP:
@@ -139,6 +142,8 @@ class Runner:
             return None
         if choice == DRAFT_LOOKUP and not isinstance(self.drafter, PromptLookupDrafter):
             return self._lookup  # stateless between generations: one instance serves every request
+        if choice == DRAFT_MODEL_ONLY and isinstance(self.drafter, LookupThenModelDrafter):
+            return self.drafter.model
         return self.drafter
 
     def chat(self, request: ChatRequest) -> Iterator[Round | Notice | Finished]:

@@ -7,10 +7,11 @@ import json
 
 import pytest
 
+from app.engine.adaptive import MAX_DRAFT
 from app.engine.bound import best_bound, conditional_acceptance, expected_tokens, speedup_bound
 
 TORCH_METHODS = {"target alone", "transformers plain", "transformers prompt lookup", "transformers assisted",
-                 "tandem adaptive", "tandem k=2", "tandem k=4", "tandem k=6"}
+                 "tandem adaptive", "tandem adaptive, model only", "tandem k=2", "tandem k=4", "tandem k=6"}
 
 
 def test_expected_tokens_and_the_bound():
@@ -48,10 +49,12 @@ def test_quick_bench_on_torch_reports_every_figure(tiny_pair, tmp_path, capsys):
     assert report["config"]["prompts"] == 2 and report["config"]["max_tokens"] == 16
     assert len(report["runs"]) == 2 * 2 * len(TORCH_METHODS)
     assert all(run["tokens"] == 16 and run["tokens_per_s"] > 0 for run in report["runs"])
-    assert set(report["costs"]["target_s_by_width"]) == {str(w) for w in range(1, 10)}  # adaptive k goes to 8
+    # adaptive k goes up to MAX_DRAFT drafts, so the bound has every width up to MAX_DRAFT + 1
+    assert set(report["costs"]["target_s_by_width"]) == {str(w) for w in range(1, MAX_DRAFT + 2)}
     assert report["costs"]["draft_s_per_token"] > 0
-    for name in ("tandem adaptive", "tandem k=4"):
+    for name in ("tandem adaptive", "tandem adaptive, model only", "tandem k=4"):
         m = methods[name]
+        assert m["draft_s_per_token"] > 0
         assert m["anchor"] == "transformers assisted"
         assert 0 < m["acceptance"] <= 1 and m["tokens_per_pass"] > 1
         assert m["bound"]["speedup"] >= 1 and m["fraction_of_bound"]["median"] > 0
@@ -89,7 +92,8 @@ def test_quick_bench_on_mlx_with_mlx_lm_anchors(tiny_pair, tmp_path):
                           "--draft", str(tiny_pair["near_mlx"]), "--backend", "mlx", "--ks", "4")
     assert code == 0
     methods = {m["name"]: m for m in report["methods"]}
-    assert set(methods) == {"target alone", "mlx-lm plain", "mlx-lm speculative", "tandem adaptive", "tandem k=4"}
+    assert set(methods) == {"target alone", "mlx-lm plain", "mlx-lm speculative", "tandem adaptive",
+                            "tandem adaptive, model only", "tandem k=4"}
     assert report["exactness"]["exact"]
     assert 0 < methods["mlx-lm speculative"]["acceptance"] <= 1
     assert methods["tandem k=4"]["anchor"] == "mlx-lm speculative"

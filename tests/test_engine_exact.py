@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.engine.backends import load_backend
-from app.engine.drafters import ModelDrafter, PromptLookupDrafter
+from app.engine.drafters import LookupThenModelDrafter, ModelDrafter, PromptLookupDrafter
 from app.engine.events import Finished, Round
 from app.engine.speculative import generate
 
@@ -54,6 +54,9 @@ def _check_backend(models, ks):
         for k in ks:
             spec, _ = _run(target, prompt, PromptLookupDrafter(), draft_tokens=k)
             assert spec == plain, f"prompt lookup, k={k}"
+            both = LookupThenModelDrafter(ModelDrafter(models["near"]), min_tokens=1)
+            spec, _ = _run(target, prompt, both, draft_tokens=k)
+            assert spec == plain, f"lookup then model, k={k}"
 
 
 def test_torch_speculative_equals_target_alone(torch_models):
@@ -72,16 +75,20 @@ def test_acceptance_tracks_how_alike_the_draft_is(torch_models):
     assert rates["draft"] < 0.3 < rates["near"] < 1.0, rates
 
 
-def test_caches_hold_exactly_the_committed_tokens(torch_models, tiny_pair):
+@pytest.mark.parametrize("lookup", [False, True], ids=["model", "lookup-then-model"])
+def test_caches_hold_exactly_the_committed_tokens(torch_models, tiny_pair, lookup):
     target, draft = torch_models["target"], torch_models["near"]
     fresh = load_backend(tiny_pair["target"], "torch")
     fresh_draft = load_backend(tiny_pair["near"], "torch")
-    committed = list(PROMPTS[0])
+    prompt = PROMPTS[1] if lookup else PROMPTS[0]
+    drafter = LookupThenModelDrafter(ModelDrafter(draft), min_tokens=1) if lookup else ModelDrafter(draft)
+    committed = list(prompt)
     seen_partial = False
-    for event in generate(target, _decode, PROMPTS[0], drafter=ModelDrafter(draft),
-                          draft_tokens=5, max_tokens=N):
+    sources = set()
+    for event in generate(target, _decode, prompt, drafter=drafter, draft_tokens=5, max_tokens=N):
         if not isinstance(event, Round):
             continue
+        sources.add(event.source)
         committed.extend(event.emitted)
         seen_partial |= 0 < event.accepted < len(event.drafted)
         # the target holds all but the pending token, the draft a prefix of the committed
@@ -96,6 +103,8 @@ def test_caches_hold_exactly_the_committed_tokens(torch_models, tiny_pair):
             want = ref.forward_last(committed)
             assert (got - want).abs().max() < 1e-4
     assert seen_partial  # the check covered rounds that rejected some drafts
+    # the combined drafter's model really lagged behind lookup rounds and caught up
+    assert sources - {""} == ({"lookup", "model"} if lookup else {"model"})
 
 
 def test_a_failed_round_leaves_the_caches_consistent(torch_models):

@@ -13,7 +13,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from app.engine.backends import load_backend
 from app.engine.backends import torch_backend as tb
-from app.engine.drafters import ModelDrafter
+from app.engine.drafters import LookupThenModelDrafter, ModelDrafter, PromptLookupDrafter
 from app.engine.events import Round
 from app.engine.sampling import SamplingParams
 from app.engine.speculative import generate
@@ -66,9 +66,11 @@ def _exact_marginals(folder, params: SamplingParams, depth: int = 3) -> list[np.
     return marginals
 
 
-def _speculative_samples(small_pair, params, n=SAMPLES, backend="torch"):
+def _speculative_samples(small_pair, params, n=SAMPLES, backend="torch", lookup=False):
     target = load_backend(small_pair[0], backend)
     drafter = ModelDrafter(load_backend(small_pair[1], backend))
+    if lookup:  # one-token matches: deterministic lookup drafts and model drafts both occur
+        drafter = LookupThenModelDrafter(drafter, PromptLookupDrafter(max_ngram=2, min_ngram=1), min_tokens=1)
     counts = np.zeros((3, VOCAB))
     for _ in range(n):
         tokens = [t for e in generate(target, lambda ids: "", PROMPT, drafter=drafter,
@@ -98,6 +100,14 @@ def test_speculative_sampling_matches_the_target(small_pair, params):
     exact = _exact_marginals(small_pair[0], params)
     counts = _speculative_samples(small_pair, params)
     for position in (1, 2):  # tokens 2 and 3 come from the first speculative round
+        assert _p_value(counts[position], exact[position]) > ALPHA / 2, position
+
+
+def test_lookup_then_model_sampling_matches_the_target(small_pair):
+    params = CASES[1]
+    exact = _exact_marginals(small_pair[0], params)
+    counts = _speculative_samples(small_pair, params, lookup=True)
+    for position in (1, 2):
         assert _p_value(counts[position], exact[position]) > ALPHA / 2, position
 
 

@@ -111,6 +111,25 @@ def test_controller_drafts_long_when_everything_is_accepted():
     assert c.costs.bound(8) > 3.0  # 9 tokens for 0.04 + 0.082 s vs 0.05 s per token
 
 
+def test_positions_never_drafted_borrow_the_pooled_acceptance():
+    """A pair accepting 98% at k = 4 must try longer drafts: positions 5.. were never drafted,
+    and a fixed pessimistic prior there kept k at 4 for good (the demo pair did exactly that)."""
+    c = DraftLengthController(fixed_k=4)
+    for i in range(40):
+        c.record_round(4, 3 if i % 12 == 0 else 4, draft_s=4 * 0.028, verify_s=0.080)
+    c.costs.record_verify(1, 0.060)
+    assert c.costs.acceptance(10) > 0.9
+    adaptive = DraftLengthController()
+    adaptive.costs = c.costs
+    adaptive._warmup = []
+    assert adaptive.choose() > 4
+    # and a pair that rejects most drafts is not talked into long ones
+    bad = DraftLengthController(fixed_k=4)
+    for _ in range(40):
+        bad.record_round(4, 0, draft_s=4 * 0.028, verify_s=0.080)
+    assert bad.costs.acceptance(10) < 0.15
+
+
 def test_fixed_k_is_respected():
     c = DraftLengthController(fixed_k=3)
     c.record_round(3, 0, 0.1, 0.1)

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field, replace
 from app.bench.costs import measure_draft_cost, measure_target_costs
 from app.bench.runs import RunResult, run_tandem
 from app.bench.suite import BenchPrompt
-from app.engine.adaptive import DraftLengthController
-from app.engine.drafters import ModelDrafter
+from app.engine.adaptive import MAX_DRAFT, DraftLengthController
+from app.engine.drafters import LookupThenModelDrafter, ModelDrafter
 from app.engine.sampling import SamplingParams
 
 TARGET_ALONE = "target alone"
@@ -62,7 +62,7 @@ def build_methods(runner, ks=(2, 4, 6), anchors: bool = True) -> list[Method]:
         return lambda prompt, ids, params: run_tandem(target, tok.decode, ids, draft, prompt.max_tokens,
                                                       params, stop, k, controller)
 
-    is_model = isinstance(drafter, ModelDrafter)
+    is_model = isinstance(drafter, (ModelDrafter, LookupThenModelDrafter))
     anchor_spec = anchor_lookup = anchor_plain = None
     methods = [Method(TARGET_ALONE, "target", tandem(None, None))]
     if anchors and target.name == "torch":
@@ -91,6 +91,9 @@ def build_methods(runner, ks=(2, 4, 6), anchors: bool = True) -> list[Method]:
     if drafter is not None:
         matching = anchor_spec if is_model else anchor_lookup
         methods.append(Method("tandem adaptive", "tandem", tandem(drafter, None), None, matching))
+        if isinstance(drafter, LookupThenModelDrafter):  # what the draft model does on its own
+            methods.append(Method("tandem adaptive, model only", "tandem", tandem(drafter.model, None),
+                                  None, matching))
         for k in ks:
             methods.append(Method(f"tandem k={k}", "tandem", tandem(drafter, k), k, matching))
     methods[0] = replace(methods[0], anchor=anchor_plain)
@@ -125,10 +128,10 @@ def measure_costs(runner, bench: BenchRun) -> tuple[dict[int, float], float | No
     first = bench.prompts[0]
     answer = next(r.result.tokens for r in bench.records if r.prompt == first.name and r.method == TARGET_ALONE)
     context = bench.prompt_ids[first.name] + answer[: len(answer) // 2 or 1]
-    widest = max([m.k or 8 for m in bench.methods if m.family == "tandem"], default=8)
+    widest = max([m.k or MAX_DRAFT for m in bench.methods if m.family == "tandem"], default=MAX_DRAFT)
     costs = measure_target_costs(runner.target, context, range(1, widest + 2))
     drafter = runner.drafter
-    if isinstance(drafter, ModelDrafter):
+    if isinstance(drafter, (ModelDrafter, LookupThenModelDrafter)):
         return costs, measure_draft_cost(drafter.backend, context)
     # a model-free drafter: its measured time per proposed token in the runs
     drafted = [r.result for r in bench.records if r.result.drafted]

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, fields, replace
 
 from app.engine.sampling import SamplingParams
 
-DRAFTERS = ("pair", "ngram", "none")  # the loaded draft, prompt lookup, the target alone
+DRAFTERS = ("pair", "model", "ngram", "none")  # the pair (draft + lookup), its draft model alone, lookup alone, none
 MAX_DRAFT_TOKENS = 32
 
 

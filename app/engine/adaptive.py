@@ -18,7 +18,12 @@ from dataclasses import dataclass, field
 from app.engine.bound import expected_tokens
 
 DECAY = 0.97  # per round: old evidence fades so the controller follows the text
-PRIOR_ACCEPT = 0.6
+PRIOR_ACCEPT = 0.6  # before anything is measured
+# A position rarely drafted borrows the acceptance pooled over all positions, weighted as this
+# many rounds: with a fixed prior instead, a pair that accepts 98% stayed at k = 4 for good,
+# because positions 5.. were never drafted and so never lost the pessimistic prior.
+POOL_WEIGHT = 2.0
+MAX_DRAFT = 16  # the longest draft adaptive k considers (transformers' assisted default is 20)
 SPIKE_LIMIT = 1.5  # a measurement counts at most this many times the running estimate
 PROBE_EVERY = 24  # plain rounds before the first probe when speculation was not paying
 PROBE_MAX = 384
@@ -30,7 +35,7 @@ WARMUP_KS = (0, 4, 2, 6, 8, 3, 1, 5, 7)  # 0 first: plain decoding's cost is the
 
 @dataclass
 class CostModel:
-    max_k: int = 8
+    max_k: int = MAX_DRAFT
     accept_w: list[float] = field(default_factory=list)  # decayed accepted counts per position
     reach_w: list[float] = field(default_factory=list)  # decayed times each position was drafted
     t_draft: float | None = None  # seconds per draft token (EMA)
@@ -60,8 +65,11 @@ class CostModel:
 
     # --- estimates ------------------------------------------------------------------------
     def acceptance(self, i: int) -> float:
-        """P(position i accepted | position i-1 accepted), with a weak prior."""
-        return (self.accept_w[i] + PRIOR_ACCEPT) / (self.reach_w[i] + 1.0)
+        """P(position i accepted | position i-1 accepted), shrunk towards the pooled acceptance."""
+        return (self.accept_w[i] + POOL_WEIGHT * self.pooled_acceptance()) / (self.reach_w[i] + POOL_WEIGHT)
+
+    def pooled_acceptance(self) -> float:
+        return (sum(self.accept_w) + PRIOR_ACCEPT) / (sum(self.reach_w) + 1.0)
 
     def expected_tokens(self, k: int) -> float:
         return expected_tokens([self.acceptance(i) for i in range(k)], k)
@@ -102,7 +110,7 @@ class DraftLengthController:
     """Adaptive k (on by default) or a fixed k. Falls back to plain decoding when no k is
     predicted to beat it, and probes again every PROBE_EVERY plain rounds."""
 
-    def __init__(self, fixed_k: int | None = None, max_k: int = 8):
+    def __init__(self, fixed_k: int | None = None, max_k: int = MAX_DRAFT):
         self.fixed_k = fixed_k
         self.costs = CostModel(max_k=max(max_k, fixed_k or 0))
         self._warmup = [k for k in WARMUP_KS if k <= max_k]

@@ -27,6 +27,7 @@ class Proposal:
     probs: Any = None  # device array (k, V) of the draft distributions; None: one-hot at `ids`
     ids_array: Any = None  # the same ids as a device array, when the drafter has one
     seconds: float = 0.0
+    source: str = ""  # which drafter wrote it ("model", "lookup"), for the side panel and stats
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,7 @@ class ModelDrafter(Drafter):
         if params.seed is not None:  # the draft's random stream must not mirror the target's
             params = replace(params, seed=params.seed + 7919)
         ids, p, probs, ids_array = self.backend.draft(catch_up, k, params)
-        return Proposal(ids, p, probs, ids_array, time.perf_counter() - start)
+        return Proposal(ids, p, probs, ids_array, time.perf_counter() - start, "model")
 
     def accepted(self, committed, proposal, n_accepted, state=None) -> None:
         # The draft cache holds the old committed tokens + proposal[:k-1], and the new committed
@@ -110,5 +111,43 @@ class PromptLookupDrafter(Drafter):
                     follow = tuple(seq[i + n : i + n + k])
                     if follow:
                         return Proposal(follow, (1.0,) * len(follow),
-                                        seconds=time.perf_counter() - start)
+                                        seconds=time.perf_counter() - start, source="lookup")
         return Proposal((), (), seconds=time.perf_counter() - start)
+
+
+class LookupThenModelDrafter(Drafter):
+    """Prompt lookup where the answer repeats its context, the draft model everywhere else.
+
+    A lookup proposal costs microseconds where a model draft costs a forward pass per token, and
+    where the text is being copied (an edited email, a function written out again) it is as
+    right as the model. Lookup takes the round only on a match of at least `min_ngram` tokens
+    that offers `min_tokens` or more, so chance one-token matches do not displace a better
+    model draft. The model's cache simply lags during lookup rounds and catches up, in one
+    pass, the next time it drafts. Any drafter keeps verification exact: this only changes
+    which tokens are proposed."""
+
+    def __init__(self, model: ModelDrafter, lookup: PromptLookupDrafter | None = None, min_tokens: int = 3):
+        self.model = model
+        self.lookup = lookup or PromptLookupDrafter(max_ngram=4, min_ngram=3)
+        self.min_tokens = min_tokens
+        self.name = f"{model.name} + prompt lookup"
+
+    @property
+    def backend(self) -> ModelBackend:
+        return self.model.backend
+
+    def start(self, prompt_ids: Sequence[int]) -> None:
+        self.model.start(prompt_ids)
+
+    def propose(self, committed: Sequence[int], k: int, params: SamplingParams) -> Proposal:
+        found = self.lookup.propose(committed, k, params)
+        if len(found.ids) >= min(k, self.min_tokens):
+            return found
+        proposal = self.model.propose(committed, k, params)
+        return replace(proposal, seconds=proposal.seconds + found.seconds)
+
+    def accepted(self, committed, proposal, n_accepted, state=None) -> None:
+        self.model.accepted(committed, proposal, n_accepted, state)
+
+    def can_speculate(self) -> str | None:
+        return self.model.can_speculate()

@@ -21,6 +21,7 @@ class Round:
     draft_s: float = 0.0
     verify_s: float = 0.0
     k: int = 0  # draft length asked for this round (0: plain decoding)
+    source: str = ""  # who drafted: "model", "lookup" ("" when nothing was drafted)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Sequence
 
-from app.engine.adaptive import DraftLengthController
+from app.engine.adaptive import MAX_DRAFT, DraftLengthController
 from app.engine.backends.base import ModelBackend, Verdict
 from app.engine.drafters import Drafter, Proposal
 from app.engine.events import Finished, GenerationStats, Notice, PromptTooLongError, Round
@@ -85,7 +85,7 @@ def generate(
     params: SamplingParams = SamplingParams(),
     stop_strings: Sequence[str] = (),
     draft_tokens: int | None = None,  # None: adaptive; an int fixes k
-    max_draft: int = 8,
+    max_draft: int = MAX_DRAFT,
     controller: DraftLengthController | None = None,
     should_stop: Callable[[], bool] = lambda: False,
 ) -> Iterator[Round | Notice | Finished]:
@@ -96,7 +96,7 @@ def generate(
         drafter = None
     controller = controller or DraftLengthController(fixed_k=draft_tokens, max_k=max_draft)
     answer = AnswerStream(decode, prompt_ids, stop_ids, stop_strings, max_tokens)
-    max_k = max(max_draft, draft_tokens or 0)
+    max_k = max(max_draft, draft_tokens or 0, controller.costs.max_k)
     drafted_at, accepted_at, reached_at = [0] * max_k, [0] * max_k, [0] * max_k
 
     start = time.perf_counter()
@@ -146,7 +146,7 @@ def generate(
         kept, text = answer.take(emitted)
         yield Round(index=rounds, drafted=proposal.ids, accepted=accepted, emitted=kept,
                     text=text, draft_p=proposal.p, target_q=verdict.q if verdict else (),
-                    draft_s=proposal.seconds, verify_s=verify_s, k=k)
+                    draft_s=proposal.seconds, verify_s=verify_s, k=k, source=proposal.source)
     decode_s = time.perf_counter() - decode_start
     tail = answer.close()
     if tail:

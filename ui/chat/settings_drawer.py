@@ -57,6 +57,7 @@ class SettingsDrawer(QFrame):
         self.draft_tokens.setSpecialValueText("auto")
         self.drafter = QComboBox()
         self.set_pair_draft("the pair's draft")
+        self.drafter.addItem("Draft model only", "model")
         self.drafter.addItem("Prompt lookup (n-gram)", "ngram")
         self.drafter.addItem("None: the target alone", "none")
         self.reset_button = QPushButton("Defaults")

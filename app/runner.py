@@ -24,6 +24,7 @@ from app.models.pairing import check_tokenizers
 from app.models.resolve import display_name, resolve_model
 
 DRAFT_NONE, DRAFT_LOOKUP, SELF_DRAFT, DRAFT_AUTO = "none", "ngram", "self:", "auto"
+BASELINE_TOKENS = 16
 DRAFT_MODEL_ONLY = "model"  # a request's drafter: the pair's draft model without prompt lookup
 
 
@@ -145,6 +146,21 @@ class Runner:
         if choice == DRAFT_MODEL_ONLY and isinstance(self.drafter, LookupThenModelDrafter):
             return self.drafter.model
         return self.drafter
+
+    def time_target_alone(self, messages: tuple[dict, ...] = (), tokens: int = BASELINE_TOKENS) -> tuple[float, int]:
+        """Seconds per token of the target decoding alone after `messages` (or a short greeting),
+        and the context length it was measured at: the side panel's speedup is measured against
+        this, never assumed. Stop tokens are ignored so every timing covers `tokens` tokens."""
+        if self.target is None:
+            raise RuntimeError("No model is loaded.")
+        prompt = self.tokenizer.render_chat(list(messages) or [{"role": "user", "content": "Hello!"}])
+        prompt = prompt[-(self.target.context_length - tokens - 1):]
+        finished = None
+        for event in generate(self.target, self.tokenizer.decode, prompt, drafter=None, max_tokens=tokens):
+            if isinstance(event, Finished):
+                finished = event
+        stats = finished.stats
+        return stats.decode_s / max(stats.decode_tokens, 1), len(prompt) + tokens
 
     def chat(self, request: ChatRequest) -> Iterator[Round | Notice | Finished]:
         if self.target is None:

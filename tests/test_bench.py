@@ -56,7 +56,10 @@ def test_quick_bench_on_torch_reports_every_figure(tiny_pair, tmp_path, capsys):
         m = methods[name]
         assert m["draft_s_per_token"] > 0
         assert m["anchor"] == "transformers assisted"
-        assert 0 < m["acceptance"] <= 1 and m["tokens_per_pass"] > 1
+        # adaptive k follows measured costs, so what it drafts varies from run to run; fixed k does not
+        assert 0 <= m["acceptance"] <= 1 and m["tokens_per_pass"] >= 1
+        if name == "tandem k=4":
+            assert 0 < m["acceptance"] and m["tokens_per_pass"] > 1
         assert m["bound"]["speedup"] >= 1 and m["fraction_of_bound"]["median"] > 0
         spread = m["ratio_to_target_alone"]
         assert spread["min"] <= spread["median"] <= spread["max"]

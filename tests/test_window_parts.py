@@ -242,18 +242,20 @@ def test_the_conversation_list_creates_renames_searches_and_deletes(offline_wind
 def test_the_side_panel_and_the_settings_drawer_toggle_and_stay_open(offline_window, qtbot):
     window = offline_window()
     assert window.side_panel_host.title.text() == "Draft activity"
-    assert window.side_panel_host.content.count() == 0
-    assert window.side_panel_host.isHidden()  # empty until issue 6 fills it
-    window.header.side_panel_button.click()
-    assert window.side_panel_action.isChecked() and not window.side_panel_host.isHidden()
+    assert window.side_panel_host.content.itemAt(0).widget() is window.draft_panel
+    assert not window.side_panel_host.isHidden()  # Tandem's signature: shown on a first start
     qtbot.waitUntil(lambda: window.splitter.sizes()[2] >= window.side_panel_host.minimumWidth())
+    window.header.side_panel_button.click()
+    assert not window.side_panel_action.isChecked() and window.side_panel_host.isHidden()
     window.settings_action.trigger()
     assert not window.settings_drawer.isHidden()
     window.close()
 
     again = offline_window()  # the same settings file: the next start
-    assert not again.side_panel_host.isHidden() and not again.settings_drawer.isHidden()
-    assert again.header.side_panel_button.isChecked()
+    assert again.side_panel_host.isHidden() and not again.settings_drawer.isHidden()
+    assert not again.header.side_panel_button.isChecked()
+    again.header.side_panel_button.click()
+    assert not again.side_panel_host.isHidden()
 
 
 # The worker's context fitting, without a model
@@ -262,6 +264,9 @@ def test_the_side_panel_and_the_settings_drawer_toggle_and_stay_open(offline_win
 class _FakeTokenizer:
     def render_chat(self, messages):
         return [0] * sum(len(m["content"].split()) + 2 for m in messages)
+
+    def token_text(self, token_id):
+        return f"<{token_id}>"
 
 
 class _FakeLoaded:

@@ -25,6 +25,8 @@ from ui.chat.controller import ChatController
 from ui.chat.conversation_list import ConversationList
 from ui.chat.settings_drawer import SettingsDrawer
 from ui.header import Header, draft_text, target_text
+from ui.panel.draft_panel import DraftPanel
+from ui.panel.race_dialog import RaceDialog
 from ui.side_panel import SidePanelHost
 from ui.status_bar import StatusBar
 from ui.worker import EngineWorker
@@ -50,6 +52,7 @@ def open_history(path: Path | None) -> tuple[HistoryStore, str | None]:
 
 class MainWindow(QMainWindow):
     request_load = Signal(str, str, str)  # model, backend ("" = default), draft
+    request_race = Signal(object)  # ChatRequest
 
     def __init__(self, model: str = "demo", backend: str = "", draft: str = DRAFT_AUTO,
                  history_path: str | Path | None = None, settings: QSettings | None = None,
@@ -101,6 +104,9 @@ class MainWindow(QMainWindow):
 
         self.conversation_list = ConversationList()
         self.side_panel_host = SidePanelHost()
+        self.draft_panel = DraftPanel(dark=self.theme.theme.dark)
+        self.side_panel_host.content.addWidget(self.draft_panel)
+        self.race_dialog: RaceDialog | None = None
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
         self.splitter.setChildrenCollapsible(False)
         self.splitter.setHandleWidth(2)
@@ -170,14 +176,61 @@ class MainWindow(QMainWindow):
         self.conversation_list.search_changed.connect(lambda _text: self.refresh_conversations())
         self.settings_drawer.settings_changed.connect(controller.update_settings)
         self.settings_drawer.system_prompt_changed.connect(controller.update_system_prompt)
-        self.theme.changed.connect(lambda t: self.chat_view.set_renderer(MarkdownRenderer(t.markdown_style())))
+        self.theme.changed.connect(self._on_theme)
+        panel = self.draft_panel
+        worker.baseline.connect(panel.set_baseline)
+        worker.race_done.connect(self._on_race_done)
+        worker.race_failed.connect(self._on_race_failed)
+        controller.trace_shown.connect(self._on_trace_shown)
+        controller.trace_rounds.connect(panel.rounds_added)
+        controller.answer_finished.connect(lambda _stats: panel.finish_answer())
+        panel.tint_toggled.connect(lambda on: self.chat_view.set_tint(self.theme.theme.dark if on else None))
+        panel.race_requested.connect(self.start_race)
+        self.request_race.connect(worker.race)
+
+    def _on_theme(self, t) -> None:
+        self.chat_view.set_renderer(MarkdownRenderer(t.markdown_style()))
+        self.draft_panel.set_dark(t.dark)
+        if self.chat_view.tint is not None:
+            self.chat_view.set_tint(t.dark)
+
+    def _on_trace_shown(self, trace) -> None:
+        pending = self.controller.pending
+        if pending is not None and trace is pending.trace:
+            self.draft_panel.begin(trace)  # live: rounds arrive through trace_rounds
+        else:
+            self.draft_panel.show_trace(trace)
+
+    # Race mode
+
+    def start_race(self) -> None:
+        """Answer the open chat's last question with the target alone, then speculatively."""
+        request = self.controller.race_request()
+        if request is None:
+            self.banners.add("Race mode needs a loaded model, an idle engine and a chat with a question "
+                             "in it: send a message first.", "warning")
+            return
+        self.controller.set_racing(True)
+        self.race_dialog = RaceDialog(self)
+        self.race_dialog.show()
+        self.request_race.emit(request)
+
+    def _on_race_done(self, result) -> None:
+        self.controller.set_racing(False)
+        if self.race_dialog is not None:
+            self.race_dialog.show_result(result)
+
+    def _on_race_failed(self, message: str) -> None:
+        self.controller.set_racing(False)
+        if self.race_dialog is not None:
+            self.race_dialog.show_error(message)
 
     def _restore(self) -> None:
         settings = self.app_settings
         if not window_state.restore_layout(settings, self, self.splitter):
             self.resize(*DEFAULT_SIZE)
             self.splitter.setSizes(list(DEFAULT_SPLIT))
-        self.side_panel_action.setChecked(window_state.flag(settings, window_state.SIDE_PANEL, False))
+        self.side_panel_action.setChecked(window_state.flag(settings, window_state.SIDE_PANEL, True))
         self.side_panel_host.setVisible(self.side_panel_action.isChecked())
         self.settings_action.setChecked(window_state.flag(settings, window_state.SETTINGS_DRAWER, False))
         self.list_action.setChecked(True)
@@ -262,6 +315,7 @@ class MainWindow(QMainWindow):
 
     def _on_busy(self, busy: bool) -> None:
         self.composer.set_busy(busy)
+        self.draft_panel.set_available(not busy and self.controller.model is not None)
         self.regenerate_action.setEnabled(not busy)
         self.edit_action.setEnabled(not busy)
 
@@ -278,6 +332,7 @@ class MainWindow(QMainWindow):
         self.status.show_loaded(info)
         self.settings_drawer.set_pair_draft(draft_text(info)[0])
         self.composer.set_ready(True)
+        self.draft_panel.set_available(not self.controller.busy)
         self.chat_view.set_greeting_hint(
             f"{target_text(info)[0]} is ready, drafting with {draft_text(info)[0]}.\n"
             "Ask anything: Enter sends, Shift+Enter starts a new line.")

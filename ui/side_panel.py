@@ -1,4 +1,4 @@
-"""The right-hand panel's frame. Issue 6 fills `content` with draft token chips and live graphs."""
+"""The right-hand panel's frame; its content is ui.panel.draft_panel.DraftPanel."""
 
 from __future__ import annotations
 

@@ -10,16 +10,33 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from PySide6.QtCore import QObject, Signal, Slot
 
 from app.chat.context import ContextOverflowError, fit_messages
+from app.chat.trace import RoundTrace, trace_round
 from app.engine.events import Finished, Notice, Round
-from app.runner import DRAFT_AUTO, ChatRequest, Runner
+from app.runner import DRAFT_AUTO, DRAFT_NONE, ChatRequest, Runner
 
 REPAINT_INTERVAL_S = 1 / 30
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RaceResult:
+    alone: Finished
+    speculative: Finished
+    greedy: bool  # at temperature 0 the two texts must be identical
+
+    @property
+    def ratio(self) -> float:
+        a, s = self.alone.stats.tokens_per_s, self.speculative.stats.tokens_per_s
+        return s / a if a > 0 else 0.0
+
+    @property
+    def identical(self) -> bool:
+        return self.alone.text == self.speculative.text
 
 
 class EngineWorker(QObject):
@@ -28,9 +45,12 @@ class EngineWorker(QObject):
     load_failed = Signal(str)
     notice = Signal(str)  # something the user should know about this answer (context fitting, plain decoding)
     text = Signal(str)  # coalesced text deltas of the answer being written
-    rounds = Signal(list)  # coalesced Round events, for the side panel
+    rounds = Signal(list)  # coalesced app.chat.trace.RoundTrace, for the side panel
     finished = Signal(object)  # app.engine.events.Finished
     failed = Signal(str)  # a message for the user; nothing was generated after it
+    baseline = Signal(float, int)  # the target alone's measured seconds per token, at this context length
+    race_done = Signal(object)  # RaceResult
+    race_failed = Signal(str)
 
     def __init__(self, runner: Runner | None = None):
         super().__init__()
@@ -49,12 +69,25 @@ class EngineWorker(QObject):
             self.load_failed.emit(str(exc))
             return
         self.loaded.emit(info)
+        self.measure_baseline(())
+
+    @Slot(object)
+    def measure_baseline(self, messages) -> None:
+        """Time the target alone (the speedup's yardstick) after `messages`, or a short chat."""
+        try:
+            seconds, context = self.runner.time_target_alone(tuple(messages))
+        except Exception as exc:  # no baseline: the panel says so rather than guess
+            log.warning("timing the target alone failed: %s", exc)
+            return
+        self.baseline.emit(seconds, context)
 
     @Slot(object)
     def generate(self, request: ChatRequest) -> None:
         pending_text: list[str] = []
-        pending_rounds: list[Round] = []
+        pending_rounds: list[RoundTrace] = []
         last_emit = time.perf_counter()
+        first_token_at = None
+        token_text = self.runner.tokenizer.token_text if self.runner.tokenizer else str
 
         def flush() -> None:
             nonlocal last_emit
@@ -70,7 +103,9 @@ class EngineWorker(QObject):
             request = self._fit(request)
             for event in self.runner.chat(request):
                 if isinstance(event, Round):
-                    pending_rounds.append(event)
+                    now = time.perf_counter()
+                    first_token_at = first_token_at or now  # round 0 ends with the first token
+                    pending_rounds.append(trace_round(event, token_text, now - first_token_at))
                     if event.text:
                         pending_text.append(event.text)
                     if time.perf_counter() - last_emit >= REPAINT_INTERVAL_S:
@@ -86,6 +121,27 @@ class EngineWorker(QObject):
             log.exception("generation failed")
             flush()
             self.failed.emit(f"The answer failed: {exc}")
+
+    @Slot(object)
+    def race(self, request: ChatRequest) -> None:
+        """The same request with the target alone, then speculatively, one after the other."""
+        try:
+            request = self._fit(request)
+            runs = []
+            for drafter in (DRAFT_NONE, request.drafter):
+                finished = None
+                for event in self.runner.chat(replace(request, drafter=drafter, draft_tokens=None)):
+                    if isinstance(event, Finished):
+                        finished = event
+                if finished is None or finished.stats.finish_reason == "cancelled":
+                    self.race_failed.emit("The race was stopped.")
+                    return
+                runs.append(finished)
+        except Exception as exc:
+            log.exception("race failed")
+            self.race_failed.emit(f"The race failed: {exc}")
+            return
+        self.race_done.emit(RaceResult(runs[0], runs[1], request.params.greedy))
 
     def _fit(self, request: ChatRequest) -> ChatRequest:
         """Drop the oldest turns (never the system prompt) when the chat outgrows the context."""

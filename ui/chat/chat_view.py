@@ -21,6 +21,7 @@ class ChatView(QStackedWidget):
     def __init__(self, renderer: MarkdownRenderer, parent: QWidget | None = None):
         super().__init__(parent)
         self._renderer = renderer
+        self.tint: bool | None = None  # answers tinted by origin (True/False: for a dark/light theme)
         self._busy = False
         self._stick = True
         font = self.font()
@@ -93,10 +94,12 @@ class ChatView(QStackedWidget):
         self.greeting_hint.setText(text)
 
     def add_message(self, role: str, text: str = "", status: str = "complete", stats: dict | None = None,
-                    error: str = "") -> MessageWidget:
+                    error: str = "", spans: list | None = None) -> MessageWidget:
         widget = MessageWidget(role, self._renderer)
         widget.regenerate_requested.connect(self.regenerate_requested)
         widget.edit_requested.connect(self.edit_requested)
+        widget.set_spans(spans or [])
+        widget.set_tint(self.tint)
         widget.finish(text, status, stats, error)
         self._append(widget)
         self.refresh_actions()
@@ -155,6 +158,12 @@ class ChatView(QStackedWidget):
         for message in messages:
             message.set_actions(regenerate=not self._busy and message is last and message.role == "assistant",
                                 edit=not self._busy and message is last_user)
+
+    def set_tint(self, dark: bool | None) -> None:
+        """Tint every answer by origin (draft accepted / target's own), or render them as usual."""
+        self.tint = dark
+        for message in self.messages():
+            message.set_tint(dark)
 
     def set_renderer(self, renderer: MarkdownRenderer) -> None:
         self._renderer = renderer

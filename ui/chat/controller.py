@@ -18,6 +18,7 @@ from PySide6.QtCore import QObject, Signal
 
 from app.chat.history import Conversation, HistoryError, HistoryStore, Message
 from app.chat.settings import ChatSettings
+from app.chat.trace import TurnTrace
 from app.engine.events import Finished, GenerationStats
 from app.runner import ChatRequest, LoadedModel
 from ui.chat.chat_view import ChatView
@@ -33,6 +34,7 @@ class _Pending:
     conv_id: int
     answer_id: int
     record: dict  # the settings it is made with, stored with it
+    trace: TurnTrace  # its rounds, for the side panel and the history
     text: str = ""
     widget: MessageWidget | None = None  # None while its chat is not on screen
     discarded: bool = False  # its chat was deleted: nothing to store
@@ -45,6 +47,9 @@ class ChatController(QObject):
     conversation_opened = Signal(object)  # Conversation, or None for a new chat not yet stored
     answer_finished = Signal(object)  # GenerationStats
     error = Signal(str)  # the history could not be written
+    trace_shown = Signal(object)  # TurnTrace (or None) of the answer the side panel should show
+    trace_rounds = Signal(list)  # RoundTrace just added to the trace shown (the live answer's)
+    request_baseline = Signal(object)  # messages: re-time the target alone at this context
 
     def __init__(self, store: HistoryStore, worker: EngineWorker, view: ChatView, defaults: ChatSettings,
                  parent: QObject | None = None):
@@ -56,9 +61,14 @@ class ChatController(QObject):
         self.system_prompt = ""
         self.model: LoadedModel | None = None
         self.pending: _Pending | None = None
+        self.baseline: tuple[float, int] | None = None  # the target alone: seconds per token, context
+        self.racing = False
         self.closing = False  # the window is quitting: an answer cut now is 'interrupted', not 'stopped'
         self.request_generate.connect(worker.generate)
         worker.text.connect(self._on_text)
+        worker.rounds.connect(self._on_rounds)
+        worker.baseline.connect(self._on_baseline)
+        self.request_baseline.connect(worker.measure_baseline)
         worker.notice.connect(self._on_notice)
         worker.finished.connect(self._on_finished)
         worker.failed.connect(self._on_failed)
@@ -66,7 +76,26 @@ class ChatController(QObject):
 
     @property
     def busy(self) -> bool:
-        return self.pending is not None
+        return self.pending is not None or self.racing
+
+    def set_racing(self, racing: bool) -> None:
+        """Race mode has the engine: no answer can start meanwhile."""
+        self.racing = racing
+        self._set_busy(self.busy)
+
+    def race_request(self) -> ChatRequest | None:
+        """The open chat up to its last question, with its settings, for race mode."""
+        if self.busy or self.model is None or self.current is None:
+            return None
+        history = [m.as_chat() for m in self.store.messages(self.current.id) if m.role == "user" or m.content]
+        while history and history[-1]["role"] != "user":
+            history.pop()
+        if not history:
+            return None
+        if self.system_prompt.strip():
+            history.insert(0, {"role": "system", "content": self.system_prompt})
+        s = self.settings
+        return ChatRequest(tuple(history), max_tokens=s.max_tokens, params=s.sampling(), drafter=s.drafter)
 
     # Opening chats
 
@@ -94,16 +123,24 @@ class ChatController(QObject):
             self.pending.widget = None  # the view is about to delete it
         self.view.clear()
         if self.current is None:
+            self.trace_shown.emit(None)
             return
+        shown = None
         for message in self.store.messages(self.current.id):
             widget = self._add_widget(message)
+            if message.role == "assistant":
+                shown = TurnTrace.from_dict(message.trace)
             if self.pending is not None and message.id == self.pending.answer_id:
                 self._attach(widget)
+                shown = self.pending.trace
         self.view.refresh_actions()
+        self.trace_shown.emit(shown)
 
     def _add_widget(self, message: Message) -> MessageWidget:
         error = (message.stats or {}).get("error", "") if message.status == "error" else ""
-        return self.view.add_message(message.role, message.content, message.status, message.stats, error)
+        trace = TurnTrace.from_dict(message.trace) if message.role == "assistant" else None
+        return self.view.add_message(message.role, message.content, message.status, message.stats, error,
+                                     spans=trace.spans() if trace else None)
 
     def _attach(self, widget: MessageWidget) -> None:
         """Show the pending answer in `widget`, with what was written so far."""
@@ -212,7 +249,9 @@ class ChatController(QObject):
         if self.model is not None:
             record |= {"target": target_text(self.model)[0], "draft": draft_text(self.model)[0],
                        "backend": self.model.backend, "device": self.model.device}
-        self.pending = _Pending(conv_id, answer_id, record)
+        self.pending = _Pending(conv_id, answer_id, record,
+                                TurnTrace(baseline_s_per_token=self.baseline[0] if self.baseline else None))
+        self.trace_shown.emit(self.pending.trace)
         self._set_busy(True)
         self.request_generate.emit(ChatRequest(
             tuple(history), max_tokens=settings.max_tokens, params=settings.sampling(),
@@ -227,6 +266,15 @@ class ChatController(QObject):
             if self.pending.widget is not None:
                 self.pending.widget.stream(delta)
 
+    def _on_rounds(self, rounds: list) -> None:
+        if self.pending is not None:
+            self.pending.trace.add(rounds)
+            if self.pending.widget is not None:  # its chat is on screen, and so is its trace
+                self.trace_rounds.emit(rounds)
+
+    def _on_baseline(self, seconds_per_token: float, context: int) -> None:
+        self.baseline = (seconds_per_token, context)
+
     def _on_notice(self, message: str) -> None:
         if self.pending is not None and self.pending.widget is not None:
             self.view.add_notice(message, before=self.pending.widget)
@@ -235,8 +283,15 @@ class ChatController(QObject):
         status = "complete"
         if event.stats.finish_reason == "cancelled":
             status = "interrupted" if self.closing else "stopped"
+        pending = self.pending
         if self._finish(event.text, status, stats_record(event.stats)):
             self.answer_finished.emit(event.stats)
+            context = event.stats.prompt_tokens + event.stats.tokens
+            if self.baseline and context > 2 * self.baseline[1] and not pending.discarded:
+                # the chat has outgrown the context the target alone was timed at: time it again
+                # (the engine is idle now), so the next answer's speedup is measured like for like
+                messages = [m.as_chat() for m in self.store.messages(pending.conv_id) if m.content]
+                self.request_baseline.emit(tuple(messages))
 
     def _on_failed(self, message: str) -> None:
         if self.pending is not None:
@@ -246,9 +301,11 @@ class ChatController(QObject):
         pending, self.pending = self.pending, None
         if pending is None:
             return False
+        trace = pending.trace.to_dict() if pending.trace.rounds else None
         if not pending.discarded:
-            self._write(self.store.finish_answer, pending.answer_id, text, status, pending.record, stats)
+            self._write(self.store.finish_answer, pending.answer_id, text, status, pending.record, stats, trace)
         if pending.widget is not None:
+            pending.widget.set_spans(pending.trace.spans())
             pending.widget.finish(text, status, stats, error)
         self._set_busy(False)
         return True

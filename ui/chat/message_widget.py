@@ -15,6 +15,7 @@ from PySide6.QtGui import QDesktopServices, QGuiApplication
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QTextBrowser, QToolButton, QVBoxLayout, QWidget
 
 from app.chat.markdown import COPY_SCHEME, MarkdownRenderer, plain_to_html
+from ui.panel.colors import tinted_html
 
 MIN_RENDER_INTERVAL_S = 1 / 30  # the worker's coalesced rate
 RENDER_BUDGET = 0.04  # at most this share of the time goes to re-rendering a streaming answer
@@ -73,6 +74,9 @@ class MessageWidget(QFrame):
         self.status = "complete"
         self.code_blocks: list[str] = []
         self._text = ""
+        self._spans: list[tuple[int, str]] = []  # (characters, origin) of an answer, for the tint
+        self._tint: bool | None = None  # None: plain; True/False: tinted for a dark/light theme
+        self._streaming = False  # a streaming answer is shown as Markdown; the tint comes at its end
         self._renderer = renderer
         self._last_render = 0.0
         self._render_interval = MIN_RENDER_INTERVAL_S
@@ -150,6 +154,7 @@ class MessageWidget(QFrame):
     def finish(self, text: str, status: str, stats: dict | None = None, error: str = "") -> None:
         self._render_timer.stop()
         self._text = text
+        self._streaming = False
         self._render()
         self.set_status(status, error)
         self.set_stats(stats)
@@ -158,12 +163,31 @@ class MessageWidget(QFrame):
         self._renderer = renderer
         self._render()
 
+    def set_spans(self, spans: list[tuple[int, str]]) -> None:
+        """Where the answer's text came from (app.chat.trace.TurnTrace.spans)."""
+        self._spans = list(spans)
+        if self._tint is not None:
+            self._render()
+
+    def set_tint(self, dark: bool | None) -> None:
+        """Show the answer tinted by origin (None: rendered as usual)."""
+        if dark != self._tint:
+            self._tint = dark
+            self._render()
+
+    @property
+    def tinted(self) -> bool:
+        return self._tint is not None and bool(self._spans) and not self._streaming
+
     def _render(self) -> None:
         self._render_timer.stop()
         start = time.perf_counter()
         if self.role == "user":
             self.code_blocks = []
             self.body.setHtml(plain_to_html(self._text))
+        elif self.tinted:
+            self.code_blocks = []
+            self.body.setHtml(tinted_html(self._text, self._spans, dark=self._tint))
         else:
             rendered = self._renderer.render(self._text)
             self.code_blocks = rendered.code_blocks
@@ -175,6 +199,7 @@ class MessageWidget(QFrame):
     # Status, stats and actions
 
     def set_streaming(self) -> None:
+        self._streaming = True
         self.status_tag.setText("Writing…")
         self.status_tag.setProperty("kind", "")
         self.status_tag.setToolTip("")
@@ -183,6 +208,7 @@ class MessageWidget(QFrame):
 
     def set_status(self, status: str, error: str = "") -> None:
         self.status = status
+        self._streaming = False
         self.body.setPlaceholderText("")
         tag = STATUS_TAGS.get(status)
         self.status_tag.setVisible(tag is not None)

@@ -1,0 +1,212 @@
+"""What the side panel shows and the history keeps of one answer: its rounds as token chips,
+and the figures derived from them. Qt-free: the worker builds it from the engine's `Round`
+events, the panel draws it, the history stores it as JSON, and exports write it out.
+
+A chip is one token of a round: a draft the target accepted, a draft it rejected, or the token
+the target wrote itself (the correction after a rejection, or the bonus after a full accept;
+in plain rounds, every token).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from app.engine.events import Round
+
+ACCEPTED, REJECTED, TARGET = "accepted", "rejected", "target"
+TRACE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Chip:
+    token: int
+    text: str
+    kind: str  # ACCEPTED, REJECTED or TARGET
+    p: float | None = None  # the draft's probability of the token (drafted tokens only)
+    q: float | None = None  # the target's probability of the drafted token
+
+
+@dataclass(frozen=True)
+class RoundTrace:
+    index: int
+    k: int
+    source: str  # "model", "lookup", "" (plain)
+    chips: tuple[Chip, ...]
+    text: str  # the answer text this round completed
+    own_chars: int  # how many trailing characters of `text` the target's own token wrote
+    at: float  # seconds from the first token to the end of this round (wall clock)
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+
+    def count(self, kind: str) -> int:
+        return sum(chip.kind == kind for chip in self.chips)
+
+    @property
+    def drafted(self) -> int:
+        return self.count(ACCEPTED) + self.count(REJECTED)
+
+    @property
+    def tokens(self) -> int:
+        """Tokens this round committed to the answer."""
+        return self.count(ACCEPTED) + self.count(TARGET)
+
+    def spans(self) -> list[tuple[int, str]]:
+        """(characters, origin) of this round's text: drafted text first, the target's own last."""
+        if not self.chips or not self.drafted:
+            return [(len(self.text), TARGET)] if self.text else []
+        own = min(self.own_chars, len(self.text))
+        return [(n, kind) for n, kind in ((len(self.text) - own, ACCEPTED), (own, TARGET)) if n]
+
+
+def trace_round(event: Round, token_text: Callable[[int], str], at: float) -> RoundTrace:
+    """Chips of one engine round. `event.emitted` is what the answer kept: a stop token the
+    target wrote itself is not in it, and is not shown (an accepted draft is, stop or not, so
+    the counts equal the engine's)."""
+    n = event.accepted
+    chips = [Chip(t, token_text(t), ACCEPTED, _at(event.draft_p, i), _at(event.target_q, i))
+             for i, t in enumerate(event.drafted[:n])]
+    chips += [Chip(t, token_text(t), REJECTED, _at(event.draft_p, i), _at(event.target_q, i))
+              for i, t in enumerate(event.drafted[n:], start=n)]
+    own = event.emitted[n:] if event.drafted else event.emitted
+    chips += [Chip(t, token_text(t), TARGET) for t in own]
+    own_text = "".join(token_text(t) for t in own) if event.drafted else ""
+    own_chars = len(own_text) if own_text and event.text.endswith(own_text) else 0
+    return RoundTrace(event.index, event.k, event.source, tuple(chips), event.text, own_chars, at,
+                      event.draft_s, event.verify_s)
+
+
+def _at(values: tuple[float, ...], i: int) -> float | None:
+    return values[i] if i < len(values) else None
+
+
+@dataclass(frozen=True)
+class Figures:
+    tokens: int  # committed answer tokens
+    drafted: int
+    accepted: int
+    rejected: int
+    target_tokens: int  # tokens the target wrote itself
+    rounds: int  # target passes after the prefill
+    seconds: float  # wall clock from the first token to the last
+    tokens_per_s: float
+    acceptance: float
+    tokens_per_pass: float
+    k: int  # the draft length of the last drafting round
+    speedup: float | None  # baseline seconds per token over ours (None: no baseline measured)
+
+
+@dataclass
+class TurnTrace:
+    """Every round of one answer, and the target-alone baseline it is measured against."""
+
+    rounds: list[RoundTrace] = field(default_factory=list)
+    baseline_s_per_token: float | None = None
+
+    def add(self, rounds: Iterable[RoundTrace]) -> None:
+        self.rounds.extend(rounds)
+
+    def figures(self, upto: int | None = None) -> Figures:
+        rounds = self.rounds[: upto if upto is not None else len(self.rounds)]
+        drafted = sum(r.drafted for r in rounds)
+        accepted = sum(r.count(ACCEPTED) for r in rounds)
+        tokens = sum(r.tokens for r in rounds)
+        # decode throughput as the engine reports it: tokens after the first (which the prefill
+        # wrote) over the wall clock from the first token to the last
+        decode = [r for r in rounds if r.index > 0]
+        decode_tokens = sum(r.tokens for r in decode)
+        seconds = rounds[-1].at if rounds else 0.0
+        tps = decode_tokens / seconds if seconds > 0 else 0.0
+        passes = len({r.index for r in decode})  # a text-only tail round repeats the last index
+        speedup = None
+        if self.baseline_s_per_token and tps > 0:
+            speedup = self.baseline_s_per_token * tps
+        last_k = next((r.k for r in reversed(rounds) if r.drafted), 0)
+        return Figures(tokens, drafted, accepted, drafted - accepted, sum(r.count(TARGET) for r in rounds),
+                       passes, seconds, tps, accepted / drafted if drafted else 0.0,
+                       decode_tokens / passes if passes else 0.0, last_k, speedup)
+
+    def series(self) -> dict[str, list[float]]:
+        """Per round, for the graphs: tokens so far, speedup so far, tokens/s so far, accepted
+        count and acceptance of the round."""
+        out: dict[str, list[float]] = {"tokens": [], "speedup": [], "tokens_per_s": [], "accepted": [],
+                                       "acceptance": []}
+        tokens = 0
+        for r in self.rounds:
+            if r.index == 0:
+                continue
+            tokens += r.tokens
+            tps = tokens / r.at if r.at > 0 else 0.0
+            out["tokens"].append(tokens)
+            out["tokens_per_s"].append(tps)
+            out["speedup"].append(self.baseline_s_per_token * tps if self.baseline_s_per_token else float("nan"))
+            out["accepted"].append(r.count(ACCEPTED))
+            out["acceptance"].append(r.count(ACCEPTED) / r.drafted if r.drafted else float("nan"))
+        return out
+
+    def spans(self) -> list[tuple[int, str]]:
+        """(characters, origin) over the answer text, merged: the inline tint."""
+        merged: list[tuple[int, str]] = []
+        for r in self.rounds:
+            for n, kind in r.spans():
+                if merged and merged[-1][1] == kind:
+                    merged[-1] = (merged[-1][0] + n, kind)
+                else:
+                    merged.append((n, kind))
+        return merged
+
+    # --- storage and export ----------------------------------------------------------------
+
+    def to_dict(self) -> dict:
+        return {"version": TRACE_VERSION, "baseline_s_per_token": self.baseline_s_per_token,
+                "rounds": [[r.index, r.k, r.source, r.text, r.own_chars, round(r.at, 6), round(r.draft_s, 6),
+                            round(r.verify_s, 6), [[c.token, c.text, c.kind, c.p, c.q] for c in r.chips]]
+                           for r in self.rounds]}
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> TurnTrace | None:
+        """None for anything that is not a trace this version can read (older answers have none)."""
+        if not isinstance(data, dict) or data.get("version") != TRACE_VERSION:
+            return None
+        try:
+            rounds = [RoundTrace(int(i), int(k), str(src),
+                                 tuple(Chip(int(t), str(s), str(kind), p, q) for t, s, kind, p, q in chips),
+                                 str(text), int(own), float(at), float(ds), float(vs))
+                      for i, k, src, text, own, at, ds, vs, chips in data["rounds"]]
+        except (KeyError, TypeError, ValueError):
+            return None
+        return cls(rounds, data.get("baseline_s_per_token"))
+
+    def to_json(self) -> str:
+        figures = self.figures()
+        return json.dumps({"figures": figures.__dict__, "trace": self.to_dict()}, indent=1)
+
+    def to_csv(self) -> str:
+        """One row per chip, with its round's figures: spreadsheets read it as it is."""
+        out = io.StringIO()
+        writer = csv.writer(out)
+        writer.writerow(["round", "k", "source", "at_s", "draft_s", "verify_s", "position", "token", "text",
+                         "kind", "draft_p", "target_q"])
+        for r in self.rounds:
+            for position, c in enumerate(r.chips):
+                writer.writerow([r.index, r.k, r.source, f"{r.at:.6f}", f"{r.draft_s:.6f}", f"{r.verify_s:.6f}",
+                                 position, c.token, c.text, c.kind, "" if c.p is None else f"{c.p:.6g}",
+                                 "" if c.q is None else f"{c.q:.6g}"])
+        return out.getvalue()
+
+
+def figures_from_csv(text: str, baseline_s_per_token: float | None = None) -> Figures:
+    """The figures of a CSV export, read back (the export's own check)."""
+    rounds: dict[int, dict] = {}
+    for row in csv.DictReader(io.StringIO(text)):
+        r = rounds.setdefault(int(row["round"]), {"k": int(row["k"]), "source": row["source"],
+                                                  "at": float(row["at_s"]), "chips": []})
+        r["chips"].append(Chip(int(row["token"]), row["text"], row["kind"],
+                               float(row["draft_p"]) if row["draft_p"] else None,
+                               float(row["target_q"]) if row["target_q"] else None))
+    trace = TurnTrace([RoundTrace(i, r["k"], r["source"], tuple(r["chips"]), "", 0, r["at"])
+                       for i, r in sorted(rounds.items())], baseline_s_per_token)
+    return trace.figures()

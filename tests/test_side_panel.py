@@ -1,0 +1,158 @@
+"""The side panel (draft activity) on a tiny model pair: its counts are the engine's, its chips
+are coloured by what the target did, the inline tint survives a restart, exports read back."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("pytestqt")
+
+from PySide6.QtGui import QColor, QImage  # noqa: E402
+
+from app.chat.trace import ACCEPTED, REJECTED, TARGET, TurnTrace, figures_from_csv, trace_round  # noqa: E402
+from app.engine.events import Round  # noqa: E402
+from tests.test_window import LOAD_TIMEOUT_MS, Session, make_window, wait_until  # noqa: E402
+
+ANSWER_TIMEOUT_MS = 120_000
+
+
+@pytest.fixture(scope="module")
+def panel_session(qapp, tiny_pair, tmp_path_factory):
+    session = Session(None, tmp_path_factory.mktemp("panel"))
+    session.window = make_window(session, str(tiny_pair["target"]), draft=str(tiny_pair["near"]))
+    wait_until(session.window.composer.can_send, LOAD_TIMEOUT_MS)
+    wait_until(lambda: session.window.draft_panel.baseline is not None, LOAD_TIMEOUT_MS)
+    yield session
+    session.window.close()
+
+
+def _answer(window, text: str, max_tokens: int = 40):
+    from app.chat.settings import ChatSettings
+
+    window.new_chat()
+    window.controller.settings = ChatSettings(temperature=0.0, max_tokens=max_tokens, draft_tokens=4)
+    finished = []
+    window.controller.answer_finished.connect(finished.append)
+    assert window.send(text)
+    wait_until(lambda: bool(finished), ANSWER_TIMEOUT_MS)
+    window.controller.answer_finished.disconnect(finished.append)
+    return finished[0]
+
+
+def test_panel_counts_are_the_engines(panel_session):
+    window = panel_session.window
+    stats = _answer(window, "Count with me: one two three four five six")
+    f = window.draft_panel.trace.figures()
+    assert (f.drafted, f.accepted) == (stats.drafted, stats.accepted)
+    assert f.rejected == stats.drafted - stats.accepted > 0  # the near draft gets some wrong
+    assert f.rounds == stats.rounds
+    # every committed token is a chip: accepted drafts plus the target's own
+    assert f.accepted + f.target_tokens == stats.tokens
+    rows = window.draft_panel.rounds_view.model_.rowCount()
+    assert rows == len(window.draft_panel.trace.rounds) == stats.rounds + 1  # + the prefill's round
+    # the speedup shown is baseline seconds per token over ours, from the measured baseline
+    baseline = window.draft_panel.baseline[0]
+    assert f.speedup == pytest.approx(baseline * f.tokens_per_s)
+    assert window.draft_panel.tiles["acceptance"].value.text() == f"{stats.acceptance_rate:.0%}"
+
+
+def test_chip_colours_follow_the_round(qtbot):
+    from ui.panel.colors import chip_colors
+    from ui.panel.rounds_view import TRACE_ROLE, RoundsView
+
+    event = Round(index=3, drafted=(11, 12, 13, 14), accepted=2, emitted=(11, 12, 99), text="a b c",
+                  draft_p=(0.9, 0.8, 0.7, 0.6), target_q=(0.95, 0.7, 0.1, 0.2), k=4, source="model")
+    r = trace_round(event, lambda t: f" t{t}", at=0.5)
+    assert [c.kind for c in r.chips] == [ACCEPTED, ACCEPTED, REJECTED, REJECTED, TARGET]
+    assert [c.token for c in r.chips] == [11, 12, 13, 14, 99]
+    assert r.chips[2].p == 0.7 and r.chips[2].q == 0.1 and r.chips[4].p is None
+
+    view = RoundsView()
+    qtbot.addWidget(view)
+    view.resize(420, 200)
+    view.show()
+    view.append([r])
+    qtbot.waitExposed(view)
+    image = view.viewport().grab().toImage()
+    index = view.model_.index(0)
+    rects, _ = view.delegate.layout(index.data(TRACE_ROLE), view.viewport().width())
+    colors = chip_colors(False)
+    top_left = view.visualRect(index).topLeft()
+    seen = []
+    for rect, _chip in rects:
+        box = rect.translated(top_left)
+        pixel = QColor(image.pixel(box.left() + 2, box.center().y()))  # the chip's padding, not its text
+        seen.append(next(kind for kind, c in colors.items() if QColor(c.background).name() == pixel.name()))
+    assert seen.count(ACCEPTED) == 2 and seen.count(REJECTED) == 2 and seen.count(TARGET) == 1
+    assert seen == [c.kind for c in r.chips]
+    # hovering a chip names its token and both probabilities
+    from ui.panel.rounds_view import chip_tip
+
+    assert "token id 13" in chip_tip(r.chips[2]) and "draft p = 0.700" in chip_tip(r.chips[2]) \
+        and "target q = 0.100" in chip_tip(r.chips[2])
+
+
+def test_inline_tint_survives_reloading_the_conversation(panel_session, tmp_path):
+    window = panel_session.window
+    _answer(window, "Count with me: one two three four five six")  # the near draft gets some right
+    conv_id = window.controller.current.id
+    message = window.store.messages(conv_id)[-1]
+    trace = TurnTrace.from_dict(message.trace)
+    assert trace is not None and trace.rounds
+    assert sum(n for n, _ in trace.spans()) == len(message.content)  # every character has an origin
+    assert {kind for _, kind in trace.spans()} == {ACCEPTED, TARGET}
+
+    window.draft_panel.tint_box.setChecked(True)
+    answer = window.chat_view.last_message()
+    assert answer.tinted and "background-color" in answer.body.toHtml()
+    window.draft_panel.tint_box.setChecked(False)
+    assert not answer.tinted
+
+    # a second window over the same history: the stored answer tints the same way
+    from ui.main_window import MainWindow
+
+    other = MainWindow(model=str(panel_session.root / "no-such-model"), backend="torch",
+                       history_path=panel_session.history, settings=panel_session.settings())
+    try:
+        other._open(conv_id)
+        other.draft_panel.tint_box.setChecked(True)
+        reloaded = other.chat_view.last_message()
+        assert reloaded.tinted and reloaded.text == message.content
+        assert other.draft_panel.trace.figures() == trace.figures()  # the panel shows its rounds
+    finally:
+        other.close()
+
+
+def test_exports_read_back_to_the_same_figures(panel_session, tmp_path):
+    window = panel_session.window
+    _answer(window, "List three colours")
+    panel = window.draft_panel
+    figures = panel.trace.figures()
+    panel.export_csv(tmp_path / "rounds.csv")
+    panel.export_json(tmp_path / "rounds.json")
+    panel.export_png(tmp_path / "graphs.png")
+    again = figures_from_csv((tmp_path / "rounds.csv").read_text(encoding="utf-8"), panel.trace.baseline_s_per_token)
+    for name in ("drafted", "accepted", "rejected", "target_tokens", "rounds", "k"):
+        assert getattr(again, name) == getattr(figures, name), name
+    assert again.tokens_per_s == pytest.approx(figures.tokens_per_s, rel=1e-4)
+    data = json.loads((tmp_path / "rounds.json").read_text(encoding="utf-8"))
+    assert data["figures"]["accepted"] == figures.accepted and data["figures"]["rounds"] == figures.rounds
+    assert TurnTrace.from_dict(data["trace"]).figures() == TurnTrace.from_dict(panel.trace.to_dict()).figures()
+    image = QImage(str(tmp_path / "graphs.png"))
+    assert not image.isNull() and image.width() > 100
+
+
+def test_race_mode_runs_both_and_marks_identical_answers(panel_session):
+    window = panel_session.window
+    _answer(window, "Name a fruit", max_tokens=12)
+    window.start_race()
+    assert window.controller.busy  # nothing else may use the engine meanwhile
+    wait_until(lambda: not window.controller.busy, ANSWER_TIMEOUT_MS)
+    summary = window.race_dialog.summary.text()
+    assert "identical" in summary and "differ" not in summary
+    left, right = (t.toPlainText() for t in window.race_dialog.texts)
+    assert left == right and left
+    window.race_dialog.close()
+

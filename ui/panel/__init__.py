@@ -1,0 +1,1 @@
+"""The side panel: draft activity as token chips, live figures and graphs, race mode."""

@@ -1,0 +1,216 @@
+"""Four small live graphs of one answer, drawn from its TurnTrace in a 2 x 2 grid:
+
+- Speedup: speedup so far against tokens written, with the target alone at 1.0 (dashed);
+- Tokens/s: speculative tokens/s so far against the target-alone rate (dashed);
+- Acceptance (rolling): the share of drafts accepted, averaged over the last drafting rounds;
+- Accepted per round: a histogram of how many drafts each drafting round accepted, 0 to k.
+
+One pyqtgraph scene whose plots and items are made once: `show_trace` only sets data and ranges,
+so it is cheap enough to call several times a second while an answer streams.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor, QFont
+from PySide6.QtWidgets import QVBoxLayout, QWidget
+
+import pyqtgraph as pg
+from app.chat.trace import ACCEPTED, TurnTrace
+
+ROLLING_ROUNDS = 8  # one round's acceptance is 0..k out of k, too jumpy alone; 8 still follows a change
+TITLE_HEIGHT = 18  # pyqtgraph reserves 30 px for a title; a side panel cannot spare it
+TICK_FONT_PT = 7.5
+TOKENS_AXIS = "tokens written"
+
+
+@dataclass(frozen=True)
+class GraphColors:
+    background: str
+    foreground: str
+    accepted: str  # speculative curves and accepted-draft bars
+    rejected: str  # the bar of rounds that accepted nothing
+    baseline: str  # the target alone, dashed
+
+
+LIGHT = GraphColors("#ffffff", "#3b4048", "#2e9d5b", "#d64545", "#8a8f98")
+DARK = GraphColors("#1e1f22", "#c9ced6", "#4cc47f", "#ff7b72", "#8a8f98")
+
+
+class LiveGraphs(QWidget):
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self._view = pg.GraphicsLayoutWidget()
+        self._view.setMinimumSize(400, 300)  # each plot at least 200 x 150
+        self._view.ci.setContentsMargins(2, 2, 2, 2)
+        self._view.ci.setSpacing(4)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self._view)
+        self._titles: dict[pg.PlotItem, str] = {}
+        self._counts: list[int] = []
+
+        self.speedup_plot = self._plot(0, 0, "Speedup", TOKENS_AXIS)
+        self.tps_plot = self._plot(0, 1, "Tokens/s", TOKENS_AXIS)
+        self.acceptance_plot = self._plot(1, 0, "Acceptance (rolling)", TOKENS_AXIS)
+        self.histogram_plot = self._plot(1, 1, "Accepted per round", "drafts accepted")
+
+        # the target alone is 1.0 by definition
+        self.target_line = pg.InfiniteLine(pos=1.0, angle=0, label="target alone",
+                                           labelOpts={"position": 0.98, "anchors": [(1, 1), (1, 1)]})
+        self.target_line.label.setFont(_small_font())
+        self.speedup_plot.addItem(self.target_line)
+        self.speedup_curve = self.speedup_plot.plot(antialias=True)
+        # top right, above the curves: the rate settles below the spike of the first rounds
+        self.legend = self.tps_plot.addLegend(offset=(-2, 2), labelTextSize="7pt", verSpacing=-6)
+        self.tps_curve = self.tps_plot.plot(name="speculative", antialias=True)
+        self.baseline_curve = self.tps_plot.plot(name="target alone")
+        self.acceptance_curve = self.acceptance_plot.plot(antialias=True)
+        self.bars = pg.BarGraphItem(x=[], height=[], width=0.8)
+        self.histogram_plot.addItem(self.bars)
+        self.set_dark(False)
+        self.clear()
+
+    def _plot(self, row: int, col: int, title: str, x_label: str) -> pg.PlotItem:
+        plot = self._view.addPlot(row=row, col=col)
+        # a dashboard: nothing to pan, zoom or right-click
+        plot.setMouseEnabled(x=False, y=False)
+        plot.hideButtons()
+        plot.setMenuEnabled(False)
+        plot.enableAutoRange(enable=False)  # show_trace sets ranges that start at 0
+        plot.setMinimumSize(200, 150)
+        for name in ("left", "bottom"):  # ticks inward: they take no room
+            plot.getAxis(name).setStyle(tickFont=_small_font(), tickTextOffset=2, tickLength=-4)
+        plot.getAxis("bottom").setLabel(x_label)
+        plot.getAxis("bottom").enableAutoSIPrefix(False)  # counts, never "x0.001"
+        # pyqtgraph keeps 18 px for tick labels that need 12 here: closer to the axis title
+        plot.getAxis("bottom").setStyle(autoExpandTextSpace=False, tickTextHeight=12)
+        self._titles[plot] = title
+        return plot
+
+    # --- data ---------------------------------------------------------------------------------
+
+    def show_trace(self, trace: TurnTrace) -> None:
+        series = trace.series()
+        tokens = series["tokens"]
+        x_top = max(tokens[-1] if tokens else 0, 10)  # whole tokens on the axis even at the start
+        baseline = trace.baseline_s_per_token
+        no_baseline = bool(tokens) and not baseline  # an empty trace is not "no baseline"
+
+        self._set_title(self.speedup_plot, "Speedup (no baseline yet)" if no_baseline else "Speedup")
+        self.target_line.setVisible(not no_baseline)
+        speedup = series["speedup"] if baseline else []
+        self.speedup_curve.setData(tokens if baseline else [], speedup)
+        self.speedup_plot.setRange(xRange=(0, x_top), yRange=(0, _top(speedup, 1.0)), padding=0)
+
+        tps = series["tokens_per_s"]
+        baseline_tps = 1.0 / baseline if baseline else None
+        self.tps_curve.setData(tokens, tps)
+        if baseline_tps and tokens:
+            self.baseline_curve.setData([0, x_top], [baseline_tps, baseline_tps])
+        else:
+            self.baseline_curve.setData([], [])
+        y_top = _top(tps, baseline_tps or 1.0) * 1.2  # headroom for the legend
+        self.tps_plot.setRange(xRange=(0, x_top), yRange=(0, y_top), padding=0)
+
+        xs, rolling = rolling_acceptance(tokens, series["acceptance"])
+        self.acceptance_curve.setData(xs, rolling)
+        self.acceptance_plot.setRange(xRange=(0, x_top), yRange=(0, 1.0), padding=0.02)
+
+        self._counts = accepted_histogram(trace)
+        self._draw_bars()
+
+    def clear(self) -> None:
+        self.show_trace(TurnTrace())
+
+    def _draw_bars(self) -> None:
+        c = self._colors
+        # the 0 bin is the rounds that accepted nothing: red, as a rejected chip
+        brushes = [c.rejected if i == 0 else c.accepted for i in range(len(self._counts))]
+        self.bars.setOpts(x=list(range(len(self._counts))), height=self._counts, brushes=brushes, pen=None)
+        bins = max(len(self._counts), 2)
+        # one tick per bin (every other past 10): pyqtgraph's own would say 0.5 when k is 1
+        self.histogram_plot.getAxis("bottom").setTicks([[(i, str(i)) for i in range(0, bins, 1 + (bins > 10))]])
+        self.histogram_plot.setRange(xRange=(-0.6, bins - 0.4), yRange=(0, max(self._counts, default=1) * 1.1),
+                                     padding=0)
+
+    # --- look ---------------------------------------------------------------------------------
+
+    def set_dark(self, dark: bool) -> None:
+        c = self._colors = DARK if dark else LIGHT
+        self._view.setBackground(c.background)
+        for plot in self._titles:
+            for name in ("left", "bottom"):
+                axis = plot.getAxis(name)
+                axis.setPen(c.foreground)
+                axis.setTextPen(c.foreground)
+            bottom = plot.getAxis("bottom")
+            bottom.setLabel(bottom.labelText, **{"color": c.foreground, "font-size": f"{TICK_FONT_PT}pt"})
+            self._set_title(plot, self._titles[plot], force=True)
+        line = pg.mkPen(c.accepted, width=2)
+        dashed = pg.mkPen(c.baseline, width=1.5, style=Qt.PenStyle.DashLine)
+        self.speedup_curve.setPen(line)
+        self.tps_curve.setPen(line)
+        self.acceptance_curve.setPen(line)
+        self.target_line.setPen(dashed)
+        self.target_line.label.setColor(c.foreground)
+        self.baseline_curve.setPen(dashed)
+        legend_background = QColor(c.background)
+        legend_background.setAlpha(200)  # the curves stay visible through it
+        self.legend.setBrush(legend_background)
+        self.legend.setLabelTextColor(c.foreground)
+        for _sample, label in self.legend.items:
+            label.setText(label.text)  # setLabelTextColor only applies to the next text
+        self._draw_bars()
+
+    def _set_title(self, plot: pg.PlotItem, title: str, force: bool = False) -> None:
+        if title == self._titles[plot] and not force:
+            return
+        self._titles[plot] = title
+        plot.setTitle(title, color=self._colors.foreground, size="8.5pt", bold=True)
+        plot.titleLabel.setMaximumHeight(TITLE_HEIGHT)
+        plot.layout.setRowFixedHeight(0, TITLE_HEIGHT)
+
+    def export_png(self, path) -> None:
+        """All four plots as one PNG, as they are on screen (offscreen too: grab() lays out a hidden widget)."""
+        if not self.grab().save(str(path), "PNG"):
+            raise OSError(f"Could not write the graphs to {path}: check that its folder exists and is writable.")
+
+
+def rolling_acceptance(tokens: list[float], acceptance: list[float]) -> tuple[list[float], list[float]]:
+    """(tokens written, mean acceptance of the last ROLLING_ROUNDS drafting rounds) per drafting
+    round; plain rounds (NaN acceptance) neither count nor reset the window."""
+    window: deque[float] = deque(maxlen=ROLLING_ROUNDS)
+    xs, means = [], []
+    for x, a in zip(tokens, acceptance, strict=True):
+        if not math.isnan(a):
+            window.append(a)
+            xs.append(x)
+            means.append(sum(window) / len(window))
+    return xs, means
+
+
+def accepted_histogram(trace: TurnTrace) -> list[int]:
+    """counts[n] = drafting rounds that accepted n drafts, n from 0 to the largest k seen."""
+    drafting = [r for r in trace.rounds if r.drafted]
+    if not drafting:
+        return []
+    counts = [0] * (max(max(r.k, r.count(ACCEPTED)) for r in drafting) + 1)
+    for r in drafting:
+        counts[r.count(ACCEPTED)] += 1
+    return counts
+
+
+def _small_font() -> QFont:
+    font = QFont()
+    font.setPointSizeF(TICK_FONT_PT)
+    return font
+
+
+def _top(values: list[float], floor: float) -> float:
+    """The top of a y range that starts at 0: a little above the highest value, at least `floor`."""
+    return max([v for v in values if not math.isnan(v)] + [floor]) * 1.15

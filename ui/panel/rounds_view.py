@@ -1,0 +1,197 @@
+"""The rounds list: one row per target pass, each drafted token a chip.
+
+A model/view list with a painting delegate, not a widget per chip: an answer of thousands of
+rounds scrolls as smoothly as one of ten. Rows are laid out once per width and cached.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QAbstractListModel, QModelIndex, QRect, QSize, Qt
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPen
+from PySide6.QtWidgets import QAbstractItemView, QListView, QStyledItemDelegate, QToolTip
+
+from app.chat.trace import REJECTED, Chip, RoundTrace
+from ui.panel.colors import LABELS, chip_colors, visible
+
+TRACE_ROLE = Qt.ItemDataRole.UserRole
+GUTTER_CHARS = 5  # "1234" and a gap
+PAD_X, PAD_Y, GAP, ROW_PAD = 4, 2, 3, 4
+MAX_CHIP_CHARS = 18  # a long token is elided; its tooltip has it whole
+
+
+class RoundListModel(QAbstractListModel):
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self._rounds: list[RoundTrace] = []
+
+    def rowCount(self, parent=QModelIndex()) -> int:  # noqa: N802 (Qt's name)
+        return 0 if parent.isValid() else len(self._rounds)
+
+    def data(self, index: QModelIndex, role: int = Qt.ItemDataRole.DisplayRole):
+        if not index.isValid():
+            return None
+        r = self._rounds[index.row()]
+        if role == TRACE_ROLE:
+            return r
+        if role == Qt.ItemDataRole.DisplayRole:  # what screen readers and tests read
+            return f"round {r.index}: " + " ".join(f"{c.kind}:{visible(c.text)}" for c in r.chips)
+        return None
+
+    def append(self, rounds: list[RoundTrace]) -> None:
+        if rounds:
+            first = len(self._rounds)
+            self.beginInsertRows(QModelIndex(), first, first + len(rounds) - 1)
+            self._rounds.extend(rounds)
+            self.endInsertRows()
+
+    def set_rounds(self, rounds: list[RoundTrace]) -> None:
+        self.beginResetModel()
+        self._rounds = list(rounds)
+        self.endResetModel()
+
+    def rounds(self) -> list[RoundTrace]:
+        return self._rounds
+
+
+class ChipDelegate(QStyledItemDelegate):
+    def __init__(self, view: QListView, dark: bool = False):
+        super().__init__(view)
+        self._view = view
+        self._layouts: dict[tuple[int, int], tuple[list[tuple[QRect, Chip]], int]] = {}
+        self.set_dark(dark)
+
+    def set_dark(self, dark: bool) -> None:
+        self.dark = dark
+        self.colors = chip_colors(dark)
+        self._layouts.clear()
+
+    def _font(self) -> QFont:
+        font = QFont(self._view.font())
+        font.setStyleHint(QFont.StyleHint.Monospace)
+        font.setFamily("monospace")
+        return font
+
+    def layout(self, r: RoundTrace, width: int) -> tuple[list[tuple[QRect, Chip]], int]:
+        """Chip rectangles relative to the row's top-left, wrapped at `width`, and the row height."""
+        key = (id(r), width)
+        if key in self._layouts:
+            return self._layouts[key]
+        metrics = QFontMetrics(self._font())
+        gutter = metrics.averageCharWidth() * GUTTER_CHARS
+        line_h = metrics.height() + 2 * PAD_Y
+        x, y, rects = gutter, ROW_PAD, []
+        for chip in r.chips:
+            w = metrics.horizontalAdvance(_label(chip)) + 2 * PAD_X
+            if x + w > width - ROW_PAD and x > gutter:
+                x, y = gutter, y + line_h + GAP
+            rects.append((QRect(x, y, w, line_h), chip))
+            x += w + GAP
+        height = y + line_h + ROW_PAD
+        if len(self._layouts) > 20000:  # widths change on resize: forget old layouts
+            self._layouts.clear()
+        self._layouts[key] = (rects, height)
+        return rects, height
+
+    def sizeHint(self, option, index) -> QSize:  # noqa: N802
+        width = self._view.viewport().width()
+        return QSize(width, self.layout(index.data(TRACE_ROLE), width)[1])
+
+    def paint(self, painter: QPainter, option, index) -> None:
+        r: RoundTrace = index.data(TRACE_ROLE)
+        rect = option.rect
+        rects, _ = self.layout(r, self._view.viewport().width())
+        painter.save()
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        font = self._font()
+        painter.setFont(font)
+        muted = option.palette.color(option.palette.ColorRole.PlaceholderText)
+        painter.setPen(muted)
+        gutter = QRect(rect.left(), rect.top() + ROW_PAD, QFontMetrics(font).averageCharWidth() * (GUTTER_CHARS - 1),
+                       QFontMetrics(font).height() + 2 * PAD_Y)
+        painter.drawText(gutter, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, str(r.index))
+        for chip_rect, chip in rects:
+            box = chip_rect.translated(rect.topLeft())
+            colors = self.colors[chip.kind]
+            painter.setPen(Qt.PenStyle.NoPen)
+            painter.setBrush(QColor(colors.background))
+            painter.drawRoundedRect(box, 4, 4)
+            chip_font = QFont(font)
+            chip_font.setStrikeOut(chip.kind == REJECTED)
+            painter.setFont(chip_font)
+            painter.setPen(QPen(QColor(colors.text)))
+            painter.drawText(box, Qt.AlignmentFlag.AlignCenter, _label(chip))
+        painter.restore()
+
+    def chip_at(self, index: QModelIndex, pos) -> Chip | None:
+        """The chip under a viewport position in the row at `index`."""
+        r: RoundTrace = index.data(TRACE_ROLE)
+        top_left = self._view.visualRect(index).topLeft()
+        for chip_rect, chip in self.layout(r, self._view.viewport().width())[0]:
+            if chip_rect.translated(top_left).contains(pos):
+                return chip
+        return None
+
+    def helpEvent(self, event, view, option, index) -> bool:  # noqa: N802
+        if not index.isValid():
+            return False
+        chip = self.chip_at(index, event.pos())
+        r: RoundTrace = index.data(TRACE_ROLE)
+        if chip is None:
+            QToolTip.showText(event.globalPos(), round_tip(r), view)
+        else:
+            QToolTip.showText(event.globalPos(), chip_tip(chip), view)
+        return True
+
+
+def _label(chip: Chip) -> str:
+    text = visible(chip.text)
+    return text if len(text) <= MAX_CHIP_CHARS else text[: MAX_CHIP_CHARS - 1] + "…"
+
+
+def chip_tip(chip: Chip) -> str:
+    lines = [f"{visible(chip.text)!s}  ({LABELS[chip.kind]})", f"token id {chip.token}"]
+    if chip.p is not None:
+        lines.append(f"draft p = {chip.p:.3f}")
+    if chip.q is not None:
+        lines.append(f"target q = {chip.q:.3f}")
+    return "\n".join(lines)
+
+
+def round_tip(r: RoundTrace) -> str:
+    if r.index == 0:
+        return "Round 0: the prompt's pass (prefill) wrote the first token"
+    source = {"lookup": "prompt lookup", "model": "the draft model"}.get(r.source, "")
+    if not r.drafted:
+        return f"Round {r.index}: the target alone (nothing drafted)"
+    return (f"Round {r.index}: k = {r.k} drafted by {source}, {r.count('accepted')} accepted; "
+            f"draft {r.draft_s * 1000:.0f} ms, verify {r.verify_s * 1000:.0f} ms")
+
+
+class RoundsView(QListView):
+    """Follows the newest round while the user is at the bottom; stays put once they scroll up."""
+
+    def __init__(self, parent=None, dark: bool = False):
+        super().__init__(parent)
+        self.setObjectName("roundsView")
+        self.model_ = RoundListModel(self)
+        self.setModel(self.model_)
+        self.delegate = ChipDelegate(self, dark)
+        self.setItemDelegate(self.delegate)
+        self.setVerticalScrollMode(QAbstractItemView.ScrollMode.ScrollPerPixel)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
+        self.setResizeMode(QListView.ResizeMode.Adjust)  # rows re-wrap when the panel is resized
+        self.setLayoutMode(QListView.LayoutMode.Batched)
+        self.setBatchSize(200)
+        self.setMouseTracking(True)
+
+    def append(self, rounds: list[RoundTrace]) -> None:
+        bar = self.verticalScrollBar()
+        follow = bar.value() >= bar.maximum() - 4
+        self.model_.append(rounds)
+        if follow:
+            self.scrollToBottom()
+
+    def set_rounds(self, rounds: list[RoundTrace]) -> None:
+        self.model_.set_rounds(rounds)
+        self.scrollToBottom()

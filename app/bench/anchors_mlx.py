@@ -4,12 +4,10 @@ target samples: token matching, not the ratio test)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 import mlx.core as mx
 from mlx_lm.generate import stream_generate
-from mlx_lm.models.cache import make_prompt_cache
 from mlx_lm.sample_utils import make_sampler
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
@@ -17,13 +15,6 @@ from app.bench.runs import RunResult, StreamClock
 from app.engine.sampling import SamplingParams
 
 NUM_DRAFT_TOKENS = 3  # mlx_lm.generate's command-line default
-
-
-def _prefill_seconds(model, prompt_ids: Sequence[int]) -> float:
-    start = time.perf_counter()
-    cache = make_prompt_cache(model)
-    mx.eval(model(mx.array([list(prompt_ids)]), cache=cache)[:, -1])
-    return time.perf_counter() - start
 
 
 def mlx_generate(model, hf_tokenizer, prompt_ids: Sequence[int], max_tokens: int, params: SamplingParams,
@@ -34,8 +25,9 @@ def mlx_generate(model, hf_tokenizer, prompt_ids: Sequence[int], max_tokens: int
     if params.seed is not None:
         mx.random.seed(params.seed)
     extra = {"draft_model": draft_model, "num_draft_tokens": NUM_DRAFT_TOKENS} if draft_model else {}
-    clock = StreamClock(_prefill_seconds(model, prompt_ids) + (
-        _prefill_seconds(draft_model, prompt_ids) if draft_model is not None else 0.0))
+    # Timed from the first token, as mlx-lm's own generation_tps is: timing the prefill apart and
+    # subtracting it made decode times vanish (even go negative) on long prompts.
+    clock = StreamClock(None)
     tokens: list[int] = []
     from_draft = own = 0
     for response in stream_generate(model, tokenizer, mx.array(list(prompt_ids)), max_tokens=max_tokens,

@@ -36,18 +36,25 @@ class StreamClock:
     verifies its first drafts in the same pass), so the prefill is timed on its own just before
     and taken off: decode seconds = (last token - start) - prefill, over all tokens but the first."""
 
-    def __init__(self, prefill_s: float):
+    def __init__(self, prefill_s: float | None):
+        """prefill_s None: the stream's first token marks the prefill's end (mlx-lm yields it
+        right after; for its speculative stream that also leaves one round out, in its favour)."""
         self.prefill_s = prefill_s
         self.start = time.perf_counter()
+        self.first_at: float | None = None
         self.last_at = self.start
         self.count = 0
 
     def tick(self, n: int = 1) -> None:
         self.last_at = time.perf_counter()
+        self.first_at = self.first_at or self.last_at
         self.count += n
 
     def result(self, tokens: list[int]) -> RunResult:
-        seconds = max(self.last_at - self.start - self.prefill_s, 1e-9)
+        if self.prefill_s is None:
+            seconds = max(self.last_at - (self.first_at or self.last_at), 1e-9)
+        else:
+            seconds = max(self.last_at - self.start - self.prefill_s, 1e-9)
         return RunResult(tokens, max(self.count - 1, 0), seconds if self.count > 1 else 0.0)
 
 

@@ -1,0 +1,94 @@
+"""Does the side panel's speedup tell the truth? Its figure against a race of the same prompt.
+
+Opens the real main window (offscreen unless a display is set) on a pair, asks a question
+and reads the speedup the panel shows at the end of the answer (baseline seconds per token,
+measured when the pair loaded, over the answer's); then races the same question (the target
+alone, then speculatively) and reads the measured ratio. Repeats, alternating.
+
+    python benchmarks/panel_vs_race.py --model demo --backend torch --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+DEFAULT_PROMPT = ("Write a Python function that checks whether a string is a palindrome, "
+                  "with a docstring and two examples.")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default="demo")
+    parser.add_argument("--draft", default="auto")
+    parser.add_argument("--backend", default="torch")
+    parser.add_argument("--prompt", default=DEFAULT_PROMPT)
+    parser.add_argument("--max-tokens", type=int, default=160)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+
+    from PySide6.QtCore import QEventLoop, QSettings, QTimer
+    from PySide6.QtWidgets import QApplication
+
+    from app.chat.settings import ChatSettings
+
+    app = QApplication.instance() or QApplication([])
+    from ui.main_window import MainWindow
+
+    root = tempfile.mkdtemp(prefix="tandem-race-bench-")
+    window = MainWindow(model=args.model, backend=args.backend, draft=args.draft,
+                        history_path=Path(root) / "history.sqlite3",
+                        settings=QSettings(f"{root}/settings.ini", QSettings.Format.IniFormat),
+                        chat_defaults=ChatSettings(temperature=0.0, max_tokens=args.max_tokens))
+    window.resize(1440, 900)
+    window.show()
+
+    def wait(predicate, timeout_s=900.0) -> None:
+        loop, end = QEventLoop(), time.monotonic() + timeout_s
+        timer = QTimer()
+        timer.timeout.connect(lambda: (predicate() or time.monotonic() > end) and loop.quit())
+        timer.start(20)
+        loop.exec()
+        timer.stop()
+
+    panel = window.draft_panel
+    wait(lambda: window.composer.can_send() and panel.baseline is not None)
+    print(f"loaded {window.worker.runner.loaded.describe()}; target alone "
+          f"{1 / panel.baseline[0]:.1f} tok/s at {panel.baseline[1]} tokens of context", file=sys.stderr)
+    results: dict[str, list[float]] = {"panel": [], "race": []}
+    window.new_chat()
+    window.send(args.prompt)  # warm-up: adaptive k settles as it would in a chat
+    wait(lambda: not window.controller.busy)
+    for _ in range(args.repeats):
+        window.new_chat()
+        window.send(args.prompt)
+        wait(lambda: not window.controller.busy)
+        results["panel"].append(panel.trace.figures().speedup)
+        shown = panel.tiles["speedup"].value.text()
+        window.start_race()
+        wait(lambda: not window.controller.busy)
+        summary = window.race_dialog.summary.text()
+        ratio = float(summary.split("<b>")[1].split("×")[0])
+        results["race"].append(ratio)
+        print(f"panel shows {shown} · race measured {ratio:.2f}x · "
+              f"{'identical' if 'identical' in summary else 'DIFFERENT'}", file=sys.stderr, flush=True)
+        window.race_dialog.close()
+    window.close()
+    panel_med, race_med = statistics.median(results["panel"]), statistics.median(results["race"])
+    print(f"panel speedup median {panel_med:.2f}x {sorted(round(x, 2) for x in results['panel'])}; "
+          f"race median {race_med:.2f}x {sorted(round(x, 2) for x in results['race'])}; "
+          f"panel / race {panel_med / race_med:.3f}")
+    app.processEvents()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

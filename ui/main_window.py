@@ -183,7 +183,8 @@ class MainWindow(QMainWindow):
         worker.race_failed.connect(self._on_race_failed)
         controller.trace_shown.connect(self._on_trace_shown)
         controller.trace_rounds.connect(panel.rounds_added)
-        controller.answer_finished.connect(lambda _stats: panel.finish_answer())
+        # any end (finished, stopped, failed): the rounds still buffered for the panel are shown
+        controller.busy_changed.connect(lambda busy: None if busy else panel.finish_answer())
         panel.tint_toggled.connect(lambda on: self.chat_view.set_tint(self.theme.theme.dark if on else None))
         panel.race_requested.connect(self.start_race)
         self.request_race.connect(worker.race)

@@ -78,7 +78,11 @@ def main() -> int:
         summary = window.race_dialog.summary.text()
         ratio = float(summary.split("<b>")[1].split("×")[0])
         results["race"].append(ratio)
-        print(f"panel shows {shown} · race measured {ratio:.2f}x · "
+        f = panel.trace.figures()
+        race = window.race_dialog.stats[0].text(), window.race_dialog.stats[1].text()
+        print(f"panel shows {shown} (baseline {1 / panel.trace.baseline_s_per_token:.1f} tok/s, answer "
+              f"{f.tokens_per_s:.1f} tok/s) · race measured {ratio:.2f}x ({race[0].split(' · ')[1]} alone, "
+              f"{race[1].split(' · ')[1]} speculative) · "
               f"{'identical' if 'identical' in summary else 'DIFFERENT'}", file=sys.stderr, flush=True)
         window.race_dialog.close()
     window.close()

@@ -32,8 +32,8 @@ from ui.status_bar import StatusBar
 from ui.worker import EngineWorker
 
 QUIT_WAIT_MS = 30_000  # the current round (or a load in progress) finishes within this
-DEFAULT_SIZE = (1180, 760)
-DEFAULT_SPLIT = (250, 880, 320)
+DEFAULT_SIZE = (1400, 860)  # fits a 1440 x 900 screen; Qt shrinks it to smaller screens
+DEFAULT_SPLIT = (240, 720, 440)  # conversations, chat, draft activity
 
 
 def open_history(path: Path | None) -> tuple[HistoryStore, str | None]:

@@ -19,7 +19,7 @@ LIGHT = {ACCEPTED: ChipColors("#d3f0dc", "#14532d"), REJECTED: ChipColors("#fbd5
          TARGET: ChipColors("#dbe4ff", "#1e3a8a")}
 DARK = {ACCEPTED: ChipColors("#1f4d33", "#c6f6d5"), REJECTED: ChipColors("#5c2326", "#fecaca"),
         TARGET: ChipColors("#273a6b", "#dbe4ff")}
-LABELS = {ACCEPTED: "accepted draft", REJECTED: "rejected draft", TARGET: "written by the target"}
+LABELS = {ACCEPTED: "accepted draft", REJECTED: "rejected draft", TARGET: "target's own"}
 
 
 def chip_colors(dark: bool) -> dict[str, ChipColors]:

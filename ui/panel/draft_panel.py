@@ -76,7 +76,7 @@ class DraftPanel(QWidget):
         self.baseline_label.setObjectName("mutedLabel")
         self.baseline_label.setWordWrap(True)
 
-        self.tint_box = QCheckBox("Colour the answer by origin")
+        self.tint_box = QCheckBox("Tint answers by origin")
         self.tint_box.setToolTip("Tint the chat's answers: green where the draft's tokens were accepted, "
                                  "blue where the target wrote its own")
         self.tint_box.toggled.connect(self.tint_toggled)
@@ -109,6 +109,7 @@ class DraftPanel(QWidget):
         split.setStretchFactor(0, 3)
         split.setStretchFactor(1, 4)
 
+        self.setMinimumWidth(self.fontMetrics().averageCharWidth() * 58)  # the tiles, controls and graphs
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(6)

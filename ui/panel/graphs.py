@@ -45,7 +45,7 @@ class LiveGraphs(QWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
         self._view = pg.GraphicsLayoutWidget()
-        self._view.setMinimumSize(400, 300)  # each plot at least 200 x 150
+        self._view.setMinimumSize(380, 300)  # each plot at least 190 x 150
         self._view.ci.setContentsMargins(2, 2, 2, 2)
         self._view.ci.setSpacing(4)
         layout = QVBoxLayout(self)
@@ -82,7 +82,7 @@ class LiveGraphs(QWidget):
         plot.hideButtons()
         plot.setMenuEnabled(False)
         plot.enableAutoRange(enable=False)  # show_trace sets ranges that start at 0
-        plot.setMinimumSize(200, 150)
+        plot.setMinimumSize(185, 150)
         for name in ("left", "bottom"):  # ticks inward: they take no room
             plot.getAxis(name).setStyle(tickFont=_small_font(), tickTextOffset=2, tickLength=-4)
         plot.getAxis("bottom").setLabel(x_label)

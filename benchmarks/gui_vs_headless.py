@@ -17,60 +17,31 @@ down by a third, which would measure the threads instead of the window.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
-import tempfile
-import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-
-DEFAULT_PROMPT = ("Write a Python function that checks whether a string is a palindrome, "
-                  "with a docstring and two examples.")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_window import add_window_arguments, open_window, wait  # noqa: E402
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default="demo")
-    parser.add_argument("--draft", default="auto")
-    parser.add_argument("--backend", default="torch")
-    parser.add_argument("--prompt", default=DEFAULT_PROMPT)
-    parser.add_argument("--max-tokens", type=int, default=256)
+    add_window_arguments(parser, max_tokens=256)
     parser.add_argument("--repeats", type=int, default=4, help="A B B A pairs after the warm-up")
     parser.add_argument("--panel", action="store_true", help="show the side panel (draft activity) while it runs")
     parser.add_argument("--shot", help="save a screenshot of the window after the last GUI answer")
     args = parser.parse_args()
 
-    from PySide6.QtCore import QEventLoop, QObject, QSettings, QTimer, Signal, Slot
-    from PySide6.QtWidgets import QApplication
+    from PySide6.QtCore import QObject, Signal, Slot
 
-    from app.chat.settings import ChatSettings
     from app.engine.events import Finished
     from app.engine.sampling import SamplingParams
     from app.runner import ChatRequest
 
-    app = QApplication.instance() or QApplication([])
-    from ui.main_window import MainWindow
-
-    root = tempfile.mkdtemp(prefix="tandem-gui-bench-")
-    window = MainWindow(model=args.model, backend=args.backend, draft=args.draft,
-                        history_path=Path(root) / "history.sqlite3",
-                        settings=QSettings(f"{root}/settings.ini", QSettings.Format.IniFormat),
-                        chat_defaults=ChatSettings(temperature=0.0, max_tokens=args.max_tokens))
-    window.resize(1440, 900)
-    window.show()
+    app, window = open_window(args)
     if args.panel != window.side_panel_action.isChecked():
         window.side_panel_action.trigger()
-
-    def wait(predicate, timeout_s=900.0) -> None:
-        loop, end = QEventLoop(), time.monotonic() + timeout_s
-        timer = QTimer()
-        timer.timeout.connect(lambda: (predicate() or time.monotonic() > end) and loop.quit())
-        timer.start(20)
-        loop.exec()
-        timer.stop()
 
     wait(lambda: window.composer.can_send())
     runner = window.worker.runner

@@ -11,53 +11,21 @@ alone, then speculatively) and reads the measured ratio. Repeats, alternating.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
-import tempfile
-import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-
-DEFAULT_PROMPT = ("Write a Python function that checks whether a string is a palindrome, "
-                  "with a docstring and two examples.")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_window import add_window_arguments, open_window, wait  # noqa: E402
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default="demo")
-    parser.add_argument("--draft", default="auto")
-    parser.add_argument("--backend", default="torch")
-    parser.add_argument("--prompt", default=DEFAULT_PROMPT)
-    parser.add_argument("--max-tokens", type=int, default=160)
+    add_window_arguments(parser, max_tokens=160)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
 
-    from PySide6.QtCore import QEventLoop, QSettings, QTimer
-    from PySide6.QtWidgets import QApplication
-
-    from app.chat.settings import ChatSettings
-
-    app = QApplication.instance() or QApplication([])
-    from ui.main_window import MainWindow
-
-    root = tempfile.mkdtemp(prefix="tandem-race-bench-")
-    window = MainWindow(model=args.model, backend=args.backend, draft=args.draft,
-                        history_path=Path(root) / "history.sqlite3",
-                        settings=QSettings(f"{root}/settings.ini", QSettings.Format.IniFormat),
-                        chat_defaults=ChatSettings(temperature=0.0, max_tokens=args.max_tokens))
-    window.resize(1440, 900)
-    window.show()
-
-    def wait(predicate, timeout_s=900.0) -> None:
-        loop, end = QEventLoop(), time.monotonic() + timeout_s
-        timer = QTimer()
-        timer.timeout.connect(lambda: (predicate() or time.monotonic() > end) and loop.quit())
-        timer.start(20)
-        loop.exec()
-        timer.stop()
+    app, window = open_window(args)
 
     panel = window.draft_panel
     wait(lambda: window.composer.can_send() and panel.baseline is not None)
@@ -69,7 +37,8 @@ def main() -> int:
     wait(lambda: not window.controller.busy)
     for _ in range(args.repeats):
         window.new_chat()
-        window.send(args.prompt)
+        if not window.send(args.prompt):
+            raise RuntimeError("the window did not take the question")
         wait(lambda: not window.controller.busy)
         results["panel"].append(panel.trace.figures().speedup)
         shown = panel.tiles["speedup"].value.text()

@@ -109,8 +109,8 @@ class TurnTrace:
     def add(self, rounds: Iterable[RoundTrace]) -> None:
         self.rounds.extend(rounds)
 
-    def figures(self, upto: int | None = None) -> Figures:
-        rounds = self.rounds[: upto if upto is not None else len(self.rounds)]
+    def figures(self) -> Figures:
+        rounds = self.rounds
         drafted = sum(r.drafted for r in rounds)
         accepted = sum(r.count(ACCEPTED) for r in rounds)
         tokens = sum(r.tokens for r in rounds)

@@ -96,7 +96,7 @@ def generate(
         drafter = None
     controller = controller or DraftLengthController(fixed_k=draft_tokens, max_k=max_draft)
     answer = AnswerStream(decode, prompt_ids, stop_ids, stop_strings, max_tokens)
-    max_k = max(max_draft, draft_tokens or 0, controller.costs.max_k)
+    max_k = controller.costs.max_k  # the longest k it can choose (a fixed k included)
     drafted_at, accepted_at, reached_at = [0] * max_k, [0] * max_k, [0] * max_k
 
     start = time.perf_counter()

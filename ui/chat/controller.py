@@ -87,15 +87,26 @@ class ChatController(QObject):
         """The open chat up to its last question, with its settings, for race mode."""
         if self.busy or self.model is None or self.current is None:
             return None
-        history = [m.as_chat() for m in self.store.messages(self.current.id) if m.role == "user" or m.content]
+        history = self._history(self.current.id)
         while history and history[-1]["role"] != "user":
             history.pop()
         if not history:
             return None
+        return self._request(history)
+
+    def _history(self, conv_id: int, leave_out: int | None = None) -> list[dict]:
+        """The chat as the model reads it: the system prompt, then every message but `leave_out`
+        and failed (empty) answers."""
+        history = [m.as_chat() for m in self.store.messages(conv_id)
+                   if m.id != leave_out and (m.role == "user" or m.content)]
         if self.system_prompt.strip():
             history.insert(0, {"role": "system", "content": self.system_prompt})
+        return history
+
+    def _request(self, history: list[dict]) -> ChatRequest:
         s = self.settings
-        return ChatRequest(tuple(history), max_tokens=s.max_tokens, params=s.sampling(), drafter=s.drafter)
+        return ChatRequest(tuple(history), max_tokens=s.max_tokens, params=s.sampling(),
+                           draft_tokens=s.draft_tokens, drafter=s.drafter)
 
     # Opening chats
 
@@ -240,10 +251,7 @@ class ChatController(QObject):
 
     def _start(self, answer_id: int) -> None:
         conv_id = self.current.id
-        history = [m.as_chat() for m in self.store.messages(conv_id)
-                   if m.id != answer_id and (m.role == "user" or m.content)]  # failed answers are left out
-        if self.system_prompt.strip():
-            history.insert(0, {"role": "system", "content": self.system_prompt})
+        history = self._history(conv_id, leave_out=answer_id)
         settings = self.settings
         record = settings.to_dict() | {"system_prompt": self.system_prompt}
         if self.model is not None:
@@ -253,10 +261,7 @@ class ChatController(QObject):
                                 TurnTrace(baseline_s_per_token=self.baseline[0] if self.baseline else None))
         self.trace_shown.emit(self.pending.trace)
         self._set_busy(True)
-        self.request_generate.emit(ChatRequest(
-            tuple(history), max_tokens=settings.max_tokens, params=settings.sampling(),
-            draft_tokens=settings.draft_tokens, drafter=settings.drafter,
-        ))
+        self.request_generate.emit(self._request(history))
 
     # The worker's reports
 

@@ -156,19 +156,18 @@ class DraftPanel(QWidget):
         if not self._graph_timer.isActive():
             self._graph_timer.start()
 
-    def _refresh(self) -> None:
+    def _refresh(self, graphs: bool = False) -> None:
         """New rows, figures and graphs of the live answer (figures and graphs walk every round)."""
         rounds, self._unshown = self._unshown, []
         self.rounds_view.append(rounds)
         self._show_figures(self.trace.figures())
         self._refreshes += 1
-        if self._refreshes % GRAPH_EVERY == 0:
+        if graphs or self._refreshes % GRAPH_EVERY == 0:
             self.graphs.show_trace(self.trace)
 
     def finish_answer(self) -> None:
         self._graph_timer.stop()
-        self._refresh()
-        self.graphs.show_trace(self.trace)
+        self._refresh(graphs=True)
 
     def show_trace(self, trace: TurnTrace | None) -> None:
         """An answer from the history (or none): its rounds, figures and graphs as they ended."""

@@ -1,11 +1,13 @@
 """The header above the chat: the two model slots of the pair and the toggles for the drawers.
 
-The slots show what is loaded now; issue 7 makes them drop targets for pairing models.
+Each slot shows what is loaded and is a drop target: a model folder, a .gguf file or a Hugging
+Face link dropped on it pairs that model in (ui/pairing/controller.py decides what happens).
+A click opens its menu: files, the hub, the catalog, recent pairs.
 """
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSize, Qt
+from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
 
@@ -27,11 +29,20 @@ class ElidedLabel(QLabel):
 
 
 class ModelSlot(QFrame):
-    """One side of the pair: a small caption ("Target", "Draft"), the model's name and a detail line."""
+    """One side of the pair: a small caption ("Target", "Draft"), the model's name and a detail
+    line. While something is dragged over it, it says whether that looks like a model."""
+
+    dropped = Signal(str, list)  # role, the texts dropped (paths, URLs, repo ids)
+    clicked = Signal(str)  # role: the window shows the slot's menu
 
     def __init__(self, caption: str, parent: QWidget | None = None):
         super().__init__(parent)
         self.setObjectName("modelSlot")
+        self.role = caption.lower()
+        self.setAcceptDrops(True)
+        self.setCursor(Qt.CursorShape.PointingHandCursor)
+        self._shown = ("—", "")
+        self.caption_text = caption.upper()
         self.caption = QLabel(caption.upper())
         self.caption.setObjectName("slotTitle")
         self.name = ElidedLabel("—")
@@ -50,10 +61,67 @@ class ModelSlot(QFrame):
         layout.addWidget(self.detail)
 
     def set_model(self, title: str, detail: str = "") -> None:
+        self._shown = (title, detail)
         self.name.setText(title)
         self.detail.setText(detail)
         self.detail.setVisible(bool(detail))
-        self.setToolTip(f"{title}\n{detail}" if detail else title)
+        hint = f"Drop a model folder, .gguf file or Hugging Face link here, or click to choose the {self.role}."
+        self.setToolTip("\n".join(part for part in (title, detail, hint) if part))
+
+    def mousePressEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        if event.button() == Qt.MouseButton.LeftButton:
+            self.clicked.emit(self.role)
+        super().mousePressEvent(event)
+
+    # Drag and drop: the drop is always taken, so a wrong file gets its message instead of a
+    # silent "no entry" cursor; the slot's colour says beforehand what will happen.
+
+    def _set_drop_state(self, state: str) -> None:
+        self.setProperty("dropState", state)
+        self.style().unpolish(self)
+        self.style().polish(self)
+
+    def dragEnterEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        from app.models.sources import drag_verdict
+        from ui.pairing.drop import mime_texts
+
+        texts = mime_texts(event.mimeData())
+        if not texts:
+            event.ignore()
+            return
+        verdict = drag_verdict(texts[0], self.role)
+        self._set_drop_state("reject" if verdict else "accept")
+        self.caption.setText(f"DROP TO USE AS {self.caption_text}")
+        self.name.setText(_short(texts[0]))
+        self.detail.setText(verdict or "release to check and load it")
+        self.detail.setVisible(True)
+        event.acceptProposedAction()
+
+    def dragLeaveEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        self._end_drag()
+        super().dragLeaveEvent(event)
+
+    def dropEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        from ui.pairing.drop import mime_texts
+
+        texts = mime_texts(event.mimeData())
+        self._end_drag()
+        event.acceptProposedAction()
+        if texts:
+            self.dropped.emit(self.role, texts)
+
+    def _end_drag(self) -> None:
+        self._set_drop_state("")
+        self.caption.setText(self.caption_text)
+        self.set_model(*self._shown)
+
+
+def _short(text: str) -> str:
+    """A dropped path or link, shortened to what names it: the last part or the repo id."""
+    text = text.rstrip("/\\")
+    if "huggingface.co/" in text or "hf.co/" in text:
+        return "/".join(text.split(".co/", 1)[1].split("/")[:2])
+    return text.replace("\\", "/").rsplit("/", 1)[-1] or text
 
 
 def target_text(info: LoadedModel) -> tuple[str, str]:
@@ -100,6 +168,10 @@ class Header(QFrame):
     def show_loaded(self, info: LoadedModel) -> None:
         self.target_slot.set_model(*target_text(info))
         self.draft_slot.set_model(*draft_text(info))
+
+    def show_trial(self, text: str) -> None:
+        """The pair trial's result (or progress) under the draft's name."""
+        self.draft_slot.set_model(self.draft_slot._shown[0], text)
 
     def show_loading(self, what: str) -> None:
         self.target_slot.set_model("Loading…", what)

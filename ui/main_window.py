@@ -26,10 +26,14 @@ from ui.chat.conversation_list import ConversationList
 from ui.chat.settings_drawer import SettingsDrawer
 from ui.header import Header, draft_text, target_text
 from ui.panel.draft_panel import DraftPanel
+from ui.pairing.controller import PairController
+from ui.pairing.downloads import DownloadStrip
+from ui.pairing.drop import mime_texts
+from ui.pairing.slot_menu import ask_token, build_slot_menu
 from ui.panel.race_dialog import RaceDialog
 from ui.side_panel import SidePanelHost
 from ui.status_bar import StatusBar
-from ui.worker import EngineWorker
+from ui.worker import EngineWorker, PairRequest
 
 QUIT_WAIT_MS = 30_000  # the current round (or a load in progress) finishes within this
 DEFAULT_SIZE = (1400, 860)  # fits a 1440 x 900 screen; Qt shrinks it to smaller screens
@@ -51,7 +55,6 @@ def open_history(path: Path | None) -> tuple[HistoryStore, str | None]:
 
 
 class MainWindow(QMainWindow):
-    request_load = Signal(str, str, str)  # model, backend ("" = default), draft
     request_race = Signal(object)  # ChatRequest
 
     def __init__(self, model: str = "demo", backend: str = "", draft: str = DRAFT_AUTO,
@@ -69,6 +72,8 @@ class MainWindow(QMainWindow):
 
         self._build()
         self.settings_drawer.defaults = defaults
+        self.pairing = PairController(self.download_strip, backend,
+                                      ask_token=lambda repo, why: ask_token(self, repo, why), parent=self)
         self._start_worker()
         self.controller = ChatController(self.store, self.worker, self.chat_view, defaults, self)
         self._build_actions()
@@ -77,7 +82,8 @@ class MainWindow(QMainWindow):
         if history_message:
             self.banners.add(history_message, "warning")
         self.chat_view.set_greeting_hint("Loading the model…")
-        self.request_load.emit(model, backend, draft)
+        self.setAcceptDrops(True)  # two models dropped anywhere pair up; the slots take one each
+        self.pairing.request_pair.emit(PairRequest(model, draft or DRAFT_AUTO, backend))
 
     # Building
 
@@ -86,6 +92,7 @@ class MainWindow(QMainWindow):
         self.settings_drawer = SettingsDrawer()
         self.settings_drawer.hide()
         self.banners = BannerStack()
+        self.download_strip = DownloadStrip()
         self.chat_view = ChatView(MarkdownRenderer(self.theme.theme.markdown_style()))
         self.composer = Composer()
         self.composer.setMaximumWidth(self.chat_view.column_width() - 16)  # the messages sit 8 px inside the column
@@ -97,7 +104,7 @@ class MainWindow(QMainWindow):
         column = QVBoxLayout(chat_column)
         column.setContentsMargins(0, 0, 0, 0)
         column.setSpacing(0)
-        for widget in (self.header, self.settings_drawer, self.banners):
+        for widget in (self.header, self.download_strip, self.settings_drawer, self.banners):
             column.addWidget(widget)
         column.addWidget(self.chat_view, 1)
         column.addLayout(composer_row)
@@ -122,7 +129,8 @@ class MainWindow(QMainWindow):
         self.thread.setObjectName("tandem-engine")
         self.worker = EngineWorker()
         self.worker.moveToThread(self.thread)
-        self.request_load.connect(self.worker.load)
+        self.pairing.request_pair.connect(self.worker.load_pair)
+        self.pairing.request_trial.connect(self.worker.trial)
         self.thread.start()
 
     def _build_actions(self) -> None:
@@ -188,6 +196,36 @@ class MainWindow(QMainWindow):
         panel.tint_toggled.connect(lambda on: self.chat_view.set_tint(self.theme.theme.dark if on else None))
         panel.race_requested.connect(self.start_race)
         self.request_race.connect(worker.race)
+        pairing = self.pairing
+        for slot in (self.header.target_slot, self.header.draft_slot):
+            slot.dropped.connect(pairing.drop)
+            slot.clicked.connect(self.show_slot_menu)
+        worker.paired.connect(pairing.on_paired)
+        worker.trial_done.connect(pairing.on_trial_done)
+        worker.pair_notice.connect(lambda message: self.banners.add(message, "warning"))
+        pairing.trial_shown.connect(self.header.show_trial)
+        pairing.error.connect(lambda message: self.banners.add(message, "error"))
+        pairing.info.connect(lambda message: self.banners.add(message, "info"))
+        # a real request wants the engine: a pair trial in progress gives way
+        controller.busy_changed.connect(lambda busy: worker.interrupt_trial() if busy and pairing.trial_running
+                                        else None)
+
+    def show_slot_menu(self, role: str) -> None:
+        slot = self.header.target_slot if role == "target" else self.header.draft_slot
+        self.slot_menu = build_slot_menu(role, self.pairing, self)
+        self.slot_menu.popup(slot.mapToGlobal(slot.rect().bottomLeft()))
+
+    # Two models dropped anywhere on the window: the larger is the target (PairController.drop)
+
+    def dragEnterEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        if mime_texts(event.mimeData()):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        texts = mime_texts(event.mimeData())
+        if texts:
+            event.acceptProposedAction()
+            self.pairing.drop("window", texts)
 
     def _on_theme(self, t) -> None:
         self.chat_view.set_renderer(MarkdownRenderer(t.markdown_style()))
@@ -339,10 +377,17 @@ class MainWindow(QMainWindow):
             "Ask anything: Enter sends, Shift+Enter starts a new line.")
 
     def _on_load_failed(self, message: str) -> None:
+        model = self.controller.model
+        self.banners.add(f"Could not load the model. {message}", "error")
+        if model is not None:  # the pair in use was never touched: say so, and carry on with it
+            self.header.show_loaded(model)
+            self.status.show_loaded(model)
+            self.status.showMessage(f"Still using {model.describe()}", 8000)
+            self.chat_view.set_greeting_hint(f"Still using {target_text(model)[0]} with {draft_text(model)[0]}.")
+            return
         self.header.show_load_failed()
         self.status.show_load_failed()
-        self.composer.set_ready(self.controller.model is not None)  # a previous pair stays usable
-        self.banners.add(f"Could not load the model. {message}", "error")
+        self.composer.set_ready(False)
         self.chat_view.set_greeting_hint("No model is loaded.")
 
     # Quitting
@@ -359,6 +404,10 @@ class MainWindow(QMainWindow):
         window_state.save(self.app_settings, self, self.splitter, side_panel=self.side_panel_action.isChecked(),
                           drawer=self.settings_action.isChecked(), conversation_id=self._current_id())
         self.controller.closing = True
+        if self.pairing.job is not None:  # a partial download is kept and resumes next time
+            self.pairing.job.cancel()
+            self.pairing.job.wait(5)
+        self.worker.interrupt_trial()
         self.worker.stop()
         self.thread.quit()
         self.thread.wait(QUIT_WAIT_MS)
@@ -367,7 +416,8 @@ class MainWindow(QMainWindow):
         QCoreApplication.sendPostedEvents(None, QEvent.Type.MetaCall)
         self.controller.finish_on_quit()
         for signal in (self.worker.text, self.worker.notice, self.worker.finished, self.worker.failed,
-                       self.worker.loaded, self.worker.load_failed, self.worker.progress):
+                       self.worker.loaded, self.worker.load_failed, self.worker.progress, self.worker.paired,
+                       self.worker.trial_done):
             try:
                 signal.disconnect()  # a worker that outlived the wait must not write to a closed history
             except (RuntimeError, TypeError):

@@ -9,6 +9,7 @@ tokenizer, which belongs to the runner.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass, replace
 
@@ -17,7 +18,8 @@ from PySide6.QtCore import QObject, Signal, Slot
 from app.chat.context import ContextOverflowError, fit_messages
 from app.chat.trace import RoundTrace, trace_round
 from app.engine.events import Finished, Notice, Round
-from app.runner import DRAFT_AUTO, DRAFT_NONE, ChatRequest, Runner
+from app.models.pairing import PairingError
+from app.runner import DRAFT_AUTO, DRAFT_LOOKUP, DRAFT_NONE, ChatRequest, Runner
 
 REPAINT_INTERVAL_S = 1 / 30
 log = logging.getLogger(__name__)
@@ -39,6 +41,24 @@ class RaceResult:
         return self.alone.text == self.speculative.text
 
 
+@dataclass(frozen=True)
+class PairRequest:
+    """A pair to load. `target`/`draft` are what the runner loads (paths, "demo", draft keywords);
+    the names are how the user named them (a hub id rather than its cache folder), for recents."""
+
+    target: str
+    draft: str = DRAFT_AUTO
+    backend: str = ""
+    target_name: str = ""
+    draft_name: str = ""
+    # A new target dropped beside the current draft model: when their tokenizers differ, load the
+    # target with prompt lookup (and say so) instead of refusing the target the user asked for.
+    keep_draft: bool = False
+
+    def named(self) -> tuple[str, str]:
+        return self.target_name or self.target, self.draft_name or self.draft
+
+
 class EngineWorker(QObject):
     progress = Signal(str)  # loading steps, for the status line
     loaded = Signal(object)  # app.runner.LoadedModel
@@ -51,25 +71,65 @@ class EngineWorker(QObject):
     baseline = Signal(float, int)  # the target alone's measured seconds per token, at this context length
     race_done = Signal(object)  # RaceResult
     race_failed = Signal(str)
+    paired = Signal(object, object)  # the PairRequest as loaded (its draft may have fallen back), LoadedModel
+    pair_notice = Signal(str)  # about the pair, not an answer: shown as a banner
+    trial_done = Signal(object, object)  # PairRequest, app.models.pair_memory.TrialResult or None (interrupted)
 
     def __init__(self, runner: Runner | None = None):
         super().__init__()
         self.runner = runner or Runner()
+        self._trial_interrupted = threading.Event()
 
     def stop(self) -> None:
         """Called from the GUI thread: the generator stops after its current round."""
         self.runner.cancel()
 
-    @Slot(str, str, str)
-    def load(self, spec: str, backend: str, draft: str = DRAFT_AUTO) -> None:
+    def interrupt_trial(self) -> None:
+        """Called from the GUI thread when a real request wants the engine: a pair trial in
+        progress ends after its current round and is not remembered."""
+        self._trial_interrupted.set()
+        self.runner.cancel()
+
+    @Slot(object)
+    def load_pair(self, request: PairRequest) -> None:
+        """Load a pair; on any failure the current pair stays loaded and load_failed says why."""
         try:
-            info = self.runner.load(spec, backend or None, draft=draft or DRAFT_AUTO, progress=self.progress.emit)
+            try:
+                info = self.runner.load(request.target, request.backend or None, draft=request.draft,
+                                        progress=self.progress.emit)
+            except PairingError as exc:
+                if not request.keep_draft:
+                    raise
+                draft_name = request.named()[1]
+                info = self.runner.load(request.target, request.backend or None, draft=DRAFT_LOOKUP,
+                                        progress=self.progress.emit)
+                request = replace(request, draft=DRAFT_LOOKUP, draft_name=DRAFT_LOOKUP)
+                self.pair_notice.emit(f"The draft {draft_name} does not fit this target, so it drafts with prompt "
+                                 f"lookup for now. {exc} Drop a draft of the target's family on the Draft slot.")
         except Exception as exc:  # any failure is reported; the previous pair stays loaded
-            log.warning("loading %s failed: %s", spec, exc)
+            log.warning("loading %s failed: %s", request.target, exc)
             self.load_failed.emit(str(exc))
             return
         self.loaded.emit(info)
+        self.paired.emit(request, info)
         self.measure_baseline(())
+
+    @Slot(object)
+    def trial(self, request: PairRequest) -> None:
+        """The quick pair trial (app/pair_trial.py) on the pair just loaded."""
+        from app.pair_trial import run_trial
+
+        self._trial_interrupted.clear()
+        try:
+            result = run_trial(self.runner, self._trial_interrupted.is_set)
+        except Exception:  # a trial is a bonus: its failure must not look like a broken pair
+            log.exception("pair trial failed")
+            result = None
+        self.trial_done.emit(request, result)
+
+    @Slot(str, str, str)
+    def load(self, spec: str, backend: str, draft: str = DRAFT_AUTO) -> None:
+        self.load_pair(PairRequest(spec, draft or DRAFT_AUTO, backend))
 
     @Slot(object)
     def measure_baseline(self, messages) -> None:

@@ -1,0 +1,63 @@
+"""The curated catalog of known-good pairs (`resources/catalog.json`), and the demo pair, which
+is always there and needs no network."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from app.paths import asset
+
+CATALOG_FILE = ("catalog.json",)
+
+
+@dataclass(frozen=True)
+class CatalogModel:
+    repo: str
+    size_gb: float  # the hub's download size, rounded: the exact total is shown before downloading
+    gated: bool = False
+
+
+@dataclass(frozen=True)
+class CatalogPair:
+    id: str
+    backend: str
+    title: str
+    target: CatalogModel
+    draft: CatalogModel | None
+    note: str = ""
+
+    @property
+    def size_gb(self) -> float:
+        return self.target.size_gb + (self.draft.size_gb if self.draft else 0.0)
+
+    @property
+    def specs(self) -> tuple[str, str]:
+        """What the runner is asked to load: hub ids (fetched first) or the demo's names."""
+        if self.id == DEMO_PAIR.id:
+            from app.runner import DRAFT_AUTO
+
+            return "demo", DRAFT_AUTO
+        return self.target.repo, self.draft.repo if self.draft else "ngram"
+
+
+DEMO_PAIR = CatalogPair(
+    id="demo", backend="any", title="Demo: SmolLM2 135M + its int4 self-draft (offline)",
+    target=CatalogModel("HuggingFaceTB/SmolLM2-135M-Instruct", 0.1), draft=None,
+    note="Built in: works without a network.")
+
+
+def _model(data: dict) -> CatalogModel:
+    return CatalogModel(str(data["repo"]), float(data.get("size_gb", 0.0)), bool(data.get("gated", False)))
+
+
+def load_catalog(backend: str | None = None) -> list[CatalogPair]:
+    """The demo pair first, then the catalog's pairs for `backend` (all when None)."""
+    data = json.loads(asset(*CATALOG_FILE).read_text(encoding="utf-8"))
+    pairs = [DEMO_PAIR]
+    for item in data["pairs"]:
+        if backend is None or item["backend"] == backend:
+            pairs.append(CatalogPair(
+                id=item["id"], backend=item["backend"], title=item["title"], target=_model(item["target"]),
+                draft=_model(item["draft"]) if item.get("draft") else None, note=item.get("note", "")))
+    return pairs

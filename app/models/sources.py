@@ -1,0 +1,98 @@
+"""What a user dropped or typed on a model slot, classified before anything is read or fetched:
+a model folder, a .gguf file, a Hugging Face repo (id or URL), or one of the draft keywords."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from app.models.errors import ModelFileError
+from app.models.folder import PICKLED_SUFFIXES
+from app.models.hub import HubRef, parse_hub_ref
+
+# What the Draft slot also accepts, besides models: the runner's own draft names.
+DRAFT_KEYWORDS = {"ngram": "ngram", "prompt lookup": "ngram", "lookup": "ngram", "none": "none",
+                  "auto": "auto", "self:int4": "self:int4", "self:bfloat16": "self:bfloat16"}
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    kind: str  # "folder" | "gguf" | "hub" | "demo" | "keyword"
+    value: str  # a path, a repo id, or a keyword as the runner names it
+    ref: HubRef | None = None
+
+    @property
+    def name(self) -> str:
+        """How recents and messages name it: the repo id for the hub, else the path."""
+        return self.value
+
+
+def _local_path(text: str) -> Path | None:
+    if text.startswith("file:"):
+        return Path(unquote(urlparse(text).path))
+    if text.startswith(("/", "~", ".")) or (len(text) > 2 and text[1] == ":" and text[2] in "\\/"):
+        return Path(text).expanduser()
+    path = Path(text).expanduser()
+    return path if path.exists() else None
+
+
+def classify(text: str, role: str = "target") -> ModelSource:
+    """Raise ModelFileError, in plain words, for what cannot be a model; `role` is "target" or
+    "draft" (only a draft can be a keyword such as prompt lookup)."""
+    text = text.strip().strip('"').strip("'")
+    if not text:
+        raise ModelFileError("Nothing to load: drop a model folder, a .gguf file or a Hugging Face link.")
+    if text == "demo":
+        return ModelSource("demo", "demo")
+    keyword = DRAFT_KEYWORDS.get(text.lower())
+    if keyword is not None:
+        if role != "draft":
+            raise ModelFileError(f"“{text}” is a way of drafting, not a target model: drop it on the Draft slot.")
+        return ModelSource("keyword", keyword)
+    path = _local_path(text)
+    if path is not None:
+        if path.is_dir():
+            return ModelSource("folder", str(path))
+        if path.is_file():
+            if path.suffix.lower() == ".gguf":
+                return ModelSource("gguf", str(path))
+            if path.suffix.lower() in PICKLED_SUFFIXES:
+                raise ModelFileError(
+                    f"{path.name} is a pickled checkpoint. Tandem loads only safetensors and GGUF, because a "
+                    "pickled file can run arbitrary code when loaded. Look for a safetensors or GGUF version.")
+            if path.name in ("config.json",) or path.suffix.lower() == ".safetensors":
+                return ModelSource("folder", str(path.parent))  # a file from a model folder: the folder
+            raise ModelFileError(
+                f"{path.name} is not a model. Drop a model folder (config.json, *.safetensors and tokenizer "
+                "files), a .gguf file, or a Hugging Face link.")
+        raise ModelFileError(f"{path}: no such file or folder.")
+    ref = parse_hub_ref(text)
+    if ref is not None:
+        return ModelSource("hub", ref.repo_id, ref)
+    raise ModelFileError(
+        f"“{text[:80]}” is neither a file on this computer nor a Hugging Face model. Drop a model folder, "
+        "a .gguf file, or a link such as https://huggingface.co/Qwen/Qwen2.5-0.5B-Instruct.")
+
+
+def drag_verdict(text: str, role: str) -> str:
+    """A short reason shown while dragging over a slot, or "" when it looks usable. Cheap: only
+    file names and the presence of config.json are looked at; the full checks run on drop."""
+    try:
+        source = classify(text, role)
+    except ModelFileError as exc:
+        return str(exc).split(". ")[0]
+    if source.kind == "folder" and not (Path(source.value) / "config.json").is_file():
+        return "no config.json: not a model folder"
+    return ""
+
+
+def model_size(text: str) -> int:
+    """Bytes of weights on disk, for telling a dropped target from its draft; 0 when unknown
+    (a hub model not fetched yet)."""
+    path = _local_path(text.strip())
+    if path is None or not path.exists():
+        return 0
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.glob("*.safetensors"))

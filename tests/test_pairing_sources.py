@@ -1,0 +1,101 @@
+"""What a dropped or typed text means, the catalog, and what is remembered about pairs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from app.models.catalog import DEMO_PAIR, load_catalog
+from app.models.errors import ModelFileError
+from app.models.pair_memory import MAX_RECENT, PairMemory, TrialResult
+from app.models.sources import classify, drag_verdict
+
+
+def test_local_folders_files_and_keywords(tmp_path):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    assert classify(str(folder)).kind == "folder"
+    assert classify(f"file://{folder}").value == str(folder)
+    assert classify(str(folder / "config.json")).value == str(folder)  # a file of a model folder
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    assert classify(str(gguf)).kind == "gguf"
+    assert classify("Prompt lookup", "draft").value == "ngram"
+    assert classify("none", "draft").value == "none"
+    assert classify("demo").kind == "demo"
+
+
+def test_hub_references():
+    source = classify("https://huggingface.co/Qwen/Qwen2.5-0.5B-Instruct/tree/main")
+    assert (source.kind, source.value) == ("hub", "Qwen/Qwen2.5-0.5B-Instruct")
+    assert classify("HuggingFaceTB/SmolLM2-135M-Instruct").ref.repo_id == "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
+@pytest.mark.parametrize("text, phrase", [
+    ("", "Nothing to load"),
+    ("/no/such/place", "no such file"),
+    ("ngram", "drop it on the Draft slot"),  # a keyword is not a target
+    ("just some words", "neither a file on this computer nor a Hugging Face model"),
+])
+def test_what_cannot_be_a_model_says_why(text, phrase):
+    with pytest.raises(ModelFileError, match=phrase):
+        classify(text, "target")
+
+
+def test_pickled_and_stray_files_are_refused(tmp_path):
+    (tmp_path / "pytorch_model.bin").write_bytes(b"x")
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(ModelFileError, match="arbitrary code"):
+        classify(str(tmp_path / "pytorch_model.bin"))
+    with pytest.raises(ModelFileError, match="not a model"):
+        classify(str(tmp_path / "notes.txt"))
+
+
+def test_drag_verdict_is_empty_only_for_what_looks_usable(tmp_path):
+    assert drag_verdict(str(tmp_path), "target") == "no config.json: not a model folder"
+    (tmp_path / "config.json").write_text("{}")
+    assert drag_verdict(str(tmp_path), "target") == ""
+    assert drag_verdict("Qwen/Qwen2.5-0.5B-Instruct", "draft") == ""
+
+
+def test_catalog_pairs_per_backend_demo_first():
+    for backend in ("mlx", "torch"):
+        pairs = load_catalog(backend)
+        assert pairs[0] is DEMO_PAIR and pairs[0].specs == ("demo", "auto")
+        assert len(pairs) >= 4 and all(p.backend == backend for p in pairs[1:])
+        for pair in pairs[1:]:
+            assert pair.target.size_gb > pair.draft.size_gb > 0  # the draft is the small one
+            assert "/" in pair.target.repo and "/" in pair.draft.repo
+    titles = " ".join(p.title for p in load_catalog("mlx"))
+    for family in ("Qwen2.5 7B", "Qwen2.5 32B", "Llama 3.1 8B", "SmolLM2 1.7B"):
+        assert family in titles
+
+
+def test_recent_pairs_newest_first_without_duplicates(tmp_path):
+    memory = PairMemory(tmp_path / "pairs.json")
+    for i in range(MAX_RECENT + 2):
+        memory.add_recent("torch", f"t{i}", "d", f"pair {i}")
+    memory.add_recent("torch", "t5", "d", "pair 5 again")
+    again = PairMemory(tmp_path / "pairs.json")  # read back from disk
+    recent = again.recent("torch")
+    assert len(recent) == MAX_RECENT and recent[0]["title"] == "pair 5 again"
+    assert [r["target"] for r in recent].count("t5") == 1
+    assert again.recent("mlx") == []
+
+
+def test_trial_results_are_kept_per_pair_and_a_damaged_file_is_set_aside(tmp_path):
+    path = tmp_path / "pairs.json"
+    memory = PairMemory(path)
+    result = TrialResult(acceptance=0.71, speedup=2.14, tokens_per_pass=3.2, tokens=120, measured_at=1.0)
+    memory.set_trial("torch", "a", "b", result)
+    assert PairMemory(path).trial("torch", "a", "b") == result
+    assert PairMemory(path).trial("torch", "a", "c") is None
+    assert result.summary() == "accepts 71%, about 2.1x faster here"
+    assert "slower" in TrialResult(0.1, 0.8, 1.1, 10, 1.0).summary()
+    path.write_text("{not json")
+    fresh = PairMemory(path)
+    assert fresh.recent() == [] and list(tmp_path.glob("pairs.damaged-*"))
+    fresh.add_recent("torch", "x", "y", "x + y")
+    assert json.loads(path.read_text())["recent"][0]["target"] == "x"

@@ -1,0 +1,178 @@
+"""Pairing: what happens when a model is dropped on a slot, chosen from a menu, or picked from
+the catalog. Hub models are fetched first (ui/pairing/downloads.py, off the engine's thread);
+then the worker loads the pair, which runs every check (files, architecture, tokenizers,
+memory) before anything replaces the pair in use. After a pair loads, a short trial measures
+it once and the result is remembered per pair (app/models/pair_memory.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from PySide6.QtCore import QObject, Signal
+
+from app.models import hub
+from app.models.catalog import CatalogPair
+from app.models.errors import ModelFileError
+from app.models.pair_memory import PairMemory
+from app.models.sources import ModelSource, classify
+from app.runner import DRAFT_AUTO, LoadedModel
+from ui.pairing.downloads import DownloadJob, DownloadStrip
+from ui.worker import PairRequest
+
+TOKEN_RETRIES = 2  # a wrong token is asked for again, but not forever
+
+
+class PairController(QObject):
+    request_pair = Signal(object)  # PairRequest, to the worker's thread
+    request_trial = Signal(object)  # PairRequest just loaded: measure it
+    error = Signal(str)  # a message for a banner; the pair in use is untouched
+    info = Signal(str)  # something to know, not wrong (a download cancelled, a fallback)
+    trial_shown = Signal(str)  # the Draft slot's detail line: "accepts 71%, about 2.1x faster here"
+
+    def __init__(self, strip: DownloadStrip, backend: str = "", memory: PairMemory | None = None,
+                 ask_token: Callable[[str, str], str | None] = lambda repo, why: None,
+                 endpoint: str | None = None, parent: QObject | None = None):
+        super().__init__(parent)
+        self.strip = strip
+        self.backend = backend
+        self.memory = memory or PairMemory()
+        self.ask_token = ask_token  # the window's dialog: (repo id, why) -> a token or None
+        self.endpoint = endpoint  # tests point the hub at a local server
+        self.current: PairRequest | None = None
+        self.loaded: LoadedModel | None = None
+        self.job: DownloadJob | None = None
+        self.trial_running = False
+        strip.cancel_requested.connect(self.cancel_download)
+
+    # What the user did
+
+    def drop(self, role: str, texts: list[str]) -> None:
+        """Texts dropped on a slot ("target"/"draft"), or anywhere on the window ("window"):
+        there two models pair by size (the larger is the target), one model is a target."""
+        if role == "window":
+            if len(texts) >= 2:
+                self.choose_pair(*_by_size(texts[:2]))
+                return
+            role = "target"
+        self.choose(role, texts[0])
+
+    def choose(self, role: str, text: str) -> None:
+        try:
+            source = classify(text, role)
+        except ModelFileError as exc:
+            self.error.emit(str(exc))
+            return
+        self._fetch([(role, source)])
+
+    def choose_pair(self, target: str, draft: str) -> None:
+        try:
+            sources = [("target", classify(target, "target")), ("draft", classify(draft, "draft"))]
+        except ModelFileError as exc:
+            self.error.emit(str(exc))
+            return
+        self._fetch(sources)
+
+    def choose_catalog(self, pair: CatalogPair) -> None:
+        self.choose_pair(*pair.specs)
+
+    def choose_recent(self, entry: dict) -> None:
+        self.choose_pair(entry["target"], entry["draft"])
+
+    def cancel_download(self) -> None:
+        if self.job is not None:
+            self.job.cancel()
+            self.strip.cancel_button.setEnabled(False)
+            self.strip.file_label.setText("Cancelling…")
+
+    # Fetching what the hub holds, then loading
+
+    def _fetch(self, sources: list[tuple[str, ModelSource]], token: str | None = None, tries: int = 0) -> None:
+        if self.job is not None:
+            self.error.emit("A download is already running: wait for it or cancel it first.")
+            return
+        missing = []
+        resolved: dict[str, tuple[str, str]] = {}  # role -> (what to load, how the user named it)
+        for role, source in sources:
+            if source.kind != "hub":
+                resolved[role] = (source.value, source.name)
+            elif (cached := hub.cached_model(source.ref)) is not None:
+                resolved[role] = (str(cached), source.name)
+            else:
+                missing.append((role, source))
+        if not missing:
+            self._load(resolved)
+            return
+        job = DownloadJob([source.ref for _, source in missing], token=token or hub.saved_token(),
+                          endpoint=self.endpoint, parent=self)
+        self.job = job
+        self.strip.begin(" and ".join(source.name for _, source in missing))
+        job.progress.connect(self.strip.update_progress)
+
+        def done(paths) -> None:
+            self._end_job()
+            for (role, source), path in zip(missing, paths, strict=True):
+                resolved[role] = (str(path), source.name)
+            self._load(resolved)
+
+        def failed(exc) -> None:
+            self._end_job()
+            if isinstance(exc, hub.NeedsToken) and tries < TOKEN_RETRIES:
+                new_token = self.ask_token(exc.repo_id, str(exc))
+                if new_token:
+                    hub.save_token(new_token)
+                    self._fetch(sources, new_token, tries + 1)
+                    return
+            self.error.emit(str(exc) if isinstance(exc, ModelFileError) else f"The download failed: {exc}")
+
+        def cancelled() -> None:
+            self._end_job()
+            self.info.emit("Download cancelled. What was fetched is kept: choosing the model again resumes it.")
+
+        job.done.connect(done)
+        job.failed.connect(failed)
+        job.cancelled.connect(cancelled)
+        job.start()
+
+    def _end_job(self) -> None:
+        self.job = None
+        self.strip.end()
+
+    def _load(self, resolved: dict[str, tuple[str, str]]) -> None:
+        current = self.current or PairRequest("demo", DRAFT_AUTO, self.backend)
+        target, target_name = resolved.get("target", (current.target, current.named()[0]))
+        draft, draft_name = resolved.get("draft", (current.draft, current.named()[1]))
+        # A new target alone keeps the draft model in use only when their tokenizers agree.
+        keep_draft = "target" in resolved and "draft" not in resolved
+        self.request_pair.emit(PairRequest(target, draft, self.backend, target_name, draft_name, keep_draft))
+
+    # What the worker reported
+
+    def on_paired(self, request: PairRequest, info: LoadedModel) -> None:
+        self.current, self.loaded = request, info
+        target_name, draft_name = request.named()
+        self.memory.add_recent(info.backend, target_name, draft_name, f"{target_name} + {info.draft}")
+        remembered = self.memory.trial(info.backend, target_name, draft_name)
+        if remembered is not None:
+            self.trial_shown.emit(remembered.summary())
+        elif info.draft != "none":
+            self.trial_running = True
+            self.trial_shown.emit("trying the pair on a few prompts…")
+            self.request_trial.emit(request)
+
+    def on_trial_done(self, request: PairRequest, result) -> None:
+        self.trial_running = False
+        if request != self.current:
+            return  # another pair was loaded meanwhile
+        if result is None:
+            self.trial_shown.emit("trial interrupted: it runs again next time this pair loads")
+            return
+        target_name, draft_name = request.named()
+        self.memory.set_trial(self.loaded.backend, target_name, draft_name, result)
+        self.trial_shown.emit(result.summary())
+
+
+def _by_size(texts: list[str]) -> tuple[str, str]:
+    """Two dropped models: the larger on disk is the target."""
+    from app.models.sources import model_size
+
+    return tuple(sorted(texts, key=model_size, reverse=True))  # type: ignore[return-value]

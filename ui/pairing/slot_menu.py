@@ -1,0 +1,79 @@
+"""The menu a click on a model slot opens: choose from disk or the hub, the draft keywords,
+the curated catalog (the demo pair first, always offline) and the recent pairs."""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import QFileDialog, QInputDialog, QMenu, QWidget
+
+from app.models.catalog import load_catalog
+from ui.pairing.controller import PairController
+
+DRAFT_CHOICES = (
+    ("Self-draft: the target's own weights in int4", "self:int4"),
+    ("Prompt lookup: copies from the chat, no model", "ngram"),
+    ("None: the target decodes alone", "none"),
+)
+
+
+def _size(gb: float) -> str:
+    return f"{gb * 1000:.0f} MB" if gb < 1 else f"{gb:.1f} GB"
+
+
+def build_slot_menu(role: str, pairing: PairController, parent: QWidget) -> QMenu:
+    menu = QMenu(parent)
+    noun = "target" if role == "target" else "draft"
+    menu.addAction("Model folder…", lambda: _choose_folder(role, pairing, parent))
+    menu.addAction(".gguf file…", lambda: _choose_gguf(role, pairing, parent))
+    menu.addAction("Hugging Face model…", lambda: _enter_repo(role, pairing, parent))
+    if role == "draft":
+        menu.addSeparator()
+        for text, keyword in DRAFT_CHOICES:
+            menu.addAction(text, lambda keyword=keyword: pairing.choose("draft", keyword))
+    menu.addSeparator()
+    catalog = menu.addMenu("Known-good pairs")
+    for pair in load_catalog(pairing.loaded.backend if pairing.loaded else pairing.backend or None):
+        size = "" if pair.id == "demo" else f" — {_size(pair.size_gb)} download"
+        item = catalog.addAction(pair.title + size, lambda pair=pair: pairing.choose_catalog(pair))
+        item.setToolTip(pair.note)
+    catalog.setToolTipsVisible(True)
+    recent = menu.addMenu("Recent pairs")
+    entries = pairing.memory.recent(pairing.loaded.backend if pairing.loaded else None)
+    for entry in entries:
+        recent.addAction(entry["title"], lambda entry=entry: pairing.choose_recent(entry))
+    recent.setEnabled(bool(entries))
+    menu.setToolTipsVisible(True)
+    menu.setObjectName(f"{noun}Menu")
+    return menu
+
+
+def _choose_folder(role: str, pairing: PairController, parent: QWidget) -> None:
+    folder = QFileDialog.getExistingDirectory(parent, f"Choose the {role} model folder")
+    if folder:
+        pairing.choose(role, folder)
+
+
+def _choose_gguf(role: str, pairing: PairController, parent: QWidget) -> None:
+    path, _ = QFileDialog.getOpenFileName(parent, f"Choose the {role} .gguf file", "", "GGUF models (*.gguf)")
+    if path:
+        pairing.choose(role, path)
+
+
+def _enter_repo(role: str, pairing: PairController, parent: QWidget) -> None:
+    text, ok = QInputDialog.getText(
+        parent, f"Hugging Face {role}",
+        "A repo id or link, e.g. Qwen/Qwen2.5-0.5B-Instruct or https://huggingface.co/HuggingFaceTB/"
+        "SmolLM2-135M-Instruct")
+    if ok and text.strip():
+        pairing.choose(role, text)
+
+
+def ask_token(parent: QWidget, repo_id: str, why: str) -> str | None:
+    """Gated or private repos: a token, stored the way huggingface-hub stores it."""
+    from PySide6.QtWidgets import QLineEdit
+
+    text, ok = QInputDialog.getText(
+        parent, "Hugging Face token",
+        f"{why}\n\nPaste an access token from https://huggingface.co/settings/tokens "
+        f"(read access is enough). It is stored where huggingface-hub keeps it.",
+        QLineEdit.EchoMode.Password)
+    return text.strip() if ok and text.strip() else None

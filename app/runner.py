@@ -7,6 +7,7 @@ only cross-thread entry point is `cancel()`, a flag the generator checks between
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from collections.abc import Iterator
@@ -20,6 +21,10 @@ from app.engine.drafters import Drafter, LookupThenModelDrafter, ModelDrafter, P
 from app.engine.events import Finished, Notice, Round
 from app.engine.sampling import SamplingParams
 from app.engine.speculative import generate
+from app.models.architecture import check_architecture
+from app.models.folder import check_model_folder
+from app.models.integrity import check_weights
+from app.models.memory import MemoryEstimate, NotEnoughMemory, check_fits, estimate, free_memory
 from app.models.pairing import check_tokenizers
 from app.models.resolve import display_name, resolve_model
 
@@ -69,6 +74,7 @@ class LoadedModel:
     weights_bytes: int
     load_s: float
     draft: str = DRAFT_NONE  # "none", "ngram", or the draft folder's name
+    notice: str = ""  # what the user should know about this pair (it fits memory only tightly)
 
     def describe(self) -> str:
         pair = f" + {self.draft}" if self.draft != DRAFT_NONE else ""
@@ -86,6 +92,34 @@ class Runner:
         # width, the acceptance) belongs to the pair and this machine, not to one answer.
         self._controllers: dict[str, DraftLengthController] = {}
         self._cancel = threading.Event()
+        self.free_memory = free_memory  # (backend, device) -> (bytes, name); tests may simulate less
+
+    def _device(self, backend: str) -> str:
+        if backend == "mlx":
+            return "gpu"
+        from app.models.memory_torch import torch_device
+
+        return torch_device()
+
+    def _check_memory(self, models: list[MemoryEstimate], backend: str, progress) -> str:
+        """A warning (or "") when the pair fits; NotEnoughMemory when it cannot. When it fits
+        only without the pair in use, that pair is unloaded first: every other check has passed."""
+        device = self._device(backend)
+        free, where = self.free_memory(backend, device)
+        try:
+            return check_fits(models, free, where) or ""
+        except NotEnoughMemory:
+            held = self.target.weights_bytes if self.target is not None else 0
+            draft = getattr(getattr(self.drafter, "model", self.drafter), "backend", None)
+            held += getattr(draft, "weights_bytes", 0) if draft is not self.target else 0
+            if not held:
+                raise
+            warning = check_fits(models, free + held, where) or ""  # raises when even that is too little
+            progress("Unloading the current pair to make room ...")
+            self.target = self.drafter = self.tokenizer = self.loaded = None
+            self._controllers.clear()
+            gc.collect()
+            return warning
 
     def load(self, spec: str | Path, backend: str | None = None, draft: str | Path = DRAFT_NONE,
              precision: str = "auto", progress=print) -> LoadedModel:
@@ -99,15 +133,22 @@ class Runner:
             draft = auto_draft(spec)
         start = time.perf_counter()
         folder = resolve_model(spec, backend, progress)
+        config, file_bytes = self._check_files(folder, backend)
         tokenizer = ChatTokenizer(folder)
+        device = self._device(backend)
+        models = [estimate("target", config, file_bytes, backend, device, precision)]
         draft_folder = draft_tokenizer = None
         draft_precision = self_draft_precision(draft)
         if draft_precision is not None:
             draft_folder = folder  # same weights, same tokenizer: nothing to check
+            models.append(estimate("draft", config, file_bytes, backend, device, draft_precision))
         elif str(draft) not in (DRAFT_NONE, DRAFT_LOOKUP):
             draft_folder = resolve_model(draft, backend, progress)
+            draft_config, draft_bytes = self._check_files(draft_folder, backend)
             draft_tokenizer = ChatTokenizer(draft_folder)
             check_tokenizers(tokenizer, draft_tokenizer)  # before any weights load
+            models.append(estimate("draft", draft_config, draft_bytes, backend, device))
+        notice = self._check_memory(models, backend, progress)
         progress(f"Loading {folder.name} on {backend} ...")
         target = load_backend(folder, backend, precision=precision)
         drafter: Drafter | None = None
@@ -128,8 +169,17 @@ class Runner:
         self._controllers.clear()
         self.loaded = LoadedModel(folder, backend, target.device, target.dtype, target.model_type,
                                   target.context_length, target.weights_bytes,
-                                  time.perf_counter() - start, draft_name)
+                                  time.perf_counter() - start, draft_name, notice)
         return self.loaded
+
+    @staticmethod
+    def _check_files(folder: Path, backend: str) -> tuple[dict, int]:
+        """The folder's config and weight bytes, after checking the files are whole and the
+        backend runs the architecture: each failure is a ModelFileError in plain words."""
+        config = check_model_folder(folder)
+        file_bytes = check_weights(folder)
+        check_architecture(config, backend, display_name(folder))
+        return config, file_bytes
 
     def cancel(self) -> None:
         """Ask the running generation to stop after its current round (any thread)."""

@@ -45,10 +45,10 @@ def test_padded_embeddings_pair_and_stay_exact(tiny_pair, tmp_path):
 
 def test_different_tokenizers_are_refused_before_loading(tiny_pair, demo, tmp_path):
     # the demo's full 49152-token tokenizer beside the tiny model's 1024-token slice, and
-    # weights that would fail to load: the tokenizer check must come first
+    # weights whose shapes fit neither config: the tokenizer check must come before any load
     odd = tmp_path / "odd"
     shutil.copytree(demo["hf"], odd, ignore=shutil.ignore_patterns("*.safetensors"))
-    (odd / "model.safetensors").write_bytes(b"not weights")
+    shutil.copy(tiny_pair["target"] / "model.safetensors", odd / "model.safetensors")
     runner = Runner()
     with pytest.raises(PairingError) as err:
         runner.load(tiny_pair["target"], "torch", draft=odd, progress=lambda m: None)

@@ -169,6 +169,7 @@ class MainWindow(QMainWindow):
         worker.progress.connect(self._on_progress)
         worker.loaded.connect(self._on_loaded)
         worker.load_failed.connect(self._on_load_failed)
+        worker.unloaded.connect(lambda: setattr(self.controller, "model", None))
         controller.busy_changed.connect(self._on_busy)
         controller.conversations_changed.connect(self.refresh_conversations)
         controller.conversation_opened.connect(self._on_conversation_opened)

@@ -63,6 +63,7 @@ class EngineWorker(QObject):
     progress = Signal(str)  # loading steps, for the status line
     loaded = Signal(object)  # app.runner.LoadedModel
     load_failed = Signal(str)
+    unloaded = Signal()  # no pair is loaded any more (before a load_failed)
     notice = Signal(str)  # something the user should know about this answer (context fitting, plain decoding)
     text = Signal(str)  # coalesced text deltas of the answer being written
     rounds = Signal(list)  # coalesced app.chat.trace.RoundTrace, for the side panel
@@ -108,9 +109,13 @@ class EngineWorker(QObject):
                                  f"lookup for now. {exc} Drop a draft of the target's family on the Draft slot.")
         except Exception as exc:  # any failure is reported; the previous pair stays loaded
             log.warning("loading %s failed: %s", request.target, exc)
+            if self.runner.loaded is None:  # it was unloaded to make room (Runner._check_memory)
+                self.unloaded.emit()
             self.load_failed.emit(str(exc))
             return
         self.loaded.emit(info)
+        if info.notice:
+            self.pair_notice.emit(info.notice)
         self.paired.emit(request, info)
         self.measure_baseline(())
 

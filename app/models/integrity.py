@@ -1,0 +1,74 @@
+"""Are a folder's weights whole? Read from the safetensors headers alone (8 bytes of length,
+then JSON naming each tensor's byte range), so multi-gigabyte files are checked in
+milliseconds: a corrupt header, a file cut short by an interrupted copy or download, a shard
+the index names but the folder lacks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from app.models.errors import ModelFileError
+from app.models.folder import check_model_folder
+
+MAX_HEADER = 100 * 1024 * 1024  # the safetensors format's own limit on the JSON header
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:,.1f} MB"
+
+
+def check_safetensors(path: Path) -> int:
+    """Bytes of tensor data in `path`; ModelFileError naming the file when it is damaged."""
+    size = path.stat().st_size
+    with open(path, "rb") as handle:
+        head = handle.read(8)
+        if len(head) < 8:
+            raise ModelFileError(f"{path.name} is empty or cut short ({size} bytes). Download or copy it again.")
+        length = int.from_bytes(head, "little")
+        if length > MAX_HEADER or 8 + length > size:
+            raise ModelFileError(
+                f"{path.name}: the safetensors header is corrupt (it claims {length:,} bytes of header in a file "
+                f"of {size:,}). The file is damaged or not safetensors; download it again.")
+        try:
+            header = json.loads(handle.read(length))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ModelFileError(f"{path.name}: the safetensors header is corrupt ({exc}). Download it again.") from exc
+    if not isinstance(header, dict):
+        raise ModelFileError(f"{path.name}: the safetensors header is corrupt. Download it again.")
+    end = 0
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            start, stop = (int(x) for x in info["data_offsets"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ModelFileError(f"{path.name}: tensor {name!r} has no valid byte range; the file is corrupt.") from exc
+        end = max(end, stop)
+    if 8 + length + end > size:
+        raise ModelFileError(
+            f"{path.name} is truncated: its tensors need {_mb(8 + length + end)} but the file has {_mb(size)}. "
+            "The download or copy was interrupted; fetch the file again.")
+    return end
+
+
+def check_weights(folder: str | Path) -> int:
+    """Total bytes of weights in a model folder, after checking every safetensors file and, for a
+    sharded model, that every shard its index names is there."""
+    folder = Path(folder)
+    check_model_folder(folder)
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        except (ValueError, KeyError, AttributeError) as exc:
+            raise ModelFileError(f"{index.name} is damaged ({exc}); download the model again.") from exc
+        missing = [s for s in shards if not (folder / s).is_file()]
+        if missing:
+            raise ModelFileError(
+                f"{folder.name} is a partial download: {len(missing)} of {len(shards)} weight files are missing "
+                f"({', '.join(missing[:3])}). Download the model again; a hub download resumes where it stopped.")
+        files = [folder / s for s in shards]
+    else:
+        files = sorted(folder.glob("*.safetensors"))
+    return sum(check_safetensors(path) for path in files)

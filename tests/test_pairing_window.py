@@ -1,0 +1,232 @@
+"""Pairing in the window, on tiny random models saved in Hugging Face format: a compatible draft
+dropped on its slot loads and drafts; an incompatible one is refused with the differing tokens
+named; every kind of bad input gets its message and leaves the pair in use working."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pytestqt")
+
+from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl  # noqa: E402
+from PySide6.QtGui import QDragEnterEvent, QDropEvent  # noqa: E402
+from PySide6.QtWidgets import QApplication  # noqa: E402
+
+from app.chat.settings import ChatSettings  # noqa: E402
+from app.models.resolve import display_name  # noqa: E402
+from tests.test_window import LOAD_TIMEOUT_MS, Session, make_window, wait_until  # noqa: E402
+
+ANSWER_TIMEOUT_MS = 120_000
+
+
+@pytest.fixture(scope="module")
+def other_vocab(tiny_fields, tmp_path_factory) -> Path:
+    """A tiny model whose tokenizer is the others' minus its last 124 tokens."""
+    from app.models.gguf_import import import_gguf
+    from tests.factories import tiny_llama, write_gguf
+
+    root = tmp_path_factory.mktemp("other")
+    fields = {**tiny_fields, "tokens": tiny_fields["tokens"][:900], "types": tiny_fields["types"][:900]}
+    kept = set(fields["tokens"])
+    fields["merges"] = [m for m in tiny_fields["merges"]
+                        if all(p in kept for p in m.split(" ")) and m.replace(" ", "") in kept]
+    write_gguf(tiny_llama(3, vocab=900), root / "other.gguf", fields)
+    return import_gguf(root / "other.gguf", root / "other")["hf"]
+
+
+@pytest.fixture(scope="module")
+def pairing_session(qapp, tiny_pair, tmp_path_factory):
+    session = Session(None, tmp_path_factory.mktemp("pairing"))
+    session.window = make_window(session, str(tiny_pair["target"]), draft="none")
+    wait_until(session.window.composer.can_send, LOAD_TIMEOUT_MS)
+    yield session
+    session.window.close()
+
+
+def mime_for(texts: list[str]) -> QMimeData:
+    mime = QMimeData()
+    local = [t for t in texts if Path(t).exists()]
+    if local:
+        mime.setUrls([QUrl.fromLocalFile(t) for t in local])
+    else:
+        mime.setText("\n".join(texts))
+    return mime
+
+
+def drag_over(widget, texts: list[str]) -> None:
+    mime = mime_for(texts)  # held here: the event does not own it
+    event = QDragEnterEvent(widget.rect().center(), Qt.DropAction.CopyAction, mime,
+                            Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier)
+    QApplication.sendEvent(widget, event)
+
+
+def drop_on(widget, texts: list[str]) -> None:
+    """What a user's drag and drop delivers: an enter, then the drop."""
+    drag_over(widget, texts)
+    mime = mime_for(texts)
+    event = QDropEvent(QPointF(widget.rect().center()), Qt.DropAction.CopyAction, mime,
+                       Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier)
+    QApplication.sendEvent(widget, event)
+
+
+def banner_count(window) -> int:
+    return len(window.banners.texts())
+
+
+def wait_banner(window, before: int) -> str:
+    wait_until(lambda: banner_count(window) > before, LOAD_TIMEOUT_MS)
+    return window.banners.texts()[-1]
+
+
+def answer(window, text: str = "Say something"):
+    window.new_chat()
+    # a fixed k: on tiny models a draft costs what the target does, so adaptive k rightly stops drafting
+    window.controller.settings = ChatSettings(temperature=0.0, max_tokens=12, draft_tokens=4)
+    finished = []
+    window.controller.answer_finished.connect(finished.append)
+    assert window.send(text)
+    wait_until(lambda: bool(finished), ANSWER_TIMEOUT_MS)
+    window.controller.answer_finished.disconnect(finished.append)
+    return finished[0]
+
+
+def test_dragging_over_a_slot_says_whether_it_is_a_model(pairing_session, tiny_pair, tmp_path):
+    slot = pairing_session.window.header.draft_slot
+    drag_over(slot, [str(tiny_pair["near"])])
+    assert slot.property("dropState") == "accept"
+    assert slot.caption.text() == "DROP TO USE AS DRAFT"
+    QApplication.sendEvent(slot, _leave())
+    assert slot.property("dropState") == "" and slot.caption.text() == "DRAFT"
+    (tmp_path / "notes.txt").write_text("hello")
+    drag_over(slot, [str(tmp_path / "notes.txt")])
+    assert slot.property("dropState") == "reject"
+    assert "not a model" in slot.detail.text()
+    QApplication.sendEvent(slot, _leave())
+
+
+def _leave():
+    from PySide6.QtGui import QDragLeaveEvent
+
+    return QDragLeaveEvent()
+
+
+def test_a_compatible_draft_dropped_on_its_slot_loads_drafts_and_is_tried(pairing_session, tiny_pair):
+    window = pairing_session.window
+    drop_on(window.header.draft_slot, [str(tiny_pair["near"])])
+    wait_until(lambda: window.controller.model.draft == display_name(tiny_pair["near"]), LOAD_TIMEOUT_MS)
+    assert window.header.draft_slot.name.text() == display_name(tiny_pair["near"])
+    # the pair trial runs once and its measured result shows under the draft's name, remembered
+    wait_until(lambda: "accepts" in window.header.draft_slot.detail.text(), LOAD_TIMEOUT_MS)
+    current = window.pairing.current
+    remembered = window.pairing.memory.trial(window.controller.model.backend, *current.named())
+    assert remembered is not None and 0 < remembered.acceptance <= 1 and remembered.speedup > 0
+    assert window.header.draft_slot.detail.text() == remembered.summary()
+    assert window.pairing.memory.recent()[0]["draft"] == str(tiny_pair["near"])
+    stats = answer(window)
+    assert stats.drafted > 0 and stats.accepted > 0  # the near copy drafts, and much is accepted
+
+
+def test_an_incompatible_draft_is_refused_naming_the_tokens(pairing_session, other_vocab):
+    window = pairing_session.window
+    before, model = banner_count(window), window.controller.model
+    drop_on(window.header.draft_slot, [str(other_vocab)])
+    message = wait_banner(window, before)
+    assert "cannot be paired" in message
+    assert "the target has 1,024 tokens and the draft 900" in message
+    assert "only in the target:" in message  # and which ones
+    assert window.controller.model is model
+    assert answer(window).tokens > 0  # the pair in use still answers
+
+
+def _copy_model(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+def _bad_inputs(tiny_pair, root: Path) -> dict[str, tuple[Path | str, str]]:
+    """name -> (what is dropped, a phrase its message must contain)."""
+    empty = root / "empty"
+    empty.mkdir()
+    pickled = root / "pickled"
+    pickled.mkdir()
+    shutil.copy(tiny_pair["target"] / "config.json", pickled / "config.json")
+    (pickled / "pytorch_model.bin").write_bytes(b"\x80\x04not really a pickle")
+    corrupt = _copy_model(tiny_pair["target"], root / "corrupt")
+    weights = corrupt / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes((10**9).to_bytes(8, "little") + data[8:])  # a header longer than the file
+    partial = _copy_model(tiny_pair["target"], root / "partial")
+    names = json.loads((partial / "model.safetensors").read_bytes()[8:8 + int.from_bytes(
+        (partial / "model.safetensors").read_bytes()[:8], "little")])
+    weight_map = {name: "model-00001-of-00002.safetensors" for name in names if name != "__metadata__"}
+    (partial / "model.safetensors").rename(partial / "model-00001-of-00002.safetensors")
+    first = next(iter(weight_map))
+    weight_map[first] = "model-00002-of-00002.safetensors"
+    (partial / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    unsupported = _copy_model(tiny_pair["target"], root / "unsupported")
+    config = json.loads((unsupported / "config.json").read_text())
+    config["model_type"] = "tandem_imaginary"
+    (unsupported / "config.json").write_text(json.dumps(config))
+    gguf = tiny_pair["target"].parent.parent / "target.gguf"  # what the fixture imported the target from
+    truncated = root / "truncated.gguf"
+    truncated.write_bytes(gguf.read_bytes()[: gguf.stat().st_size // 2])
+    return {
+        "a folder with no model": (empty, "no config.json"),
+        "pickled weights only": (pickled, "arbitrary code"),
+        "a corrupt safetensors header": (corrupt, "model.safetensors"),
+        "a partial download": (partial, "model-00002-of-00002.safetensors"),
+        "an unsupported architecture": (unsupported, "tandem_imaginary"),
+        "a truncated GGUF": (truncated, "truncated"),
+        "a text file": (root / "notes.txt", "not a model"),
+        "a hub model with no network": ("https://huggingface.co/tandem-tests/not-cached", "network"),
+    }
+
+
+def test_each_bad_input_gets_its_message_and_the_pair_keeps_working(pairing_session, tiny_pair, tmp_path,
+                                                                     monkeypatch):
+    window = pairing_session.window
+    (tmp_path / "notes.txt").write_text("not a model")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub-cache"))
+    window.pairing.endpoint = "http://127.0.0.1:9"  # nothing listens there: no network
+    model = window.controller.model
+    for name, (dropped, phrase) in _bad_inputs(tiny_pair, tmp_path).items():
+        for role in ("target", "draft"):
+            before = banner_count(window)
+            slot = window.header.target_slot if role == "target" else window.header.draft_slot
+            drop_on(slot, [str(dropped)])
+            message = wait_banner(window, before)
+            assert phrase.lower() in message.lower(), (name, role, message)
+            assert window.controller.model is model, (name, role)
+    window.pairing.endpoint = None
+    assert window.header.target_slot.name.text() == display_name(model.folder)
+    assert answer(window).tokens > 0
+
+
+def test_a_pair_larger_than_free_memory_is_refused_with_numbers(pairing_session, tiny_pair, monkeypatch):
+    window = pairing_session.window
+    model = window.controller.model
+    monkeypatch.setenv("TANDEM_FREE_MEMORY", "1000")  # bytes: less than the tiny pair needs
+    before = banner_count(window)
+    drop_on(window.header.target_slot, [str(tiny_pair["draft"])])
+    message = wait_banner(window, before)
+    assert "This pair does not fit" in message and "weights" in message and "KV cache" in message
+    assert "at 512 tokens of context" in message  # the tiny model's whole context
+    assert re.search(r"but only \d+ MB of memory \(as TANDEM_FREE_MEMORY says\) is free", message)
+    assert window.controller.model is model
+
+
+def test_two_models_dropped_on_the_window_pair_by_size(tmp_path):
+    from app.models.sources import model_size
+    from ui.pairing.controller import _by_size
+
+    big, small = tmp_path / "big", tmp_path / "small"
+    for folder, size in ((big, 3000), (small, 1000)):
+        folder.mkdir()
+        (folder / "model.safetensors").write_bytes(b"\0" * size)
+    assert model_size(str(big)) == 3000
+    assert _by_size([str(small), str(big)]) == (str(big), str(small))

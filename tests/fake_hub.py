@@ -16,9 +16,10 @@ CHUNK = 64 * 1024
 
 
 class FakeHub:
-    def __init__(self):
+    def __init__(self, port: int = 0):
         self.repos: dict[str, dict[str, bytes]] = {}
-        self.gated: set[str] = set()
+        self.gated: set[str] = set()  # repos that need a token from `tokens`
+        self.tokens: set[str] = set()
         self.requests: list[tuple[str, str, str | None]] = []  # method, path, Range header
         self.delay_s = 0.0  # per chunk of a GET body
         self.on_sent = None  # called with (file name, bytes of it sent so far) after each chunk
@@ -34,7 +35,7 @@ class FakeHub:
             def do_GET(self):  # noqa: N802 (http.server's name)
                 hub._serve(self, body=True)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
@@ -53,6 +54,9 @@ class FakeHub:
     def add(self, repo: str, files: dict[str, bytes]) -> None:
         self.repos[repo] = files
 
+    def add_folder(self, repo: str, folder) -> None:
+        self.add(repo, {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()})
+
     def _serve(self, handler: BaseHTTPRequestHandler, body: bool) -> None:
         path = unquote(urlparse(handler.path).path)
         self.requests.append((handler.command, path, handler.headers.get("Range")))
@@ -67,6 +71,10 @@ class FakeHub:
             return self._file(handler, repo, name, body)
         self._error(handler, 404, "EntryNotFound", "no such endpoint")
 
+    def _refused(self, handler, repo: str) -> bool:
+        auth = handler.headers.get("Authorization", "")
+        return repo in self.gated and auth.removeprefix("Bearer ") not in self.tokens
+
     def _error(self, handler, status: int, code: str, message: str) -> None:
         handler.send_response(status)
         handler.send_header("X-Error-Code", code)
@@ -77,7 +85,7 @@ class FakeHub:
     def _tree(self, handler, repo: str) -> None:
         import json
 
-        if repo in self.gated:
+        if self._refused(handler, repo):
             return self._error(handler, 401, "GatedRepo", "Access to this model is restricted.")
         if repo not in self.repos:
             return self._error(handler, 404, "RepoNotFound", "Repository not found")
@@ -91,7 +99,7 @@ class FakeHub:
         handler.wfile.write(payload)
 
     def _file(self, handler, repo: str, name: str, body: bool) -> None:
-        if repo in self.gated:
+        if self._refused(handler, repo):
             return self._error(handler, 401, "GatedRepo", "Access to this model is restricted.")
         data = self.repos.get(repo, {}).get(name)
         if data is None:

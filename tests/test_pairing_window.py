@@ -230,3 +230,55 @@ def test_two_models_dropped_on_the_window_pair_by_size(tmp_path):
         (folder / "model.safetensors").write_bytes(b"\0" * size)
     assert model_size(str(big)) == 3000
     assert _by_size([str(small), str(big)]) == (str(big), str(small))
+
+
+def test_a_hub_link_dropped_downloads_with_progress_then_pairs(pairing_session, tiny_pair, tmp_path, monkeypatch):
+    from tests.fake_hub import FakeHub
+
+    window = pairing_session.window
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    strip, shown = window.download_strip, []
+    with FakeHub() as server:
+        server.add_folder("tandem-tests/near", tiny_pair["near"])
+        server.delay_s = 0.01  # slow enough to see the strip
+        window.pairing.endpoint = server.endpoint
+        strip.total_bar.valueChanged.connect(lambda value: shown.append((strip.isVisible(), value)))
+        drop_on(window.header.draft_slot, ["https://huggingface.co/tandem-tests/near"])
+        wait_until(lambda: window.controller.model.draft == "tandem-tests/near", LOAD_TIMEOUT_MS)
+        window.pairing.endpoint = None
+    assert shown and all(visible for visible, _ in shown)  # progress was on screen while it ran
+    assert not strip.isVisible()  # and gone once done
+    assert not any(path.endswith(".bin") for _, path, _ in server.requests)
+    assert window.pairing.current.named()[1] == "tandem-tests/near"  # remembered by its hub id
+    assert answer(window).drafted > 0
+
+
+def test_a_gated_repo_asks_for_a_token_and_cancel_keeps_the_pair(pairing_session, tiny_pair, tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    from tests.fake_hub import FakeHub
+
+    window = pairing_session.window
+    model = window.controller.model
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "hf" / "token"))
+    asked = []
+    monkeypatch.setattr(window.pairing, "ask_token", lambda repo, why: asked.append((repo, why)) or "hf_good")
+    with FakeHub() as server:
+        server.add_folder("meta/gated", tiny_pair["near"])
+        server.gated.add("meta/gated")
+        server.tokens.add("hf_good")
+        server.delay_s = 0.2  # slow: the user cancels
+        window.pairing.endpoint = server.endpoint
+        before = banner_count(window)
+        drop_on(window.header.draft_slot, ["meta/gated"])
+        wait_until(lambda: window.download_strip.total_bar.value() > 0, LOAD_TIMEOUT_MS)
+        assert asked and asked[0][0] == "meta/gated" and "licence" in asked[0][1]
+        assert (tmp_path / "hf" / "token").read_text() == "hf_good"  # stored as huggingface-hub does
+        window.download_strip.cancel_button.click()
+        message = wait_banner(window, before)
+        window.pairing.endpoint = None
+    assert "Download cancelled" in message and "resumes" in message
+    assert not window.download_strip.isVisible()
+    assert window.controller.model is model and window.pairing.job is None

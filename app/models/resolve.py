@@ -35,7 +35,11 @@ def resolve_model(spec: str | Path, backend: str, progress=print) -> Path:
 
 
 def display_name(folder: Path) -> str:
-    """Imported folders are named for their variant (hf, mlx, mlx-4bit): show the model too."""
+    """Imported folders are named for their variant (hf, mlx, mlx-4bit): show the model too.
+    A hub download lives in the hub's cache as models--org--name/snapshots/<commit>: show org/name."""
+    folder = Path(folder)
+    if folder.parent.name == "snapshots" and folder.parent.parent.name.startswith("models--"):
+        return "/".join(folder.parent.parent.name.split("--")[1:3])
     if folder.name in ("hf", "mlx") or folder.name.startswith("mlx-"):
         return f"{folder.parent.name}/{folder.name}"
     return folder.name

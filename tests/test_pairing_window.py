@@ -140,6 +140,8 @@ def test_an_incompatible_draft_is_refused_naming_the_tokens(pairing_session, oth
     assert "the target has 1,024 tokens and the draft 900" in message
     assert "only in the target:" in message  # and which ones
     assert window.controller.model is model
+    assert window.header.draft_slot.name.text() == model.draft  # the header shows the pair still in use
+    assert window.header.draft_slot.detail.text() == window.pairing.trial_text != ""
     assert answer(window).tokens > 0  # the pair in use still answers
 
 

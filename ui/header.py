@@ -117,11 +117,16 @@ class ModelSlot(QFrame):
 
 
 def _short(text: str) -> str:
-    """A dropped path or link, shortened to what names it: the last part or the repo id."""
+    """A dropped path or link, shortened to what names it: the repo id, or the model's folder
+    as the slot will name it once loaded."""
+    from pathlib import Path
+
+    from app.models.resolve import display_name
+
     text = text.rstrip("/\\")
     if "huggingface.co/" in text or "hf.co/" in text:
         return "/".join(text.split(".co/", 1)[1].split("/")[:2])
-    return text.replace("\\", "/").rsplit("/", 1)[-1] or text
+    return display_name(Path(text)) if text else text
 
 
 def target_text(info: LoadedModel) -> tuple[str, str]:
@@ -158,10 +163,10 @@ class Header(QFrame):
         layout = QHBoxLayout(self)
         layout.setContentsMargins(12, 8, 12, 8)
         layout.setSpacing(8)
-        layout.addWidget(self.target_slot)
+        # the slots share the header's width (the draft's detail line holds the trial's result)
+        layout.addWidget(self.target_slot, 2)
         layout.addWidget(plus)
-        layout.addWidget(self.draft_slot)
-        layout.addStretch(1)
+        layout.addWidget(self.draft_slot, 3)
         layout.addWidget(self.settings_button)
         layout.addWidget(self.side_panel_button)
 

@@ -382,6 +382,8 @@ class MainWindow(QMainWindow):
         self.banners.add(f"Could not load the model. {message}", "error")
         if model is not None:  # the pair in use was never touched: say so, and carry on with it
             self.header.show_loaded(model)
+            if self.pairing.trial_text:
+                self.header.show_trial(self.pairing.trial_text)
             self.status.show_loaded(model)
             self.status.showMessage(f"Still using {model.describe()}", 8000)
             self.chat_view.set_greeting_hint(f"Still using {target_text(model)[0]} with {draft_text(model)[0]}.")

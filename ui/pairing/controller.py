@@ -42,6 +42,8 @@ class PairController(QObject):
         self.loaded: LoadedModel | None = None
         self.job: DownloadJob | None = None
         self.trial_running = False
+        self.trial_text = ""  # what the Draft slot last showed of the trial, to show again
+        self.trial_shown.connect(lambda text: setattr(self, "trial_text", text))
         strip.cancel_requested.connect(self.cancel_download)
 
     # What the user did
@@ -154,7 +156,9 @@ class PairController(QObject):
         remembered = self.memory.trial(info.backend, target_name, draft_name)
         if remembered is not None:
             self.trial_shown.emit(remembered.summary())
-        elif info.draft != "none":
+        elif info.draft == "none":
+            self.trial_text = ""
+        else:
             self.trial_running = True
             self.trial_shown.emit("trying the pair on a few prompts…")
             self.request_trial.emit(request)

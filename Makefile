@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.tandem-installed
 
-.PHONY: run test demo install lint clean
+.PHONY: run test demo install lint clean package
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,8 +25,13 @@ run: demo
 test: demo
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# The double-click package for this platform (packaging/build.py says what each one is).
+package: demo
+	$(BIN)/python -m pip install -q -e '.[build]'
+	$(BIN)/python packaging/build.py
+
 lint: $(STAMP)
-	$(BIN)/ruff check app ui tests benchmarks
+	$(BIN)/ruff check app ui tests benchmarks packaging
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

@@ -192,6 +192,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", default=None, metavar="OUT", help="write every figure to this file")
     bench.add_argument("--verbose", action="store_true", help="print each run as it finishes")
     bench.set_defaults(func=cmd_bench)
+
+    check = sub.add_parser("self-test", help="load the demo pair, check speculative == target alone (exit 0/1)")
+    check.add_argument("--backend", choices=["mlx", "torch"], default=None)
+    check.set_defaults(func=lambda args: __import__("app.self_test", fromlist=["self_test"]).self_test(
+        backend=args.backend))
     return parser
 
 

@@ -18,15 +18,28 @@ def main(argv: list[str] | None = None) -> int:
                         help="max new tokens for new chats (default 1024; each chat can change it)")
     parser.add_argument("--history", default=None, metavar="PATH",
                         help="the chat history database (default: history.sqlite3 in the user data folder)")
+    parser.add_argument("--self-test", action="store_true",
+                        help="load the demo pair, check that speculative decoding reproduces the target alone, "
+                             "print one line and exit 0 (ok) or 1; needs no display")
     args, qt_args = parser.parse_known_args(argv)
+    if args.self_test:
+        from app.self_test import self_test
+
+        return self_test(backend=args.backend or None)
 
     from PySide6.QtWidgets import QApplication
 
     from ui.main_window import MainWindow
 
+    from PySide6.QtGui import QIcon
+
+    from app.paths import asset
+
     app = QApplication([sys.argv[0], *qt_args])
     app.setApplicationName("Tandem")
     app.setOrganizationName("Tandem")
+    app.setDesktopFileName("tandem")  # Wayland and docks match the window to tandem.desktop
+    app.setWindowIcon(QIcon(str(asset("icons", "tandem-256.png"))))
     window = MainWindow(model=args.model, backend=args.backend, draft=args.draft, history_path=args.history,
                         max_tokens=args.max_tokens)
     window.show()

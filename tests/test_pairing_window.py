@@ -118,7 +118,8 @@ def _leave():
 def test_a_compatible_draft_dropped_on_its_slot_loads_drafts_and_is_tried(pairing_session, tiny_pair):
     window = pairing_session.window
     drop_on(window.header.draft_slot, [str(tiny_pair["near"])])
-    wait_until(lambda: window.controller.model.draft == display_name(tiny_pair["near"]), LOAD_TIMEOUT_MS)
+    wait_until(lambda: window.controller.model.draft == display_name(tiny_pair["near"])
+               and window.pairing.current.draft == str(tiny_pair["near"]), LOAD_TIMEOUT_MS)
     assert window.header.draft_slot.name.text() == display_name(tiny_pair["near"])
     # the pair trial runs once and its measured result shows under the draft's name, remembered
     wait_until(lambda: "accepts" in window.header.draft_slot.detail.text(), LOAD_TIMEOUT_MS)
@@ -246,7 +247,9 @@ def test_a_hub_link_dropped_downloads_with_progress_then_pairs(pairing_session, 
         window.pairing.endpoint = server.endpoint
         strip.total_bar.valueChanged.connect(lambda value: shown.append((strip.isVisible(), value)))
         drop_on(window.header.draft_slot, ["https://huggingface.co/tandem-tests/near"])
-        wait_until(lambda: window.controller.model.draft == "tandem-tests/near", LOAD_TIMEOUT_MS)
+        # `loaded` then `paired` arrive from the worker: wait for both
+        wait_until(lambda: window.controller.model.draft == "tandem-tests/near"
+                   and window.pairing.current.named()[1] == "tandem-tests/near", LOAD_TIMEOUT_MS)
         window.pairing.endpoint = None
     assert shown and all(visible for visible, _ in shown)  # progress was on screen while it ran
     assert not strip.isVisible()  # and gone once done
@@ -284,3 +287,29 @@ def test_a_gated_repo_asks_for_a_token_and_cancel_keeps_the_pair(pairing_session
     assert "Download cancelled" in message and "resumes" in message
     assert not window.download_strip.isVisible()
     assert window.controller.model is model and window.pairing.job is None
+
+
+def test_a_hub_pair_is_checked_before_its_weights_are_fetched(pairing_session, other_vocab, tiny_pair, tmp_path,
+                                                              monkeypatch):
+    from tests.fake_hub import FakeHub
+
+    window = pairing_session.window
+    model = window.controller.model
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    with FakeHub() as server:
+        server.add_folder("tandem-tests/other", other_vocab)
+        server.add_folder("tandem-tests/near", tiny_pair["near"])
+        window.pairing.endpoint = server.endpoint
+        before = banner_count(window)
+        drop_on(window.header.draft_slot, ["tandem-tests/other"])  # another tokenizer
+        assert "cannot be paired" in wait_banner(window, before)
+        monkeypatch.setenv("TANDEM_FREE_MEMORY", "1000")
+        before = banner_count(window)
+        drop_on(window.header.draft_slot, ["tandem-tests/near"])  # pairs, but does not fit
+        assert "This pair does not fit" in wait_banner(window, before)
+        window.pairing.endpoint = None
+    weights = [path for method, path, _ in server.requests if method == "GET" and path.endswith(".safetensors")]
+    assert weights == []  # refused on kilobytes: no weights were downloaded
+    configs = [path for method, path, _ in server.requests if method == "GET" and path.endswith("config.json")]
+    assert any("other" in p for p in configs) and any("near" in p for p in configs)
+    assert window.controller.model is model and not window.download_strip.isVisible()

@@ -10,10 +10,11 @@ from app.models.errors import ModelFileError
 PICKLED_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 
 
-def check_model_folder(folder: str | Path) -> dict:
+def check_model_folder(folder: str | Path, weights: bool = True) -> dict:
     """Return the folder's config.json, or raise ModelFileError saying what is missing.
 
     Only safetensors weights are accepted: pickled checkpoints can run code when loaded.
+    `weights=False` checks the config alone (a hub model whose weights are not fetched yet).
     """
     folder = Path(folder)
     if not folder.is_dir():
@@ -28,7 +29,7 @@ def check_model_folder(folder: str | Path) -> dict:
         config = json.loads(config_path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ModelFileError(f"{config_path}: not valid JSON ({exc}).") from exc
-    if not any(folder.glob("*.safetensors")):
+    if weights and not any(folder.glob("*.safetensors")):
         pickled = sorted(p.name for p in folder.iterdir() if p.suffix in PICKLED_SUFFIXES)
         if pickled:
             raise ModelFileError(

@@ -228,11 +228,20 @@ def cached_model(ref: HubRef) -> Path | None:
     return folder if _complete(folder) else None
 
 
+def _is_weights(name: str) -> bool:
+    return name.endswith(".safetensors") or name.lower().endswith(".gguf")
+
+
 def download(ref: HubRef, progress: Callable[[DownloadProgress], None], cancel: threading.Event,
-             token: str | None = None, endpoint: str | None = None) -> Path:
+             token: str | None = None, endpoint: str | None = None,
+             before_weights: Callable[[Path, int], None] | None = None) -> Path:
     """Fetch what `plan_download` lists into the hub's cache; the snapshot folder (or .gguf
     path). Raises DownloadCancelled (the partial file is kept for resuming), NeedsToken,
-    NoNetwork or HubError."""
+    NoNetwork or HubError.
+
+    Config and tokenizer files come first; `before_weights(folder, weight_bytes)` then runs
+    and may raise to stop before the gigabytes: a pair is checked (tokenizers, architecture,
+    memory) while only kilobytes have been fetched."""
     from huggingface_hub import hf_hub_download, try_to_load_from_cache
 
     try:
@@ -241,9 +250,16 @@ def download(ref: HubRef, progress: Callable[[DownloadProgress], None], cancel: 
         if (cached := cached_model(ref)) is not None:
             return cached
         raise
+    plan = sorted(plan, key=lambda f: _is_weights(f.name))  # small files first (a stable sort)
     counter = ProgressCounter(plan, progress, cancel)
     last = None
+    checked = before_weights is None or ref.filename is not None
     for item in plan:
+        if not checked and _is_weights(item.name):
+            checked = True
+            config = try_to_load_from_cache(ref.repo_id, "config.json", cache_dir=_cache_dir(), revision=ref.revision)
+            if isinstance(config, str):
+                before_weights(Path(config).parent, sum(f.size for f in plan if _is_weights(f.name)))
         if cancel.is_set():
             raise DownloadCancelled()
         if isinstance(try_to_load_from_cache(ref.repo_id, item.name, cache_dir=_cache_dir(),

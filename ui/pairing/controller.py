@@ -7,13 +7,17 @@ it once and the result is remembered per pair (app/models/pair_memory.py)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
 from app.models import hub
 from app.models.catalog import CatalogPair
 from app.models.errors import ModelFileError
+from app.engine.backends import default_backend
 from app.models.pair_memory import PairMemory
+from app.models.precheck import PairPart, local_part, precheck_pair
 from app.models.sources import ModelSource, classify
 from app.runner import DRAFT_AUTO, LoadedModel
 from ui.pairing.downloads import DownloadJob, DownloadStrip
@@ -105,7 +109,7 @@ class PairController(QObject):
             self._load(resolved)
             return
         job = DownloadJob([source.ref for _, source in missing], token=token or hub.saved_token(),
-                          endpoint=self.endpoint, parent=self)
+                          endpoint=self.endpoint, precheck=self._precheck_for(missing, resolved), parent=self)
         self.job = job
         self.strip.begin(" and ".join(source.name for _, source in missing))
         job.progress.connect(self.strip.update_progress)
@@ -130,10 +134,38 @@ class PairController(QObject):
             self._end_job()
             self.info.emit("Download cancelled. What was fetched is kept: choosing the model again resumes it.")
 
+        job.warning.connect(self.info)
         job.done.connect(done)
         job.failed.connect(failed)
         job.cancelled.connect(cancelled)
         job.start()
+
+    def _precheck_for(self, missing: list[tuple[str, ModelSource]], resolved: dict[str, tuple[str, str]]):
+        """The check to run (on the download thread) once the hub models' configs and tokenizers
+        are in: the pair as it will be, with the models that stay (or are on disk) beside them."""
+        current = self.current
+        loaded = self.loaded
+        backend = loaded.backend if loaded else self.backend or default_backend()
+
+        def check(found: list) -> str:
+            parts = {role: PairPart(folder, size) for (role, _), got in zip(missing, found, strict=True)
+                     if got is not None for folder, size in [got]}
+            for role, (value, _) in resolved.items():
+                if Path(value).is_dir():
+                    parts[role] = local_part(value)
+            if "target" not in parts and loaded is not None and "target" not in resolved:
+                parts["target"] = local_part(loaded.folder)
+            if "target" not in parts:
+                return ""  # a .gguf or the demo: Runner.load checks it once it is converted
+            draft = parts.get("draft")
+            if draft is None and "draft" not in resolved and current is not None:
+                if current.draft.startswith("self:"):
+                    draft = replace(parts["target"], precision=current.draft.removeprefix("self:"))
+                elif Path(current.draft).is_dir():
+                    draft = local_part(current.draft)
+            return precheck_pair(parts["target"], draft, backend, loaded.weights_bytes if loaded else 0)
+
+        return check
 
     def _end_job(self) -> None:
         self.job = None

@@ -18,18 +18,27 @@ def _mb(n: int) -> str:
     return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
 
 
+class _ConfigFetched(Exception):
+    """Stops a first pass once a model's config and tokenizer are in (see DownloadJob._run)."""
+
+
 class DownloadJob(QObject):
-    """Fetches `refs` one after another on a thread of its own. Signals arrive on the GUI thread."""
+    """Fetches `refs` one after another on a thread of its own. Signals arrive on the GUI thread.
+
+    With a `precheck`, a first pass fetches only each model's config and tokenizer files, and
+    precheck([(folder, weight bytes) or None per ref]) runs before any weights are fetched: it
+    raises to refuse the pair (the exception reaches `failed`) or returns a warning."""
 
     progress = Signal(int, int, object)  # index of the model, how many, hub.DownloadProgress
     done = Signal(list)  # the local paths, in the order of refs
     failed = Signal(object)  # the hub.HubError (NeedsToken, NoNetwork, ...) or another exception
     cancelled = Signal()
+    warning = Signal(str)  # the precheck's: the pair fits only tightly
 
     def __init__(self, refs: list[hub.HubRef], token: str | None = None, endpoint: str | None = None,
-                 parent: QObject | None = None):
+                 precheck=None, parent: QObject | None = None):
         super().__init__(parent)
-        self.refs, self.token, self.endpoint = refs, token, endpoint
+        self.refs, self.token, self.endpoint, self.precheck = refs, token, endpoint, precheck
         self._cancel = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tandem-download", daemon=True)
 
@@ -46,6 +55,10 @@ class DownloadJob(QObject):
     def _run(self) -> None:
         paths: list[Path] = []
         try:
+            if self.precheck is not None:
+                found = [self._config_of(index, ref) for index, ref in enumerate(self.refs)]
+                if warning := self.precheck(found):
+                    self.warning.emit(warning)
             for index, ref in enumerate(self.refs):
                 def report(p, index=index):
                     self.progress.emit(index, len(self.refs), p)
@@ -57,6 +70,20 @@ class DownloadJob(QObject):
             self.failed.emit(exc)
             return
         self.done.emit(paths)
+
+    def _config_of(self, index: int, ref: hub.HubRef) -> tuple[Path, int] | None:
+        found: list[tuple[Path, int]] = []
+
+        def stop(folder: Path, weight_bytes: int) -> None:
+            found.append((folder, weight_bytes))
+            raise _ConfigFetched()
+
+        try:
+            hub.download(ref, lambda p: self.progress.emit(index, len(self.refs), p), self._cancel,
+                         token=self.token, endpoint=self.endpoint, before_weights=stop)
+        except _ConfigFetched:
+            pass
+        return found[0] if found else None  # None: a single .gguf, checked once it is here
 
 
 class DownloadStrip(QFrame):

@@ -1,0 +1,51 @@
+"""The pair checks that can run before a hub model's weights are fetched: with its config and
+tokenizer files (kilobytes) and the hub's listed weight sizes, Tandem can say whether the pair
+works together and fits in memory before downloading gigabytes. Runner.load checks everything
+again on the finished files; this only moves the answer earlier."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.models.architecture import check_architecture
+from app.models.folder import check_model_folder
+from app.models.integrity import check_weights
+from app.models.memory import check_fits, estimate, free_memory
+from app.models.pairing import check_tokenizers
+from app.models.resolve import display_name
+
+
+@dataclass(frozen=True)
+class PairPart:
+    folder: Path  # config.json and tokenizer files (the weights may not be there yet)
+    weight_bytes: int  # from the hub's file list, or the files on disk
+    precision: str = "auto"
+
+
+def precheck_pair(target: PairPart, draft: PairPart | None, backend: str, held_bytes: int = 0) -> str:
+    """Raise (ModelFileError, PairingError, NotEnoughMemory) when the pair cannot work; else a
+    memory warning or "". `held_bytes`: the pair in use, which loading a new one replaces."""
+    from app.models.transformers_tokenizer import ChatTokenizer
+
+    if backend == "mlx":
+        device = "gpu"
+    else:
+        from app.models.memory_torch import torch_device
+
+        device = torch_device()
+    parts = [("target", target)] + ([("draft", draft)] if draft is not None else [])
+    estimates = []
+    for role, part in parts:
+        config = check_model_folder(part.folder, weights=False)
+        check_architecture(config, backend, display_name(part.folder))
+        estimates.append(estimate(role, config, part.weight_bytes, backend, device, part.precision))
+    if draft is not None and draft.folder != target.folder:
+        check_tokenizers(ChatTokenizer(target.folder), ChatTokenizer(draft.folder))
+    free, where = free_memory(backend, device)
+    return check_fits(estimates, free + held_bytes, where) or ""
+
+
+def local_part(folder: str | Path, precision: str = "auto") -> PairPart:
+    """A model already on disk: its weight bytes from the safetensors headers."""
+    return PairPart(Path(folder), check_weights(folder), precision)

@@ -313,3 +313,21 @@ def test_a_hub_pair_is_checked_before_its_weights_are_fetched(pairing_session, o
     configs = [path for method, path, _ in server.requests if method == "GET" and path.endswith("config.json")]
     assert any("other" in p for p in configs) and any("near" in p for p in configs)
     assert window.controller.model is model and not window.download_strip.isVisible()
+
+
+def test_the_slot_menus_offer_files_hub_keywords_catalog_and_recent_pairs(pairing_session):
+    from ui.pairing.slot_menu import build_slot_menu
+
+    window = pairing_session.window
+    texts = {role: [a.text() for a in build_slot_menu(role, window.pairing, window).actions()]
+             for role in ("target", "draft")}
+    assert texts["target"][:3] == ["Model folder…", ".gguf file…", "Hugging Face model…"]
+    assert any(t.startswith("Prompt lookup") for t in texts["draft"])
+    assert not any(t.startswith("Prompt lookup") for t in texts["target"])
+    menu = build_slot_menu("target", window.pairing, window)
+    catalog = next(a.menu() for a in menu.actions() if a.text() == "Known-good pairs")
+    entries = [a.text() for a in catalog.actions()]
+    assert entries[0].startswith("Demo") and "download" not in entries[0]  # offline, always there
+    assert any("Qwen2.5 7B" in e and "GB download" in e for e in entries)  # the torch catalog, with sizes
+    recent = next(a.menu() for a in menu.actions() if a.text() == "Recent pairs")
+    assert recent.isEnabled() and recent.actions()  # the pairs loaded in this module's tests

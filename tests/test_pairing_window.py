@@ -331,3 +331,18 @@ def test_the_slot_menus_offer_files_hub_keywords_catalog_and_recent_pairs(pairin
     assert any("Qwen2.5 7B" in e and "GB download" in e for e in entries)  # the torch catalog, with sizes
     recent = next(a.menu() for a in menu.actions() if a.text() == "Recent pairs")
     assert recent.isEnabled() and recent.actions()  # the pairs loaded in this module's tests
+
+
+def test_a_new_target_of_another_family_keeps_the_target_and_drafts_by_lookup(pairing_session, tiny_pair,
+                                                                            other_vocab):
+    window = pairing_session.window
+    drop_on(window.header.draft_slot, [str(tiny_pair["near"])])  # a draft model of the target's family
+    wait_until(lambda: window.pairing.current is not None and window.pairing.current.draft == str(tiny_pair["near"]),
+               LOAD_TIMEOUT_MS)
+    before = banner_count(window)
+    drop_on(window.header.target_slot, [str(other_vocab)])  # (this module's last test: it changes the pair)
+    message = wait_banner(window, before)
+    assert "does not fit this target, so it drafts with prompt lookup" in message
+    wait_until(lambda: window.pairing.current.target == str(other_vocab), LOAD_TIMEOUT_MS)
+    assert window.controller.model.draft == "ngram" and window.pairing.current.draft == "ngram"
+    assert window.header.target_slot.name.text() == display_name(other_vocab)

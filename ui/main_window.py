@@ -169,7 +169,7 @@ class MainWindow(QMainWindow):
         worker.progress.connect(self._on_progress)
         worker.loaded.connect(self._on_loaded)
         worker.load_failed.connect(self._on_load_failed)
-        worker.unloaded.connect(lambda: setattr(self.controller, "model", None))
+        worker.unloaded.connect(self._on_unloaded)
         controller.busy_changed.connect(self._on_busy)
         controller.conversations_changed.connect(self.refresh_conversations)
         controller.conversation_opened.connect(self._on_conversation_opened)
@@ -203,13 +203,22 @@ class MainWindow(QMainWindow):
             slot.clicked.connect(self.show_slot_menu)
         worker.paired.connect(pairing.on_paired)
         worker.trial_done.connect(pairing.on_trial_done)
-        worker.pair_notice.connect(lambda message: self.banners.add(message, "warning"))
+        worker.pair_notice.connect(self._on_pair_notice)
         pairing.trial_shown.connect(self.header.show_trial)
         pairing.error.connect(lambda message: self.banners.add(message, "error"))
         pairing.info.connect(lambda message: self.banners.add(message, "info"))
         # a real request wants the engine: a pair trial in progress gives way
         controller.busy_changed.connect(lambda busy: worker.interrupt_trial() if busy and pairing.trial_running
                                         else None)
+
+    # The worker's signals go to methods of this window, so Qt runs them on the GUI thread (a
+    # lambda would run on the worker's thread and touch widgets from there).
+
+    def _on_pair_notice(self, message: str) -> None:
+        self.banners.add(message, "warning")
+
+    def _on_unloaded(self) -> None:
+        self.controller.model = None
 
     def show_slot_menu(self, role: str) -> None:
         slot = self.header.target_slot if role == "target" else self.header.draft_slot

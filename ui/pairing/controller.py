@@ -45,6 +45,7 @@ class PairController(QObject):
         self.current: PairRequest | None = None
         self.loaded: LoadedModel | None = None
         self.job: DownloadJob | None = None
+        self._pending: tuple = ()  # what the running job was started for (sources, missing, resolved, tries)
         self.trial_running = False
         self.trial_text = ""  # what the Draft slot last showed of the trial, to show again
         self.trial_shown.connect(lambda text: setattr(self, "trial_text", text))
@@ -111,34 +112,41 @@ class PairController(QObject):
         job = DownloadJob([source.ref for _, source in missing], token=token or hub.saved_token(),
                           endpoint=self.endpoint, precheck=self._precheck_for(missing, resolved), parent=self)
         self.job = job
+        self._pending = (sources, missing, resolved, tries)
         self.strip.begin(" and ".join(source.name for _, source in missing))
+        # Bound methods of objects on the GUI thread: the job emits from its own thread, and Qt
+        # queues such signals to the receiver's thread (a plain function would run on the job's).
         job.progress.connect(self.strip.update_progress)
-
-        def done(paths) -> None:
-            self._end_job()
-            for (role, source), path in zip(missing, paths, strict=True):
-                resolved[role] = (str(path), source.name)
-            self._load(resolved)
-
-        def failed(exc) -> None:
-            self._end_job()
-            if isinstance(exc, hub.NeedsToken) and tries < TOKEN_RETRIES:
-                new_token = self.ask_token(exc.repo_id, str(exc))
-                if new_token:
-                    hub.save_token(new_token)
-                    self._fetch(sources, new_token, tries + 1)
-                    return
-            self.error.emit(str(exc) if isinstance(exc, ModelFileError) else f"The download failed: {exc}")
-
-        def cancelled() -> None:
-            self._end_job()
-            self.info.emit("Download cancelled. What was fetched is kept: choosing the model again resumes it.")
-
-        job.warning.connect(self.info)
-        job.done.connect(done)
-        job.failed.connect(failed)
-        job.cancelled.connect(cancelled)
+        job.warning.connect(self._job_warning)
+        job.done.connect(self._job_done)
+        job.failed.connect(self._job_failed)
+        job.cancelled.connect(self._job_cancelled)
         job.start()
+
+    def _job_warning(self, message: str) -> None:
+        self.info.emit(message)
+
+    def _job_done(self, paths: list) -> None:
+        _sources, missing, resolved, _tries = self._pending
+        self._end_job()
+        for (role, source), path in zip(missing, paths, strict=True):
+            resolved[role] = (str(path), source.name)
+        self._load(resolved)
+
+    def _job_failed(self, exc: Exception) -> None:
+        sources, _missing, _resolved, tries = self._pending
+        self._end_job()
+        if isinstance(exc, hub.NeedsToken) and tries < TOKEN_RETRIES:
+            new_token = self.ask_token(exc.repo_id, str(exc))
+            if new_token:
+                hub.save_token(new_token)
+                self._fetch(sources, new_token, tries + 1)
+                return
+        self.error.emit(str(exc) if isinstance(exc, (ModelFileError, ValueError)) else f"The download failed: {exc}")
+
+    def _job_cancelled(self) -> None:
+        self._end_job()
+        self.info.emit("Download cancelled. What was fetched is kept: choosing the model again resumes it.")
 
     def _precheck_for(self, missing: list[tuple[str, ModelSource]], resolved: dict[str, tuple[str, str]]):
         """The check to run (on the download thread) once the hub models' configs and tokenizers

@@ -17,9 +17,8 @@ from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl  # noqa: E402
 from PySide6.QtGui import QDragEnterEvent, QDropEvent  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
-from app.chat.settings import ChatSettings  # noqa: E402
 from app.models.resolve import display_name  # noqa: E402
-from tests.test_window import LOAD_TIMEOUT_MS, Session, make_window, wait_until  # noqa: E402
+from tests.test_window import LOAD_TIMEOUT_MS, Session, greedy_answer, make_window, wait_until  # noqa: E402
 
 ANSWER_TIMEOUT_MS = 120_000
 
@@ -84,15 +83,7 @@ def wait_banner(window, before: int) -> str:
 
 
 def answer(window, text: str = "Say something"):
-    window.new_chat()
-    # a fixed k: on tiny models a draft costs what the target does, so adaptive k rightly stops drafting
-    window.controller.settings = ChatSettings(temperature=0.0, max_tokens=12, draft_tokens=4)
-    finished = []
-    window.controller.answer_finished.connect(finished.append)
-    assert window.send(text)
-    wait_until(lambda: bool(finished), ANSWER_TIMEOUT_MS)
-    window.controller.answer_finished.disconnect(finished.append)
-    return finished[0]
+    return greedy_answer(window, text)
 
 
 def test_dragging_over_a_slot_says_whether_it_is_a_model(pairing_session, tiny_pair, tmp_path):

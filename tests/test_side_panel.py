@@ -13,7 +13,7 @@ from PySide6.QtGui import QColor, QImage  # noqa: E402
 
 from app.chat.trace import ACCEPTED, REJECTED, TARGET, TurnTrace, figures_from_csv, trace_round  # noqa: E402
 from app.engine.events import Round  # noqa: E402
-from tests.test_window import LOAD_TIMEOUT_MS, Session, make_window, wait_until  # noqa: E402
+from tests.test_window import LOAD_TIMEOUT_MS, Session, greedy_answer, make_window, wait_until  # noqa: E402
 
 ANSWER_TIMEOUT_MS = 120_000
 
@@ -29,16 +29,7 @@ def panel_session(qapp, tiny_pair, tmp_path_factory):
 
 
 def _answer(window, text: str, max_tokens: int = 40):
-    from app.chat.settings import ChatSettings
-
-    window.new_chat()
-    window.controller.settings = ChatSettings(temperature=0.0, max_tokens=max_tokens, draft_tokens=4)
-    finished = []
-    window.controller.answer_finished.connect(finished.append)
-    assert window.send(text)
-    wait_until(lambda: bool(finished), ANSWER_TIMEOUT_MS)
-    window.controller.answer_finished.disconnect(finished.append)
-    return finished[0]
+    return greedy_answer(window, text, max_tokens)
 
 
 def test_panel_counts_are_the_engines(panel_session):

@@ -63,6 +63,19 @@ def wait_until(predicate, timeout_ms: int) -> None:
     assert predicate(), "timed out"
 
 
+def greedy_answer(window, text: str, max_tokens: int = 12):
+    """Ask `text` in a new chat at temperature 0 with k fixed at 4 (on tiny models a draft costs
+    what the target does, so adaptive k rightly stops drafting); the answer's GenerationStats."""
+    window.new_chat()
+    window.controller.settings = ChatSettings(temperature=0.0, max_tokens=max_tokens, draft_tokens=4)
+    finished = []
+    window.controller.answer_finished.connect(finished.append)
+    assert window.send(text)
+    wait_until(lambda: bool(finished), ANSWER_TIMEOUT_MS)
+    window.controller.answer_finished.disconnect(finished.append)
+    return finished[0]
+
+
 def make_window(session: Session, model: str, **kwargs):
     from ui.main_window import MainWindow
 

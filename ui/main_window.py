@@ -197,7 +197,10 @@ class MainWindow(QMainWindow):
         panel.tint_toggled.connect(lambda on: self.chat_view.set_tint(self.theme.theme.dark if on else None))
         panel.race_requested.connect(self.start_race)
         self.request_race.connect(worker.race)
-        pairing = self.pairing
+        self._wire_pairing()
+
+    def _wire_pairing(self) -> None:
+        worker, pairing = self.worker, self.pairing
         for slot in (self.header.target_slot, self.header.draft_slot):
             slot.dropped.connect(pairing.drop)
             slot.clicked.connect(self.show_slot_menu)
@@ -207,9 +210,12 @@ class MainWindow(QMainWindow):
         pairing.trial_shown.connect(self.header.show_trial)
         pairing.error.connect(lambda message: self.banners.add(message, "error"))
         pairing.info.connect(lambda message: self.banners.add(message, "info"))
-        # a real request wants the engine: a pair trial in progress gives way
-        controller.busy_changed.connect(lambda busy: worker.interrupt_trial() if busy and pairing.trial_running
-                                        else None)
+        self.controller.busy_changed.connect(self._trial_gives_way)
+
+    def _trial_gives_way(self, busy: bool) -> None:
+        """A real request wants the engine: a pair trial in progress stops after its round."""
+        if busy and self.pairing.trial_running:
+            self.worker.interrupt_trial()
 
     # The worker's signals go to methods of this window, so Qt runs them on the GUI thread (a
     # lambda would run on the worker's thread and touch widgets from there).

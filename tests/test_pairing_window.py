@@ -130,7 +130,8 @@ def test_an_incompatible_draft_is_refused_naming_the_tokens(pairing_session, oth
     message = wait_banner(window, before)
     assert "cannot be paired" in message
     assert "the target has 1,024 tokens and the draft 900" in message
-    assert "only in the target:" in message  # and which ones
+    assert "only in the target:" in message  # and which ones, spaces shown as the side panel shows them
+    assert "Ġ" not in message and "'·" in message
     assert window.controller.model is model
     assert window.header.draft_slot.name.text() == model.draft  # the header shows the pair still in use
     assert window.header.draft_slot.detail.text() == window.pairing.trial_text != ""

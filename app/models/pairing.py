@@ -3,6 +3,15 @@
 from __future__ import annotations
 
 
+# Byte-level BPE vocabularies (GPT-2's scheme) spell a space as "Ġ" and a newline as "Ċ"; a
+# message shows them the way the side panel does.
+_VISIBLE = str.maketrans({"Ġ": "·", "Ċ": "↵", "▁": "·"})
+
+
+def _show(token: str) -> str:
+    return repr(token.translate(_VISIBLE))
+
+
 class PairingError(ValueError):
     """The two models cannot be used together; the message says why in plain words."""
 
@@ -23,11 +32,11 @@ def check_tokenizers(target, draft) -> None:
         details.append(f"the target has {len(t_vocab):,} tokens and the draft {len(d_vocab):,}")
     if moved:
         details.append("tokens with other ids: " + ", ".join(
-            f"{tok!r} ({t_vocab[tok]} vs {d_vocab[tok]})" for tok in moved[:5]))
+            f"{_show(tok)} ({t_vocab[tok]} vs {d_vocab[tok]})" for tok in moved[:5]))
     if only_t:
-        details.append("only in the target: " + ", ".join(repr(t) for t in only_t[:5]))
+        details.append("only in the target: " + ", ".join(_show(t) for t in only_t[:5]))
     if only_d:
-        details.append("only in the draft: " + ", ".join(repr(t) for t in only_d[:5]))
+        details.append("only in the draft: " + ", ".join(_show(t) for t in only_d[:5]))
     t_special, d_special = target.special_tokens(), draft.special_tokens()
     if t_special != d_special:
         details.append(f"special tokens differ: {sorted(t_special ^ d_special)[:5]}")

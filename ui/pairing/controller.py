@@ -12,10 +12,10 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
+from app.engine.backends import default_backend
 from app.models import hub
 from app.models.catalog import CatalogPair
 from app.models.errors import ModelFileError
-from app.engine.backends import default_backend
 from app.models.pair_memory import PairMemory
 from app.models.precheck import PairPart, local_part, precheck_pair
 from app.models.sources import ModelSource, classify

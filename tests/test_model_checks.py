@@ -122,3 +122,21 @@ def test_free_memory_can_be_simulated(monkeypatch):
     assert free > 0 and where == "RAM"
     with pytest.raises(ValueError, match="TANDEM_FREE_MEMORY"):
         parse_bytes("lots")
+
+
+def test_a_gguf_too_large_to_import_is_refused_before_converting(tiny_pair, monkeypatch, tmp_path):
+    from app.models.gguf_import import sha256_of
+    from app.paths import models_dir
+    from app.models.resolve import resolve_model
+
+    monkeypatch.setenv("TANDEM_CACHE", str(tmp_path / "cache"))  # this test's imports stay here
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes((tiny_pair["target"].parent.parent / "target.gguf").read_bytes())
+    cache = models_dir() / f"model-{sha256_of(gguf)[:12]}"
+    monkeypatch.setenv("TANDEM_FREE_MEMORY", "1000")
+    with pytest.raises(NotEnoughMemory, match=r"model.gguf has \d+ million weights; importing it dequantizes") as err:
+        resolve_model(gguf, "torch", progress=lambda m: None)
+    assert "only 0.0 GB of memory (as TANDEM_FREE_MEMORY says) is free" in str(err.value)
+    assert not cache.exists()  # nothing was converted
+    monkeypatch.delenv("TANDEM_FREE_MEMORY")
+    assert (resolve_model(gguf, "torch", progress=lambda m: None) / "config.json").is_file()  # fits: imported

@@ -29,6 +29,7 @@ class GGUFInfo:
     tensor_types: dict[str, int]  # quantization type name -> number of tensors
     n_tensors: int
     size_bytes: int
+    n_params: int = 0  # elements over all tensors: what the import writes, times 4 bytes (float32)
 
 
 def sha256_of(path: Path, chunk: int = 1 << 20) -> str:
@@ -62,7 +63,9 @@ def inspect_gguf(path: str | Path) -> GGUFInfo:
             "truncated; download it again."
         ) from exc
     counts: dict[str, int] = {}
+    n_params = 0
     for tensor in reader.tensors:
+        n_params += int(tensor.n_elements)
         end = int(tensor.data_offset) + int(tensor.n_bytes)
         if end > size or tensor.data.nbytes != tensor.n_bytes:
             raise ModelFileError(
@@ -77,7 +80,17 @@ def inspect_gguf(path: str | Path) -> GGUFInfo:
     architecture = str(arch_field.contents())
     name_field = reader.fields.get("general.name")
     name = str(name_field.contents()) if name_field is not None else path.stem
-    return GGUFInfo(path, architecture, name, counts, len(reader.tensors), size)
+    return GGUFInfo(path, architecture, name, counts, len(reader.tensors), size, n_params)
+
+
+def imported(out_dir: Path, digest: str, variants: tuple[str, ...]) -> bool:
+    """Whether `out_dir` already holds a complete import of the file with this SHA-256."""
+    marker = Path(out_dir) / IMPORT_MARKER
+    if not marker.is_file():
+        return False
+    record = json.loads(marker.read_text())
+    return record.get("sha256") == digest and all(
+        v in record.get("variants", {}) and (Path(out_dir) / v).is_dir() for v in ("hf", *variants))
 
 
 def import_gguf(

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from app.models.errors import ModelFileError
 from app.models.folder import check_model_folder
-from app.models.gguf_import import import_gguf, inspect_gguf, sha256_of
+from app.models.gguf_import import GGUFInfo, import_gguf, imported, inspect_gguf, sha256_of
 from app.paths import models_dir
 
 
@@ -21,6 +21,8 @@ def resolve_model(spec: str | Path, backend: str, progress=print) -> Path:
         digest = sha256_of(path)
         cache = models_dir() / f"{path.stem}-{digest[:12]}"
         variants = ("mlx",) if backend == "mlx" else ()
+        if not imported(cache, digest, variants):
+            check_import_fits(info, len(variants) + 1)
         folders = import_gguf(info.path, cache, mlx_variants=variants, progress=progress,
                               digest=digest)
         return folders["mlx" if backend == "mlx" else "hf"]
@@ -32,6 +34,31 @@ def resolve_model(spec: str | Path, backend: str, progress=print) -> Path:
             f"{path}: not a model. Give a model folder (config.json + *.safetensors) or a .gguf file."
         )
     raise ModelFileError(f"{path}: no such file or folder.")
+
+
+def check_import_fits(info: GGUFInfo, folders: int) -> None:
+    """A GGUF is imported dequantized to float32 (app/models/gguf_import.py): 4 bytes a weight, in
+    memory while converting and on disk once per folder. Say so with numbers before starting,
+    rather than run out of either halfway through a large model."""
+    import shutil
+
+    from app.models.memory import NotEnoughMemory, free_memory
+
+    need = info.n_params * 4
+    free, where = free_memory("torch", "cpu")  # the conversion runs on the CPU whatever the backend
+    disk = shutil.disk_usage(models_dir()).free
+    billions = f"{info.n_params / 1e9:.1f} billion" if info.n_params >= 1e8 else f"{info.n_params / 1e6:.0f} million"
+    advice = ("Importing a GGUF suits small models; for this one use its safetensors version (a model folder "
+              "or a Hugging Face link), which loads without conversion.")
+    if need > free:
+        raise NotEnoughMemory(
+            f"{info.path.name} has {billions} weights; importing it dequantizes them to float32, about "
+            f"{need / 1e9:.1f} GB in memory while converting, but only {free / 1e9:.1f} GB of {where} is free. "
+            f"{advice}")
+    if need * folders > disk:
+        raise ModelFileError(
+            f"{info.path.name}: importing it writes about {need * folders / 1e9:.1f} GB of float32 weights, but "
+            f"only {disk / 1e9:.1f} GB of disk is free in {models_dir()}. Free some space. {advice}")
 
 
 def display_name(folder: Path) -> str:

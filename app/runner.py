@@ -75,6 +75,7 @@ class LoadedModel:
     load_s: float
     draft: str = DRAFT_NONE  # "none", "ngram", or the draft folder's name
     notice: str = ""  # what the user should know about this pair (it fits memory only tightly)
+    draft_bytes: int = 0  # the draft model's weights (0 for prompt lookup and none)
 
     def describe(self) -> str:
         pair = f" + {self.draft}" if self.draft != DRAFT_NONE else ""
@@ -169,7 +170,8 @@ class Runner:
         self._controllers.clear()
         self.loaded = LoadedModel(folder, backend, target.device, target.dtype, target.model_type,
                                   target.context_length, target.weights_bytes,
-                                  time.perf_counter() - start, draft_name, notice)
+                                  time.perf_counter() - start, draft_name, notice,
+                                  draft_backend.weights_bytes if draft_folder is not None else 0)
         return self.loaded
 
     @staticmethod

@@ -19,7 +19,8 @@ TORCH_FAMILIES = ("llama", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen3_5"
 MLX_PACKAGES = ("mlx", "mlx_lm")
 # Distributions whose metadata transformers, huggingface-hub and accelerate read at run time.
 METADATA = ("transformers", "tokenizers", "huggingface-hub", "safetensors", "numpy", "tqdm", "regex", "packaging",
-            "filelock", "pyyaml", "accelerate", "torch", "torchao", "gguf", "mlx", "mlx-lm")
+            "filelock", "pyyaml", "accelerate", "torch", "torchao", "gguf", "mlx", "mlx-lm",
+            "hf-xet")  # huggingface-hub uses Xet downloads only when it finds hf-xet's metadata
 EXCLUDES = ("tkinter", "matplotlib", "IPython", "pytest", "hypothesis", "scipy", "pandas", "torchvision",
             "torchaudio", "tensorboard", "triton", "sympy.testing", "PyInstaller", "setuptools", "pip",
             "tests", "benchmarks")

@@ -148,3 +148,30 @@ def test_a_token_is_stored_where_huggingface_hub_reads_it(tmp_path, monkeypatch)
     hub.save_token("hf_abc123 \n")
     assert (tmp_path / "hf" / "token").read_text() == "hf_abc123"
     assert hub.saved_token() == "hf_abc123"
+
+
+def test_xet_progress_reaches_our_counter_and_cancel():
+    """Most hub weights are Xet-stored: hf_xet reports through huggingface-hub's reporter, which
+    drives the progress class it is given (and calls more of tqdm's interface on it)."""
+    from types import SimpleNamespace
+
+    from huggingface_hub.utils._xet_progress_reporting import XetDownloadProgressReporter
+
+    from app.models.hub_progress import ProgressCounter
+
+    reports, cancel = [], threading.Event()
+    counter = ProgressCounter([hub.HubFile("model.safetensors", 1000)], reports.append, cancel)
+    counter.begin(hub.HubFile("model.safetensors", 1000))
+    reporter = XetDownloadProgressReporter(reconstruction_desc="model.safetensors", total=1000, log_level=30,
+                                           tqdm_class=counter.tqdm_class())
+
+    def report(done: int) -> SimpleNamespace:
+        return SimpleNamespace(total_bytes_completed=done, total_transfer_bytes_completed=done, total_bytes=1000,
+                               total_bytes_completion_rate=1e6, total_transfer_bytes_completion_rate=1e6)
+
+    reporter.update_progress(report(400))
+    assert counter.file_done == 400  # written bytes, counted once (not once more for the transfer)
+    cancel.set()
+    with pytest.raises(hub.DownloadCancelled):
+        reporter.update_progress(report(700))
+    reporter.close()

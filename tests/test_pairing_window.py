@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
@@ -259,26 +260,38 @@ def test_a_gated_repo_asks_for_a_token_and_cancel_keeps_the_pair(pairing_session
     model = window.controller.model
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     monkeypatch.delenv("HF_TOKEN", raising=False)
-    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "hf" / "token"))
+    token_file = tmp_path / "hf" / "token"
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(token_file))
+    monkeypatch.setattr(constants, "DOWNLOAD_CHUNK_SIZE", 64 * 1024)  # a cancel lands between reads of 10 MB
     asked = []
     monkeypatch.setattr(window.pairing, "ask_token", lambda repo, why: asked.append((repo, why)) or "hf_good")
     with FakeHub() as server:
         server.add_folder("meta/gated", tiny_pair["near"])
         server.gated.add("meta/gated")
         server.tokens.add("hf_good")
-        server.delay_s = 0.2  # slow: the user cancels
+        cancel_at = threading.Event()  # the user presses Cancel once the weights are under way
+        server.on_sent = lambda name, sent: name == "model.safetensors" and sent > 128 * 1024 and cancel_at.set()
+        server.delay_s = 0.05
         window.pairing.endpoint = server.endpoint
         before = banner_count(window)
         drop_on(window.header.draft_slot, ["meta/gated"])
-        wait_until(lambda: window.download_strip.total_bar.value() > 0, LOAD_TIMEOUT_MS)
-        assert asked and asked[0][0] == "meta/gated" and "licence" in asked[0][1]
-        assert (tmp_path / "hf" / "token").read_text() == "hf_good"  # stored as huggingface-hub does
+        wait_until(cancel_at.is_set, LOAD_TIMEOUT_MS)
         window.download_strip.cancel_button.click()
         message = wait_banner(window, before)
+        server.on_sent = None
+        assert asked and asked[0][0] == "meta/gated" and "licence" in asked[0][1]
+        assert "Download cancelled" in message and "resumes" in message
+        assert not window.download_strip.isVisible()
+        assert window.controller.model is model and window.pairing.job is None
+        assert not token_file.exists()  # a token is stored only once it has worked
+        server.delay_s = 0.0
+        drop_on(window.header.draft_slot, ["meta/gated"])  # again: resumes, and this time finishes
+        wait_until(lambda: window.pairing.current.named()[1] == "meta/gated", LOAD_TIMEOUT_MS)
         window.pairing.endpoint = None
-    assert "Download cancelled" in message and "resumes" in message
-    assert not window.download_strip.isVisible()
-    assert window.controller.model is model and window.pairing.job is None
+    assert len(asked) == 2
+    assert token_file.read_text() == "hf_good"  # where huggingface-hub reads it
+    ranged = [r for method, path, r in server.requests if method == "GET" and path.endswith(".safetensors") and r]
+    assert ranged  # the weights resumed from the cancelled part
 
 
 def test_a_hub_pair_is_checked_before_its_weights_are_fetched(pairing_session, other_vocab, tiny_pair, tmp_path,

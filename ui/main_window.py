@@ -225,6 +225,7 @@ class MainWindow(QMainWindow):
 
     def _on_unloaded(self) -> None:
         self.controller.model = None
+        self.pairing.on_unloaded()
 
     def show_slot_menu(self, role: str) -> None:
         slot = self.header.target_slot if role == "target" else self.header.draft_slot

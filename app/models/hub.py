@@ -85,7 +85,9 @@ def parse_hub_ref(text: str) -> HubRef | None:
         repo_id, rest = f"{parts[0]}/{parts[1]}", parts[2:]
         if len(rest) >= 2 and rest[0] in ("tree", "blob", "resolve"):
             filename = "/".join(rest[2:]) or None
-            return HubRef(repo_id, rest[1], filename if rest[0] != "tree" else None)
+            # a link to one file of a model (its config, a shard) means the model; a .gguf is a model
+            gguf = rest[0] != "tree" and filename is not None and filename.lower().endswith(".gguf")
+            return HubRef(repo_id, rest[1], filename if gguf else None)
         return HubRef(repo_id)
     # a bare id: exactly org/name, and not something that looks like a local path
     if text.startswith((".", "/", "~")) or "\\" in text or ":" in text or text.lower().endswith(".gguf"):
@@ -168,8 +170,9 @@ def plan_download(ref: HubRef, token: str | None = None, endpoint: str | None = 
         raise NoNetwork(f"Hugging Face offline mode is on (HF_HUB_OFFLINE), and {ref.repo_id} is not downloaded.")
     _probe(endpoint, ref)
     try:
+        folder = ref.filename.rsplit("/", 1)[0] if ref.filename and "/" in ref.filename else None
         entries = [e for e in HfApi(endpoint=endpoint, token=token).list_repo_tree(
-            ref.repo_id, revision=ref.revision, recursive=False) if isinstance(e, RepoFile)]
+            ref.repo_id, path_in_repo=folder, revision=ref.revision, recursive=False) if isinstance(e, RepoFile)]
     except Exception as exc:
         raise _translate(exc, ref) from exc
     files = {e.path: HubFile(e.path, int(e.size or 0)) for e in entries}
@@ -274,9 +277,11 @@ def download(ref: HubRef, progress: Callable[[DownloadProgress], None], cancel: 
         except DownloadCancelled:
             raise
         except Exception as exc:
-            if isinstance(exc.__cause__, DownloadCancelled) or isinstance(exc.__context__, DownloadCancelled):
+            if cancel.is_set():  # hf_xet may wrap or swallow the exception raised in its callback
                 raise DownloadCancelled() from exc
             raise _translate(exc, ref) from exc
+        if cancel.is_set():
+            raise DownloadCancelled()
         counter.end(item)
     if ref.filename and ref.filename.lower().endswith(".gguf"):
         return Path(last) if last else cached_model(ref)
@@ -293,10 +298,12 @@ def _fetch_resumable(ref: HubRef, name: str, counter: ProgressCounter, token: st
     from huggingface_hub import get_hf_file_metadata, hf_hub_url
     from huggingface_hub.file_download import http_get, repo_folder_name
     from huggingface_hub.utils import build_hf_headers
+    from huggingface_hub.utils._runtime import is_xet_available
+    from huggingface_hub.utils._http import _is_same_or_hub_host
 
-    meta = get_hf_file_metadata(hf_hub_url(ref.repo_id, name, revision=ref.revision, endpoint=endpoint),
-                                token=token)
-    if meta.xet_file_data is not None or not meta.etag:
+    url = hf_hub_url(ref.repo_id, name, revision=ref.revision, endpoint=endpoint)
+    meta = get_hf_file_metadata(url, token=token)
+    if (meta.xet_file_data is not None and is_xet_available()) or not meta.etag:
         return
     blob = Path(_cache_dir()) / repo_folder_name(repo_id=ref.repo_id, repo_type="model") / "blobs" / meta.etag
     if blob.exists():
@@ -307,8 +314,11 @@ def _fetch_resumable(ref: HubRef, name: str, counter: ProgressCounter, token: st
     if meta.size is not None and done > meta.size:  # not a part of this file: start over
         part.unlink()
         done = 0
+    headers = build_hf_headers(token=token)
+    if not _is_same_or_hub_host(url, meta.location):  # a signed CDN link: never send the token there
+        headers.pop("authorization", None)
     with open(part, "ab") as handle:
-        http_get(meta.location, handle, resume_size=done, headers=build_hf_headers(token=token),
+        http_get(meta.location, handle, resume_size=done, headers=headers,
                  expected_size=meta.size, displayed_filename=name, tqdm_class=counter.tqdm_class())
     os.replace(part, blob)
 

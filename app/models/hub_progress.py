@@ -74,6 +74,7 @@ class ProgressCounter:
 
             def __init__(self, *args, total=None, initial=0, **kwargs):
                 self.n = initial or 0
+                self.total = total
                 counter.file_done = self.n  # a resumed file starts where its partial part ends
                 if total:
                     counter.file_total = total
@@ -93,6 +94,17 @@ class ProgressCounter:
                 pass
 
             def set_description(self, *args, **kwargs):
+                pass
+
+            # hf_xet's reporter (huggingface_hub.utils._xet_progress_reporting) also calls these;
+            # update_transfer exists so it reports through `update` alone
+            def update_transfer(self, n=1):
+                pass
+
+            def set_postfix_str(self, *args, **kwargs):
+                pass
+
+            def set_transfer_postfix_str(self, *args, **kwargs):
                 pass
 
             def refresh(self, *args, **kwargs):

@@ -46,6 +46,7 @@ class PairController(QObject):
         self.loaded: LoadedModel | None = None
         self.job: DownloadJob | None = None
         self._pending: tuple = ()  # what the running job was started for (sources, missing, resolved, tries)
+        self._new_token: str | None = None
         self.trial_running = False
         self.trial_text = ""  # what the Draft slot last showed of the trial, to show again
         self.trial_shown.connect(lambda text: setattr(self, "trial_text", text))
@@ -113,6 +114,7 @@ class PairController(QObject):
                           endpoint=self.endpoint, precheck=self._precheck_for(missing, resolved), parent=self)
         self.job = job
         self._pending = (sources, missing, resolved, tries)
+        self._new_token = token if tries else None  # one the user just gave
         self.strip.begin(" and ".join(source.name for _, source in missing))
         # Bound methods of objects on the GUI thread: the job emits from its own thread, and Qt
         # queues such signals to the receiver's thread (a plain function would run on the job's).
@@ -129,6 +131,8 @@ class PairController(QObject):
     def _job_done(self, paths: list) -> None:
         _sources, missing, resolved, _tries = self._pending
         self._end_job()
+        if self._new_token:
+            hub.save_token(self._new_token)  # where huggingface-hub keeps it, for every tool
         for (role, source), path in zip(missing, paths, strict=True):
             resolved[role] = (str(path), source.name)
         self._load(resolved)
@@ -138,8 +142,7 @@ class PairController(QObject):
         self._end_job()
         if isinstance(exc, hub.NeedsToken) and tries < TOKEN_RETRIES:
             new_token = self.ask_token(exc.repo_id, str(exc))
-            if new_token:
-                hub.save_token(new_token)
+            if new_token:  # saved once it has worked, never over a good token the user already has
                 self._fetch(sources, new_token, tries + 1)
                 return
         self.error.emit(str(exc) if isinstance(exc, (ModelFileError, ValueError)) else f"The download failed: {exc}")
@@ -161,7 +164,8 @@ class PairController(QObject):
             for role, (value, _) in resolved.items():
                 if Path(value).is_dir():
                     parts[role] = local_part(value)
-            if "target" not in parts and loaded is not None and "target" not in resolved:
+            target_missing = any(role == "target" for role, _ in missing)
+            if "target" not in parts and loaded is not None and "target" not in resolved and not target_missing:
                 parts["target"] = local_part(loaded.folder)
             if "target" not in parts:
                 return ""  # a .gguf or the demo: Runner.load checks it once it is converted
@@ -171,9 +175,17 @@ class PairController(QObject):
                     draft = replace(parts["target"], precision=current.draft.removeprefix("self:"))
                 elif Path(current.draft).is_dir():
                     draft = local_part(current.draft)
-            return precheck_pair(parts["target"], draft, backend, loaded.weights_bytes if loaded else 0)
+            return precheck_pair(parts["target"], draft, backend, self.held_bytes)
 
         return check
+
+    @property
+    def held_bytes(self) -> int:
+        """What the pair in use holds (target and draft model), which a new pair replaces."""
+        return (self.loaded.weights_bytes + self.loaded.draft_bytes) if self.loaded else 0
+
+    def on_unloaded(self) -> None:
+        self.loaded = None
 
     def _end_job(self) -> None:
         self.job = None

@@ -15,11 +15,12 @@ from dataclasses import dataclass, replace
 
 from PySide6.QtCore import QObject, Signal, Slot
 
+from app.chat.baseline import Baseline
 from app.chat.context import ContextOverflowError, fit_messages
 from app.chat.trace import RoundTrace, trace_round
 from app.engine.events import Finished, Notice, Round
 from app.models.pairing import PairingError
-from app.runner import DRAFT_AUTO, DRAFT_LOOKUP, DRAFT_NONE, ChatRequest, Runner
+from app.runner import BASELINE_TOKENS, DRAFT_AUTO, DRAFT_LOOKUP, DRAFT_NONE, ChatRequest, Runner
 
 REPAINT_INTERVAL_S = 1 / 30
 log = logging.getLogger(__name__)
@@ -69,7 +70,8 @@ class EngineWorker(QObject):
     rounds = Signal(list)  # coalesced app.chat.trace.RoundTrace, for the side panel
     finished = Signal(object)  # app.engine.events.Finished
     failed = Signal(str)  # a message for the user; nothing was generated after it
-    baseline = Signal(float, int)  # the target alone's measured seconds per token, at this context length
+    baseline = Signal(object)  # app.chat.baseline.Baseline: the target alone's timings so far
+    answering = Signal(object)  # app.runner.LoadedModel: the pair that writes the answer starting now
     race_done = Signal(object)  # RaceResult
     race_failed = Signal(str)
     paired = Signal(object, object)  # the PairRequest as loaded (its draft may have fallen back), LoadedModel
@@ -80,6 +82,7 @@ class EngineWorker(QObject):
         super().__init__()
         self.runner = runner or Runner()
         self._trial_interrupted = threading.Event()
+        self.timings: Baseline | None = None  # of the pair loaded now
 
     def stop(self) -> None:
         """Called from the GUI thread: the generator stops after its current round."""
@@ -113,6 +116,7 @@ class EngineWorker(QObject):
                 self.unloaded.emit()
             self.load_failed.emit(str(exc))
             return
+        self.timings = None  # a new pair: its own yardstick
         self.loaded.emit(info)
         if info.notice:
             self.pair_notice.emit(info.notice)
@@ -144,7 +148,10 @@ class EngineWorker(QObject):
         except Exception as exc:  # no baseline: the panel says so rather than guess
             log.warning("timing the target alone failed: %s", exc)
             return
-        self.baseline.emit(seconds, context)
+        tokens = BASELINE_TOKENS
+        self.timings = (Baseline.first(seconds, context, tokens) if self.timings is None
+                        else self.timings.add(seconds, context, tokens))
+        self.baseline.emit(self.timings)
 
     @Slot(object)
     def generate(self, request: ChatRequest) -> None:
@@ -166,6 +173,7 @@ class EngineWorker(QObject):
 
         try:
             request = self._fit(request)
+            self.answering.emit(self.runner.loaded)
             for event in self.runner.chat(request):
                 if isinstance(event, Round):
                     now = time.perf_counter()

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import QObject, Signal
 
+from app.chat.baseline import Baseline
 from app.chat.history import Conversation, HistoryError, HistoryStore, Message
 from app.chat.settings import ChatSettings
 from app.chat.trace import TurnTrace
@@ -61,7 +62,7 @@ class ChatController(QObject):
         self.system_prompt = ""
         self.model: LoadedModel | None = None
         self.pending: _Pending | None = None
-        self.baseline: tuple[float, int] | None = None  # the target alone: seconds per token, context
+        self.baseline: Baseline | None = None  # the target alone's timings
         self.racing = False
         self.closing = False  # the window is quitting: an answer cut now is 'interrupted', not 'stopped'
         self.request_generate.connect(worker.generate)
@@ -258,7 +259,7 @@ class ChatController(QObject):
             record |= {"target": target_text(self.model)[0], "draft": draft_text(self.model)[0],
                        "backend": self.model.backend, "device": self.model.device}
         self.pending = _Pending(conv_id, answer_id, record,
-                                TurnTrace(baseline_s_per_token=self.baseline[0] if self.baseline else None))
+                                TurnTrace(baseline_s_per_token=self.baseline.median if self.baseline else None))
         self.trace_shown.emit(self.pending.trace)
         self._set_busy(True)
         self.request_generate.emit(self._request(history))
@@ -277,8 +278,8 @@ class ChatController(QObject):
             if self.pending.widget is not None:  # its chat is on screen, and so is its trace
                 self.trace_rounds.emit(rounds)
 
-    def _on_baseline(self, seconds_per_token: float, context: int) -> None:
-        self.baseline = (seconds_per_token, context)
+    def _on_baseline(self, baseline: Baseline) -> None:
+        self.baseline = baseline
 
     def _on_notice(self, message: str) -> None:
         if self.pending is not None and self.pending.widget is not None:
@@ -292,7 +293,7 @@ class ChatController(QObject):
         if self._finish(event.text, status, stats_record(event.stats)):
             self.answer_finished.emit(event.stats)
             context = event.stats.prompt_tokens + event.stats.tokens
-            if self.baseline and context > 2 * self.baseline[1] and not pending.discarded:
+            if self.baseline and context > 2 * self.baseline.context and not pending.discarded:
                 # the chat has outgrown the context the target alone was timed at: time it again
                 # (the engine is idle now), so the next answer's speedup is measured like for like
                 messages = [m.as_chat() for m in self.store.messages(pending.conv_id) if m.content]

@@ -12,6 +12,7 @@ from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (QCheckBox, QFileDialog, QFrame, QGridLayout, QHBoxLayout, QLabel, QMenu,
                                QPushButton, QSplitter, QToolButton, QVBoxLayout, QWidget)
 
+from app.chat.baseline import Baseline
 from app.chat.trace import ACCEPTED, REJECTED, TARGET, Figures, RoundTrace, TurnTrace
 from ui.panel.colors import LABELS, chip_colors
 from ui.panel.graphs import LiveGraphs
@@ -51,7 +52,7 @@ class DraftPanel(QWidget):
     def __init__(self, parent: QWidget | None = None, dark: bool = False):
         super().__init__(parent)
         self.trace = TurnTrace()
-        self.baseline: tuple[float, int] | None = None  # seconds per token, context length
+        self.baseline: Baseline | None = None  # the target alone's timings
         self._graph_timer = QTimer(self)
         self._graph_timer.setSingleShot(True)
         self._graph_timer.setInterval(REFRESH_MS)
@@ -136,10 +137,9 @@ class DraftPanel(QWidget):
         """Race mode needs a loaded pair and an idle engine."""
         self.race_button.setEnabled(loaded)
 
-    def set_baseline(self, seconds_per_token: float, context: int) -> None:
-        self.baseline = (seconds_per_token, context)
-        self.baseline_label.setText(f"Target alone: {1 / seconds_per_token:.1f} tok/s, measured here at "
-                                    f"{context} tokens of context")
+    def set_baseline(self, baseline: Baseline) -> None:
+        self.baseline = baseline
+        self.baseline_label.setText(baseline.describe())
 
     def begin(self, trace: TurnTrace) -> None:
         """A new answer begins; its owner (the chat controller) adds rounds to `trace`."""
@@ -173,7 +173,7 @@ class DraftPanel(QWidget):
         """An answer from the history (or none): its rounds, figures and graphs as they ended."""
         self._graph_timer.stop()
         self._unshown = []
-        self.trace = trace or TurnTrace(baseline_s_per_token=self.baseline[0] if self.baseline else None)
+        self.trace = trace or TurnTrace(baseline_s_per_token=self.baseline.median if self.baseline else None)
         self.rounds_view.set_rounds(self.trace.rounds)
         self.graphs.show_trace(self.trace) if trace else self.graphs.clear()
         self._show_figures(self.trace.figures())

@@ -11,6 +11,7 @@ pytest.importorskip("pytestqt")
 
 from PySide6.QtGui import QImage  # noqa: E402
 
+from app.chat.baseline import Baseline  # noqa: E402
 from app.chat.trace import ACCEPTED, REJECTED, TARGET, Chip, RoundTrace, TurnTrace  # noqa: E402
 from ui.panel.graphs import ROLLING_ROUNDS, LiveGraphs  # noqa: E402
 
@@ -29,9 +30,11 @@ def _round(index: int, accepted: int | None) -> RoundTrace:
                       "", 1, at=0.06 * index)
 
 
-def make_trace(baseline: float | None = 0.05) -> TurnTrace:
+def make_trace(baseline: float | None = 0.05, spread: tuple[float, ...] = ()) -> TurnTrace:
+    """`baseline`: the target alone's median seconds per token; `spread`: its other timings."""
     prefill = RoundTrace(0, 0, "", (Chip(5, "Hi", TARGET),), "Hi", 2, at=0.0)
-    return TurnTrace([prefill] + [_round(i, a) for i, a in enumerate(PATTERN, start=1)], baseline)
+    timings = Baseline((baseline, *spread), 0, 32) if baseline else None
+    return TurnTrace([prefill] + [_round(i, a) for i, a in enumerate(PATTERN, start=1)], timings)
 
 
 def _points(item) -> tuple[list[float], list[float]]:
@@ -72,9 +75,40 @@ def test_each_plot_shows_the_traces_figures(graphs):
     assert list(graphs.bars.opts["height"]) == [PATTERN.count(n) for n in range(K + 1)]
 
 
+def test_speedup_band_spans_the_baselines_timings(graphs):
+    trace = make_trace(0.05, spread=(0.04, 0.0625))  # the target alone at 20, 25 and 16 tokens/s
+    series = trace.series()
+    graphs.show_trace(trace)
+    x, mid = _points(graphs.speedup_curve)
+    _, low = _points(graphs.speedup_low)
+    _, high = _points(graphs.speedup_high)
+    assert low == pytest.approx([m * 0.04 / 0.05 for m in mid]) and high == pytest.approx([m * 1.25 for m in mid])
+    assert mid == pytest.approx(series["speedup"])
+    assert graphs.speedup_plot.viewRange()[1][1] >= max(high)  # the band fits in the plot
+    graphs.show_trace(make_trace(baseline=None))
+    assert _points(graphs.speedup_low) == ([], []) and _points(graphs.speedup_high) == ([], [])
+
+
+def test_narrow_graphs_stack_in_one_column(graphs, qtbot):
+    graphs.show()
+    qtbot.waitExposed(graphs)
+    assert graphs.columns == 2
+    graphs.resize(260, 700)
+    qtbot.waitUntil(lambda: graphs.columns == 1)
+    assert graphs.minimumSizeHint().width() <= 260
+    plots = (graphs.speedup_plot, graphs.tps_plot, graphs.acceptance_plot, graphs.histogram_plot)
+    for plot in plots:  # each plot lies within the widget, one under the other
+        rect = plot.mapRectToScene(plot.boundingRect())
+        assert rect.left() >= 0 and rect.right() <= graphs.width() + 1, plot
+    tops = [plot.mapRectToScene(plot.boundingRect()).top() for plot in plots]
+    assert tops == sorted(tops) and len(set(tops)) == 4
+    graphs.resize(440, 360)
+    qtbot.waitUntil(lambda: graphs.columns == 2)
+
+
 def test_redrawing_reuses_the_plots_items(graphs):
     trace = make_trace()
-    graphs.show_trace(TurnTrace(trace.rounds[:4], trace.baseline_s_per_token))  # mid-answer
+    graphs.show_trace(TurnTrace(trace.rounds[:4], trace.baseline))  # mid-answer
     plots = (graphs.speedup_plot, graphs.tps_plot, graphs.acceptance_plot, graphs.histogram_plot)
     items = [len(p.listDataItems()) for p in plots]
     curve = graphs.speedup_curve

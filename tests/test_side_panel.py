@@ -45,7 +45,10 @@ def test_panel_counts_are_the_engines(panel_session):
     assert rows == len(window.draft_panel.trace.rounds) == stats.rounds + 1  # + the prefill's round
     # the speedup shown is baseline seconds per token over ours, from the measured baseline
     baseline = window.draft_panel.baseline.median
-    assert f.speedup == pytest.approx(baseline * f.tokens_per_s)
+    assert f.speedup.median == pytest.approx(baseline * f.tokens_per_s)
+    samples = window.draft_panel.baseline.samples
+    assert (f.speedup.low, f.speedup.high) == (pytest.approx(min(samples) * f.tokens_per_s),
+                                               pytest.approx(max(samples) * f.tokens_per_s))
     assert window.draft_panel.tiles["acceptance"].value.text() == f"{stats.acceptance_rate:.0%}"
 
 
@@ -124,7 +127,7 @@ def test_exports_read_back_to_the_same_figures(panel_session, tmp_path):
     panel.export_csv(tmp_path / "rounds.csv")
     panel.export_json(tmp_path / "rounds.json")
     panel.export_png(tmp_path / "graphs.png")
-    again = figures_from_csv((tmp_path / "rounds.csv").read_text(encoding="utf-8"), panel.trace.baseline_s_per_token)
+    again = figures_from_csv((tmp_path / "rounds.csv").read_text(encoding="utf-8"), panel.trace.baseline)
     for name in ("drafted", "accepted", "rejected", "target_tokens", "rounds", "k"):
         assert getattr(again, name) == getattr(figures, name), name
     assert again.tokens_per_s == pytest.approx(figures.tokens_per_s, rel=1e-4)

@@ -13,12 +13,14 @@ import csv
 import io
 import json
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
+from app.chat.baseline import Baseline, Speedup
 from app.engine.events import Round
 
 ACCEPTED, REJECTED, TARGET = "accepted", "rejected", "target"
-TRACE_VERSION = 1
+TRACE_VERSION = 2  # 2: the baseline's samples (version 1 stored one number, baseline_s_per_token)
+READABLE_VERSIONS = (1, 2)
 
 
 @dataclass(frozen=True)
@@ -96,15 +98,21 @@ class Figures:
     acceptance: float
     tokens_per_pass: float
     k: int  # the draft length of the last drafting round
-    speedup: float | None  # baseline seconds per token over ours (None: no baseline measured)
+    speedup: Speedup | None  # the baseline's seconds per token over ours, median and range (None: none measured)
 
 
 @dataclass
 class TurnTrace:
-    """Every round of one answer, and the target-alone baseline it is measured against."""
+    """Every round of one answer, and the target-alone baseline it is measured against (kept with
+    the answer: a later timing must not change an old answer's speedup)."""
 
     rounds: list[RoundTrace] = field(default_factory=list)
-    baseline_s_per_token: float | None = None
+    baseline: Baseline | None = None
+
+    @property
+    def baseline_s_per_token(self) -> float | None:
+        """The baseline's median (the figure the speedup's headline uses)."""
+        return self.baseline.median if self.baseline else None
 
     def add(self, rounds: Iterable[RoundTrace]) -> None:
         self.rounds.extend(rounds)
@@ -121,19 +129,17 @@ class TurnTrace:
         seconds = rounds[-1].at if rounds else 0.0
         tps = decode_tokens / seconds if seconds > 0 else 0.0
         passes = len({r.index for r in decode})  # a text-only tail round repeats the last index
-        speedup = None
-        if self.baseline_s_per_token and tps > 0:
-            speedup = self.baseline_s_per_token * tps
+        speedup = self.baseline.speedup(tps) if self.baseline else None
         last_k = next((r.k for r in reversed(rounds) if r.drafted), 0)
         return Figures(tokens, drafted, accepted, drafted - accepted, sum(r.count(TARGET) for r in rounds),
                        passes, seconds, tps, accepted / drafted if drafted else 0.0,
                        decode_tokens / passes if passes else 0.0, last_k, speedup)
 
     def series(self) -> dict[str, list[float]]:
-        """Per round, for the graphs: tokens so far, speedup so far, tokens/s so far, accepted
-        count and acceptance of the round."""
-        out: dict[str, list[float]] = {"tokens": [], "speedup": [], "tokens_per_s": [], "accepted": [],
-                                       "acceptance": []}
+        """Per round, for the graphs: tokens so far, speedup so far (median, and the range over
+        the baseline's timings), tokens/s so far, accepted count and acceptance of the round."""
+        out: dict[str, list[float]] = {"tokens": [], "speedup": [], "speedup_low": [], "speedup_high": [],
+                                       "tokens_per_s": [], "accepted": [], "acceptance": []}
         tokens = 0
         for r in self.rounds:
             if r.index == 0:
@@ -142,7 +148,10 @@ class TurnTrace:
             tps = tokens / r.at if r.at > 0 else 0.0
             out["tokens"].append(tokens)
             out["tokens_per_s"].append(tps)
-            out["speedup"].append(self.baseline_s_per_token * tps if self.baseline_s_per_token else float("nan"))
+            speedup = self.baseline.speedup(tps) if self.baseline else None
+            out["speedup"].append(speedup.median if speedup else float("nan"))
+            out["speedup_low"].append(speedup.low if speedup else float("nan"))
+            out["speedup_high"].append(speedup.high if speedup else float("nan"))
             out["accepted"].append(r.count(ACCEPTED))
             out["acceptance"].append(r.count(ACCEPTED) / r.drafted if r.drafted else float("nan"))
         return out
@@ -161,7 +170,7 @@ class TurnTrace:
     # --- storage and export ----------------------------------------------------------------
 
     def to_dict(self) -> dict:
-        return {"version": TRACE_VERSION, "baseline_s_per_token": self.baseline_s_per_token,
+        return {"version": TRACE_VERSION, "baseline": self.baseline.to_dict() if self.baseline else None,
                 "rounds": [[r.index, r.k, r.source, r.text, r.own_chars, round(r.at, 6), round(r.draft_s, 6),
                             round(r.verify_s, 6), [[c.token, c.text, c.kind, c.p, c.q] for c in r.chips]]
                            for r in self.rounds]}
@@ -169,7 +178,7 @@ class TurnTrace:
     @classmethod
     def from_dict(cls, data: dict | None) -> TurnTrace | None:
         """None for anything that is not a trace this version can read (older answers have none)."""
-        if not isinstance(data, dict) or data.get("version") != TRACE_VERSION:
+        if not isinstance(data, dict) or data.get("version") not in READABLE_VERSIONS:
             return None
         try:
             rounds = [RoundTrace(int(i), int(k), str(src),
@@ -178,11 +187,12 @@ class TurnTrace:
                       for i, k, src, text, own, at, ds, vs, chips in data["rounds"]]
         except (KeyError, TypeError, ValueError):
             return None
-        return cls(rounds, data.get("baseline_s_per_token"))
+        stored = data.get("baseline") if data["version"] >= 2 else data.get("baseline_s_per_token")
+        return cls(rounds, Baseline.from_dict(stored))
 
     def to_json(self) -> str:
         figures = self.figures()
-        return json.dumps({"figures": figures.__dict__, "trace": self.to_dict()}, indent=1)
+        return json.dumps({"figures": asdict(figures), "trace": self.to_dict()}, indent=1)
 
     def to_csv(self) -> str:
         """One row per chip, with its round's figures: spreadsheets read it as it is."""
@@ -198,7 +208,7 @@ class TurnTrace:
         return out.getvalue()
 
 
-def figures_from_csv(text: str, baseline_s_per_token: float | None = None) -> Figures:
+def figures_from_csv(text: str, baseline: Baseline | None = None) -> Figures:
     """The figures of a CSV export, read back (the export's own check)."""
     rounds: dict[int, dict] = {}
     for row in csv.DictReader(io.StringIO(text)):
@@ -208,5 +218,5 @@ def figures_from_csv(text: str, baseline_s_per_token: float | None = None) -> Fi
                                float(row["draft_p"]) if row["draft_p"] else None,
                                float(row["target_q"]) if row["target_q"] else None))
     trace = TurnTrace([RoundTrace(i, r["k"], r["source"], tuple(r["chips"]), "", 0, r["at"])
-                       for i, r in sorted(rounds.items())], baseline_s_per_token)
+                       for i, r in sorted(rounds.items())], baseline)
     return trace.figures()

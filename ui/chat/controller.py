@@ -8,16 +8,22 @@ keeps the answer marked as unfinished.
 
 An answer keeps streaming into its own chat while the user opens another one; the view only
 shows it when its chat is open.
+
+Regenerate adds a version of the last answer and keeps the earlier ones (‹ 1/2 › under the
+answer); the version on screen is the one the model reads next. An answer the history cannot
+store (locked by another program, disk full, read-only folder) stays on screen and in memory,
+the window says so, and the write is tried again every few seconds and at quit until it is stored.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, replace
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.chat.baseline import Baseline
-from app.chat.history import Conversation, HistoryError, HistoryStore, Message
+from app.chat.history import BUSY_TIMEOUT_S, Conversation, HistoryError, HistoryStore, HistoryWriteError, Message
 from app.chat.settings import ChatSettings
 from app.chat.trace import TurnTrace
 from app.engine.events import Finished, GenerationStats
@@ -39,6 +45,26 @@ class _Pending:
     text: str = ""
     widget: MessageWidget | None = None  # None while its chat is not on screen
     discarded: bool = False  # its chat was deleted: nothing to store
+    version: int | None = None  # which version of the answer this is (None: the one on screen)
+
+
+@dataclass(frozen=True)
+class _Unsaved:
+    """A finished answer the history could not store yet: what `finish_answer` is retried with."""
+
+    conv_id: int
+    answer_id: int
+    version: int | None
+    text: str
+    status: str
+    record: dict
+    stats: dict
+    trace: dict | None
+
+
+RETRY_INTERVAL_MS = 3000  # an unsaved answer is tried again this often
+RETRY_WAIT_S = 0.05  # and waits at most this long for a lock each time: the window stays responsive
+log = logging.getLogger(__name__)
 
 
 class ChatController(QObject):
@@ -64,6 +90,10 @@ class ChatController(QObject):
         self.pending: _Pending | None = None
         self.baseline: Baseline | None = None  # the target alone's timings
         self.racing = False
+        self.unsaved: dict[tuple[int, int | None], _Unsaved] = {}  # (answer id, version): not stored yet
+        self._retry = QTimer(self)
+        self._retry.setInterval(RETRY_INTERVAL_MS)
+        self._retry.timeout.connect(self.save_unsaved)
         self.closing = False  # the window is quitting: an answer cut now is 'interrupted', not 'stopped'
         self.request_generate.connect(worker.generate)
         worker.text.connect(self._on_text)
@@ -73,7 +103,9 @@ class ChatController(QObject):
         worker.notice.connect(self._on_notice)
         worker.finished.connect(self._on_finished)
         worker.failed.connect(self._on_failed)
+        worker.answering.connect(self._on_answering)
         view.regenerate_requested.connect(self.regenerate)
+        view.version_requested.connect(self.show_version)
 
     @property
     def busy(self) -> bool:
@@ -98,7 +130,7 @@ class ChatController(QObject):
     def _history(self, conv_id: int, leave_out: int | None = None) -> list[dict]:
         """The chat as the model reads it: the system prompt, then every message but `leave_out`
         and failed (empty) answers."""
-        history = [m.as_chat() for m in self.store.messages(conv_id)
+        history = [m.as_chat() for m in map(self._as_shown, self.store.messages(conv_id))
                    if m.id != leave_out and (m.role == "user" or m.content)]
         if self.system_prompt.strip():
             history.insert(0, {"role": "system", "content": self.system_prompt})
@@ -138,7 +170,7 @@ class ChatController(QObject):
             self.trace_shown.emit(None)
             return
         shown = None
-        for message in self.store.messages(self.current.id):
+        for message in map(self._as_shown, self.store.messages(self.current.id)):
             widget = self._add_widget(message)
             if message.role == "assistant":
                 shown = TurnTrace.from_dict(message.trace)
@@ -151,8 +183,37 @@ class ChatController(QObject):
     def _add_widget(self, message: Message) -> MessageWidget:
         error = (message.stats or {}).get("error", "") if message.status == "error" else ""
         trace = TurnTrace.from_dict(message.trace) if message.role == "assistant" else None
-        return self.view.add_message(message.role, message.content, message.status, message.stats, error,
-                                     spans=trace.spans() if trace else None)
+        widget = self.view.add_message(message.role, message.content, message.status, message.stats, error,
+                                       spans=trace.spans() if trace else None)
+        widget.message_id = message.id
+        widget.set_versions(message.version, message.versions)
+        return widget
+
+    def _as_shown(self, message: Message) -> Message:
+        """The message as the user saw it: an answer not stored yet is read from memory."""
+        unsaved = self.unsaved.get((message.id, message.version)) or self.unsaved.get((message.id, None))
+        if unsaved is None:
+            return message
+        return replace(message, content=unsaved.text, status=unsaved.status, settings=unsaved.record,
+                       stats=unsaved.stats, trace=unsaved.trace)
+
+    # Versions of an answer
+
+    def show_version(self, widget: MessageWidget, number: int) -> None:
+        """‹ / ›: show another version of an answer; the chat reads that one from now on."""
+        if self.busy or getattr(widget, "message_id", None) is None:
+            return
+        try:
+            message = self._as_shown(self.store.show_version(widget.message_id, number))
+        except HistoryError as exc:
+            self.error.emit(str(exc))
+            return
+        trace = TurnTrace.from_dict(message.trace)
+        error = (message.stats or {}).get("error", "") if message.status == "error" else ""
+        widget.set_spans(trace.spans() if trace else [])
+        widget.finish(message.content, message.status, message.stats, error)
+        widget.set_versions(message.version, message.versions)
+        self.trace_shown.emit(trace)
 
     def _attach(self, widget: MessageWidget) -> None:
         """Show the pending answer in `widget`, with what was written so far."""
@@ -183,6 +244,7 @@ class ChatController(QObject):
         if self.pending is not None and self.pending.conv_id == conv_id:
             self.pending.discarded = True
             self.worker.stop()
+        self.unsaved = {key: u for key, u in self.unsaved.items() if u.conv_id != conv_id}
         self._write(self.store.delete_conversation, conv_id)
         if self.current is not None and self.current.id == conv_id:
             self.new_chat()
@@ -212,24 +274,27 @@ class ChatController(QObject):
         self.conversations_changed.emit()  # the first message names the chat and moves it up
         self.view.add_message("user", text)
         widget = self.view.add_message("assistant")
-        self._start(answer_id)
+        widget.message_id = answer_id
+        self._start(answer_id, 1)
         self._attach(widget)
         return True
 
     def regenerate(self) -> bool:
-        """Write the last answer again, in place."""
+        """Write the last answer again, as a new version; the earlier ones are kept."""
         if self.busy or self.model is None or self.current is None:
             return False
         messages = self.store.messages(self.current.id)
         if not messages or messages[-1].role != "assistant":
             return False
         try:
-            answer = self.store.replace_last_answer(self.current.id, "", "interrupted")
+            answer = self.store.add_answer_version(self.current.id)
         except HistoryError as exc:
             self.error.emit(str(exc))
             return False
-        self._start(answer.id)
-        self._attach(self.view.last_message())
+        self._start(answer.id, answer.version)
+        widget = self.view.last_message()
+        widget.set_versions(answer.version, answer.versions)
+        self._attach(widget)
         return True
 
     def edit_last(self, text: str) -> bool:
@@ -242,7 +307,7 @@ class ChatController(QObject):
             self.error.emit(str(exc))
             return False
         self.conversations_changed.emit()
-        self._start(answer.id)
+        self._start(answer.id, answer.version)
         self._show()
         return True
 
@@ -250,21 +315,24 @@ class ChatController(QObject):
         if self.busy:
             self.worker.stop()  # after the current round; the worker then reports Finished
 
-    def _start(self, answer_id: int) -> None:
+    def _start(self, answer_id: int, version: int | None = None) -> None:
         conv_id = self.current.id
         history = self._history(conv_id, leave_out=answer_id)
         settings = self.settings
+        # The pair that writes it is recorded when the worker starts it (`answering`): a pair
+        # loading now, when the message is sent, answers instead of the one loaded now.
         record = settings.to_dict() | {"system_prompt": self.system_prompt}
-        if self.model is not None:
-            record |= {"target": target_text(self.model)[0], "draft": draft_text(self.model)[0],
-                       "backend": self.model.backend, "device": self.model.device}
-        self.pending = _Pending(conv_id, answer_id, record,
-                                TurnTrace(baseline_s_per_token=self.baseline.median if self.baseline else None))
+        self.pending = _Pending(conv_id, answer_id, record, TurnTrace(baseline=self.baseline), version=version)
         self.trace_shown.emit(self.pending.trace)
         self._set_busy(True)
         self.request_generate.emit(self._request(history))
 
     # The worker's reports
+
+    def _on_answering(self, info: LoadedModel | None) -> None:
+        if self.pending is not None and info is not None:
+            self.pending.record |= {"target": target_text(info)[0], "draft": draft_text(info)[0],
+                                    "backend": info.backend, "device": info.device}
 
     def _on_text(self, delta: str) -> None:
         if self.pending is not None:
@@ -307,20 +375,56 @@ class ChatController(QObject):
         pending, self.pending = self.pending, None
         if pending is None:
             return False
-        trace = pending.trace.to_dict() if pending.trace.rounds else None
-        if not pending.discarded:
-            self._write(self.store.finish_answer, pending.answer_id, text, status, pending.record, stats, trace)
-        if pending.widget is not None:
-            pending.widget.set_spans(pending.trace.spans())
-            pending.widget.finish(text, status, stats, error)
-        self._set_busy(False)
+        try:
+            trace = pending.trace.to_dict() if pending.trace.rounds else None
+            if not pending.discarded:
+                self._store_answer(_Unsaved(pending.conv_id, pending.answer_id, pending.version, text, status,
+                                            pending.record, stats, trace))
+            if pending.widget is not None:
+                pending.widget.set_spans(pending.trace.spans())
+                pending.widget.finish(text, status, stats, error)
+        finally:
+            self._set_busy(False)  # whatever failed above, the next message can be sent
         return True
+
+    def _store_answer(self, answer: _Unsaved) -> None:
+        """Store a finished answer; one the history refuses now is kept and tried again."""
+        try:
+            self._save(answer)
+        except HistoryWriteError as exc:
+            self.unsaved[(answer.answer_id, answer.version)] = answer
+            self._retry.start()
+            self.error.emit(f"{exc} The answer stays in the window, and Tandem keeps trying to save it "
+                            "(every few seconds, and when you quit).")
+        except HistoryError as exc:  # its chat is gone: there is nothing to store it in
+            self.error.emit(str(exc))
+
+    def _save(self, answer: _Unsaved) -> None:
+        self.store.finish_answer(answer.answer_id, answer.text, answer.status, answer.record, answer.stats,
+                                 answer.trace, version=answer.version)
+
+    def save_unsaved(self, wait_s: float = RETRY_WAIT_S) -> bool:
+        """Try again to store the answers the history refused; True when none is left."""
+        for key, answer in list(self.unsaved.items()):
+            try:
+                with self.store.waiting_at_most(wait_s):
+                    self._save(answer)
+            except HistoryWriteError:
+                continue  # still locked, full or read-only: the next try
+            except HistoryError:
+                log.warning("answer %s could not be saved: it is no longer in the history", answer.answer_id)
+            del self.unsaved[key]
+        if not self.unsaved:
+            self._retry.stop()
+        return not self.unsaved
 
     def finish_on_quit(self) -> None:
         """The worker has ended but never reported (it was loading, or failed to stop in time):
-        keep what arrived, marked as interrupted."""
+        keep what arrived, marked as interrupted. Then a last try for answers not saved yet."""
         if self.pending is not None:
             self._finish(self.pending.text, "interrupted", {})
+        if self.unsaved and not self.save_unsaved(wait_s=BUSY_TIMEOUT_S):
+            log.error("%d answer(s) could not be saved to the chat history before quitting", len(self.unsaved))
 
     def _set_busy(self, busy: bool) -> None:
         self.view.set_busy(busy)

@@ -1,18 +1,23 @@
 """The side panel's content: live figures, the rounds as chips, the graphs, and the controls for
 the inline tint, race mode and exports. Everything it shows comes from the engine's rounds
-(app.chat.trace) and the measured target-alone baseline; nothing is assumed."""
+(app.chat.trace) and the measured target-alone baseline; nothing is assumed.
+
+It fits any width the window gives it: the figure tiles and the controls wrap onto more rows,
+the graphs stack in one column, and what no longer fits the height scrolls.
+"""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QSettings, QStandardPaths, Qt, QTimer, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (QCheckBox, QFileDialog, QFrame, QGridLayout, QHBoxLayout, QLabel, QMenu,
-                               QPushButton, QSplitter, QToolButton, QVBoxLayout, QWidget)
+                               QPushButton, QScrollArea, QSizePolicy, QSplitter, QToolButton, QVBoxLayout,
+                               QWidget)
 
-from app.chat.baseline import Baseline
+from app.chat.baseline import METHOD, Baseline, Speedup
 from app.chat.trace import ACCEPTED, REJECTED, TARGET, Figures, RoundTrace, TurnTrace
 from ui.panel.colors import LABELS, chip_colors
 from ui.panel.graphs import LiveGraphs
@@ -23,6 +28,9 @@ from ui.panel.rounds_view import RoundsView
 # the panel cost 12% of tokens/s; see benchmarks/gui_vs_headless.py --panel).
 REFRESH_MS = 500
 GRAPH_EVERY = 2  # refreshes per graph redraw: the graphs' painting is the panel's largest cost
+TILE_COLUMNS = 3  # at most; fewer when the panel is narrow
+EXPORT_FOLDER_KEY = "panel/export_folder"
+ROUNDS_MIN_HEIGHT = 90  # a few rows of chips, whatever the window's height
 
 
 class FigureTile(QFrame):
@@ -35,6 +43,10 @@ class FigureTile(QFrame):
         font.setPointSizeF(font.pointSizeF() * 1.35)
         font.setBold(True)
         self.value.setFont(font)
+        # the speedup's range over the baseline's timings; hidden on the other tiles
+        self.detail = QLabel()
+        self.detail.setObjectName("figureCaption")
+        self.detail.hide()
         self.caption = QLabel(caption)
         self.caption.setObjectName("figureCaption")
         self.setToolTip(tip)
@@ -42,17 +54,21 @@ class FigureTile(QFrame):
         layout.setContentsMargins(8, 4, 8, 4)
         layout.setSpacing(0)
         layout.addWidget(self.value)
+        layout.addWidget(self.detail)
         layout.addWidget(self.caption)
+        layout.addStretch(1)
 
 
 class DraftPanel(QWidget):
     tint_toggled = Signal(bool)
     race_requested = Signal()
 
-    def __init__(self, parent: QWidget | None = None, dark: bool = False):
+    def __init__(self, parent: QWidget | None = None, dark: bool = False, settings: QSettings | None = None):
         super().__init__(parent)
         self.trace = TurnTrace()
         self.baseline: Baseline | None = None  # the target alone's timings
+        self.settings = settings  # remembers the export folder; None: for this session only
+        self._export_folder = ""
         self._graph_timer = QTimer(self)
         self._graph_timer.setSingleShot(True)
         self._graph_timer.setInterval(REFRESH_MS)
@@ -62,20 +78,19 @@ class DraftPanel(QWidget):
 
         self.tiles = {
             "tokens_per_s": FigureTile("tokens/s", "Decode speed of this answer (after its first token)"),
-            "speedup": FigureTile("speedup", "Our seconds per token against the target alone's, measured "
-                                             "on this machine when the pair loaded"),
+            "speedup": FigureTile("speedup", METHOD),
             "acceptance": FigureTile("accepted", "Share of drafted tokens the target accepted"),
             "tokens_per_pass": FigureTile("tokens/pass", "Tokens committed per forward pass of the target"),
             "k": FigureTile("draft k", "Draft length of the latest round (adaptive unless the chat's settings "
                                        "fix it)"),
         }
-        tiles = QGridLayout()
-        tiles.setSpacing(6)
-        for i, tile in enumerate(self.tiles.values()):
-            tiles.addWidget(tile, i // 3, i % 3)
+        self._tile_grid = QGridLayout()
+        self._tile_grid.setSpacing(6)
+        self._tile_columns = 0
         self.baseline_label = QLabel("Target alone: not measured yet")
         self.baseline_label.setObjectName("mutedLabel")
         self.baseline_label.setWordWrap(True)
+        self.baseline_label.setToolTip(METHOD)
 
         self.tint_box = QCheckBox("Tint answers by origin")
         self.tint_box.setToolTip("Tint the chat's answers: green where the draft's tokens were accepted, "
@@ -94,33 +109,110 @@ class DraftPanel(QWidget):
                                                                            self.export_json))
         menu.addAction("Graphs as PNG…", lambda: self._export("PNG images (*.png)", ".png", self.export_png))
         self.export_button.setMenu(menu)
-        controls = QHBoxLayout()
-        controls.addWidget(self.tint_box, 1)
-        controls.addWidget(self.race_button)
-        controls.addWidget(self.export_button)
+        self._controls = QGridLayout()
+        self._controls.setSpacing(6)
+        self._controls_wrapped: bool | None = None
 
+        self.empty_state = QLabel()
+        self.empty_state.setObjectName("mutedLabel")
+        self.empty_state.setWordWrap(True)
+        self.empty_state.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
         self.legend = QLabel()
         self.legend.setObjectName("mutedLabel")
+        self.legend.setWordWrap(True)  # at a narrow width its three keys go onto more lines
         self.rounds_view = RoundsView(dark=dark)
+        self.rounds_view.setMinimumHeight(ROUNDS_MIN_HEIGHT)
         self.graphs = LiveGraphs()
-        split = QSplitter(Qt.Orientation.Vertical)
-        split.setChildrenCollapsible(False)
-        split.addWidget(self.rounds_view)
-        split.addWidget(self.graphs)
-        split.setStretchFactor(0, 3)
-        split.setStretchFactor(1, 4)
+        self.split = QSplitter(Qt.Orientation.Vertical)
+        self.split.setChildrenCollapsible(False)
+        self.split.addWidget(self.rounds_view)
+        self.split.addWidget(self.graphs)
+        self.split.setStretchFactor(0, 3)
+        self.split.setStretchFactor(1, 4)
 
-        self.setMinimumWidth(self.fontMetrics().averageCharWidth() * 58)  # the tiles, controls and graphs
+        # What the panel shows of an answer: hidden (the empty state instead) until there is one.
+        self.body = QWidget()
+        body = QVBoxLayout(self.body)
+        body.setContentsMargins(0, 0, 0, 0)
+        body.setSpacing(6)
+        body.addLayout(self._tile_grid)
+        body.addWidget(self.legend)
+        body.addWidget(self.split, 1)
+
+        content = QWidget()
+        content.setObjectName("draftPanelContent")
+        column = QVBoxLayout(content)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.setSpacing(6)
+        column.addWidget(self.baseline_label)
+        column.addLayout(self._controls)
+        column.addWidget(self.empty_state)
+        column.addWidget(self.body, 1)
+        column.addStretch(0)
+        # A narrow or short window scrolls the panel instead of cutting it off at the edge.
+        self.scroll = QScrollArea()
+        self.scroll.setWidget(content)
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.scroll.viewport().setAutoFillBackground(False)
+        content.setAutoFillBackground(False)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.setSpacing(6)
-        layout.addLayout(tiles)
-        layout.addWidget(self.baseline_label)
-        layout.addLayout(controls)
-        layout.addWidget(self.legend)
-        layout.addWidget(split, 1)
+        layout.addWidget(self.scroll)
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Expanding)
+        self._content = content
+        self._reflow(force=True)
         self.set_dark(dark)
         self.set_available(False)
+        self._set_empty(True)
+
+    # --- fitting the width ---------------------------------------------------------------
+
+    def minimumSizeHint(self):  # noqa: N802 (Qt's name)
+        """As narrow as the graphs in one column allow (everything else wraps), and a few rows
+        high: the rest scrolls."""
+        hint = super().minimumSizeHint()
+        hint.setWidth(self.graphs.minimumSizeHint().width() + self.scroll.verticalScrollBar().sizeHint().width())
+        hint.setHeight(self.fontMetrics().height() * 8)
+        return hint
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().resizeEvent(event)
+        self._reflow()
+
+    def _reflow(self, force: bool = False) -> None:
+        """Tiles in as many columns as fit (at most TILE_COLUMNS); the controls on one row, or the
+        buttons under the check box when they do not fit beside it."""
+        width = self.scroll.viewport().width() if self.isVisible() else self.width()
+        tile = max(t.minimumSizeHint().width() for t in self.tiles.values())
+        spacing = self._tile_grid.spacing()
+        columns = max(1, min(TILE_COLUMNS, (width + spacing) // (tile + spacing)))
+        if force or columns != self._tile_columns:
+            self._tile_columns = columns
+            for tile_widget in self.tiles.values():
+                self._tile_grid.removeWidget(tile_widget)
+            for i, tile_widget in enumerate(self.tiles.values()):
+                self._tile_grid.addWidget(tile_widget, i // columns, i % columns)
+            for c in range(TILE_COLUMNS):
+                self._tile_grid.setColumnStretch(c, 1 if c < columns else 0)
+        one_row = sum(w.sizeHint().width() for w in (self.tint_box, self.race_button, self.export_button)) \
+            + 2 * self._controls.spacing()
+        wrapped = width < one_row
+        if force or wrapped != self._controls_wrapped:
+            self._controls_wrapped = wrapped
+            for w in (self.tint_box, self.race_button, self.export_button):
+                self._controls.removeWidget(w)
+            if wrapped:
+                self._controls.addWidget(self.tint_box, 0, 0, 1, 3)
+                self._controls.addWidget(self.race_button, 1, 0)
+                self._controls.addWidget(self.export_button, 1, 1)
+            else:
+                self._controls.addWidget(self.tint_box, 0, 0)
+                self._controls.addWidget(self.race_button, 0, 1)
+                self._controls.addWidget(self.export_button, 0, 2)
+            self._controls.setColumnStretch(0, 0 if wrapped else 1)
+            self._controls.setColumnStretch(2, 1 if wrapped else 0)
 
     # --- what is shown -------------------------------------------------------------------
 
@@ -129,9 +221,20 @@ class DraftPanel(QWidget):
         self.rounds_view.viewport().update()
         self.graphs.set_dark(dark)
         colors = chip_colors(dark)
-        self.legend.setText("  ".join(
-            f'<span style="background-color:{colors[kind].background}; color:{colors[kind].text};">'
-            f'&nbsp;{LABELS[kind]}&nbsp;</span>' for kind in (ACCEPTED, REJECTED, TARGET)))
+
+        def key(kind: str, text: str) -> str:
+            c = colors[kind]
+            return f'<span style="background-color:{c.background}; color:{c.text};">&nbsp;{text}&nbsp;</span>'
+
+        self.legend.setText(" ".join(key(kind, LABELS[kind].replace(" ", "&nbsp;"))
+                                     for kind in (ACCEPTED, REJECTED, TARGET)))
+        self.empty_state.setText(
+            "Each answer's rounds appear here: one row per pass of the target, one chip per token, "
+            f"{key(ACCEPTED, 'green')} = draft accepted, {key(REJECTED, 'red')} = draft rejected, "
+            f"{key(TARGET, 'blue')} = written by the target itself.<br><br>"
+            "Above them: the answer's tokens per second, its speedup against the target alone (timed on "
+            "this machine), the share of drafts accepted and the tokens per pass; below, the same as "
+            "graphs while the answer is written. Send a message to begin.")
 
     def set_available(self, loaded: bool) -> None:
         """Race mode needs a loaded pair and an idle engine."""
@@ -139,16 +242,28 @@ class DraftPanel(QWidget):
 
     def set_baseline(self, baseline: Baseline) -> None:
         self.baseline = baseline
-        self.baseline_label.setText(baseline.describe())
+        self._show_baseline()
+
+    def _show_baseline(self) -> None:
+        """The timings the figures shown are measured against: a stored answer's own, else the latest."""
+        baseline = self.trace.baseline if self.trace.rounds and self.trace.baseline else self.baseline
+        self.baseline_label.setText(baseline.describe() if baseline else "Target alone: not measured yet")
+
+    def _set_empty(self, empty: bool) -> None:
+        self.empty_state.setVisible(empty)
+        self.body.setVisible(not empty)
+        self.export_button.setEnabled(not empty)
 
     def begin(self, trace: TurnTrace) -> None:
         """A new answer begins; its owner (the chat controller) adds rounds to `trace`."""
         self._graph_timer.stop()
         self._unshown = []
         self.trace = trace
+        self._set_empty(False)
         self.rounds_view.set_rounds(trace.rounds)
         self.graphs.clear()
         self._show_figures(self.trace.figures())
+        self._show_baseline()
 
     def rounds_added(self, rounds: list[RoundTrace]) -> None:
         """`rounds` were just added to the trace shown."""
@@ -168,26 +283,39 @@ class DraftPanel(QWidget):
     def finish_answer(self) -> None:
         self._graph_timer.stop()
         self._refresh(graphs=True)
+        self._show_baseline()
 
     def show_trace(self, trace: TurnTrace | None) -> None:
-        """An answer from the history (or none): its rounds, figures and graphs as they ended."""
+        """An answer from the history (or none): its rounds, figures and graphs as they ended,
+        against the baseline it was measured with."""
         self._graph_timer.stop()
         self._unshown = []
-        self.trace = trace or TurnTrace(baseline_s_per_token=self.baseline.median if self.baseline else None)
+        self.trace = trace or TurnTrace(baseline=self.baseline)
+        self._set_empty(not self.trace.rounds)
         self.rounds_view.set_rounds(self.trace.rounds)
         self.graphs.show_trace(self.trace) if trace else self.graphs.clear()
         self._show_figures(self.trace.figures())
+        self._show_baseline()
 
     def _show_figures(self, f: Figures) -> None:
         t = self.tiles
         t["tokens_per_s"].value.setText(f"{f.tokens_per_s:.1f}" if f.tokens_per_s else "–")
-        t["speedup"].value.setText(f"{f.speedup:.2f}×" if f.speedup and math.isfinite(f.speedup) else "–")
-        good = f.speedup is not None and f.speedup >= 1.0
-        t["speedup"].value.setStyleSheet(f"color: {QColor('#2e9d5b' if good else '#c0392b').name()};"
-                                         if f.speedup else "")
+        self._show_speedup(f.speedup)
         t["acceptance"].value.setText(f"{f.acceptance:.0%}" if f.drafted else "–")
         t["tokens_per_pass"].value.setText(f"{f.tokens_per_pass:.2f}" if f.rounds else "–")
         t["k"].value.setText(str(f.k) if f.drafted else "–")
+
+    def _show_speedup(self, s: Speedup | None) -> None:
+        tile = self.tiles["speedup"]
+        shown = s is not None and math.isfinite(s.median)
+        tile.value.setText(f"{s.median:.2f}×" if shown else "–")
+        tile.value.setStyleSheet(f"color: {QColor('#2e9d5b' if s.median >= 1.0 else '#c0392b').name()};"
+                                 if shown else "")
+        # the range over the target alone's timings: a median alone hides how noisy they were
+        baseline = self.trace.baseline
+        single = baseline is not None and len(baseline.samples) == 1
+        tile.detail.setText("" if not shown else "1 timing" if single else f"{s.low:.2f}-{s.high:.2f}")
+        tile.detail.setVisible(shown)
 
     # --- exports -------------------------------------------------------------------------
 
@@ -201,10 +329,30 @@ class DraftPanel(QWidget):
         self.graphs.show_trace(self.trace)
         self.graphs.export_png(str(path))
 
+    def export_folder(self) -> str:
+        """Where the export dialog opens: the folder last exported to, else the user's Documents
+        (never the working directory, which for a double-clicked app is anywhere)."""
+        last = self.settings.value(EXPORT_FOLDER_KEY, "", str) if self.settings is not None else self._export_folder
+        for folder in (last, QStandardPaths.writableLocation(QStandardPaths.StandardLocation.DocumentsLocation),
+                       QStandardPaths.writableLocation(QStandardPaths.StandardLocation.HomeLocation)):
+            if folder and Path(folder).is_dir():
+                return folder
+        return ""
+
+    def _remember_folder(self, folder: str) -> None:
+        self._export_folder = folder
+        if self.settings is not None:
+            self.settings.setValue(EXPORT_FOLDER_KEY, folder)
+
     def _export(self, filter_: str, suffix: str, write) -> None:
-        path, _ = QFileDialog.getSaveFileName(self, "Export", f"tandem-answer{suffix}", filter_)
+        start = str(Path(self.export_folder()) / f"tandem-answer{suffix}")
+        path, _ = QFileDialog.getSaveFileName(self, "Export", start, filter_)
         if path:
+            path = path if path.endswith(suffix) else path + suffix
             try:
-                write(path if path.endswith(suffix) else path + suffix)
+                write(path)
             except OSError as exc:
-                self.baseline_label.setText(f"The export failed: {exc.strerror or exc}. Choose another folder.")
+                self.baseline_label.setText(f"The export to {path} failed: {exc.strerror or exc}. "
+                                            "Choose another folder.")
+                return
+            self._remember_folder(str(Path(path).parent))

@@ -1,6 +1,8 @@
-"""Four small live graphs of one answer, drawn from its TurnTrace in a 2 x 2 grid:
+"""Four small live graphs of one answer, drawn from its TurnTrace in a 2 x 2 grid (one column of
+four when the panel is too narrow for two):
 
-- Speedup: speedup so far against tokens written, with the target alone at 1.0 (dashed);
+- Speedup: speedup so far against tokens written, with the target alone at 1.0 (dashed), and a
+  band for its range over the target alone's timings;
 - Tokens/s: speculative tokens/s so far against the target-alone rate (dashed);
 - Acceptance (rolling): the share of drafts accepted, averaged over the last drafting rounds;
 - Accepted per round: a histogram of how many drafts each drafting round accepted, 0 to k.
@@ -26,6 +28,8 @@ ROLLING_ROUNDS = 8  # one round's acceptance is 0..k out of k, too jumpy alone; 
 TITLE_HEIGHT = 18  # pyqtgraph reserves 30 px for a title; a side panel cannot spare it
 TICK_FONT_PT = 7.5
 TOKENS_AXIS = "tokens written"
+PLOT_MIN_W, PLOT_MIN_H = 185, 150
+MARGIN, SPACING = 2, 4  # around and between the plots
 
 
 @dataclass(frozen=True)
@@ -45,9 +49,9 @@ class LiveGraphs(QWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
         self._view = pg.GraphicsLayoutWidget()
-        self._view.setMinimumSize(380, 300)  # each plot at least 190 x 150
-        self._view.ci.setContentsMargins(2, 2, 2, 2)
-        self._view.ci.setSpacing(4)
+        self._view.ci.setContentsMargins(MARGIN, MARGIN, MARGIN, MARGIN)
+        self._view.ci.setSpacing(SPACING)
+        self.columns = 2
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self._view)
@@ -65,6 +69,11 @@ class LiveGraphs(QWidget):
         self.target_line.label.setFont(_small_font())
         self.speedup_plot.addItem(self.target_line)
         self.speedup_curve = self.speedup_plot.plot()
+        # the range over the target alone's timings: two invisible edges and the band between them
+        self.speedup_low = self.speedup_plot.plot()
+        self.speedup_high = self.speedup_plot.plot()
+        self.speedup_band = pg.FillBetweenItem(self.speedup_low, self.speedup_high)
+        self.speedup_plot.addItem(self.speedup_band)
         # top right, above the curves: the rate settles below the spike of the first rounds
         self.legend = self.tps_plot.addLegend(offset=(-2, 2), labelTextSize="7pt", verSpacing=-6)
         self.tps_curve = self.tps_plot.plot(name="speculative")
@@ -73,16 +82,42 @@ class LiveGraphs(QWidget):
         self.bars = pg.BarGraphItem(x=[], height=[], width=0.8)
         self.histogram_plot.addItem(self.bars)
         self.set_dark(False)
+        self._place(2)
         self.clear()
 
+    # --- fitting the width --------------------------------------------------------------------
+
+    def _place(self, columns: int) -> None:
+        """The four plots in a grid `columns` wide; the minimum size follows."""
+        self.columns = columns
+        plots = (self.speedup_plot, self.tps_plot, self.acceptance_plot, self.histogram_plot)
+        for plot in plots:
+            if plot.scene() is not None and plot in self._view.ci.items:
+                self._view.ci.removeItem(plot)
+        for i, plot in enumerate(plots):
+            self._view.ci.addItem(plot, row=i // columns, col=i % columns)
+        rows = len(plots) // columns
+        # the width a single column needs, whatever the columns now: the panel may narrow to it
+        self._view.setMinimumSize(PLOT_MIN_W + 2 * MARGIN,
+                                  rows * PLOT_MIN_H + (rows - 1) * SPACING + 2 * MARGIN)
+        # the view sized its scene before the plots moved (it is resized before this widget hears
+        # of it): size the scene to the view again
+        self._view.setRange(self._view.range, padding=0, disableAutoPixel=False)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().resizeEvent(event)
+        columns = 2 if event.size().width() >= 2 * PLOT_MIN_W + SPACING + 2 * MARGIN else 1
+        if columns != self.columns:
+            self._place(columns)
+
     def _plot(self, row: int, col: int, title: str, x_label: str) -> pg.PlotItem:
-        plot = self._view.addPlot(row=row, col=col)
+        plot = self._view.addPlot(row=row, col=col)  # placed again by _place
         # a dashboard: nothing to pan, zoom or right-click
         plot.setMouseEnabled(x=False, y=False)
         plot.hideButtons()
         plot.setMenuEnabled(False)
         plot.enableAutoRange(enable=False)  # show_trace sets ranges that start at 0
-        plot.setMinimumSize(185, 150)
+        plot.setMinimumSize(PLOT_MIN_W, PLOT_MIN_H)
         for name in ("left", "bottom"):  # ticks inward: they take no room
             plot.getAxis(name).setStyle(tickFont=_small_font(), tickTextOffset=2, tickLength=-4)
         plot.getAxis("bottom").setLabel(x_label)
@@ -105,7 +140,10 @@ class LiveGraphs(QWidget):
         self.target_line.setVisible(not no_baseline)
         speedup = series["speedup"] if baseline else []
         self.speedup_curve.setData(tokens if baseline else [], speedup)
-        self.speedup_plot.setRange(xRange=(0, x_top), yRange=(0, _top(speedup, 1.0)), padding=0)
+        self.speedup_low.setData(tokens if baseline else [], series["speedup_low"] if baseline else [])
+        high = series["speedup_high"] if baseline else []
+        self.speedup_high.setData(tokens if baseline else [], high)
+        self.speedup_plot.setRange(xRange=(0, x_top), yRange=(0, _top(high, 1.0)), padding=0)
 
         tps = series["tokens_per_s"]
         baseline_tps = 1.0 / baseline if baseline else None
@@ -154,6 +192,11 @@ class LiveGraphs(QWidget):
         line = pg.mkPen(c.accepted, width=2)
         dashed = pg.mkPen(c.baseline, width=1.5, style=Qt.PenStyle.DashLine)
         self.speedup_curve.setPen(line)
+        band = QColor(c.accepted)
+        band.setAlpha(55)
+        self.speedup_band.setBrush(band)
+        for edge in (self.speedup_low, self.speedup_high):
+            edge.setPen(pg.mkPen(band, width=1))
         self.tps_curve.setPen(line)
         self.acceptance_curve.setPen(line)
         self.target_line.setPen(dashed)

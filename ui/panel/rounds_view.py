@@ -57,7 +57,11 @@ class ChipDelegate(QStyledItemDelegate):
     def __init__(self, view: QListView, dark: bool = False):
         super().__init__(view)
         self._view = view
-        self._layouts: dict[tuple[int, int], tuple[list[tuple[QRect, Chip]], int]] = {}
+        # (id(round), width) -> (the round, chip rects, row height). The entry holds the round
+        # itself: Python reuses an id once its object is freed, so an entry keyed by id alone
+        # could hand a new answer's row an old answer's chips; while the entry holds the round,
+        # its id cannot be reused, and a hit is checked to be the same object.
+        self._layouts: dict[tuple[int, int], tuple[RoundTrace, list[tuple[QRect, Chip]], int]] = {}
         self.set_dark(dark)
 
     def set_dark(self, dark: bool) -> None:
@@ -74,8 +78,9 @@ class ChipDelegate(QStyledItemDelegate):
     def layout(self, r: RoundTrace, width: int) -> tuple[list[tuple[QRect, Chip]], int]:
         """Chip rectangles relative to the row's top-left, wrapped at `width`, and the row height."""
         key = (id(r), width)
-        if key in self._layouts:
-            return self._layouts[key]
+        cached = self._layouts.get(key)
+        if cached is not None and cached[0] is r:
+            return cached[1], cached[2]
         metrics = QFontMetrics(self._font())
         gutter = metrics.averageCharWidth() * GUTTER_CHARS
         line_h = metrics.height() + 2 * PAD_Y
@@ -89,8 +94,12 @@ class ChipDelegate(QStyledItemDelegate):
         height = y + line_h + ROW_PAD
         if len(self._layouts) > 20000:  # widths change on resize: forget old layouts
             self._layouts.clear()
-        self._layouts[key] = (rects, height)
+        self._layouts[key] = (r, rects, height)
         return rects, height
+
+    def forget(self) -> None:
+        """Another answer is shown: its rows need none of the layouts kept so far."""
+        self._layouts.clear()
 
     def sizeHint(self, option, index) -> QSize:  # noqa: N802
         width = self._view.viewport().width()
@@ -193,5 +202,6 @@ class RoundsView(QListView):
             self.scrollToBottom()
 
     def set_rounds(self, rounds: list[RoundTrace]) -> None:
+        self.delegate.forget()
         self.model_.set_rounds(rounds)
         self.scrollToBottom()

@@ -152,12 +152,14 @@ class Runner:
         notice = self._check_memory(models, backend, progress)
         progress(f"Loading {folder.name} on {backend} ...")
         target = load_backend(folder, backend, precision=precision)
+        # Padded embeddings (e.g. 151936 rows for 151665 tokens): every drafter, and the target
+        # alone, sample and compare over the tokenizer's real vocabulary only.
+        target.vocab_limit = min(len(tokenizer), target.vocab_size or len(tokenizer))
         drafter: Drafter | None = None
         if draft_folder is not None:
             progress(f"Loading draft {draft_folder.name} ...")
             draft_backend = load_backend(draft_folder, backend, precision=draft_precision or "auto")
-            # Padded embeddings (e.g. 151936 vs 152064 rows): compare over the real vocabulary.
-            limit = min(len(tokenizer), target.vocab_size, draft_backend.vocab_size)
+            limit = min(target.vocab_limit, draft_backend.vocab_size)
             target.vocab_limit = draft_backend.vocab_limit = limit
             drafter = LookupThenModelDrafter(ModelDrafter(draft_backend))
             draft_name = (f"self-draft {draft_backend.dtype}" if draft_precision

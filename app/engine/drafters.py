@@ -10,9 +10,10 @@ not a redesign.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -38,16 +39,30 @@ class TargetState:
     backend: ModelBackend | None = None  # read access to the target's cache
 
 
+def draft_seed(seed: int | None) -> int | None:
+    """The draft's own seed, derived from the user's: a seeded answer repeats, yet the draft's
+    stream never mirrors the target's (None: each backend draws its own from the OS)."""
+    if seed is None:
+        return None
+    return int.from_bytes(hashlib.sha256(f"tandem-draft:{seed}".encode()).digest()[:8], "little") >> 1
+
+
 class Drafter(ABC):
     name: str = "drafter"
     wants_target_state: bool = False
 
-    def start(self, prompt_ids: Sequence[int]) -> None:
-        """A new generation begins after `prompt_ids`."""
+    def start(self, prompt_ids: Sequence[int], seed: int | None = None) -> None:
+        """A new generation begins after `prompt_ids`; `seed` is the user's (None: unseeded)."""
 
     @abstractmethod
-    def propose(self, committed: Sequence[int], k: int, params: SamplingParams) -> Proposal:
-        """Up to `k` tokens that may follow `committed` (fewer, or none, is allowed)."""
+    def propose(self, committed: Sequence[int], k: int, params: SamplingParams,
+                should_stop: Callable[[], bool] | None = None) -> Proposal:
+        """Up to `k` tokens that may follow `committed` (fewer, or none, is allowed; a drafter
+        that takes several steps returns what it has when `should_stop()` turns true)."""
+
+    def room(self, committed: Sequence[int]) -> int | None:
+        """The most tokens it can propose after `committed` and still roll back (None: no limit)."""
+        return None
 
     def accepted(self, committed: Sequence[int], proposal: Proposal, n_accepted: int,
                  state: TargetState | None = None) -> None:
@@ -65,19 +80,26 @@ class ModelDrafter(Drafter):
         self.backend = backend
         self.name = f"draft model {backend.folder.name}"
 
-    def start(self, prompt_ids: Sequence[int]) -> None:
+    def start(self, prompt_ids: Sequence[int], seed: int | None = None) -> None:
         self.backend.reset()
+        self.backend.seed(draft_seed(seed))
         self.backend.prefill(prompt_ids)  # with the target's prefill, not in round 1's draft time
 
-    def propose(self, committed: Sequence[int], k: int, params: SamplingParams) -> Proposal:
+    def propose(self, committed: Sequence[int], k: int, params: SamplingParams,
+                should_stop: Callable[[], bool] | None = None) -> Proposal:
         start = time.perf_counter()
         # Catch up on what the draft has not seen (the last committed token, and after a fully
         # accepted round also its own last draft), then draft k tokens.
         catch_up = list(committed[self.backend.cache_len :])
-        if params.seed is not None:  # the draft's random stream must not mirror the target's
-            params = replace(params, seed=params.seed + 7919)
-        ids, p, probs, ids_array = self.backend.draft(catch_up, k, params)
+        ids, p, probs, ids_array = self.backend.draft(catch_up, k, params, should_stop)
         return Proposal(ids, p, probs, ids_array, time.perf_counter() - start, "model")
+
+    def room(self, committed: Sequence[int]) -> int | None:
+        # A draft of k appends the catch-up and k - 1 drafts to the draft's own cache.
+        room = self.backend.rollback_room()
+        if room is None:
+            return None
+        return max(room - (len(committed) - self.backend.cache_len) + 1, 0)
 
     def accepted(self, committed, proposal, n_accepted, state=None) -> None:
         # The draft cache holds the old committed tokens + proposal[:k-1], and the new committed
@@ -85,9 +107,9 @@ class ModelDrafter(Drafter):
         self.backend.truncate(min(self.backend.cache_len, len(committed) - 1))
 
     def can_speculate(self) -> str | None:
+        self.backend.reset()  # decide on a fresh cache, not on the previous answer's
         if not self.backend.can_trim():
-            return (f"the draft model ({self.backend.model_type}) has recurrent layers whose "
-                    "state cannot be rolled back")
+            return self.backend.no_rollback_reason().replace("the target", "the draft model", 1)
         return None
 
 
@@ -100,7 +122,8 @@ class PromptLookupDrafter(Drafter):
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
 
-    def propose(self, committed: Sequence[int], k: int, params: SamplingParams) -> Proposal:
+    def propose(self, committed: Sequence[int], k: int, params: SamplingParams,
+                should_stop: Callable[[], bool] | None = None) -> Proposal:
         start = time.perf_counter()
         seq = list(committed)
         for n in range(min(self.max_ngram, len(seq) - 1), self.min_ngram - 1, -1):
@@ -136,15 +159,19 @@ class LookupThenModelDrafter(Drafter):
     def backend(self) -> ModelBackend:
         return self.model.backend
 
-    def start(self, prompt_ids: Sequence[int]) -> None:
-        self.model.start(prompt_ids)
+    def start(self, prompt_ids: Sequence[int], seed: int | None = None) -> None:
+        self.model.start(prompt_ids, seed)
 
-    def propose(self, committed: Sequence[int], k: int, params: SamplingParams) -> Proposal:
+    def propose(self, committed: Sequence[int], k: int, params: SamplingParams,
+                should_stop: Callable[[], bool] | None = None) -> Proposal:
         found = self.lookup.propose(committed, k, params)
         if len(found.ids) >= min(k, self.min_tokens):
             return found
-        proposal = self.model.propose(committed, k, params)
+        proposal = self.model.propose(committed, k, params, should_stop)
         return replace(proposal, seconds=proposal.seconds + found.seconds)
+
+    def room(self, committed: Sequence[int]) -> int | None:
+        return self.model.room(committed)
 
     def accepted(self, committed, proposal, n_accepted, state=None) -> None:
         self.model.accepted(committed, proposal, n_accepted, state)

@@ -28,10 +28,10 @@ class Round:
 class GenerationStats:
     prompt_tokens: int
     tokens: int  # committed answer tokens (stop token excluded)
-    rounds: int  # target forward passes after the prefill
-    decode_tokens: int  # tokens those passes produced (the first token comes from the prefill;
-    #                     a final stop token counts here, since a pass paid for it)
-    drafted: int
+    rounds: int  # target forward passes after the prefill (a pass that only ended the answer too)
+    decode_tokens: int  # answer tokens those passes produced (the first comes from the prefill;
+    #                     a stop token is not part of the answer and is not counted)
+    drafted: int  # drafts up to the answer's end; drafts past it were waste and are not counted
     accepted: int
     prefill_s: float
     decode_s: float  # wall clock from the first token to the last, loop and consumer included
@@ -71,6 +71,10 @@ class Finished:
 
 class PromptTooLongError(ValueError):
     """The prompt leaves no room to generate within the model's context."""
+
+
+class EmptyPromptError(ValueError):
+    """The prompt has no tokens (a model without a chat template, and an empty message)."""
 
 
 @dataclass(frozen=True)

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 
 from app.engine.adaptive import MAX_DRAFT, DraftLengthController
 from app.engine.backends.base import ModelBackend, Verdict
 from app.engine.drafters import Drafter, Proposal
-from app.engine.events import Finished, GenerationStats, Notice, PromptTooLongError, Round
+from app.engine.events import EmptyPromptError, Finished, GenerationStats, Notice, PromptTooLongError, Round
 from app.engine.output import AnswerStream
 from app.engine.sampling import SamplingParams
 
@@ -35,12 +36,39 @@ def check_prompt_fits(prompt_len: int, context_length: int) -> None:
 
 
 def why_not_speculate(target: ModelBackend, drafter: Drafter | None) -> str | None:
+    """Asked on fresh caches (the previous answer's cache says nothing about this one)."""
     if drafter is None:
         return None
     if not target.can_trim():
-        return (f"the target ({target.model_type}) has recurrent layers whose state cannot be "
-                "rolled back after a rejected draft")
+        return target.no_rollback_reason()
     return drafter.can_speculate()
+
+
+def rollback_limit(target: ModelBackend, drafter: Drafter, committed: Sequence[int]) -> int | None:
+    """The longest draft both caches can take and still cut back exactly (None: no limit). A
+    verify pass appends the pending token and the k drafts to the target's cache."""
+    limits = [room - 1 for room in (target.rollback_room(),) if room is not None]
+    limits += [room for room in (drafter.room(committed),) if room is not None]
+    return max(min(limits), 0) if limits else None
+
+
+def proposal_end(proposal: Proposal, stop_ids: frozenset[int], vocab_limit: int) -> int:
+    """How much of a proposal is worth verifying: it ends at its first stop token (drafts after
+    the answer's end are waste), and before any id the target's vocabulary does not have."""
+    for i, token in enumerate(proposal.ids):
+        if token >= vocab_limit or token < 0:
+            return i
+        if token in stop_ids:
+            return i + 1
+    return len(proposal.ids)
+
+
+def cut_proposal(proposal: Proposal, n: int) -> Proposal:
+    if n >= len(proposal.ids):
+        return proposal
+    return replace(proposal, ids=proposal.ids[:n], p=proposal.p[:n],
+                   probs=None if proposal.probs is None else proposal.probs[:n],
+                   ids_array=None if proposal.ids_array is None else proposal.ids_array[:n])
 
 
 def verify_round(target: ModelBackend, pending: int, proposal: Proposal,
@@ -59,12 +87,16 @@ def verify_round(target: ModelBackend, pending: int, proposal: Proposal,
 
 
 def speculative_round(target: ModelBackend, drafter: Drafter, committed: list[int], k: int,
-                      params: SamplingParams) -> tuple[Proposal, Verdict | None, float]:
-    """Draft up to k tokens and verify them. Verdict None: the drafter proposed nothing."""
+                      params: SamplingParams, stop_ids: frozenset[int] = frozenset(),
+                      should_stop: Callable[[], bool] = lambda: False,
+                      ) -> tuple[Proposal, Verdict | None, float]:
+    """Draft up to k tokens and verify them. Verdict None: the drafter proposed nothing, or Stop
+    was pressed while it drafted (then nothing is verified)."""
     proposal, verdict, verify_s = NO_PROPOSAL, None, 0.0
     try:
-        proposal = drafter.propose(committed, k, params)
-        if proposal.ids:
+        proposal = drafter.propose(committed, k, params, should_stop)
+        proposal = cut_proposal(proposal, proposal_end(proposal, stop_ids, target.vocab_limit))
+        if proposal.ids and not should_stop():
             verdict, verify_s = verify_round(target, committed[-1], proposal, params)
     finally:
         # The draft keeps only what is now committed, also when the round failed or was cut.
@@ -89,11 +121,12 @@ def generate(
     controller: DraftLengthController | None = None,
     should_stop: Callable[[], bool] = lambda: False,
 ) -> Iterator[Round | Notice | Finished]:
+    if not prompt_ids:
+        raise EmptyPromptError("The prompt is empty: there is nothing for the model to continue. "
+                               "Write a message (this model has no chat template to frame an empty one).")
     check_prompt_fits(len(prompt_ids), target.context_length)
-    reason = why_not_speculate(target, drafter)
-    if reason:
-        yield Notice(f"Decoding without a draft: {reason}.")
-        drafter = None
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be at least 1, got {max_tokens}.")
     controller = controller or DraftLengthController(fixed_k=draft_tokens, max_k=max_draft)
     answer = AnswerStream(decode, prompt_ids, stop_ids, stop_strings, max_tokens)
     max_k = controller.costs.max_k  # the longest k it can choose (a fixed k included)
@@ -101,8 +134,13 @@ def generate(
 
     start = time.perf_counter()
     target.reset()
+    target.seed(params.seed)
+    reason = why_not_speculate(target, drafter)  # on the fresh caches this answer will use
+    if reason:
+        yield Notice(f"Decoding without a draft: {reason}.")
+        drafter = None
     if drafter is not None:
-        drafter.start(prompt_ids)
+        drafter.start(prompt_ids, params.seed)
     first = target.next_token(prompt_ids, params)  # prefill
     prefill_s = time.perf_counter() - start
     committed = [*prompt_ids, first]
@@ -123,17 +161,25 @@ def generate(
             break
         k = controller.choose() if drafter is not None else 0
         k = max(0, min(k, room - 1, answer.remaining - 1))
+        if k and (limit := rollback_limit(target, drafter, committed)) is not None and limit < k:
+            k = limit
+            if not limit:  # a sliding window has filled: it stays full for the rest of the answer
+                room_left = target.rollback_room()
+                why = (target.no_rollback_reason() if room_left is not None and room_left < 2
+                       else "the draft model's sliding window is full")
+                yield Notice(f"Decoding without a draft from here: {why}.")
+                drafter = None
         proposal, verdict, verify_s = NO_PROPOSAL, None, 0.0
         if k:
-            proposal, verdict, verify_s = speculative_round(target, drafter, committed, k, params)
+            proposal, verdict, verify_s = speculative_round(target, drafter, committed, k, params,
+                                                            stop_ids, should_stop)
         if verdict is not None:
             accepted = verdict.accepted
             emitted = (*proposal.ids[:accepted], verdict.token)
             controller.record_round(len(proposal.ids), accepted, proposal.seconds, verify_s)
-            for i in range(len(proposal.ids)):
-                drafted_at[i] += 1
-                accepted_at[i] += i < accepted
-                reached_at[i] += i <= accepted
+        elif should_stop():  # Stop pressed while drafting: nothing was verified
+            answer.finish = "cancelled"
+            break
         else:  # plain step: k = 0, or the drafter had nothing to offer
             step = time.perf_counter()
             emitted, accepted = (target.next_token((committed[-1],), params),), 0
@@ -141,11 +187,20 @@ def generate(
             if drafter is not None:
                 controller.record_plain(verify_s)
         rounds += 1
-        decode_tokens += len(emitted)
         committed.extend(emitted)
         kept, text = answer.take(emitted)
-        yield Round(index=rounds, drafted=proposal.ids, accepted=accepted, emitted=kept,
-                    text=text, draft_p=proposal.p, target_q=verdict.q if verdict else (),
+        # Only what the answer keeps counts: drafts past its end (after a stop token, a stop
+        # string or the max-tokens cut) were verified, but they are neither shown nor counted.
+        drafted = proposal.ids[:len(kept)] if len(kept) < len(emitted) else proposal.ids
+        accepted = min(accepted, len(kept))
+        decode_tokens += len(kept)
+        for i in range(len(drafted)):
+            drafted_at[i] += 1
+            accepted_at[i] += i < accepted
+            reached_at[i] += i <= accepted
+        yield Round(index=rounds, drafted=drafted, accepted=accepted, emitted=kept,
+                    text=text, draft_p=proposal.p[:len(drafted)],
+                    target_q=verdict.q[:len(drafted)] if verdict else (),
                     draft_s=proposal.seconds, verify_s=verify_s, k=k, source=proposal.source)
     decode_s = time.perf_counter() - decode_start
     tail = answer.close()

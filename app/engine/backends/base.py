@@ -8,11 +8,17 @@ engine appends with forward passes and rolls back with `trim` (mlx-lm's cache pr
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+import secrets
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from app.engine.sampling import SamplingParams
+
+
+def entropy_seed() -> int:
+    """A seed from the operating system's entropy: unseeded sampling differs on every run."""
+    return secrets.randbits(63)
 
 
 @dataclass(frozen=True)
@@ -43,8 +49,23 @@ class ModelBackend(ABC):
         """How many positions the cache holds."""
 
     @abstractmethod
+    def rollback_room(self) -> int | None:
+        """How many more positions the cache can take and still be cut back exactly: None when
+        any number can, 0 when none can (recurrent state; a sliding window that is full)."""
+
+    @abstractmethod
+    def no_rollback_reason(self) -> str:
+        """Why `rollback_room()` is limited, in a user's words (the kind of layer that limits it)."""
+
     def can_trim(self) -> bool:
-        """False for caches with recurrent state (hybrid models), which cannot be rolled back."""
+        return self.rollback_room() != 0
+
+    @abstractmethod
+    def seed(self, seed: int | None) -> None:
+        """Start this generation's random stream: from `seed` when one is given (every time, so a
+        repeated seed repeats the answer), otherwise from the operating system's entropy. Each
+        backend has its own stream: a draft must never reuse the target's noise (the
+        Leviathan/Chen proof needs the draft's sample independent of the acceptance test's)."""
 
     @abstractmethod
     def truncate(self, length: int) -> None:
@@ -65,8 +86,10 @@ class ModelBackend(ABC):
         """Append `ids` to the cache in one forward pass and pick the token that follows them."""
 
     @abstractmethod
-    def draft(self, ids: Sequence[int], k: int, params: SamplingParams):
-        """Append `ids`, then decode `k` tokens (appending all but the last to the cache).
+    def draft(self, ids: Sequence[int], k: int, params: SamplingParams,
+              should_stop: Callable[[], bool] | None = None):
+        """Append `ids`, then decode `k` tokens (appending all but the last to the cache); fewer
+        (possibly none) when `should_stop()` turns true between steps.
 
         Returns (ids, p, probs, ids_array): the drafted ids, the draft's probability of each
         (at temperature 0 the softmax at temperature 1, for display), and on the device the

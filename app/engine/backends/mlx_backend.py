@@ -5,15 +5,15 @@ MLX streams belong to one thread: a backend is created and used on the runner's 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import mlx.core as mx
 from mlx.utils import tree_flatten
-from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
+from mlx_lm.models.cache import RotatingKVCache, make_prompt_cache
 from mlx_lm.utils import load_model
 
-from app.engine.backends.base import ModelBackend, Verdict
+from app.engine.backends.base import ModelBackend, Verdict, entropy_seed
 from app.engine.sampling import SamplingParams
 from app.models.folder import check_model_folder, context_length_of
 
@@ -115,6 +115,9 @@ class MLXBackend(ModelBackend):
         self.vocab_size = int(config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size") or 0)
         self.vocab_limit = self.vocab_size
         self.weights_bytes = sum(v.nbytes for _, v in tree_flatten(self.model.parameters()))
+        # Its own random key, split for every draw: MLX's global generator would be shared with
+        # the draft model (one stream for both breaks the independence rejection sampling needs).
+        self._key = mx.random.key(entropy_seed())
         self.reset()
 
     def reset(self) -> None:
@@ -124,8 +127,36 @@ class MLXBackend(ModelBackend):
     def cache_len(self) -> int:
         return int(self.cache[0].offset) if self.cache else 0
 
-    def can_trim(self) -> bool:
-        return bool(can_trim_prompt_cache(self.cache))
+    def rollback_room(self) -> int | None:
+        room = None
+        for layer in self.cache:
+            if isinstance(layer, RotatingKVCache):
+                # A ring buffer cuts back exactly only while nothing has been overwritten: the
+                # positions it holds plus those a pass appends must stay within the window (a
+                # multi-token append past it drops the oldest keys, a trim then leaves rejected
+                # drafts' keys inside the window).
+                layer_room = max(layer.max_size - layer.offset, 0)
+            elif layer.is_trimmable():
+                continue
+            else:  # recurrent state (ArraysCache, Mamba): no rollback at all
+                layer_room = 0
+            room = layer_room if room is None else min(room, layer_room)
+        return room
+
+    def no_rollback_reason(self) -> str:
+        if any(not isinstance(layer, RotatingKVCache) and not layer.is_trimmable() for layer in self.cache):
+            return (f"the target ({self.model_type}) has recurrent layers whose state cannot be rolled "
+                    "back after a rejected draft")
+        window = min(layer.max_size for layer in self.cache if isinstance(layer, RotatingKVCache))
+        return (f"the target ({self.model_type}) attends over a sliding window of {window:,} tokens, "
+                "which is full: its cache cannot be rolled back past the window")
+
+    def seed(self, seed: int | None) -> None:
+        self._key = mx.random.key(entropy_seed() if seed is None else seed)
+
+    def _next_key(self) -> mx.array:
+        self._key, key = mx.random.split(self._key)
+        return key
 
     def truncate(self, length: int) -> None:
         for layer in self.cache:
@@ -136,11 +167,6 @@ class MLXBackend(ModelBackend):
     def _forward(self, ids: mx.array) -> mx.array:
         """Append ids (1, n) to the cache; logits of every new position (n, V') float32."""
         return self.model(ids, cache=self.cache)[0, :, : self.vocab_limit].astype(mx.float32)
-
-    def _seed(self, params: SamplingParams) -> None:
-        if params.seed is not None and params.seed != getattr(self, "_seeded", None):
-            mx.random.seed(params.seed)
-            self._seeded = params.seed
 
     def forward_last(self, ids: Sequence[int]) -> mx.array:
         """Logits of the last position after appending `ids`. (V,) float32."""
@@ -160,21 +186,22 @@ class MLXBackend(ModelBackend):
         logits = self.forward_last(ids)
         if params.greedy:
             return int(mx.argmax(logits).item())
-        self._seed(params)
-        return int(mx.random.categorical(mx.log(probs_from_logits(logits, params))).item())
+        return int(mx.random.categorical(mx.log(probs_from_logits(logits, params)), key=self._next_key()).item())
 
-    def draft(self, ids: Sequence[int], k: int, params: SamplingParams):
-        self._seed(params)
+    def draft(self, ids: Sequence[int], k: int, params: SamplingParams,
+              should_stop: Callable[[], bool] | None = None):
         x = mx.array([list(ids)])
         tokens, p_of, rows = [], [], []
         for i in range(k):
+            if should_stop is not None and should_stop():  # Stop is honoured between draft steps
+                break
             logits = self._forward(x)[-1]  # (V,)
             if params.greedy:
                 token = mx.argmax(logits)
                 p = mx.softmax(logits)[token]
             else:
                 probs = probs_from_logits(logits, params)
-                token = mx.random.categorical(mx.log(probs))
+                token = mx.random.categorical(mx.log(probs), key=self._next_key())
                 p = probs[token]
                 rows.append(probs)
             tokens.append(token)
@@ -182,6 +209,9 @@ class MLXBackend(ModelBackend):
             if i < k - 1:
                 x = token.reshape(1, 1)
                 mx.async_eval(x)  # keep the lazy graph short; no sync to Python
+        if not tokens:
+            return (), (), None, None
+        k = len(tokens)
         ids_a = mx.stack(tokens).astype(mx.int32)  # (k,)
         both = mx.concatenate([ids_a.astype(mx.float32), mx.stack(p_of)]).tolist()
         drafted = tuple(int(t) for t in both[:k])
@@ -197,14 +227,13 @@ class MLXBackend(ModelBackend):
         if params.greedy:
             n, token, q = greedy_verdict(logits, drafts)
         else:
-            self._seed(params)
             q_all = probs_from_logits(logits, params)  # (k+1, V) target q
             p_all = proposal.probs  # (k, V) draft p, after the same transform
             if p_all is None:  # a deterministic drafter: p is one-hot at its token
                 p_all = (mx.arange(q_all.shape[-1])[None, :] == drafts[:, None]).astype(mx.float32)
-            r = mx.random.uniform(shape=(k,))
+            r = mx.random.uniform(shape=(k,), key=self._next_key())
             n, row, q = rejection_verdict(q_all, p_all, drafts, r)
-            token = mx.random.categorical(mx.log(row))
+            token = mx.random.categorical(mx.log(row), key=self._next_key())
         out = mx.concatenate([n.reshape(1).astype(mx.float32), token.reshape(1).astype(mx.float32),
                               q.astype(mx.float32)]).tolist()
         return Verdict(accepted=int(out[0]), token=int(out[1]), q=tuple(out[2:]))

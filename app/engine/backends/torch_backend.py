@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -10,7 +10,7 @@ from transformers import AutoModelForCausalLM, DynamicCache
 from transformers.utils import logging as transformers_logging
 from transformers.cache_utils import DynamicSlidingWindowLayer, LinearAttentionCacheLayerMixin
 
-from app.engine.backends.base import ModelBackend, Verdict
+from app.engine.backends.base import ModelBackend, Verdict, entropy_seed
 from app.engine.sampling import SamplingParams
 from app.models.folder import check_model_folder, context_length_of
 from app.models.torch_quantize import quiet_torchao_logs
@@ -139,7 +139,7 @@ class TorchBackend(ModelBackend):
         self.weights_bytes = sum(t.numel() * t.element_size()
                                  for t in [*self.model.parameters(), *self.model.buffers()])
         self._generator = torch.Generator(device=self._device)
-        self._seeded: int | None = None
+        self._generator.manual_seed(entropy_seed())  # never torch's fixed default seed
         self.reset()
 
     def reset(self) -> None:
@@ -149,13 +149,22 @@ class TorchBackend(ModelBackend):
     def cache_len(self) -> int:
         return int(self.cache.get_seq_length())
 
-    def can_trim(self) -> bool:
-        # Recurrent layers (Mamba, linear attention) keep state that crop() cannot rewind, and a
-        # sliding window has already dropped what a rollback would need.
-        return not any(
-            isinstance(layer, (LinearAttentionCacheLayerMixin, DynamicSlidingWindowLayer))
-            for layer in self.cache.layers
-        )
+    def rollback_room(self) -> int | None:
+        # Recurrent layers (Mamba, linear attention) keep state that crop() cannot rewind, and
+        # transformers' sliding-window layers drop what a rollback would need as they go.
+        limited = any(isinstance(layer, (LinearAttentionCacheLayerMixin, DynamicSlidingWindowLayer))
+                      for layer in self.cache.layers)
+        return 0 if limited else None
+
+    def no_rollback_reason(self) -> str:
+        if any(isinstance(layer, LinearAttentionCacheLayerMixin) for layer in self.cache.layers):
+            return (f"the target ({self.model_type}) has recurrent layers whose state cannot be rolled "
+                    "back after a rejected draft")
+        return (f"the target ({self.model_type}) has sliding-window attention, whose cache cannot be "
+                "rolled back on PyTorch yet")
+
+    def seed(self, seed: int | None) -> None:
+        self._generator.manual_seed(entropy_seed() if seed is None else seed)
 
     def truncate(self, length: int) -> None:
         for layer in self.cache.layers:
@@ -168,11 +177,6 @@ class TorchBackend(ModelBackend):
         out = self.model(input_ids=input_ids, past_key_values=self.cache, use_cache=True,
                          logits_to_keep=keep)
         return out.logits[0, :, : self.vocab_limit].float()
-
-    def _seed(self, params: SamplingParams) -> None:
-        if params.seed is not None and params.seed != self._seeded:
-            self._generator.manual_seed(params.seed)
-            self._seeded = params.seed
 
     def _ids(self, ids: Sequence[int]) -> torch.Tensor:
         return torch.tensor([list(ids)], dtype=torch.long, device=self._device)  # (1, n)
@@ -199,15 +203,16 @@ class TorchBackend(ModelBackend):
         logits = self.forward_last(ids)
         if params.greedy:
             return int(torch.argmax(logits))
-        self._seed(params)
         return int(torch.multinomial(probs_from_logits(logits, params), 1, generator=self._generator))
 
     @torch.inference_mode()
-    def draft(self, ids: Sequence[int], k: int, params: SamplingParams):
-        self._seed(params)
+    def draft(self, ids: Sequence[int], k: int, params: SamplingParams,
+              should_stop: Callable[[], bool] | None = None):
         x = self._ids(ids)
         tokens, p_of, rows = [], [], []
         for i in range(k):
+            if should_stop is not None and should_stop():  # Stop is honoured between draft steps
+                break
             logits = self._forward(x, 1)[-1]  # (V,)
             if params.greedy:
                 token = torch.argmax(logits)
@@ -221,6 +226,9 @@ class TorchBackend(ModelBackend):
             p_of.append(p)
             if i < k - 1:
                 x = token.view(1, 1)  # stays on the device: no sync inside the loop
+        if not tokens:
+            return (), (), None, None
+        k = len(tokens)
         ids_t = torch.stack(tokens)  # (k,)
         # one transfer: ids (exact in float32 below 2**24) and their probabilities
         both = torch.cat([ids_t.float(), torch.stack(p_of).float()]).tolist()
@@ -238,7 +246,6 @@ class TorchBackend(ModelBackend):
         if params.greedy:
             n, token, q = greedy_verdict(logits, drafts)
         else:
-            self._seed(params)
             q_all = probs_from_logits(logits, params)  # (k+1, V) target q
             p_all = proposal.probs  # (k, V) draft p, after the same transform
             if p_all is None:  # a deterministic drafter: p is one-hot at its token

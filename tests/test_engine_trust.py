@@ -1,0 +1,222 @@
+"""The engine's promises beyond plain exactness: sliding windows stay exact, unseeded sampling is
+random and the draft's stream is its own, a seed repeats, statistics count only what the answer
+kept, Stop is honoured while drafting, and bad requests are refused before any work."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from app.engine.backends import load_backend
+from app.engine.drafters import Drafter, ModelDrafter, PromptLookupDrafter, Proposal
+from app.engine.events import EmptyPromptError, Notice, Round
+from app.engine.sampling import SamplingParams
+from app.engine.speculative import generate
+
+PROMPT = [1, 520, 198, 40, 41, 42, 40, 41, 42, 40, 41]  # repetitive: prompt lookup finds matches
+WINDOW = 16
+STOP_PROMPT = [1, 969, 198, 20, 300, 301, 2, 198, 1, 520, 198]
+
+
+def _decode(ids):
+    return " ".join(map(str, ids))
+
+
+def _run(target, prompt=PROMPT, drafter=None, max_tokens=40, **kw):
+    events = list(generate(target, _decode, prompt, drafter=drafter, max_tokens=max_tokens, **kw))
+    rounds = [e for e in events if isinstance(e, Round)]
+    return [t for r in rounds for t in r.emitted], events
+
+
+# --- sliding windows (MLX's rotating caches) -------------------------------------------------
+
+def _with_sliding_window(folder, out):
+    """The same weights, its first layer attending over a 16-token window (Gemma/Mistral-style)."""
+    shutil.copytree(folder, out)
+    config = json.loads((out / "config.json").read_text())
+    config |= {"layer_types": ["sliding_attention", "full_attention"], "sliding_window": WINDOW}
+    (out / "config.json").write_text(json.dumps(config))
+    return out
+
+
+@pytest.fixture(scope="module")
+def sliding_mlx(tiny_pair, tmp_path_factory):
+    pytest.importorskip("mlx_lm")
+    root = tmp_path_factory.mktemp("sliding")
+    folders = {role: _with_sliding_window(tiny_pair[f"{role}_mlx"], root / role) for role in ("target", "near")}
+    return {"target": load_backend(folders["target"], "mlx"), "near": load_backend(folders["near"], "mlx"),
+            "reference": load_backend(folders["target"], "mlx")}  # decodes plainly only
+
+
+def test_mlx_sliding_window_stays_exact_past_the_window(sliding_mlx):
+    target = sliding_mlx["target"]
+    plain, _ = _run(sliding_mlx["reference"])
+    assert len(plain) == 40  # the context passes the 16-token window by far
+    for k in (2, 4, 6):
+        spec, events = _run(target, drafter=PromptLookupDrafter(), draft_tokens=k)
+        assert spec == plain, f"prompt lookup, k={k}"
+        assert any(isinstance(e, Round) and e.drafted for e in events)  # it did speculate first
+    spec, events = _run(target, drafter=ModelDrafter(sliding_mlx["near"]), draft_tokens=4)
+    assert spec == plain, "noisy-copy draft"
+    notices = [e.message for e in events if isinstance(e, Notice)]
+    assert notices and "sliding window of 16" in notices[-1], notices
+
+
+def test_mlx_sliding_window_decision_is_taken_on_the_fresh_cache(sliding_mlx):
+    """The second answer must not read the first answer's full window and give up (with the
+    wrong reason) before it starts: it speculates until its own window fills."""
+    target, drafter = sliding_mlx["target"], PromptLookupDrafter()
+    _run(target, drafter=drafter, draft_tokens=4)
+    plain, _ = _run(target)
+    spec, events = _run(target, drafter=drafter, draft_tokens=4)
+    assert spec == plain
+    assert any(isinstance(e, Round) and e.drafted for e in events)
+    assert not any(isinstance(e, Notice) and "recurrent" in e.message for e in events)
+
+
+# --- random streams ---------------------------------------------------------------------------
+
+T1 = SamplingParams(temperature=1.0)
+
+
+def test_unseeded_sampling_differs_between_launches(tiny_pair):
+    """Two fresh loads of the same model used to share torch's default seed, so the 'random'
+    answer was the same on every launch."""
+    answers = [_run(load_backend(tiny_pair["target"], "torch"), max_tokens=12, params=T1)[0] for _ in range(3)]
+    assert len({tuple(a) for a in answers}) > 1, answers
+
+
+def test_the_draft_never_mirrors_the_target_noise(tiny_pair):
+    """A self-draft loaded fresh beside its target: with one shared stream its first sample used
+    exactly the noise the target had used, so it sampled the target's token every time."""
+    same = 0
+    for _ in range(12):
+        target = load_backend(tiny_pair["target"], "torch")
+        draft = load_backend(tiny_pair["target"], "torch")  # the same weights: same distribution
+        a = target.next_token(PROMPT, T1)
+        b = draft.next_token(PROMPT, T1)
+        same += a == b
+    assert same < 12
+
+
+@pytest.mark.parametrize("backend", ["torch", "mlx"])
+def test_a_seed_repeats_every_time_it_is_given(tiny_pair, backend):
+    folder = tiny_pair["target"] if backend == "torch" else tiny_pair["target_mlx"]
+    target = load_backend(folder, backend)
+    drafter = ModelDrafter(load_backend(tiny_pair["near"] if backend == "torch" else tiny_pair["near_mlx"], backend))
+    run = lambda seed: _run(target, drafter=drafter, max_tokens=16, draft_tokens=3,  # noqa: E731
+                            params=SamplingParams(temperature=1.0, seed=seed))[0]
+    first, again, other = run(11), run(11), run(12)
+    assert first == again  # the bench's "same seed for every method" holds for every run
+    assert first != other
+
+
+# --- statistics count only the tokens the answer keeps ----------------------------------------
+
+def _answer_with_stop_inside(target):
+    """The plain answer up to the first token (after the third) not seen before in it: taken as
+    the stop token, it ends the answer there while the drafts run on past it."""
+    plain, _ = _run(target, STOP_PROMPT, max_tokens=30)
+    at = next(i for i in range(3, len(plain)) if plain[i] not in plain[:i])
+    return plain[:at], plain[at]
+
+
+@pytest.mark.parametrize("backend", ["torch", "mlx"])
+def test_statistics_of_an_answer_ending_on_a_stop_token_count_only_kept_tokens(tiny_pair, backend):
+    suffix = "" if backend == "torch" else "_mlx"
+    target = load_backend(tiny_pair[f"target{suffix}"], backend)
+    kept, stop = _answer_with_stop_inside(target)
+    widths = []
+    verify = target.verify
+    target.verify = lambda ids, proposal, params: widths.append(len(ids)) or verify(ids, proposal, params)
+    self_draft = ModelDrafter(load_backend(tiny_pair[f"target{suffix}"], backend))  # accepts all
+    tokens, events = _run(target, STOP_PROMPT, drafter=self_draft, max_tokens=30, draft_tokens=12,
+                          stop_ids=frozenset({stop}))
+    assert tokens == kept
+    stats = events[-1].stats
+    assert stats.finish_reason == "stop" and stats.tokens == len(kept)
+    rounds = [e for e in events if isinstance(e, Round) and e.index > 0]
+    drafted = [t for r in rounds for t in r.drafted]
+    assert stop not in drafted  # nothing at or after the answer's end is shown
+    assert stats.drafted == sum(len(r.drafted) for r in rounds)
+    assert stats.accepted == stats.drafted and stats.acceptance_rate == 1.0  # a self-draft
+    assert stats.decode_tokens == sum(len(r.emitted) for r in rounds) == len(kept) - 1  # first: prefill
+    assert stats.tokens_per_round == (len(kept) - 1) / stats.rounds
+    assert sum(stats.drafted_by_position) == stats.drafted
+    # the last proposal ended at its first stop token: the verify pass paid for nothing after it
+    assert widths[-1] == 1 + len(rounds[-1].drafted) + 1  # pending + the kept drafts + the stop
+
+
+def test_stop_string_and_max_tokens_cut_the_counted_drafts(tiny_pair):
+    target = load_backend(tiny_pair["target"], "torch")
+    self_draft = ModelDrafter(load_backend(tiny_pair["target"], "torch"))
+    plain, _ = _run(target, max_tokens=20)
+    tokens, events = _run(target, drafter=self_draft, max_tokens=6, draft_tokens=12)
+    stats = events[-1].stats
+    assert tokens == plain[:6] and stats.finish_reason == "length"
+    # k is capped at what the answer may still take, so nothing past the cut is drafted
+    assert stats.drafted == stats.accepted == 4 and stats.decode_tokens == 5
+    stop_text = _decode(plain[:4]).rsplit(" ", 1)[1]  # the 4th token's text ends the answer
+    tokens, events = _run(target, drafter=self_draft, max_tokens=20, draft_tokens=12,
+                          stop_strings=(" " + stop_text + " ",))
+    stats = events[-1].stats
+    assert stats.finish_reason == "stop_string"
+    assert len(tokens) < 19 and stats.decode_tokens == len(tokens) - 1
+    assert stats.drafted == stats.accepted <= stats.decode_tokens  # no draft past the cut counts
+    assert sum(len(e.drafted) for e in events if isinstance(e, Round)) == stats.drafted
+
+
+# --- Stop while drafting, bad requests ---------------------------------------------------------
+
+def test_stop_is_honoured_between_draft_steps(tiny_pair):
+    target = load_backend(tiny_pair["target"], "torch")
+    draft = load_backend(tiny_pair["near"], "torch")
+    steps = []
+    forward = draft._forward
+    draft._forward = lambda *a, **kw: steps.append(1) or forward(*a, **kw)
+    calls = iter(range(10**6))
+    should_stop = lambda: next(calls) >= 3  # noqa: E731  (the loop's check, then draft steps)
+    widths = []
+    verify = target.verify
+    target.verify = lambda ids, proposal, params: widths.append(len(ids)) or verify(ids, proposal, params)
+    tokens, events = _run(target, drafter=ModelDrafter(draft), draft_tokens=12, should_stop=should_stop)
+    assert events[-1].stats.finish_reason == "cancelled"
+    assert 0 < len(steps) < 12 and widths == []  # cut mid-draft; nothing verified after Stop
+    assert target.cache_len == len(PROMPT)  # only committed tokens stay in the caches
+    assert draft.cache_len <= len(PROMPT) + len(tokens) - 1
+
+
+class _OutOfVocabulary(Drafter):
+    def propose(self, committed, k, params, should_stop=None):
+        return Proposal((committed[-2], 5000, 7), (1.0, 1.0, 1.0), source="lookup")
+
+
+def test_drafts_outside_the_target_vocabulary_are_never_verified(tiny_pair):
+    target = load_backend(tiny_pair["target"], "torch")
+    plain, _ = _run(target, max_tokens=10)
+    spec, events = _run(target, drafter=_OutOfVocabulary(), max_tokens=10, draft_tokens=3)
+    assert spec == plain
+    assert all(t < target.vocab_limit for e in events if isinstance(e, Round) for t in e.drafted)
+
+
+def test_bad_requests_are_refused_before_any_work(tiny_pair):
+    target = load_backend(tiny_pair["target"], "torch")
+    with pytest.raises(EmptyPromptError, match="empty"):
+        list(generate(target, _decode, [], max_tokens=5))
+    for bad in (0, -5):
+        with pytest.raises(ValueError, match="at least 1"):
+            list(generate(target, _decode, PROMPT, max_tokens=bad))
+
+
+@pytest.mark.parametrize("kw, words", [
+    ({"temperature": float("nan")}, "temperature"), ({"temperature": float("inf")}, "temperature"),
+    ({"temperature": 1e-40}, "too small"), ({"temperature": -1.0}, "temperature"),
+    ({"top_p": float("nan")}, "top-p"), ({"top_p": 0.0}, "top-p"), ({"top_k": -1}, "top-k"),
+    ({"top_k": 2.5}, "top-k"), ({"seed": -1}, "seed"),
+])
+def test_sampling_values_that_cannot_sample_are_refused(kw, words):
+    with pytest.raises(ValueError, match=words):
+        SamplingParams(**kw)
+

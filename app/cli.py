@@ -9,6 +9,7 @@ from app.engine.events import Finished, Notice, PromptTooLongError, Round
 from app.engine.sampling import SamplingParams
 from app.models.errors import ModelFileError
 from app.models.pairing import PairingError
+from app.paths import FolderError
 
 
 def _progress(message: str) -> None:
@@ -42,6 +43,39 @@ def _draft_tokens(value: str) -> int | None:
     return k
 
 
+def _at_least_one(what: str):
+    """An argparse type for counts such as --max-tokens (0 or less once emitted one token anyway)."""
+
+    def count(value: str) -> int:
+        try:
+            n = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"takes a whole number of {what}s, such as 3, not {value!r}") from None
+        if n < 1:
+            raise argparse.ArgumentTypeError(f"takes at least 1 {what}, not {n}")
+        return n
+
+    return count
+
+
+def _text(option: str, value: str | None) -> str | None:
+    """Text from the command line as the tokenizer needs it. On Linux, bytes that are not UTF-8
+    reach Python as lone surrogates (PEP 383), which tokenizers refuse with a TypeError."""
+    if value is None:
+        return None
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{option} is not valid UTF-8 text (an undecodable byte at character {exc.start + 1}). "
+                         "Check the terminal's or the script's encoding, and pass the text in UTF-8.") from None
+    return value
+
+
+def _sampling(args) -> SamplingParams:
+    """Checked before any model loads, so a bad value costs no loading time."""
+    return SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed)
+
+
 def _show_round(event: Round, token_text) -> None:
     """One line per round on stderr: +accepted -rejected => the target's own token."""
     if not event.drafted:
@@ -58,16 +92,16 @@ def _show_round(event: Round, token_text) -> None:
 def cmd_generate(args) -> int:
     from app.runner import ChatRequest, Runner
 
+    params = _sampling(args)
+    system, prompt = _text("--system", args.system), _text("--prompt", args.prompt)
+    messages = []
+    if system:
+        messages.append({"role": "system", "content": system})
+    messages.append({"role": "user", "content": prompt})
     runner = Runner()
     loaded = runner.load(args.model, args.backend, draft=args.draft, precision=args.precision,
                          progress=_progress)
     _progress(f"Loaded {loaded.describe()} in {loaded.load_s:.1f}s")
-    messages = []
-    if args.system:
-        messages.append({"role": "system", "content": args.system})
-    messages.append({"role": "user", "content": args.prompt})
-    params = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
-                            seed=args.seed)
     request = ChatRequest(tuple(messages), max_tokens=args.max_tokens, params=params,
                           draft_tokens=args.draft_tokens)
     for event in runner.chat(request):
@@ -104,11 +138,11 @@ def cmd_bench(args) -> int:
     from app.bench.suite import load_suite
     from app.runner import Runner
 
+    params = _sampling(args)
     prompts = load_suite(args.suite, prompts=args.prompts, max_tokens=args.max_tokens, quick=args.quick)
     runner = Runner()
     loaded = runner.load(args.model, args.backend, draft=args.draft, precision=args.precision, progress=_progress)
     _progress(f"Loaded {loaded.describe()} in {loaded.load_s:.1f}s")
-    params = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed)
     methods = build_methods(runner, ks=args.ks, anchors=not args.no_anchors)
     bench = run_bench(runner, prompts, methods, params=params, repeats=args.repeats,
                       progress=_progress if args.verbose else (lambda message: None))
@@ -164,7 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--prompt", required=True)
     gen.add_argument("--system", default=None)
     gen.add_argument("--backend", choices=["mlx", "torch"], default=None)
-    gen.add_argument("--max-tokens", type=int, default=256)
+    gen.add_argument("--max-tokens", type=_at_least_one("new token"), default=256)
     gen.add_argument("--temperature", type=float, default=0.0)
     gen.add_argument("--top-p", type=float, default=1.0)
     gen.add_argument("--top-k", type=int, default=0)
@@ -182,11 +216,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--top-p", type=float, default=1.0)
     bench.add_argument("--top-k", type=int, default=0)
     bench.add_argument("--seed", type=int, default=0)
-    bench.add_argument("--repeats", type=int, default=3)
+    bench.add_argument("--repeats", type=_at_least_one("repeat"), default=3)
     bench.add_argument("--ks", type=_ks, default=(2, 4, 6), help="fixed draft lengths to run besides adaptive")
     bench.add_argument("--suite", default=None, help="prompt suite JSON (default: benchmarks/suite.json)")
-    bench.add_argument("--prompts", type=int, default=None, help="use only the first N prompts")
-    bench.add_argument("--max-tokens", type=int, default=None, help="new tokens per prompt (default: the suite's)")
+    bench.add_argument("--prompts", type=_at_least_one("prompt"), default=None, help="use only the first N prompts")
+    bench.add_argument("--max-tokens", type=_at_least_one("new token"), default=None,
+                       help="new tokens per prompt (default: the suite's)")
     bench.add_argument("--quick", action="store_true", help="2 prompts, 16 tokens (smoke test)")
     bench.add_argument("--no-anchors", action="store_true", help="skip transformers / mlx-lm")
     bench.add_argument("--json", default=None, metavar="OUT", help="write every figure to this file")
@@ -207,8 +242,19 @@ def main(argv: list[str] | None = None) -> int:
     except (ModelFileError, PairingError, PromptTooLongError, ValueError) as exc:
         print(f"tandem-cli: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a file that cannot be read (a symlink loop, permissions), a folder not made
+        print(f"tandem-cli: {_os_message(exc)}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
+
+
+def _os_message(exc: OSError) -> str:
+    if isinstance(exc, FolderError) or not exc.strerror:
+        return str(exc)
+    where = f" {exc.filename}" if exc.filename else ""
+    return (f"cannot read or write{where}: {exc.strerror}. Check that the path exists, is not a broken "
+            "or looping symbolic link, and that you may read it.")
 
 
 if __name__ == "__main__":

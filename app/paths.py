@@ -6,6 +6,7 @@ platform's usual folders from platformdirs are used.
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from pathlib import Path
@@ -13,6 +14,11 @@ from pathlib import Path
 import platformdirs
 
 APP_NAME = "Tandem"
+SETTINGS_FILE = "Tandem.conf"
+
+
+class FolderError(OSError):
+    """A folder Tandem needs cannot be made; the message says which, why, and what to do."""
 
 
 def _home_override() -> Path | None:
@@ -20,12 +26,51 @@ def _home_override() -> Path | None:
     return Path(value).expanduser() if value else None
 
 
+def _in_the_way(path: Path) -> Path | None:
+    """The nearest existing ancestor of `path` (or path itself) that is not a folder."""
+    for candidate in (path, *path.parents):
+        if candidate.exists() or candidate.is_symlink():
+            return None if candidate.is_dir() else candidate
+    return None
+
+
+def make_folder(path: Path, what: str) -> Path:
+    """mkdir -p, or a FolderError naming `what` ("data", "cache"), the path, the cause and the fix."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        blocker = _in_the_way(path)
+        if blocker is not None:
+            cause = f"{blocker} is a file, not a folder"
+        elif exc.errno == errno.ENOSPC:
+            cause = "the disk is full"
+        else:
+            cause = exc.strerror or type(exc).__name__
+        if (home := _home_override()) is not None:
+            advice = (f"TANDEM_HOME is set to {home}: point it at a folder you can write to, or unset it"
+                      + (", or move that file away." if blocker is not None else "."))
+        elif blocker is not None:
+            advice = "Move or rename that file, or set TANDEM_HOME to a folder you can write to."
+        else:
+            advice = f"Check that you can write to {path.parent}, or set TANDEM_HOME to a folder you can write to."
+        error = FolderError(f"Tandem cannot create its {what} folder {path}: {cause}. {advice}")
+        error.errno = exc.errno
+        raise error from exc
+    return path
+
+
 def data_dir() -> Path:
     """History database and other user data."""
     home = _home_override()
     path = home / "data" if home else Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return make_folder(path, "data")
+
+
+def settings_file() -> Path | None:
+    """Where the window's QSettings live under TANDEM_HOME; None: the platform's usual place
+    (QSettings' own default, ~/.config/Tandem/Tandem.conf on Linux)."""
+    home = _home_override()
+    return home / SETTINGS_FILE if home else None
 
 
 def cache_dir() -> Path:
@@ -37,14 +82,11 @@ def cache_dir() -> Path:
         path = home / "cache"
     else:
         path = Path(platformdirs.user_cache_dir(APP_NAME, appauthor=False))
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return make_folder(path, "cache")
 
 
 def models_dir() -> Path:
-    path = cache_dir() / "models"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return make_folder(cache_dir() / "models", "model cache")
 
 
 def resources_dir() -> Path:

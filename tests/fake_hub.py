@@ -23,6 +23,11 @@ class FakeHub:
         self.requests: list[tuple[str, str, str | None]] = []  # method, path, Range header
         self.delay_s = 0.0  # per chunk of a GET body
         self.on_sent = None  # called with (file name, bytes of it sent so far) after each chunk
+        # A stalled hub: while `hold_listing` is an unset Event, a tree listing waits for it (at
+        # most hold_max_s) before answering; `listings_answered` counts the answers sent.
+        self.hold_listing: threading.Event | None = None
+        self.hold_max_s = 20.0
+        self.listings_answered = 0
         hub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -48,6 +53,8 @@ class FakeHub:
         return self
 
     def __exit__(self, *exc):
+        if self.hold_listing is not None:
+            self.hold_listing.set()  # let a held request end
         self.server.shutdown()
         self.server.server_close()
 
@@ -84,6 +91,10 @@ class FakeHub:
 
     def _tree(self, handler, repo: str) -> None:
         import json
+
+        if self.hold_listing is not None:
+            self.hold_listing.wait(self.hold_max_s)
+        self.listings_answered += 1
 
         if self._refused(handler, repo):
             return self._error(handler, 401, "GatedRepo", "Access to this model is restricted.")

@@ -29,21 +29,48 @@ def main(argv: list[str] | None = None) -> int:
 
     from PySide6.QtWidgets import QApplication
 
-    from ui.main_window import MainWindow
-
     from PySide6.QtGui import QIcon
 
     from app.paths import asset
 
-    app = QApplication([sys.argv[0], *qt_args])
+    app = QApplication.instance() or QApplication([sys.argv[0], *qt_args])
     app.setApplicationName("Tandem")
     app.setOrganizationName("Tandem")
     app.setDesktopFileName("tandem")  # Wayland and docks match the window to tandem.desktop
     app.setWindowIcon(QIcon(str(asset("icons", "tandem-256.png"))))
+    if (problem := folders_problem()) is not None:
+        show_startup_error(problem)
+        return 1
+
+    from ui import window_state
+    from ui.main_window import MainWindow
+
     window = MainWindow(model=args.model, backend=args.backend, draft=args.draft, history_path=args.history,
-                        max_tokens=args.max_tokens)
+                        max_tokens=args.max_tokens, settings=window_state.open_settings())
     window.show()
     return app.exec()
+
+
+def folders_problem() -> str | None:
+    """Why Tandem's data or cache folder cannot be made, in words, or None. Checked before the
+    window is built, so the user reads where and why instead of a traceback."""
+    from app import paths
+
+    try:
+        paths.data_dir()
+        paths.models_dir()
+    except OSError as exc:  # paths.FolderError says where, why and what to do
+        return str(exc)
+    return None
+
+
+def show_startup_error(message: str) -> None:
+    """A dialog when Qt is up (a double-clicked app has no terminal), and stderr as well."""
+    print(f"tandem: {message}", file=sys.stderr)
+    from PySide6.QtWidgets import QApplication, QMessageBox
+
+    if QApplication.instance() is not None:
+        QMessageBox.critical(None, "Tandem cannot start", message)
 
 
 if __name__ == "__main__":

@@ -1,14 +1,29 @@
 """What the window remembers between runs (QSettings): size and position, splitter positions,
-which panels are open, and the chat that was open."""
+which panels are open, and the chat that was open.
+
+Every value read back is checked: the file is plain text a person (or a crash) can damage, and
+a value of the wrong type (`geometry=hello`) once aborted every start. A bad value is removed
+and the default used, never fatal."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSettings
+from PySide6.QtCore import QByteArray, QSettings
 from PySide6.QtWidgets import QMainWindow, QSplitter
+
+from app.paths import settings_file
 
 GEOMETRY, SPLITTER = "window/geometry", "window/splitter"
 SIDE_PANEL, SETTINGS_DRAWER = "window/side_panel", "window/settings_drawer"
 LAST_CONVERSATION = "chat/last_conversation"
+
+
+def open_settings() -> QSettings:
+    """Tandem.conf under TANDEM_HOME when it is set (tests, portable installs), else where
+    QSettings keeps an app's settings on this platform."""
+    path = settings_file()
+    if path is None:
+        return QSettings()
+    return QSettings(str(path), QSettings.Format.IniFormat)
 
 
 def save(settings: QSettings, window: QMainWindow, splitter: QSplitter, *, side_panel: bool,
@@ -22,23 +37,45 @@ def save(settings: QSettings, window: QMainWindow, splitter: QSplitter, *, side_
 
 
 def restore_layout(settings: QSettings, window: QMainWindow, splitter: QSplitter) -> bool:
-    """Geometry and splitter; False when there was nothing to restore (the first start)."""
-    geometry, state = settings.value(GEOMETRY), settings.value(SPLITTER)
-    if geometry is not None:
-        window.restoreGeometry(geometry)
-    if state is not None:
-        splitter.restoreState(state)
+    """Geometry and splitter; False when there was nothing usable to restore (the first start,
+    or a damaged value, which is removed)."""
+    geometry, state = _bytes(settings, GEOMETRY), _bytes(settings, SPLITTER)
+    if geometry is not None and not window.restoreGeometry(geometry):
+        settings.remove(GEOMETRY)
+        geometry = None
+    if state is not None and not splitter.restoreState(state):
+        settings.remove(SPLITTER)
     return geometry is not None
+
+
+def _bytes(settings: QSettings, key: str) -> QByteArray | None:
+    """Qt's saved state is bytes; anything else there (text, a number, a list) is damage."""
+    value = settings.value(key)
+    if value is None:
+        return None
+    if isinstance(value, (QByteArray, bytes, bytearray)) and len(value):
+        return QByteArray(value)
+    settings.remove(key)
+    return None
 
 
 def flag(settings: QSettings, key: str, default: bool) -> bool:
     value = settings.value(key, default)
-    return value in (True, "true", "1", 1) if not isinstance(value, bool) else value
+    if isinstance(value, bool):
+        return value
+    if value in ("true", "1", 1):
+        return True
+    if value in ("false", "0", 0):
+        return False
+    settings.remove(key)  # neither true nor false: damaged
+    return default
 
 
 def last_conversation(settings: QSettings) -> int | None:
+    value = settings.value(LAST_CONVERSATION, -1)
     try:
-        value = int(settings.value(LAST_CONVERSATION, -1))
-    except (TypeError, ValueError):
+        number = int(value)
+    except (TypeError, ValueError, OverflowError):
+        settings.remove(LAST_CONVERSATION)
         return None
-    return value if value >= 0 else None
+    return number if 0 <= number < 2**63 else None  # SQLite's ids are 64-bit

@@ -4,12 +4,18 @@ One path for every GGUF: the file is checked (magic, header, every tensor's byte
 transformers' own GGUF reader dequantizes it into a Hugging Face folder (safetensors only), and
 mlx-lm's converter turns that folder into MLX folders. Folders are built in a temporary sibling
 and renamed into place only when complete, so a failed import leaves nothing half-written.
+
+A staging folder is named for the process that builds it (pid and start time), so one left by
+an import that was killed (SIGKILL, a power cut: no cleanup ran) is known for what it is and
+removed by the next import, while a live import's folder is never touched.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -19,6 +25,47 @@ from app.models.errors import ModelFileError
 
 GGUF_MAGIC = b"GGUF"
 IMPORT_MARKER = "tandem-import.json"
+STAGING = re.compile(r"^\.[A-Za-z0-9-]+-staging-(\d+)-(\d+)-")  # .<variant>-staging-<pid>-<start>-<random>
+
+
+def _started(pid: int) -> int | None:
+    """A process's start time in whole seconds, or None when no such process runs."""
+    import psutil
+
+    try:
+        return int(psutil.Process(pid).create_time())
+    except psutil.NoSuchProcess:
+        return None
+    except psutil.Error:  # another user's process, a zombie: alive as far as we can tell
+        return -1
+
+
+def staging_prefix(variant: str) -> str:
+    pid = os.getpid()
+    return f".{variant}-staging-{pid}-{_started(pid)}-"
+
+
+def _owner_alive(name: str) -> bool:
+    found = STAGING.match(name)
+    if found is None:
+        return True  # not named by this scheme: not ours to judge
+    started = _started(int(found.group(1)))
+    # the pid may have been reused by a later process: then the start time differs
+    return started is not None and started in (-1, int(found.group(2)))
+
+
+def remove_stale_staging(folder: Path) -> list[Path]:
+    """Remove staging folders in `folder` whose import process is gone; the ones removed."""
+    removed = []
+    try:
+        entries = list(Path(folder).iterdir())
+    except OSError:  # not there yet, or unreadable: nothing to clean
+        return removed
+    for entry in entries:
+        if STAGING.match(entry.name) and entry.is_dir() and not entry.is_symlink() and not _owner_alive(entry.name):
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+    return removed
 
 
 @dataclass(frozen=True)
@@ -121,12 +168,15 @@ def import_gguf(
             done = record.get("variants", {})
     result: dict[str, Path] = {}
     out_dir.mkdir(parents=True, exist_ok=True)
+    for folder in (out_dir, *_sibling_imports(out_dir)):
+        for stale in remove_stale_staging(folder):
+            say(f"Removed {stale}, left by an import that did not finish.")
     for variant, target in wanted.items():
         if variant in done and target.is_dir():
             result[variant] = target
             continue
         say(f"Converting {info.path.name} to {variant} ...")
-        with tempfile.TemporaryDirectory(prefix=f".{variant}-", dir=out_dir) as tmp:
+        with tempfile.TemporaryDirectory(prefix=staging_prefix(variant), dir=out_dir) as tmp:
             staging = Path(tmp) / variant
             if variant == "hf":
                 from app.models.transformers_convert import gguf_to_hf_folder
@@ -145,3 +195,17 @@ def import_gguf(
         result[variant] = target
     return result
 
+
+
+def _sibling_imports(out_dir: Path) -> list[Path]:
+    """Other imports in the model cache (an import killed there may be of another file); only
+    inside Tandem's own cache, never across a user's folder."""
+    from app.paths import models_dir
+
+    try:
+        cache = models_dir().resolve()
+        if out_dir.resolve().parent != cache:
+            return []
+        return [entry for entry in cache.iterdir() if entry.is_dir() and entry.resolve() != out_dir.resolve()]
+    except OSError:
+        return []

@@ -32,6 +32,9 @@ NEEDED = ("config.json", "generation_config.json", "*.safetensors", "model.safet
           "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model", "vocab.json",
           "merges.txt", "added_tokens.json", "chat_template.jinja", "chat_template.json")
 PROBE_TIMEOUT_S = 8.0
+# huggingface-hub's listing waits forever on a hub that accepted the connection and then went
+# quiet (its client has no timeout), so the listing is Tandem's own request, with one.
+LIST_TIMEOUT_S = 30.0
 HOSTS = ("huggingface.co", "www.huggingface.co", "hf.co")
 _PART = r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}"
 _REPO_ID = re.compile(rf"^({_PART})/({_PART})$")
@@ -76,6 +79,8 @@ def parse_hub_ref(text: str) -> HubRef | None:
     host, _, path = text.partition("/")
     if host.lower() in HOSTS:
         parts = [p for p in path.split("/") if p]
+        if any(p in (".", "..") or not p.isprintable() for p in parts):
+            return None  # names no file of a model (huggingface-hub refuses such names with a ValueError)
         if parts and parts[0] in ("models", "datasets", "spaces"):
             if parts[0] != "models":
                 return None
@@ -161,21 +166,80 @@ def _needed(name: str) -> bool:
     return "/" not in name and any(fnmatch.fnmatch(base, pattern) for pattern in NEEDED)
 
 
+def _listing_stalled(ref: HubRef, what: str = "the file list") -> NoNetwork:
+    return NoNetwork(f"The hub did not send {what} of {ref.repo_id} within {LIST_TIMEOUT_S:.0f} s. It may be "
+                     "busy or the connection poor: choose the model again in a moment. Models already on this "
+                     "computer still work.")
+
+
+def _list_files(ref: HubRef, token: str | None, endpoint: str | None) -> dict[str, HubFile]:
+    """The repo's files at the top level (or in the folder of the linked file), as the hub's tree
+    API lists them (what HfApi.list_repo_tree asks), each page with LIST_TIMEOUT_S to answer."""
+    from urllib.parse import quote
+
+    import httpx2
+    from huggingface_hub import constants
+    from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+
+    folder = ref.filename.rsplit("/", 1)[0] if ref.filename and "/" in ref.filename else None
+    revision = quote(ref.revision or constants.DEFAULT_REVISION, safe="")
+    url: str | None = (f"{endpoint or constants.ENDPOINT}/api/models/{ref.repo_id}/tree/{revision}"
+                       + (f"/{quote(folder, safe='')}" if folder else ""))
+    params: dict | None = {"recursive": False, "expand": False}
+    files: dict[str, HubFile] = {}
+    while url:
+        try:
+            response = get_session().get(url, params=params, headers=build_hf_headers(token=token),
+                                         timeout=httpx2.Timeout(LIST_TIMEOUT_S, connect=PROBE_TIMEOUT_S))
+        except httpx2.TimeoutException as exc:
+            raise _listing_stalled(ref) from exc
+        hf_raise_for_status(response)
+        for entry in response.json():
+            if isinstance(entry, dict) and entry.get("type") == "file" and isinstance(entry.get("path"), str):
+                files[entry["path"]] = HubFile(entry["path"], int(entry.get("size") or 0))
+        url, params = response.links.get("next", {}).get("url"), None
+    return files
+
+
+def unless_cancelled(work: Callable, cancel: threading.Event, deadline_s: float, on_deadline: Callable[[], Exception]):
+    """work() on a thread of its own, waited for until it ends, `cancel` is set (DownloadCancelled
+    at once: the request is left to end on its own timeout, its answer unused) or `deadline_s`
+    passes (on_deadline()'s exception). So Cancel answers while a request hangs."""
+    result: dict = {}
+    finished = threading.Event()
+
+    def run() -> None:
+        try:
+            result["value"] = work()
+        except BaseException as exc:  # handed to the waiting thread as it is
+            result["error"] = exc
+        finally:
+            finished.set()
+
+    threading.Thread(target=run, name="tandem-hub-request", daemon=True).start()
+    waited = 0.0
+    while not finished.wait(0.05):
+        waited += 0.05
+        if cancel.is_set():
+            raise DownloadCancelled()
+        if waited > deadline_s:
+            raise on_deadline()
+    if "error" in result:
+        raise result["error"]
+    return result["value"]
+
+
 def plan_download(ref: HubRef, token: str | None = None, endpoint: str | None = None) -> list[HubFile]:
     """The files to fetch, with their sizes, from the hub's listing of the repo."""
-    from huggingface_hub import HfApi
-    from huggingface_hub.hf_api import RepoFile
-
     if _offline():
         raise NoNetwork(f"Hugging Face offline mode is on (HF_HUB_OFFLINE), and {ref.repo_id} is not downloaded.")
     _probe(endpoint, ref)
     try:
-        folder = ref.filename.rsplit("/", 1)[0] if ref.filename and "/" in ref.filename else None
-        entries = [e for e in HfApi(endpoint=endpoint, token=token).list_repo_tree(
-            ref.repo_id, path_in_repo=folder, revision=ref.revision, recursive=False) if isinstance(e, RepoFile)]
+        files = _list_files(ref, token, endpoint)
+    except HubError:
+        raise
     except Exception as exc:
         raise _translate(exc, ref) from exc
-    files = {e.path: HubFile(e.path, int(e.size or 0)) for e in entries}
     if ref.filename:
         if ref.filename not in files:
             raise HubError(f"{ref.repo_id} has no file {ref.filename}.")
@@ -247,8 +311,9 @@ def download(ref: HubRef, progress: Callable[[DownloadProgress], None], cancel: 
     memory) while only kilobytes have been fetched."""
     from huggingface_hub import hf_hub_download, try_to_load_from_cache
 
-    try:
-        plan = plan_download(ref, token, endpoint)
+    try:  # on a thread of its own, so Cancel answers at once even while the hub does not
+        plan = unless_cancelled(lambda: plan_download(ref, token, endpoint), cancel,
+                                PROBE_TIMEOUT_S + 2 * LIST_TIMEOUT_S, lambda: _listing_stalled(ref))
     except NoNetwork:
         if (cached := cached_model(ref)) is not None:
             return cached
@@ -302,7 +367,8 @@ def _fetch_resumable(ref: HubRef, name: str, counter: ProgressCounter, token: st
     from huggingface_hub.utils._http import _is_same_or_hub_host
 
     url = hf_hub_url(ref.repo_id, name, revision=ref.revision, endpoint=endpoint)
-    meta = get_hf_file_metadata(url, token=token)
+    meta = unless_cancelled(lambda: get_hf_file_metadata(url, token=token, timeout=LIST_TIMEOUT_S), counter.cancel,
+                            2 * LIST_TIMEOUT_S, lambda: _listing_stalled(ref, f"the details of {name}"))
     if (meta.xet_file_data is not None and is_xet_available()) or not meta.etag:
         return
     blob = Path(_cache_dir()) / repo_folder_name(repo_id=ref.repo_id, repo_type="model") / "blobs" / meta.etag

@@ -5,7 +5,9 @@ the index names but the folder lacks."""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 from pathlib import Path
 
 from app.models.errors import ModelFileError
@@ -18,22 +20,47 @@ def _mb(n: int) -> str:
     return f"{n / 1e6:,.1f} MB"
 
 
+def unreadable(path: Path, exc: OSError) -> str:
+    """Why a model file cannot be opened, in words: a symbolic link that loops or points nowhere,
+    a folder where a file belongs, or the system's own reason."""
+    name = path.name or str(path)
+    if path.is_symlink():
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+        if exc.errno == errno.ELOOP:
+            return (f"{name} is a symbolic link that loops (to {target}, which leads back to itself), so there is "
+                    "no file to read. Replace the link with the file itself or a link to the real file.")
+        if exc.errno == errno.ENOENT:
+            return (f"{name} is a symbolic link to {target}, which does not exist (moved or deleted). Put the file "
+                    "back, or replace the link with the file itself.")
+    if exc.errno == errno.EISDIR or path.is_dir():
+        return f"{name} is a folder, but a weights file is expected there. Copy the model's files again."
+    return (f"{name} cannot be read ({exc.strerror or type(exc).__name__}). Check that the file is there and that "
+            "you may read it.")
+
+
 def check_safetensors(path: Path) -> int:
     """Bytes of tensor data in `path`; ModelFileError naming the file when it is damaged."""
-    size = path.stat().st_size
-    with open(path, "rb") as handle:
-        head = handle.read(8)
-        if len(head) < 8:
-            raise ModelFileError(f"{path.name} is empty or cut short ({size} bytes). Download or copy it again.")
-        length = int.from_bytes(head, "little")
-        if length > MAX_HEADER or 8 + length > size:
-            raise ModelFileError(
-                f"{path.name}: the safetensors header is corrupt (it claims {length:,} bytes of header in a file "
-                f"of {size:,}). The file is damaged or not safetensors; download it again.")
-        try:
-            header = json.loads(handle.read(length))
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise ModelFileError(f"{path.name}: the safetensors header is corrupt ({exc}). Download it again.") from exc
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as handle:
+            head = handle.read(8)
+            if len(head) < 8:
+                raise ModelFileError(f"{path.name} is empty or cut short ({size} bytes). Download or copy it again.")
+            length = int.from_bytes(head, "little")
+            if length > MAX_HEADER or 8 + length > size:
+                raise ModelFileError(
+                    f"{path.name}: the safetensors header is corrupt (it claims {length:,} bytes of header in a "
+                    f"file of {size:,}). The file is damaged or not safetensors; download it again.")
+            raw = handle.read(length)
+    except OSError as exc:
+        raise ModelFileError(unreadable(path, exc)) from exc
+    try:
+        header = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ModelFileError(f"{path.name}: the safetensors header is corrupt ({exc}). Download it again.") from exc
     if not isinstance(header, dict):
         raise ModelFileError(f"{path.name}: the safetensors header is corrupt. Download it again.")
     end = 0
@@ -61,8 +88,15 @@ def check_weights(folder: str | Path) -> int:
     if index.is_file():
         try:
             shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        except (ValueError, KeyError, AttributeError) as exc:
+        except OSError as exc:
+            raise ModelFileError(unreadable(index, exc)) from exc
+        except (ValueError, KeyError, AttributeError, TypeError) as exc:
             raise ModelFileError(f"{index.name} is damaged ({exc}); download the model again.") from exc
+        if not all(isinstance(shard, str) and shard for shard in shards):
+            raise ModelFileError(f"{index.name} is damaged (its weight_map names no files); download the model again.")
+        for shard in shards:
+            if (folder / shard).is_symlink():  # a link that loops or points nowhere: say so, not "missing"
+                check_safetensors(folder / shard)
         missing = [s for s in shards if not (folder / s).is_file()]
         if missing:
             raise ModelFileError(

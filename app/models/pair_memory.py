@@ -7,7 +7,9 @@ measured and can measure again.
 
 from __future__ import annotations
 
+import errno
 import json
+import math
 import os
 import time
 from dataclasses import asdict, dataclass
@@ -44,40 +46,91 @@ class PairMemory:
         self._data = self._read()
 
     def _read(self) -> dict:
+        """What the file holds that can be used: entries of the wrong shape (hand-edited, another
+        version's, damaged) are skipped one by one, so one bad entry costs only itself."""
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
-            if isinstance(data, dict):
-                return {"recent": list(data.get("recent", [])), "trials": dict(data.get("trials", {}))}
         except FileNotFoundError:
-            pass
-        except (OSError, ValueError):
-            self.path.replace(self.path.with_suffix(f".damaged-{int(time.time())}"))
-        return {"recent": [], "trials": {}}
+            data = {}
+        except (OSError, ValueError):  # not JSON, not UTF-8, not a file: set aside, start afresh
+            self._set_aside()
+            data = {}
+        if not isinstance(data, dict):
+            self._set_aside()
+            data = {}
+        recent = data.get("recent")
+        trials = data.get("trials")
+        return {"recent": [entry for item in (recent if isinstance(recent, list) else [])
+                           if (entry := _recent_entry(item)) is not None][:MAX_RECENT],
+                "trials": {key: value for key, value in (trials.items() if isinstance(trials, dict) else ())
+                           if isinstance(key, str) and isinstance(value, dict)}}
 
-    def _write(self) -> None:
+    def _set_aside(self) -> None:
+        try:
+            self.path.replace(self.path.with_suffix(f".damaged-{int(time.time())}"))
+        except OSError:  # a read-only folder: leave it, it is read defensively anyway
+            pass
+
+    def _write(self) -> str | None:
+        """None once saved; else a sentence for the user (disk full, read-only folder). What was
+        remembered stays in memory for this session, and the previous file stays whole."""
         # write-then-rename: a crash mid-write leaves the previous file, never half of one
         partial = self.path.with_suffix(".tmp")
-        partial.write_text(json.dumps(self._data, indent=1), encoding="utf-8")
-        os.replace(partial, self.path)
+        try:
+            partial.write_text(json.dumps(self._data, indent=1), encoding="utf-8")
+            os.replace(partial, self.path)
+        except OSError as exc:
+            try:
+                partial.unlink(missing_ok=True)
+            except OSError:
+                pass
+            reason = {errno.ENOSPC: "the disk is full", errno.EROFS: "the folder is read-only",
+                      errno.EACCES: "no permission to write there", errno.EDQUOT: "the disk quota is used up"}.get(
+                exc.errno, exc.strerror or type(exc).__name__)
+            return (f"Tandem could not save its recent pairs to {self.path} ({reason}). They are kept until Tandem "
+                    "closes; free some disk space or check that you may write to that folder.")
+        return None
 
     def recent(self, backend: str | None = None) -> list[dict]:
         """Newest first: {"backend", "target", "draft", "title"}."""
         return [r for r in self._data["recent"] if backend is None or r.get("backend") == backend]
 
-    def add_recent(self, backend: str, target: str, draft: str, title: str) -> None:
+    def add_recent(self, backend: str, target: str, draft: str, title: str) -> str | None:
+        """None once saved, else why it could not be (see _write)."""
         entry = {"backend": backend, "target": target, "draft": draft, "title": title}
         kept = [r for r in self._data["recent"]
                 if (r.get("backend"), r.get("target"), r.get("draft")) != (backend, target, draft)]
         self._data["recent"] = [entry, *kept][:MAX_RECENT]
-        self._write()
+        return self._write()
 
     def trial(self, backend: str, target: str, draft: str) -> TrialResult | None:
         found = self._data["trials"].get(pair_key(backend, target, draft))
+        if not isinstance(found, dict):
+            return None
         try:
-            return TrialResult(**found) if found else None
+            result = TrialResult(**found)
         except TypeError:  # written by another version
             return None
+        numbers = [getattr(result, name) for name in TrialResult.__dataclass_fields__]
+        if not all(isinstance(n, (int, float)) and not isinstance(n, bool) and math.isfinite(n) for n in numbers):
+            return None  # hand-edited or damaged: measured again on the next load
+        return result
 
-    def set_trial(self, backend: str, target: str, draft: str, result: TrialResult) -> None:
+    def set_trial(self, backend: str, target: str, draft: str, result: TrialResult) -> str | None:
+        """None once saved, else why it could not be (see _write)."""
         self._data["trials"][pair_key(backend, target, draft)] = asdict(result)
-        self._write()
+        return self._write()
+
+
+def _recent_entry(item) -> dict | None:
+    """A recent pair as the menus need it, or None when it cannot name a pair; a missing title is
+    made from the names (older files had none)."""
+    if not isinstance(item, dict):
+        return None
+    names = [item.get(key) for key in ("backend", "target", "draft")]
+    if not all(isinstance(name, str) and name for name in names):
+        return None
+    title = item.get("title")
+    if not isinstance(title, str) or not title.strip():
+        title = f"{names[1]} + {names[2]}"
+    return {**item, "title": title}

@@ -3,13 +3,18 @@ a model folder, a .gguf file, a Hugging Face repo (id or URL), or one of the dra
 
 from __future__ import annotations
 
+import errno
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from app.models.errors import ModelFileError
 from app.models.folder import PICKLED_SUFFIXES
-from app.models.hub import HubRef, parse_hub_ref
+from app.models.hub import HOSTS, HubRef, parse_hub_ref
+from app.models.integrity import unreadable
+
+MAX_TEXT = 4096  # PATH_MAX on Linux; longer text dropped on a slot is no path and no link
 
 # What the Draft slot also accepts, besides models: the runner's own draft names.
 DRAFT_KEYWORDS = {"ngram": "ngram", "prompt lookup": "ngram", "lookup": "ngram", "none": "none",
@@ -28,13 +33,31 @@ class ModelSource:
         return self.value
 
 
+def _expand(path: Path) -> Path:
+    try:
+        return path.expanduser()
+    except RuntimeError:  # "~someone" with no such user: leave it as written
+        return path
+
+
 def _local_path(text: str) -> Path | None:
     if text.startswith("file:"):
         return Path(unquote(urlparse(text).path))
     if text.startswith(("/", "~", ".")) or (len(text) > 2 and text[1] == ":" and text[2] in "\\/"):
-        return Path(text).expanduser()
-    path = Path(text).expanduser()
-    return path if path.exists() else None
+        return _expand(Path(text))
+    path = _expand(Path(text))
+    try:
+        return path if path.exists() or path.is_symlink() else None
+    except (OSError, ValueError):  # a name too long for the file system, a NUL byte: not a file here
+        return None
+
+
+def _hub_link_with_dots(text: str) -> bool:
+    """A huggingface.co link whose path has a "." or ".." segment: no file of a model is named so,
+    and huggingface-hub refuses such names with a bare ValueError."""
+    rest = text.split("://", 1)[-1].split("?", 1)[0].split("#", 1)[0]
+    host, _, path = rest.partition("/")
+    return host.lower() in HOSTS and any(part in (".", "..") for part in path.split("/"))
 
 
 def classify(text: str, role: str = "target") -> ModelSource:
@@ -43,6 +66,14 @@ def classify(text: str, role: str = "target") -> ModelSource:
     text = text.strip().strip('"').strip("'")
     if not text:
         raise ModelFileError("Nothing to load: drop a model folder, a .gguf file or a Hugging Face link.")
+    if len(text) > MAX_TEXT:
+        raise ModelFileError(
+            f"Not a model: the text dropped is {len(text):,} characters long, too long for a file name or a link. "
+            "Drop a model folder, a .gguf file, or a link such as https://huggingface.co/Qwen/Qwen2.5-0.5B-Instruct.")
+    if _hub_link_with_dots(text):
+        raise ModelFileError(
+            f"Not a model: “{text[:80]}” has “..” or “.” in its path, which names no file of a model. Drop the "
+            "model's page link, such as https://huggingface.co/Qwen/Qwen2.5-0.5B-Instruct.")
     if text == "demo":
         return ModelSource("demo", "demo")
     keyword = DRAFT_KEYWORDS.get(text.lower())
@@ -52,27 +83,43 @@ def classify(text: str, role: str = "target") -> ModelSource:
         return ModelSource("keyword", keyword)
     path = _local_path(text)
     if path is not None:
-        if path.is_dir():
-            return ModelSource("folder", str(path))
-        if path.is_file():
-            if path.suffix.lower() == ".gguf":
-                return ModelSource("gguf", str(path))
-            if path.suffix.lower() in PICKLED_SUFFIXES:
-                raise ModelFileError(
-                    f"{path.name} is a pickled checkpoint. Tandem loads only safetensors and GGUF, because a "
-                    "pickled file can run arbitrary code when loaded. Look for a safetensors or GGUF version.")
-            if path.name in ("config.json",) or path.suffix.lower() == ".safetensors":
-                return ModelSource("folder", str(path.parent))  # a file from a model folder: the folder
-            raise ModelFileError(
-                f"{path.name} is not a model. Drop a model folder (config.json, *.safetensors and tokenizer "
-                "files), a .gguf file, or a Hugging Face link.")
-        raise ModelFileError(f"{path}: no such file or folder.")
+        try:
+            return _classify_path(path)
+        except OSError as exc:  # a name too long for the file system, a link that loops, no permission
+            raise ModelFileError(_not_readable(path, exc)) from exc
     ref = parse_hub_ref(text)
     if ref is not None:
         return ModelSource("hub", ref.repo_id, ref)
     raise ModelFileError(
         f"“{text[:80]}” is neither a file on this computer nor a Hugging Face model. Drop a model folder, "
         "a .gguf file, or a link such as https://huggingface.co/Qwen/Qwen2.5-0.5B-Instruct.")
+
+
+def _not_readable(path: Path, exc: OSError) -> str:
+    if exc.errno == errno.ENAMETOOLONG:
+        return (f"Not a model: “{str(path)[:80]}…” is too long to be a file name on this computer. Drop a model "
+                "folder, a .gguf file, or a Hugging Face link.")
+    return unreadable(path, exc)
+
+
+def _classify_path(path: Path) -> ModelSource:
+    if path.is_symlink() and not path.exists():  # exists() follows the link: it loops or points nowhere
+        os.stat(path)  # raises the OSError that says which
+    if path.is_dir():
+        return ModelSource("folder", str(path))
+    if path.is_file():
+        if path.suffix.lower() == ".gguf":
+            return ModelSource("gguf", str(path))
+        if path.suffix.lower() in PICKLED_SUFFIXES:
+            raise ModelFileError(
+                f"{path.name} is a pickled checkpoint. Tandem loads only safetensors and GGUF, because a "
+                "pickled file can run arbitrary code when loaded. Look for a safetensors or GGUF version.")
+        if path.name in ("config.json",) or path.suffix.lower() == ".safetensors":
+            return ModelSource("folder", str(path.parent))  # a file from a model folder: the folder
+        raise ModelFileError(
+            f"{path.name} is not a model. Drop a model folder (config.json, *.safetensors and tokenizer "
+            "files), a .gguf file, or a Hugging Face link.")
+    raise ModelFileError(f"{path}: no such file or folder.")
 
 
 def drag_verdict(text: str, role: str) -> str:
@@ -90,9 +137,12 @@ def drag_verdict(text: str, role: str) -> str:
 def model_size(text: str) -> int:
     """Bytes of weights on disk, for telling a dropped target from its draft; 0 when unknown
     (a hub model not fetched yet)."""
-    path = _local_path(text.strip())
-    if path is None or not path.exists():
+    try:
+        path = _local_path(text.strip())
+        if path is None or not path.exists():
+            return 0
+        if path.is_file():
+            return path.stat().st_size
+        return sum(p.stat().st_size for p in path.glob("*.safetensors") if p.is_file())
+    except OSError:  # unreadable: the drop's own checks say why
         return 0
-    if path.is_file():
-        return path.stat().st_size
-    return sum(p.stat().st_size for p in path.glob("*.safetensors"))

@@ -55,7 +55,9 @@ class StreamClock:
             seconds = max(self.last_at - (self.first_at or self.last_at), 1e-9)
         else:
             seconds = max(self.last_at - self.start - self.prefill_s, 1e-9)
-        return RunResult(tokens, max(self.count - 1, 0), seconds if self.count > 1 else 0.0)
+        # Answer tokens only, as Tandem counts them: a stop token the stream also pushed is not
+        # part of the answer (its pass is in the time, as Tandem's last pass is).
+        return RunResult(tokens, max(min(self.count, len(tokens)) - 1, 0), seconds if self.count > 1 else 0.0)
 
 
 def run_tandem(target, decode, prompt_ids: Sequence[int], drafter: Drafter | None, max_tokens: int,

@@ -9,23 +9,73 @@ from __future__ import annotations
 
 from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QPainter
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QToolButton, QVBoxLayout, QWidget
 
 from app.runner import DRAFT_LOOKUP, DRAFT_NONE, LoadedModel
 
 
 class ElidedLabel(QLabel):
-    """One line that ends in "…" when the header is narrow, instead of widening the window."""
+    """One line that ends in "…" when the header is narrow, instead of widening the window. It
+    never narrows below `min_chars` characters: enough to tell models apart ("smollm2-135m-…",
+    not "smoll…"); the slot's tooltip has the whole name."""
+
+    def __init__(self, text: str = "", min_chars: int = 8):
+        super().__init__(text)
+        self.min_chars = min_chars
+
+    def elide_mode(self) -> Qt.TextElideMode:
+        return Qt.TextElideMode.ElideRight  # a model's name says the most at its start
 
     def minimumSizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
-        return QSize(self.fontMetrics().averageCharWidth() * 8, super().minimumSizeHint().height())
+        # the same whatever the text, so the window's minimum size does not change with the model
+        width = self.fontMetrics().horizontalAdvance("x" * self.min_chars + "…")
+        margins = self.contentsMargins()
+        return QSize(width + margins.left() + margins.right() + 1, super().minimumSizeHint().height())
 
     def paintEvent(self, _event) -> None:  # noqa: N802 (Qt's name)
         painter = QPainter(self)
         painter.setPen(self.palette().color(self.foregroundRole()))
         rect = self.contentsRect()
-        text = self.fontMetrics().elidedText(self.text(), Qt.TextElideMode.ElideRight, rect.width())
+        text = self.fontMetrics().elidedText(self.text(), self.elide_mode(), rect.width())
         painter.drawText(rect, int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter), text)
+
+
+class CompactToolButton(QToolButton):
+    """A tool button that shows a shorter label when the header is too narrow for its action's
+    text (the tooltip keeps the whole one), so a small window keeps room for the model names."""
+
+    def __init__(self, short: str):
+        super().__init__()
+        self.short = short
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
+
+    def _width_for(self, text: str) -> int:
+        current = self.text() or ""
+        metrics = self.fontMetrics()
+        return super().sizeHint().width() - metrics.horizontalAdvance(current) + metrics.horizontalAdvance(text)
+
+    def _full(self) -> str:
+        action = self.defaultAction()
+        return action.text() if action is not None else self.text()
+
+    def sizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
+        return QSize(self._width_for(self._full()), super().sizeHint().height())
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
+        return QSize(self._width_for(self.short), super().minimumSizeHint().height())
+
+    def _apply_text(self) -> None:
+        text = self.short if self.width() < self.sizeHint().width() else self._full()
+        if text != self.text():
+            self.setText(text)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().resizeEvent(event)
+        self._apply_text()
+
+    def actionEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().actionEvent(event)  # a changed default action puts its full text back
+        self._apply_text()
 
 
 class ModelSlot(QFrame):
@@ -45,9 +95,9 @@ class ModelSlot(QFrame):
         self.caption_text = caption.upper()
         self.caption = QLabel(caption.upper())
         self.caption.setObjectName("slotTitle")
-        self.name = ElidedLabel("—")
+        self.name = ElidedLabel("—", min_chars=12)
         self.name.setObjectName("slotName")
-        self.detail = ElidedLabel("")
+        self.detail = ElidedLabel("", min_chars=8)
         self.detail.setObjectName("slotDetail")
         small = self.caption.font()
         small.setPointSizeF(small.pointSizeF() * 0.8)
@@ -158,8 +208,8 @@ class Header(QFrame):
         plus = QLabel("+")
         plus.setObjectName("slotTitle")
         # The window gives these their actions (setDefaultAction), shared with the View menu.
-        self.settings_button = QToolButton()
-        self.side_panel_button = QToolButton()
+        self.settings_button = CompactToolButton("Settings")
+        self.side_panel_button = CompactToolButton("Activity")
         layout = QHBoxLayout(self)
         layout.setContentsMargins(12, 8, 12, 8)
         layout.setSpacing(8)

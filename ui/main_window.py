@@ -9,7 +9,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from PySide6.QtCore import QCoreApplication, QEvent, QSettings, Qt, QThread, Signal
+from PySide6.QtCore import QCoreApplication, QEvent, QMetaObject, QSettings, Qt, QThread, Signal
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QApplication, QHBoxLayout, QMainWindow, QMessageBox, QSplitter, QVBoxLayout, QWidget
 
@@ -35,6 +35,7 @@ from ui.side_panel import SidePanelHost
 from ui.status_bar import StatusBar
 from ui.worker import EngineWorker, PairRequest
 
+COPIED_MS = 2500  # how long the status bar says what was copied
 QUIT_WAIT_MS = 30_000  # the current round (or a load in progress) finishes within this
 DEFAULT_SIZE = (1400, 860)  # fits a 1440 x 900 screen; Qt shrinks it to smaller screens
 DEFAULT_SPLIT = (240, 720, 440)  # conversations, chat, draft activity
@@ -111,7 +112,7 @@ class MainWindow(QMainWindow):
 
         self.conversation_list = ConversationList()
         self.side_panel_host = SidePanelHost()
-        self.draft_panel = DraftPanel(dark=self.theme.theme.dark)
+        self.draft_panel = DraftPanel(dark=self.theme.theme.dark, settings=self.app_settings)
         self.side_panel_host.content.addWidget(self.draft_panel)
         self.race_dialog: RaceDialog | None = None
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
@@ -177,6 +178,7 @@ class MainWindow(QMainWindow):
         controller.error.connect(lambda message: self.banners.add(message, "error"))
         self.composer.send_requested.connect(self._on_send)
         self.composer.stop_requested.connect(controller.stop)
+        self.chat_view.copied.connect(self._on_copied)
         self.chat_view.edit_requested.connect(self.edit_last)
         self.conversation_list.conversation_selected.connect(self._open)
         self.conversation_list.new_requested.connect(self.new_chat)
@@ -213,9 +215,11 @@ class MainWindow(QMainWindow):
         self.controller.busy_changed.connect(self._trial_gives_way)
 
     def _trial_gives_way(self, busy: bool) -> None:
-        """A real request wants the engine: a pair trial in progress stops after its round."""
-        if busy and self.pairing.trial_running:
-            self.worker.interrupt_trial()
+        """A real request wants the engine: background work on it (the pair trial, re-timing the
+        target alone) stops after its round; once the chat is idle a trial left unfinished goes on."""
+        self.worker.set_engine_wanted(busy)
+        if not busy:
+            QMetaObject.invokeMethod(self.worker, "resume_background", Qt.ConnectionType.QueuedConnection)
 
     # The worker's signals go to methods of this window, so Qt runs them on the GUI thread (a
     # lambda would run on the worker's thread and touch widgets from there).
@@ -332,10 +336,15 @@ class MainWindow(QMainWindow):
         self.controller.delete(conv_id)
 
     def confirm_delete(self, title: str) -> bool:
-        answer = QMessageBox.question(
-            self, "Delete chat", f"Delete “{title}” and all its messages? This cannot be undone.",
-            QMessageBox.StandardButton.Delete | QMessageBox.StandardButton.Cancel, QMessageBox.StandardButton.Cancel)
-        return answer == QMessageBox.StandardButton.Delete
+        # Qt has no standard "Delete" button: a button of our own, in the destructive role
+        # (Enter still means Cancel, so a chat is never deleted by a stray key).
+        box = QMessageBox(QMessageBox.Icon.Warning, "Delete chat",
+                          f"Delete “{title}” and all its messages? This cannot be undone.",
+                          QMessageBox.StandardButton.Cancel, self)
+        delete = box.addButton("Delete", QMessageBox.ButtonRole.DestructiveRole)
+        box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+        box.exec()
+        return box.clickedButton() is delete
 
     # Turns
 
@@ -367,7 +376,12 @@ class MainWindow(QMainWindow):
     def copy_last_answer(self) -> None:
         answers = [m for m in self.chat_view.messages() if m.role == "assistant"]
         if answers:
-            answers[-1].copy_message()
+            answers[-1].copy_message()  # says "Copied" on its button and, through chat_view.copied, here
+        else:
+            self.status.showMessage("There is no answer to copy in this chat yet.", COPIED_MS)
+
+    def _on_copied(self, what: str) -> None:
+        self.status.showMessage(f"Copied {what} to the clipboard.", COPIED_MS)
 
     def _on_busy(self, busy: bool) -> None:
         self.composer.set_busy(busy)

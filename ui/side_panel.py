@@ -11,7 +11,9 @@ class SidePanelHost(QFrame):
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         self.setObjectName("sidePanel")
-        self.setMinimumWidth(self.fontMetrics().averageCharWidth() * 24)  # never shown as a sliver
+        # No fixed minimum width: the content's own minimum (the panel wraps and scrolls down to
+        # it) is the host's, so the content is never cut off at the right edge; a fixed one set
+        # here once overrode the content's and clipped it.
         self.title = QLabel("Draft activity")
         self.title.setObjectName("sidePanelTitle")
         self.title.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)

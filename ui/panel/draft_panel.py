@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from PySide6.QtCore import QSettings, QStandardPaths, Qt, QTimer, Signal
+from PySide6.QtCore import QCoreApplication, QEvent, QSettings, QStandardPaths, Qt, QTimer, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (QCheckBox, QFileDialog, QFrame, QGridLayout, QHBoxLayout, QLabel, QMenu,
                                QPushButton, QScrollArea, QSizePolicy, QSplitter, QToolButton, QVBoxLayout,
@@ -123,6 +123,7 @@ class DraftPanel(QWidget):
         self.rounds_view = RoundsView(dark=dark)
         self.rounds_view.setMinimumHeight(ROUNDS_MIN_HEIGHT)
         self.graphs = LiveGraphs()
+        self.graphs.columns_changed.connect(self._content_resized)
         self.split = QSplitter(Qt.Orientation.Vertical)
         self.split.setChildrenCollapsible(False)
         self.split.addWidget(self.rounds_view)
@@ -181,6 +182,12 @@ class DraftPanel(QWidget):
         super().resizeEvent(event)
         self._reflow()
 
+    def _content_resized(self) -> None:
+        """The content's minimum height changed during a layout pass (the graphs went to one
+        column or back): the scroll area sizes it again once that pass is over (it is told of
+        layout changes of its own, not of the content's, which lives in its viewport)."""
+        QCoreApplication.postEvent(self.scroll, QEvent(QEvent.Type.LayoutRequest))
+
     def _reflow(self, force: bool = False) -> None:
         """Tiles in as many columns as fit (at most TILE_COLUMNS); the controls on one row, or the
         buttons under the check box when they do not fit beside it."""
@@ -196,6 +203,7 @@ class DraftPanel(QWidget):
                 self._tile_grid.addWidget(tile_widget, i // columns, i % columns)
             for c in range(TILE_COLUMNS):
                 self._tile_grid.setColumnStretch(c, 1 if c < columns else 0)
+            self._content_resized()
         one_row = sum(w.sizeHint().width() for w in (self.tint_box, self.race_button, self.export_button)) \
             + 2 * self._controls.spacing()
         wrapped = width < one_row
@@ -213,6 +221,7 @@ class DraftPanel(QWidget):
                 self._controls.addWidget(self.export_button, 0, 2)
             self._controls.setColumnStretch(0, 0 if wrapped else 1)
             self._controls.setColumnStretch(2, 1 if wrapped else 0)
+            self._content_resized()
 
     # --- what is shown -------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor, QFont
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
@@ -46,6 +46,8 @@ DARK = GraphColors("#1e1f22", "#c9ced6", "#4cc47f", "#ff7b72", "#8a8f98")
 
 
 class LiveGraphs(QWidget):
+    columns_changed = Signal(int)  # its minimum height changed with them
+
     def __init__(self, parent=None):
         super().__init__(parent)
         self._view = pg.GraphicsLayoutWidget()
@@ -109,6 +111,7 @@ class LiveGraphs(QWidget):
         columns = 2 if event.size().width() >= 2 * PLOT_MIN_W + SPACING + 2 * MARGIN else 1
         if columns != self.columns:
             self._place(columns)
+            self.columns_changed.emit(columns)
 
     def _plot(self, row: int, col: int, title: str, x_label: str) -> pg.PlotItem:
         plot = self._view.addPlot(row=row, col=col)  # placed again by _place

@@ -129,19 +129,55 @@ def test_turns_keep_their_order_and_payloads(store):
     assert len(store.messages(conv.id)) == 4
 
 
-def test_regenerate_replaces_only_the_last_answer(store):
+def test_regenerate_keeps_every_version_of_the_last_answer(store):
     conv = store.create_conversation()
     store.add_turn(conv.id, "one", "1")
-    _, old = store.add_turn(conv.id, "two", "2")
-    new = store.replace_last_answer(conv.id, "two!", "complete", {"seed": 5}, {"tokens": 2}, None)
-    assert (new.id, new.position, new.settings) == (old.id, old.position, {"seed": 5})
+    _, old = store.add_turn(conv.id, "two", "2", "complete", {"seed": 1}, {"tokens": 1}, {"rounds": [1]})
+    assert (old.version, old.versions) == (1, 1)
+    new = store.add_answer_version(conv.id)  # Regenerate: a new, empty version is shown
+    assert (new.id, new.position, new.version, new.versions) == (old.id, old.position, 2, 2)
+    assert (new.content, new.status) == ("", "interrupted")
+    done = store.finish_answer(new.id, "two!", "stopped", {"seed": 5}, {"tokens": 2}, {"rounds": [2]}, version=2)
+    assert (done.content, done.status, done.settings, done.version) == ("two!", "stopped", {"seed": 5}, 2)
     assert _contents(store, conv.id) == [
         ("user", "one", "complete"), ("assistant", "1", "complete"),
-        ("user", "two", "complete"), ("assistant", "two!", "complete"),
+        ("user", "two", "complete"), ("assistant", "two!", "stopped"),
     ]
+    first, second = store.versions(old.id)
+    assert (first.number, first.content, first.status, first.settings, first.stats, first.trace) == (
+        1, "2", "complete", {"seed": 1}, {"tokens": 1}, {"rounds": [1]})
+    assert (second.number, second.content, second.status, second.stats, second.trace) == (
+        2, "two!", "stopped", {"tokens": 2}, {"rounds": [2]})
+
+    shown = store.show_version(old.id, 1)  # the ‹ arrow: the conversation now reads version 1
+    assert (shown.content, shown.status, shown.stats, shown.trace, shown.version, shown.versions) == (
+        "2", "complete", {"tokens": 1}, {"rounds": [1]}, 1, 2)
+    assert store.messages(conv.id)[-1] == shown
+    assert [m.as_chat()["content"] for m in store.messages(conv.id)] == ["one", "1", "two", "2"]
+    # Finishing a version that is not on screen keeps the screen's version in the conversation.
+    store.finish_answer(old.id, "two!!", "complete", None, None, None, version=2)
+    assert store.messages(conv.id)[-1].content == "2" and store.versions(old.id)[1].content == "two!!"
+    assert store.list_conversations("two!!")[0].id == conv.id  # search finds every version
+    with pytest.raises(HistoryError, match="no version 3"):
+        store.show_version(old.id, 3)
     empty = store.create_conversation()
     with pytest.raises(HistoryError, match="does not end with an answer"):
-        store.replace_last_answer(empty.id, "x")
+        store.add_answer_version(empty.id)
+
+
+def test_versions_survive_a_restart_and_go_with_their_turn(db_path):
+    with HistoryStore.open(db_path) as store:
+        conv = store.create_conversation()
+        _, answer = store.add_turn(conv.id, "q", "first")
+        store.finish_answer(store.add_answer_version(conv.id).id, "second", "complete", version=2)
+        store.show_version(answer.id, 1)
+    with HistoryStore.open(db_path) as store:
+        last = store.messages(conv.id)[-1]
+        assert (last.content, last.version, last.versions) == ("first", 1, 2)
+        assert [v.content for v in store.versions(answer.id)] == ["first", "second"]
+        store.edit_last_user(conv.id, "q2", "other")  # the edited turn's answer and its versions go
+        assert [v.content for v in store.versions(store.messages(conv.id)[-1].id)] == ["other"]
+        assert _rows(db_path, "SELECT COUNT(*) FROM answer_versions") == [(1,)]
 
 
 def test_edit_and_resend_drops_what_followed(store):
@@ -187,7 +223,7 @@ def test_every_turn_write_moves_the_conversation_up(store):
     a, b = store.create_conversation(), store.create_conversation()
     writes = [
         lambda: store.add_turn(a.id, "q", "a"),
-        lambda: store.replace_last_answer(a.id, "a2"),
+        lambda: store.add_answer_version(a.id),
         lambda: store.edit_last_user(a.id, "q2", "a3"),
         lambda: store.begin_answer(a.id, "q3"),
     ]
@@ -298,18 +334,19 @@ def test_only_the_missing_migrations_run_in_one_transaction(db_path, monkeypatch
         db.execute("ALTER TABLE conversations ADD COLUMN archived INTEGER")
         raise sqlite3.OperationalError("a bug in migration 3")
 
+    shipped = len(history.MIGRATIONS)
     monkeypatch.setattr(history, "MIGRATIONS", (*history.MIGRATIONS, add_pinned, broken))
     with pytest.raises(HistoryError, match="migration 3"):
         HistoryStore.open(db_path)
-    assert _rows(db_path, "PRAGMA user_version") == [(1,)]  # both steps rolled back together
+    assert _rows(db_path, "PRAGMA user_version") == [(shipped,)]  # both steps rolled back together
     assert "pinned" not in {row[1] for row in _rows(db_path, "PRAGMA table_info(conversations)")}
 
     ran.clear()
-    monkeypatch.setattr(history, "MIGRATIONS", history.MIGRATIONS[:2])
+    monkeypatch.setattr(history, "MIGRATIONS", history.MIGRATIONS[: shipped + 1])
     with HistoryStore.open(db_path) as store:
         assert len(store.messages(store.list_conversations()[0].id)) == 2
     assert ran == ["v2"]
-    assert _rows(db_path, "PRAGMA user_version") == [(2,)]
+    assert _rows(db_path, "PRAGMA user_version") == [(shipped + 1,)]
     assert _rows(db_path, "SELECT pinned FROM conversations") == [(0,)]
 
 
@@ -423,3 +460,116 @@ def test_a_write_while_another_program_holds_the_lock_says_so(store, db_path):
     assert store.messages(conv.id) == []
     store.add_turn(conv.id, "q", "a")
     assert len(store.messages(conv.id)) == 2
+
+
+def test_a_version_1_file_opens_and_keeps_its_answers_as_first_versions(db_path):
+    db = sqlite3.connect(db_path, isolation_level=None)
+    history.MIGRATIONS[0](db)  # the format Tandem wrote before answers had versions
+    db.execute("PRAGMA user_version = 1")
+    db.execute("INSERT INTO conversations VALUES (1, 'Old chat', '', '{}', 1.0, 2.0)")
+    db.execute("INSERT INTO messages VALUES (1, 1, 0, 'user', 'q', 'complete', NULL, NULL, NULL, 1.0)")
+    db.execute("INSERT INTO messages VALUES (2, 1, 1, 'assistant', 'old answer', 'stopped', '{\"seed\": 3}', "
+               "'{\"tokens\": 4}', '{\"rounds\": []}', 2.0)")
+    db.close()
+    with HistoryStore.open(db_path) as store:
+        user, answer = store.messages(1)
+        assert (user.content, user.versions) == ("q", 0)
+        assert (answer.content, answer.status, answer.stats, answer.version, answer.versions) == (
+            "old answer", "stopped", {"tokens": 4}, 1, 1)
+        (version,) = store.versions(2)
+        assert (version.content, version.status, version.settings, version.trace) == (
+            "old answer", "stopped", {"seed": 3}, {"rounds": []})
+        store.finish_answer(store.add_answer_version(1).id, "new answer", "complete", version=2)
+        assert [v.content for v in store.versions(2)] == ["old answer", "new answer"]
+    assert _rows(db_path, "PRAGMA user_version") == [(len(history.MIGRATIONS),)]
+
+
+# Write failures: each one is a HistoryError that says what happened, and the store stays usable
+
+
+class _FailingWrites:
+    """The store's connection, where every statement that writes raises `error` (the fault
+    sqlite3 raises when the disk fills up or the folder turns read-only mid-answer)."""
+
+    def __init__(self, db, error):
+        self._db, self._error = db, error
+
+    def execute(self, sql, *args):
+        if sql.lstrip().upper().startswith(("INSERT", "UPDATE", "DELETE")):
+            raise self._error
+        return self._db.execute(sql, *args)
+
+    def __getattr__(self, name):
+        return getattr(self._db, name)
+
+    def __enter__(self):
+        return self._db.__enter__()
+
+    def __exit__(self, *exc):
+        return self._db.__exit__(*exc)
+
+
+@pytest.mark.parametrize("error, says", [
+    ("database or disk is full", "the disk is full"),
+    ("attempt to write a readonly database", "the data folder is read-only"),
+    ("disk I/O error", "disk I/O error"),
+])
+def test_a_failed_write_is_a_history_error_that_says_why(store, monkeypatch, error, says):
+    conv = store.create_conversation()
+    answer_id = store.begin_answer(conv.id, "q")
+    monkeypatch.setattr(store, "_db", _FailingWrites(store._db, sqlite3.OperationalError(error)))
+    with pytest.raises(history.HistoryWriteError, match=says) as caught:
+        store.finish_answer(answer_id, "the answer", "complete")
+    assert str(store.path) in str(caught.value)
+    monkeypatch.undo()
+    assert _contents(store, conv.id)[-1] == ("assistant", "", "interrupted")  # nothing half written
+    store.finish_answer(answer_id, "the answer", "complete")  # the same write, once it can be done
+    assert _contents(store, conv.id)[-1] == ("assistant", "the answer", "complete")
+
+
+def test_a_full_database_and_a_read_only_one_are_said_so(store):
+    conv = store.create_conversation()
+    answer_id = store.begin_answer(conv.id, "q")
+    (pages,) = store._db.execute("PRAGMA page_count").fetchone()
+    store._db.execute(f"PRAGMA max_page_count = {pages}")  # SQLite's own "disk full", for real
+    with pytest.raises(history.HistoryWriteError, match="the disk is full"):
+        store.finish_answer(answer_id, "long answer " * 5000, "complete")
+    store._db.execute("PRAGMA max_page_count = 1073741823")
+    store._db.execute("PRAGMA query_only = ON")  # SQLite refuses every write: SQLITE_READONLY
+    with pytest.raises(history.HistoryWriteError, match="the data folder is read-only"):
+        store.finish_answer(answer_id, "long answer " * 5000, "complete")
+    store._db.execute("PRAGMA query_only = OFF")
+    assert store.finish_answer(answer_id, "long answer " * 5000, "complete").status == "complete"
+
+
+def test_a_retry_waits_only_briefly_for_a_lock(store, db_path):
+    conv = store.create_conversation()
+    answer_id = store.begin_answer(conv.id, "q")
+    holder = sqlite3.connect(db_path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # another program writing
+    try:
+        with store.waiting_at_most(0.01), pytest.raises(history.HistoryWriteError, match="locked"):
+            store.finish_answer(answer_id, "a", "complete")
+        assert tuple(store._db.execute("PRAGMA busy_timeout").fetchone()) == (int(history.BUSY_TIMEOUT_S * 1000),)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert store.finish_answer(answer_id, "a", "complete").content == "a"
+
+
+# Privacy: the history holds every chat, so only its owner may read it
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX file modes")
+def test_the_history_and_its_journal_files_are_private(db_path):
+    with HistoryStore.open(db_path) as store:
+        store.add_turn(store.create_conversation().id, "a secret", "kept")
+        files = [db_path, Path(f"{db_path}-wal"), Path(f"{db_path}-shm")]
+        assert all(path.exists() for path in files)
+        assert {path.name: oct(path.stat().st_mode & 0o777) for path in files} == {
+            path.name: "0o600" for path in files}
+    older = db_path.with_name("older.sqlite3")
+    sqlite3.connect(older).close()
+    older.chmod(0o644)  # written by an earlier Tandem
+    with HistoryStore.open(older):
+        assert older.stat().st_mode & 0o777 == 0o600

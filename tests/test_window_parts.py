@@ -5,13 +5,15 @@ worker, the theme. Fast: nothing here loads weights."""
 from __future__ import annotations
 
 import sqlite3
+from pathlib import Path
 
 import pytest
 
 pytest.importorskip("pytestqt")
 
-from PySide6.QtCore import QSettings, Qt, QUrl  # noqa: E402
+from PySide6.QtCore import QSettings, Qt, QTimer, QUrl  # noqa: E402
 from PySide6.QtGui import QGuiApplication  # noqa: E402
+from PySide6.QtWidgets import QApplication, QLineEdit, QMessageBox  # noqa: E402
 
 from app.chat.history import HistoryStore  # noqa: E402
 from app.chat.markdown import MarkdownRenderer  # noqa: E402
@@ -56,7 +58,68 @@ def test_markdown_of_an_unfinished_answer_shows_the_open_code_block_as_code():
     assert "<pre" in rendered.html
 
 
+def test_markdown_images_are_never_loaded_only_named():
+    rendered = MarkdownRenderer().render("See ![the passwd](/etc/passwd) and ![](https://example.com/x.png).")
+    assert "<img" not in rendered.html
+    assert "the passwd" in rendered.html and "/etc/passwd" in rendered.html
+    assert "https://example.com/x.png" in rendered.html
+
+
 # Messages
+
+
+TINTED_ANSWER = "# Plan\n\nUse **this**:\n\n```python\nprint(1)\n```\n"
+
+
+def test_a_tinted_answer_is_still_markdown_with_its_text_coloured(qtbot):
+    from ui.chat.message_widget import MessageWidget
+    from ui.panel.colors import LIGHT
+
+    widget = MessageWidget("assistant", MarkdownRenderer())
+    qtbot.addWidget(widget)
+    drafted = len("# Plan\n\nUse **this**:\n\n```python\npri")  # a draft wrote up to "pri", the target the rest
+    widget.set_spans([(drafted, "accepted"), (len(TINTED_ANSWER) - drafted, "target")])
+    widget.set_tint(False)
+    widget.finish(TINTED_ANSWER, "complete")
+    assert widget.tinted
+    text = widget.body.toPlainText()
+    assert "```" not in text and "#" not in text and "**" not in text  # rendered, not shown raw
+    assert "Plan" in text and "print(1)" in text and widget.code_blocks == ["print(1)"]
+    document = widget.body.document()
+    assert document.firstBlock().blockFormat().headingLevel() == 1
+    colours = {}
+    block = document.begin()
+    while block.isValid():
+        it = block.begin()
+        while not it.atEnd():
+            fragment = it.fragment()
+            colours.setdefault(fragment.charFormat().background().color().name(), "")
+            colours[fragment.charFormat().background().color().name()] += fragment.text()
+            it += 1
+        block = block.next()
+    assert colours[LIGHT["accepted"].background].startswith("Plan") and "pri" in colours[LIGHT["accepted"].background]
+    assert colours[LIGHT["target"].background] == "nt(1)"
+    widget.set_tint(None)
+    assert not widget.tinted and "```" not in widget.body.toPlainText()
+
+
+def test_a_message_never_loads_an_image_from_the_answer(qtbot):
+    from ui.chat.message_widget import MessageWidget
+
+    widget = MessageWidget("assistant", MarkdownRenderer())
+    qtbot.addWidget(widget)
+    widget.finish("![x](/etc/passwd) ![y](https://example.com/a.png)", "complete")
+    document = widget.body.document()
+    formats = []
+    block = document.begin()
+    while block.isValid():
+        it = block.begin()
+        while not it.atEnd():
+            formats.append(it.fragment().charFormat().isImageFormat())
+            it += 1
+        block = block.next()
+    assert not any(formats)
+    assert "/etc/passwd" in widget.body.toPlainText() and "x" in widget.body.toPlainText()
 
 
 def test_a_message_renders_markdown_and_copies_code_and_text(qtbot):
@@ -224,12 +287,12 @@ def test_the_conversation_list_creates_renames_searches_and_deletes(offline_wind
     qtbot.waitUntil(lambda: len(chats.titles()) == 3, timeout=2000)
 
     knights = chats.ids()[1]
-    monkeypatch.setattr(window, "confirm_delete", lambda title: False)
+    asked = answer_next_dialog("Cancel")  # the real box: Cancel keeps the chat
     window.delete_conversation(knights)
-    assert knights in chats.ids()
-    monkeypatch.setattr(window, "confirm_delete", lambda title: title == "Brave knights")
+    assert knights in chats.ids() and "Brave knights" in asked["text"]
+    asked = answer_next_dialog("Delete")
     window.delete_conversation(knights)
-    assert chats.titles() == ["Castles", "Dragons"]
+    assert asked["destructive"] and chats.titles() == ["Castles", "Dragons"]
     assert window.controller.current is None and window.chat_view.currentIndex() == 0
 
     window.activateWindow()
@@ -237,6 +300,72 @@ def test_the_conversation_list_creates_renames_searches_and_deletes(offline_wind
     chats.list.setCurrentRow(0)
     qtbot.keyClick(window.chat_view, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)
     assert window.controller.current is None and window.chat_view.currentIndex() == 0
+
+
+def answer_next_dialog(button_text: str) -> dict:
+    """Click `button_text` on the next modal dialog once it is open (the real QMessageBox, run by
+    its own event loop); what it asked is filled in the dict returned."""
+    asked: dict = {}
+
+    def click() -> None:
+        box = QApplication.activeModalWidget()
+        if not isinstance(box, QMessageBox):
+            QTimer.singleShot(10, click)  # not open yet
+            return
+        button = next(b for b in box.buttons() if b.text().replace("&", "") == button_text)
+        asked.update(text=box.text(), destructive=box.buttonRole(button) == QMessageBox.ButtonRole.DestructiveRole)
+        button.click()
+
+    QTimer.singleShot(0, click)
+    return asked
+
+
+def test_delete_from_the_list_menu_asks_with_the_real_dialog(offline_window, tmp_path):
+    _history_with(tmp_path, ["Dragons"])
+    window = offline_window()
+    dragons = window.conversation_list.ids()[0]
+    window.conversation_list.list.setCurrentRow(0)
+    answer_next_dialog("Delete")
+    window.conversation_list.delete_requested.emit(dragons)  # what "Delete…" in the context menu sends
+    assert window.conversation_list.ids() == [] and window.store.list_conversations() == []
+    assert window.controller.current is None
+
+
+def test_search_says_when_nothing_matches(offline_window, tmp_path, qtbot):
+    _history_with(tmp_path, ["Dragons", "Knights"])
+    window = offline_window()
+    chats = window.conversation_list
+    assert chats.empty_label.isHidden()
+    chats.search.setText("unicorns")
+    qtbot.waitUntil(lambda: chats.titles() == [], timeout=2000)
+    assert not chats.empty_label.isHidden() and "No matches" in chats.empty_label.text()
+    assert "unicorns" in chats.empty_label.text()
+    window.grab().save("/tmp/shots/search-no-matches.png") if Path("/tmp/shots").is_dir() else None
+    chats.search.setText("")
+    qtbot.waitUntil(lambda: len(chats.titles()) == 2, timeout=2000)
+    assert chats.empty_label.isHidden()
+
+
+def test_the_rename_editor_is_a_normal_line_edit_height(offline_window, tmp_path, qtbot):
+    _history_with(tmp_path, ["Dragons"])
+    window = offline_window()
+    window.conversation_list.start_rename(window.conversation_list.ids()[0])
+    editor = window.conversation_list.list.findChild(QLineEdit)
+    qtbot.waitUntil(lambda: editor.isVisible())
+    assert editor.height() >= editor.sizeHint().height() >= editor.fontMetrics().height() + 8
+
+
+def test_copy_says_copied(offline_window, tmp_path, qtbot):
+    _history_with(tmp_path, ["Dragons"])
+    window = offline_window()
+    window.conversation_list.list.setCurrentRow(0)
+    answer = window.chat_view.last_message()
+    qtbot.mouseClick(answer.copy_button, Qt.MouseButton.LeftButton)
+    assert QGuiApplication.clipboard().text() == "answer about Dragons"
+    assert answer.copy_button.text() == "Copied" and "Copied" in window.status.currentMessage()
+    qtbot.waitUntil(lambda: answer.copy_button.text() == "Copy", timeout=5000)  # only for a moment
+    window.copy_last_answer()  # Ctrl+Shift+C
+    assert answer.copy_button.text() == "Copied"
 
 
 def test_the_side_panel_and_the_settings_drawer_toggle_and_stay_open(offline_window, qtbot):

@@ -4,11 +4,17 @@ A store is used from one thread (the GUI thread) for its whole life, so its conn
 shared between threads. Every write is one transaction: a crash keeps all of it or none of it.
 `begin_answer` stores the user's message with an empty answer marked 'interrupted' before
 generation starts, so an app killed mid-answer never loses what the user typed.
+
+An answer keeps every version Regenerate wrote (`answer_versions`); its row in `messages` holds
+the version on screen, so the conversation (and what the model reads next) is that version.
+A write that fails says why in a HistoryWriteError (locked, disk full, read-only), and the same
+write can be tried again later. The file and its journals are readable by their owner only.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -29,10 +35,18 @@ BUSY_TIMEOUT_S = 2.0
 # get special handling: a busy file is left alone, a damaged one is moved aside.
 _BUSY_CODES = {5, 6}  # SQLITE_BUSY, SQLITE_LOCKED
 _DAMAGED_CODES = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB
+_FULL_CODES = {13}  # SQLITE_FULL
+_READONLY_CODES = {8}  # SQLITE_READONLY
+PRIVATE_MODE = 0o600  # chats are as private as the hub token
 
 
 class HistoryError(Exception):
     """The history cannot be opened or written; the message says why and what the user can do."""
+
+
+class HistoryWriteError(HistoryError):
+    """A write the file refused (locked by another program, disk full, read-only): nothing of it
+    was stored, and the same write may succeed later."""
 
 
 @dataclass(frozen=True)
@@ -57,9 +71,25 @@ class Message:
     stats: dict | None  # tokens, acceptance, tokens/s: whatever the caller measured
     trace: Any  # the per-round trace the UI colours tokens with; opaque here
     created: float
+    version: int = 0  # an answer: which of its versions this is (1-based); 0 for a user's message
+    versions: int = 0  # an answer: how many versions it has
 
     def as_chat(self) -> dict:
         return {"role": self.role, "content": self.content}
+
+
+@dataclass(frozen=True)
+class AnswerVersion:
+    """One version of an answer: the first, or one that Regenerate wrote."""
+
+    message_id: int
+    number: int  # 1-based, in the order they were written
+    content: str
+    status: str
+    settings: dict | None
+    stats: dict | None
+    trace: Any
+    created: float
 
 
 def _migrate_to_v1(db: sqlite3.Connection) -> None:
@@ -89,8 +119,30 @@ def _migrate_to_v1(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX conversations_by_updated ON conversations (updated)")
 
 
+def _migrate_to_v2(db: sqlite3.Connection) -> None:
+    """Regenerate keeps the answers it replaces: every answer becomes its own first version."""
+    db.execute(
+        """CREATE TABLE answer_versions (
+            message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+            number INTEGER NOT NULL,
+            content TEXT NOT NULL,
+            status TEXT NOT NULL CHECK (status IN ('complete', 'stopped', 'error', 'interrupted')),
+            settings TEXT,
+            stats TEXT,
+            trace TEXT,
+            created REAL NOT NULL,
+            PRIMARY KEY (message_id, number))"""
+    )
+    db.execute("ALTER TABLE messages ADD COLUMN version INTEGER NOT NULL DEFAULT 0")  # the one on screen
+    db.execute(
+        "INSERT INTO answer_versions (message_id, number, content, status, settings, stats, trace, created) "
+        "SELECT id, 1, content, status, settings, stats, trace, created FROM messages WHERE role = 'assistant'"
+    )
+    db.execute("UPDATE messages SET version = 1 WHERE role = 'assistant'")
+
+
 # MIGRATIONS[i] brings a database from user_version i to i + 1. Append steps; never edit a shipped one.
-MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_migrate_to_v1,)
+MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_migrate_to_v1, _migrate_to_v2)
 
 
 def default_path() -> Path:
@@ -108,9 +160,11 @@ def auto_title(text: str) -> str:
 class HistoryStore:
     """Open with `HistoryStore.open(path)`; use from one thread; close it (or use `with`)."""
 
-    def __init__(self, db: sqlite3.Connection, path: Path, clock: Callable[[], float]):
+    def __init__(self, db: sqlite3.Connection, path: Path, clock: Callable[[], float],
+                 busy_timeout: float = BUSY_TIMEOUT_S):
         self._db = db
         self._clock = clock
+        self._busy_timeout = busy_timeout
         self.path = path
         self.recovery_message: str | None = None  # set when a damaged file was moved aside
 
@@ -128,7 +182,8 @@ class HistoryStore:
                 f"The chat history at {path} was damaged ({damage}) and has been moved to {moved}; "
                 "a new, empty history was started. Nothing was deleted."
             )
-        store = cls(_connect(path, busy_timeout), path, clock)
+        _make_private(path)
+        store = cls(_connect(path, busy_timeout), path, clock, busy_timeout)
         store.recovery_message = recovery
         return store
 
@@ -140,6 +195,16 @@ class HistoryStore:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    @contextmanager
+    def waiting_at_most(self, seconds: float) -> Iterator[None]:
+        """Writes inside wait at most `seconds` for another program's lock: a retry in the
+        background must not hold up the window for the full busy timeout."""
+        self._db.execute(f"PRAGMA busy_timeout = {int(seconds * 1000)}")
+        try:
+            yield
+        finally:
+            self._db.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
 
     # Conversations
 
@@ -179,16 +244,27 @@ class HistoryStore:
             """SELECT * FROM conversations AS c
                WHERE ?1 = '' OR instr(casefold(c.title), ?1) > 0 OR EXISTS (
                    SELECT 1 FROM messages AS m WHERE m.conversation_id = c.id AND instr(casefold(m.content), ?1) > 0)
+               OR EXISTS (
+                   SELECT 1 FROM answer_versions AS v JOIN messages AS m ON m.id = v.message_id
+                   WHERE m.conversation_id = c.id AND instr(casefold(v.content), ?1) > 0)
                ORDER BY c.updated DESC, c.id DESC""",
             (needle,),
         ).fetchall()
         return [_conversation(row) for row in rows]
 
     def messages(self, conv_id: int) -> list[Message]:
+        """The conversation as it reads: each answer in the version on screen."""
         rows = self._db.execute(
-            "SELECT * FROM messages WHERE conversation_id = ? ORDER BY position", (conv_id,)
+            f"{_MESSAGE_SELECT} WHERE m.conversation_id = ? ORDER BY m.position", (conv_id,)
         ).fetchall()
         return [_message(row) for row in rows]
+
+    def versions(self, answer_id: int) -> list[AnswerVersion]:
+        """Every version of an answer, oldest first (none for an id that is not an answer)."""
+        rows = self._db.execute(
+            "SELECT * FROM answer_versions WHERE message_id = ? ORDER BY number", (answer_id,)
+        ).fetchall()
+        return [_version(row) for row in rows]
 
     # Turns: each method is one transaction
 
@@ -207,22 +283,26 @@ class HistoryStore:
             _, answer_id = self._append_turn(conv_id, user_text, ("", "interrupted", None, None, None))
         return answer_id
 
-    def finish_answer(self, answer_id: int, text: str, status: str, settings=None, stats=None, trace=None) -> Message:
+    def finish_answer(self, answer_id: int, text: str, status: str, settings=None, stats=None, trace=None,
+                      version: int | None = None) -> Message:
+        """Write version `version` of an answer (by default the one on screen)."""
         _check_status(status)
         with self._write():
             row = self._db.execute(
-                "SELECT conversation_id FROM messages WHERE id = ? AND role = 'assistant'", (answer_id,)
+                "SELECT conversation_id, version FROM messages WHERE id = ? AND role = 'assistant'", (answer_id,)
             ).fetchone()
             if row is None:
                 raise HistoryError(f"There is no answer {answer_id} in the chat history to finish.")
+            number = row["version"] if version is None else version
             self._touch(row["conversation_id"])
-            self._update_answer(answer_id, (text, status, settings, stats, trace))
+            self._write_version(answer_id, number, (text, status, settings, stats, trace))
         return self._get_message(answer_id)
 
-    def replace_last_answer(
-        self, conv_id: int, answer_text: str, status: str = "complete", settings=None, stats=None, trace=None
+    def add_answer_version(
+        self, conv_id: int, answer_text: str = "", status: str = "interrupted", settings=None, stats=None, trace=None
     ) -> Message:
-        """Regenerate: the conversation's last message must be an answer; it is replaced in place."""
+        """Regenerate: the conversation's last message must be an answer; a new version of it is
+        added and shown, and the earlier ones are kept. Returns the answer (its `version` is the new one)."""
         _check_status(status)
         with self._write():
             self._touch(conv_id)
@@ -230,9 +310,20 @@ class HistoryStore:
                 "SELECT id, role FROM messages WHERE conversation_id = ? ORDER BY position DESC LIMIT 1", (conv_id,)
             ).fetchone()
             if last is None or last["role"] != "assistant":
-                raise HistoryError(f"Conversation {conv_id} does not end with an answer, so there is none to replace.")
-            self._update_answer(last["id"], (answer_text, status, settings, stats, trace))
+                raise HistoryError(f"Conversation {conv_id} does not end with an answer, so there is none to write again.")
+            (number,) = self._db.execute(
+                "SELECT COALESCE(MAX(number), 0) + 1 FROM answer_versions WHERE message_id = ?", (last["id"],)
+            ).fetchone()
+            self._insert_version(last["id"], number, (answer_text, status, settings, stats, trace))
+            self._show_version(last["id"], number)
         return self._get_message(last["id"])
+
+    def show_version(self, answer_id: int, number: int) -> Message:
+        """Put version `number` of an answer on screen: the conversation reads it from now on
+        (and after a restart). Looking at a version is not activity: the chat keeps its place."""
+        with self._write():
+            self._show_version(answer_id, number)
+        return self._get_message(answer_id)
 
     def edit_last_user(
         self, conv_id: int, new_user_text: str, answer_text: str, status: str = "complete", settings=None,
@@ -267,8 +358,11 @@ class HistoryStore:
 
     @contextmanager
     def _write(self) -> Iterator[None]:
-        with _transaction(self._db, self.path):
-            yield
+        try:
+            with _transaction(self._db):
+                yield
+        except sqlite3.Error as exc:
+            raise HistoryWriteError(_write_message(self.path, exc)) from exc
 
     def _set_column(self, conv_id: int, column: str, value: str) -> None:
         with self._write():
@@ -294,6 +388,8 @@ class HistoryStore:
         ).fetchone()
         user_id = self._insert_message(conv_id, position, "user", (user_text, "complete", None, None, None))
         answer_id = self._insert_message(conv_id, position + 1, "assistant", answer)
+        self._insert_version(answer_id, 1, answer)
+        self._db.execute("UPDATE messages SET version = 1 WHERE id = ?", (answer_id,))
         return user_id, answer_id
 
     def _insert_message(self, conv_id: int, position: int, role: str, body: tuple) -> int:
@@ -305,15 +401,44 @@ class HistoryStore:
         )
         return cursor.lastrowid
 
-    def _update_answer(self, answer_id: int, body: tuple) -> None:
+    def _insert_version(self, answer_id: int, number: int, body: tuple) -> None:
         text, status, settings, stats, trace = body
         self._db.execute(
-            "UPDATE messages SET content = ?, status = ?, settings = ?, stats = ?, trace = ?, created = ? WHERE id = ?",
-            (text, status, _dump(settings), _dump(stats), _dump(trace), self._clock(), answer_id),
+            "INSERT INTO answer_versions (message_id, number, content, status, settings, stats, trace, created) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (answer_id, number, text, status, _dump(settings), _dump(stats), _dump(trace), self._clock()),
+        )
+
+    def _write_version(self, answer_id: int, number: int, body: tuple) -> None:
+        """Write one version; the answer's row follows when that version is the one on screen."""
+        text, status, settings, stats, trace = body
+        cursor = self._db.execute(
+            "UPDATE answer_versions SET content = ?, status = ?, settings = ?, stats = ?, trace = ?, created = ? "
+            "WHERE message_id = ? AND number = ?",
+            (text, status, _dump(settings), _dump(stats), _dump(trace), self._clock(), answer_id, number),
+        )
+        if cursor.rowcount == 0:
+            raise HistoryError(f"Answer {answer_id} has no version {number} in the chat history to write.")
+        self._db.execute(
+            "UPDATE messages SET content = ?, status = ?, settings = ?, stats = ?, trace = ?, created = ? "
+            "WHERE id = ? AND version = ?",
+            (text, status, _dump(settings), _dump(stats), _dump(trace), self._clock(), answer_id, number),
+        )
+
+    def _show_version(self, answer_id: int, number: int) -> None:
+        v = self._db.execute(
+            "SELECT * FROM answer_versions WHERE message_id = ? AND number = ?", (answer_id, number)
+        ).fetchone()
+        if v is None:
+            raise HistoryError(f"Answer {answer_id} has no version {number} in the chat history.")
+        self._db.execute(
+            "UPDATE messages SET version = ?, content = ?, status = ?, settings = ?, stats = ?, trace = ?, created = ? "
+            "WHERE id = ?",
+            (number, v["content"], v["status"], v["settings"], v["stats"], v["trace"], v["created"], answer_id),
         )
 
     def _get_message(self, message_id: int) -> Message:
-        return _message(self._db.execute("SELECT * FROM messages WHERE id = ?", (message_id,)).fetchone())
+        return _message(self._db.execute(f"{_MESSAGE_SELECT} WHERE m.id = ?", (message_id,)).fetchone())
 
 
 # Opening: look before touching, then connect and migrate
@@ -354,7 +479,7 @@ def _connect(path: Path, busy_timeout: float) -> sqlite3.Connection:
         _refuse_newer(path, version)  # before anything below changes the file
         db.execute("PRAGMA journal_mode = WAL")
         db.execute("PRAGMA foreign_keys = ON")
-        with _transaction(db, path):
+        with _transaction(db):
             # BEGIN IMMEDIATE takes the write lock, so a second Tandem writing this file is found now.
             (version,) = db.execute("PRAGMA user_version").fetchone()
             _refuse_newer(path, version)
@@ -380,15 +505,28 @@ def _refuse_newer(path: Path, version: int) -> None:
 
 
 @contextmanager
-def _transaction(db: sqlite3.Connection, path: Path) -> Iterator[None]:
+def _transaction(db: sqlite3.Connection) -> Iterator[None]:
+    with db:  # commits when the block ends, rolls back on any exception (a failed commit too)
+        db.execute("BEGIN IMMEDIATE")
+        yield
+
+
+def _make_private(path: Path) -> None:
+    """Create the history file readable by its owner only, or make an older one so. SQLite gives
+    its -wal, -shm and journal files the database file's mode, so they follow."""
+    if os.name != "posix" or str(path) == ":memory:":
+        return
     try:
-        with db:  # commits when the block ends, rolls back on any exception
-            db.execute("BEGIN IMMEDIATE")
-            yield
-    except sqlite3.OperationalError as exc:
-        if _code(exc) in _BUSY_CODES:
-            raise HistoryError(_locked_message(path)) from exc
-        raise
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, PRIVATE_MODE))
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            part = Path(f"{path}{suffix}")
+            if part.exists() and part.stat().st_mode & 0o777 != PRIVATE_MODE:
+                part.chmod(PRIVATE_MODE)
+    except OSError as exc:
+        raise HistoryError(
+            f"Could not create the chat history at {path} readable by you only ({exc.strerror or exc}). "
+            "Check that the folder exists, is yours and is writable."
+        ) from exc
 
 
 def _move_aside(path: Path) -> Path:
@@ -416,6 +554,20 @@ def _open_error(path: Path, exc: sqlite3.Error) -> HistoryError:
     if _code(exc) in _BUSY_CODES:
         return HistoryError(_locked_message(path))
     return HistoryError(f"Could not open the chat history at {path}: {exc}. Check that the folder is writable.")
+
+
+def _write_message(path: Path, exc: sqlite3.Error) -> str:
+    """What went wrong with a write, in words; the failed write changed nothing."""
+    code, text = _code(exc), str(exc).lower()
+    if code in _BUSY_CODES or "locked" in text:
+        return _locked_message(path)
+    if code in _FULL_CODES or "disk is full" in text:
+        why = "the disk is full. Free some space on that disk"
+    elif code in _READONLY_CODES or "readonly" in text or "read-only" in text:
+        why = f"the data folder is read-only. Make {path.parent} writable"
+    else:
+        why = f"{exc}. Check the disk and the folder {path.parent}"
+    return f"Could not save to the chat history at {path}: {why}."
 
 
 def _locked_message(path: Path) -> str:
@@ -449,8 +601,22 @@ def _conversation(row: sqlite3.Row) -> Conversation:
     )
 
 
+_MESSAGE_SELECT = (
+    "SELECT m.*, (SELECT COUNT(*) FROM answer_versions AS v WHERE v.message_id = m.id) AS version_count "
+    "FROM messages AS m"
+)
+
+
 def _message(row: sqlite3.Row) -> Message:
     return Message(
         row["id"], row["conversation_id"], row["position"], row["role"], row["content"], row["status"],
         _load(row["settings"]), _load(row["stats"]), _load(row["trace"]), row["created"],
+        row["version"], row["version_count"],
+    )
+
+
+def _version(row: sqlite3.Row) -> AnswerVersion:
+    return AnswerVersion(
+        row["message_id"], row["number"], row["content"], row["status"], _load(row["settings"]),
+        _load(row["stats"]), _load(row["trace"]), row["created"],
     )

@@ -2,8 +2,13 @@
 
 Qt-free, so it can be tested and timed without a window. Qt's rich text engine knows inline
 `style` attributes, tables and `<pre>` but no stylesheet classes from pygments, so every colour is
-written inline. Raw HTML in a model's answer is shown as text, never interpreted: an answer must
-not be able to load images or restyle the window.
+written inline. Raw HTML in a model's answer is shown as text, never interpreted, and Markdown
+images are shown as their alt text and address: an answer must not be able to load a file or a
+remote image, or restyle the window.
+
+The answer can be tinted by origin (which characters a draft wrote, which the target): the
+Markdown is rendered as usual, then every stretch of text in the HTML is matched back to the
+answer's source characters, in order, and wrapped in the colour of whoever wrote them.
 
 Each fenced code block gets a header row with its language and a `copy:N` link; the raw code of
 block N is returned next to the HTML so the view can copy exactly what the model wrote.
@@ -12,6 +17,7 @@ block N is returned next to the HTML so the view can copy exactly what the model
 from __future__ import annotations
 
 import html
+import re
 from dataclasses import dataclass, field
 
 from markdown_it import MarkdownIt
@@ -22,6 +28,13 @@ from pygments.util import ClassNotFound
 
 COPY_SCHEME = "copy"  # links "copy:N" copy code block N
 HIGHLIGHT_CACHE_SIZE = 64
+# Markers in the HTML of a tinted render, never in the answer's text (private-use characters):
+# what the renderer adds itself (a code block's label and Copy link) is not the answer's text,
+# and a code block's text starts at a known place of the source.
+_CHROME_START, _CHROME_END, _SYNC = "\ue000", "\ue001", "\ue002"
+_TINT_UNIT = re.compile("\ue000|\ue001|\ue002(\\d+)\ue002|&#?\\w+;|.", re.DOTALL)
+_TAG = re.compile(r"(<[^>]*>)")
+MAX_SKIP = 2000  # source characters a rendered one may be found ahead (Markdown syntax, a link's address)
 
 
 @dataclass(frozen=True)
@@ -37,6 +50,15 @@ class MarkdownStyle:
     border: str = "#d0d7de"
     mono_family: str = "monospace"
     pygments_style: str = "default"
+
+
+@dataclass(frozen=True)
+class Tint:
+    """Who wrote which characters of the answer: `spans` is (characters, origin) in order over
+    the text; `styles` is the inline CSS of each origin."""
+
+    spans: list[tuple[int, str]]
+    styles: dict[str, str]
 
 
 @dataclass
@@ -61,15 +83,17 @@ class MarkdownRenderer:
         self._highlighted: dict[tuple[str, str], str] = {}
         # markdown-it-py binds each rule to its own renderer, so ours are wrapped in plain functions.
         rules = {"fence": self._fence, "code_block": self._fence, "code_inline": self._code_inline,
-                 "table_open": self._table_open, "link_open": self._link_open}
+                 "table_open": self._table_open, "link_open": self._link_open, "image": self._image}
         for name, rule in rules.items():
             self._md.add_render_rule(name, _unbound(rule))
 
-    def render(self, text: str) -> Rendered:
+    def render(self, text: str, tint: Tint | None = None) -> Rendered:
         """An answer that is still streaming may end inside a code fence: markdown-it closes it
         at the end of the text, so a half-written block already shows as code."""
-        env: dict = {"code_blocks": []}
+        env: dict = {"code_blocks": [], "tint": tint is not None, "lines": _line_starts(text)}
         body = self._md.render(text, env)
+        if tint is not None:
+            body = _tinted(body, text, tint)
         return Rendered(body, env["code_blocks"])
 
     # Render rules (markdown-it-py's signature less its renderer: tokens, idx, options, env)
@@ -83,13 +107,20 @@ class MarkdownRenderer:
         s = self.style
         colored = self._highlight(code, language)
         label = html.escape(language) if language else "code"
+        copy = "Copy"
+        if env.get("tint"):
+            label, copy = _CHROME_START + label + _CHROME_END, _CHROME_START + copy + _CHROME_END
+            # the code starts on the line after a fence's opening line (an indented block: on its first)
+            first_line = token.map[0] + (1 if token.type == "fence" else 0) if token.map else 0
+            lines = env["lines"]
+            colored = f"{_SYNC}{lines[min(first_line, len(lines) - 1)]}{_SYNC}{colored}"
         # One table per block: Qt pads and colours table cells, not <pre> blocks.
         return (
             f'<table width="100%" cellspacing="0" cellpadding="8" '
             f'style="background-color:{s.code_background}; margin-top:8px; margin-bottom:10px;">'
             f'<tr><td style="background-color:{s.code_header}; color:{s.muted};">{label}</td>'
             f'<td align="right" style="background-color:{s.code_header};">'
-            f'<a href="{COPY_SCHEME}:{index}" style="color:{s.link}; text-decoration:none;">Copy</a></td></tr>'
+            f'<a href="{COPY_SCHEME}:{index}" style="color:{s.link}; text-decoration:none;">{copy}</a></td></tr>'
             f'<tr><td colspan="2"><pre style="font-family:{s.mono_family}; white-space:pre-wrap; margin:0;">'
             f"{colored}</pre></td></tr></table>\n"
         )
@@ -123,6 +154,70 @@ class MarkdownRenderer:
     def _link_open(self, tokens, idx, options, env) -> str:
         href = tokens[idx].attrGet("href") or ""
         return f'<a href="{html.escape(str(href), quote=True)}" style="color:{self.style.link};">'
+
+    def _image(self, tokens, idx, options, env) -> str:
+        """An image is never loaded (a local file, a tracking pixel): its alt text and address
+        are shown as text instead."""
+        token = tokens[idx]
+        alt = "".join(child.content for child in token.children or []).strip()
+        src = str(token.attrGet("src") or "")
+        shown = " ".join(part for part in (html.escape(alt), f"({html.escape(src)})" if src else "") if part)
+        return f'<span style="color:{self.style.muted};">{shown}</span>'
+
+
+def _line_starts(text: str) -> list[int]:
+    """The offset in `text` where each line starts (markdown-it's token maps count lines)."""
+    return [0] + [m.end() for m in re.finditer(r"\r\n|\r|\n", text)]
+
+
+def _tinted(body: str, source: str, tint: Tint) -> str:
+    """Wrap every stretch of text in `body` (the HTML of `source`) in the colour of whoever wrote
+    it. Each visible character is found in the source at or after the last one matched (Markdown
+    only removes characters, never reorders them); whitespace takes its neighbour's colour, and
+    text between block tags (only whitespace) is left alone so no empty lines appear."""
+    kinds: list[str | None] = [None] * len(source)
+    at = 0
+    for n, kind in tint.spans:
+        kinds[at: at + n] = [kind] * len(kinds[at: at + n])
+        at += n
+    pos, last, out = 0, None, []
+    for piece in _TAG.split(body):
+        if not piece or piece.startswith("<"):
+            out.append(piece)
+            continue
+        units: list[tuple[str | None, str]] = []
+        chrome = False
+        for match in _TINT_UNIT.finditer(piece):
+            unit = match.group(0)
+            if unit in (_CHROME_START, _CHROME_END):
+                chrome = unit == _CHROME_START
+                continue
+            if match.group(1) is not None:  # a code block starts here in the source
+                pos = max(pos, int(match.group(1)))
+                continue
+            char = html.unescape(unit) if unit.startswith("&") else unit
+            if chrome:
+                units.append((None, unit))
+            elif char.isspace():
+                units.append((last, unit))
+            else:
+                found = source.find(char, pos, pos + MAX_SKIP)
+                if found >= 0:
+                    last, pos = kinds[found], found + 1
+                units.append((last, unit))
+        if all(html.unescape(unit).isspace() for _, unit in units):
+            out.append("".join(unit for _, unit in units))
+            continue
+        run_kind, run = None, []
+        for kind, unit in [*units, ("\0end", "")]:
+            if kind != run_kind and run:
+                text = "".join(run)
+                style = tint.styles.get(run_kind) if run_kind else None
+                out.append(f'<span style="{style}">{text}</span>' if style else text)
+                run = []
+            run_kind = kind
+            run.append(unit)
+    return "".join(out)
 
 
 def _unbound(rule):

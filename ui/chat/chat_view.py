@@ -17,6 +17,8 @@ STICK_SLACK_PX = 24  # "at the bottom" allows this much
 class ChatView(QStackedWidget):
     regenerate_requested = Signal()
     edit_requested = Signal()
+    version_requested = Signal(object, int)  # MessageWidget, the number of its version to show
+    copied = Signal(str)  # what was copied, in words
 
     def __init__(self, renderer: MarkdownRenderer, parent: QWidget | None = None):
         super().__init__(parent)
@@ -98,6 +100,8 @@ class ChatView(QStackedWidget):
         widget = MessageWidget(role, self._renderer)
         widget.regenerate_requested.connect(self.regenerate_requested)
         widget.edit_requested.connect(self.edit_requested)
+        widget.version_requested.connect(lambda number, w=widget: self.version_requested.emit(w, number))
+        widget.copied.connect(self.copied)
         widget.set_spans(spans or [])
         widget.set_tint(self.tint)
         widget.finish(text, status, stats, error)
@@ -157,7 +161,7 @@ class ChatView(QStackedWidget):
         last = messages[-1] if messages else None
         for message in messages:
             message.set_actions(regenerate=not self._busy and message is last and message.role == "assistant",
-                                edit=not self._busy and message is last_user)
+                                edit=not self._busy and message is last_user, browse=not self._busy)
 
     def set_tint(self, dark: bool | None) -> None:
         """Tint every answer by origin (draft accepted / target's own), or render them as usual."""

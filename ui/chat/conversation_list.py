@@ -1,17 +1,26 @@
 """The chats on the left: a search box, "New chat", and the list (newest activity first).
 Double-click or F2 renames in place; the context menu renames and deletes. The list only shows
-and asks; the window changes the history."""
+and asks; the window changes the history. A search that matches nothing says so."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtWidgets import (QAbstractItemView, QFrame, QLineEdit, QListWidget, QListWidgetItem, QMenu,
-                               QPushButton, QVBoxLayout, QWidget)
+from PySide6.QtCore import QRect, Qt, QTimer, Signal
+from PySide6.QtWidgets import (QAbstractItemView, QFrame, QLabel, QLineEdit, QListWidget, QListWidgetItem, QMenu,
+                               QPushButton, QStyledItemDelegate, QVBoxLayout, QWidget)
 
 from app.chat.history import Conversation
 
 SEARCH_DELAY_MS = 200  # search once typing pauses, not on every key
 ID_ROLE = Qt.ItemDataRole.UserRole
+
+
+class RenameDelegate(QStyledItemDelegate):
+    """The rename editor as tall as a line edit wants to be: Qt fits it into the item's text
+    rectangle, which the item's padding leaves only a few pixels high."""
+
+    def updateEditorGeometry(self, editor, option, index) -> None:  # noqa: N802 (Qt's name)
+        rect, height = option.rect, max(option.rect.height(), editor.sizeHint().height())
+        editor.setGeometry(QRect(rect.left(), rect.center().y() - height // 2 + 1, rect.width(), height))
 
 
 class ConversationList(QFrame):
@@ -46,11 +55,18 @@ class ConversationList(QFrame):
         self.list.itemChanged.connect(self._item_renamed)
         self.list.setTextElideMode(Qt.TextElideMode.ElideRight)
         self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)  # long titles elide
+        self.list.setItemDelegate(RenameDelegate(self.list))
+        self.empty_label = QLabel()
+        self.empty_label.setObjectName("noticeLabel")
+        self.empty_label.setWordWrap(True)
+        self.empty_label.setAlignment(Qt.AlignmentFlag.AlignHCenter)
+        self.empty_label.hide()
         layout = QVBoxLayout(self)
         layout.setContentsMargins(10, 10, 10, 10)
         layout.setSpacing(8)
         layout.addWidget(self.new_button)
         layout.addWidget(self.search)
+        layout.addWidget(self.empty_label)
         layout.addWidget(self.list, 1)
 
     def set_conversations(self, conversations: list[Conversation], current_id: int | None) -> None:
@@ -68,6 +84,9 @@ class ConversationList(QFrame):
                     self.list.setCurrentItem(item)
         finally:
             self._filling = False
+        needle = " ".join(self.search.text().split())
+        self.empty_label.setText(f"No matches for “{needle}” in titles or messages." if needle else "")
+        self.empty_label.setVisible(bool(needle) and not conversations)
 
     def select(self, conv_id: int | None) -> None:
         """Mark the open chat without announcing it (the window opened it)."""

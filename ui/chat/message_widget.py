@@ -3,6 +3,9 @@
 An answer that is still being written is rendered again as text arrives, but never more often
 than the worker's coalesced rate, and less often when rendering gets expensive (a long answer),
 so the GUI thread stays a small share of the machine while the engine decodes.
+
+An answer Regenerate wrote again shows ‹ 2/3 › to go through its versions; the controller
+switches them. Tinted by origin, an answer is still rendered as Markdown, its text coloured.
 """
 
 from __future__ import annotations
@@ -14,8 +17,8 @@ from PySide6.QtCore import Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QDesktopServices, QGuiApplication
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QTextBrowser, QToolButton, QVBoxLayout, QWidget
 
-from app.chat.markdown import COPY_SCHEME, MarkdownRenderer, plain_to_html
-from ui.panel.colors import tinted_html
+from app.chat.markdown import COPY_SCHEME, MarkdownRenderer, Tint, plain_to_html
+from ui.panel.colors import chip_colors
 
 MIN_RENDER_INTERVAL_S = 1 / 30  # the worker's coalesced rate
 RENDER_BUDGET = 0.04  # at most this share of the time goes to re-rendering a streaming answer
@@ -27,6 +30,7 @@ STATUS_TIPS = {
     "error": "This answer failed; the message below says why.",
 }
 ROLE_NAMES = {"user": "You", "assistant": "Tandem"}
+COPIED_MS = 1500  # how long a Copy button says "Copied"
 
 # Qt's rich text has generous default margins and huge headings; these read like a chat.
 DOCUMENT_CSS = """
@@ -67,10 +71,14 @@ class MessageText(QTextBrowser):
 class MessageWidget(QFrame):
     regenerate_requested = Signal()
     edit_requested = Signal()
+    version_requested = Signal(int)  # the number of the answer's version to show (1-based)
+    copied = Signal(str)  # what was copied, in words ("the answer", "the code"), for the status bar
 
     def __init__(self, role: str, renderer: MarkdownRenderer, parent: QWidget | None = None):
         super().__init__(parent)
         self.role = role
+        self.message_id: int | None = None  # its id in the history, set by the controller
+        self.version, self.versions = 0, 0  # an answer's version on screen, and how many it has
         self.status = "complete"
         self.code_blocks: list[str] = []
         self._text = ""
@@ -100,8 +108,21 @@ class MessageWidget(QFrame):
         self.stats_label.setObjectName("statsLabel")
         self.copy_button = self._action("Copy", "Copy the whole message as text", self.copy_message)
         self.edit_button = self._action("Edit", "Edit this message and send it again", self.edit_requested.emit)
-        self.regenerate_button = self._action("Regenerate", "Write this answer again", self.regenerate_requested.emit)
+        self.regenerate_button = self._action(
+            "Regenerate", "Write this answer again; this version is kept (‹ › go through the versions)",
+            self.regenerate_requested.emit)
+        self.previous_button = self._action("‹", "The previous version of this answer",
+                                            lambda: self.version_requested.emit(self.version - 1))
+        self.next_button = self._action("›", "The next version of this answer",
+                                        lambda: self.version_requested.emit(self.version + 1))
+        self.version_label = QLabel()
+        self.version_label.setObjectName("statsLabel")
+        self._browse = True
+        self._copied_timer = QTimer(self)
+        self._copied_timer.setSingleShot(True)
+        self._copied_timer.timeout.connect(lambda: self.copy_button.setText("Copy"))
         self.set_actions(regenerate=False, edit=False)
+        self.set_versions(0, 0)
 
         top = QHBoxLayout()
         top.setSpacing(8)
@@ -110,6 +131,9 @@ class MessageWidget(QFrame):
         top.addStretch(1)
         actions = QHBoxLayout()
         actions.setSpacing(2)
+        for widget in (self.previous_button, self.version_label, self.next_button):
+            actions.addWidget(widget)
+        actions.addSpacing(6)
         actions.addWidget(self.stats_label)
         actions.addStretch(1)
         for button in (self.copy_button, self.edit_button, self.regenerate_button):
@@ -185,16 +209,18 @@ class MessageWidget(QFrame):
         if self.role == "user":
             self.code_blocks = []
             self.body.setHtml(plain_to_html(self._text))
-        elif self.tinted:
-            self.code_blocks = []
-            self.body.setHtml(tinted_html(self._text, self._spans, dark=self._tint))
         else:
-            rendered = self._renderer.render(self._text)
+            rendered = self._renderer.render(self._text, self._tint_colours() if self.tinted else None)
             self.code_blocks = rendered.code_blocks
             self.body.setHtml(rendered.html)
         self._last_render = time.perf_counter()
         # A render that took r seconds waits r / RENDER_BUDGET before the next one.
         self._render_interval = max(MIN_RENDER_INTERVAL_S, (self._last_render - start) / RENDER_BUDGET)
+
+    def _tint_colours(self) -> Tint:
+        colours = chip_colors(bool(self._tint))
+        styles = {kind: f"background-color:{c.background}; color:{c.text};" for kind, c in colours.items()}
+        return Tint(self._spans, styles)
 
     # Status, stats and actions
 
@@ -225,18 +251,37 @@ class MessageWidget(QFrame):
     def set_stats(self, stats: dict | None) -> None:
         self.stats_label.setText(stats_line(stats) if stats else "")
 
-    def set_actions(self, regenerate: bool, edit: bool) -> None:
+    def set_actions(self, regenerate: bool, edit: bool, browse: bool = True) -> None:
+        """Which actions are offered; `browse`: the versions can be gone through (not while an
+        answer is being written)."""
         self.regenerate_button.setVisible(regenerate and self.role == "assistant")
         self.edit_button.setVisible(edit and self.role == "user")
+        self._browse = browse
+        self.set_versions(self.version, self.versions)
+
+    def set_versions(self, version: int, versions: int) -> None:
+        """‹ version/versions ›, shown once an answer has more than one version."""
+        self.version, self.versions = version, versions
+        shown = self.role == "assistant" and versions > 1
+        for widget in (self.previous_button, self.version_label, self.next_button):
+            widget.setVisible(shown)
+        self.version_label.setText(f"{version}/{versions}")
+        self.version_label.setToolTip(f"Version {version} of {versions} of this answer")
+        self.previous_button.setEnabled(self._browse and version > 1)
+        self.next_button.setEnabled(self._browse and version < versions)
 
     # Copying and links
 
     def copy_message(self) -> None:
         QGuiApplication.clipboard().setText(self._text)
+        self.copy_button.setText("Copied")  # on the button pressed, for a moment
+        self._copied_timer.start(COPIED_MS)
+        self.copied.emit("the answer" if self.role == "assistant" else "your message")
 
     def copy_code(self, index: int) -> None:
         if 0 <= index < len(self.code_blocks):
             QGuiApplication.clipboard().setText(self.code_blocks[index])
+            self.copied.emit("the code")
 
     def _link_clicked(self, url: QUrl) -> None:
         if url.scheme() == COPY_SCHEME:

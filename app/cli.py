@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 
 from app.engine.events import Finished, Notice, PromptTooLongError, Round
@@ -71,6 +72,27 @@ def _text(option: str, value: str | None) -> str | None:
     return value
 
 
+def _check_link(spec: str | None) -> None:
+    """A model named through a symbolic link that loops or points nowhere: say so, rather than
+    "no such file" (the loader's checks cover every other case)."""
+    from pathlib import Path
+
+    from app.models.integrity import unreadable
+
+    if not spec:
+        return
+    path = Path(spec).expanduser()
+    try:
+        broken = path.is_symlink() and not path.exists()
+    except OSError:  # a name too long, say: the loader's own message
+        return
+    if broken:
+        try:
+            path.stat()
+        except OSError as exc:
+            raise ModelFileError(unreadable(path, exc, name=str(path))) from exc
+
+
 def _sampling(args) -> SamplingParams:
     """Checked before any model loads, so a bad value costs no loading time."""
     return SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed)
@@ -94,6 +116,8 @@ def cmd_generate(args) -> int:
 
     params = _sampling(args)
     system, prompt = _text("--system", args.system), _text("--prompt", args.prompt)
+    _check_link(args.model)
+    _check_link(args.draft)
     messages = []
     if system:
         messages.append({"role": "system", "content": system})
@@ -252,7 +276,11 @@ def main(argv: list[str] | None = None) -> int:
 def _os_message(exc: OSError) -> str:
     if isinstance(exc, FolderError) or not exc.strerror:
         return str(exc)
-    where = f" {exc.filename}" if exc.filename else ""
+    name = str(exc.filename or "")
+    where = f" {name[:120]}…" if len(name) > 120 else f" {name}" if name else ""
+    if exc.errno == errno.ENAMETOOLONG:
+        return (f"cannot use{where}: File name too long for this computer's file system ({len(name):,} characters). "
+                "Check the path.")
     return (f"cannot read or write{where}: {exc.strerror}. Check that the path exists, is not a broken "
             "or looping symbolic link, and that you may read it.")
 

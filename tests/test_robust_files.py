@@ -230,17 +230,19 @@ def test_damaged_window_settings_are_reset_not_fatal(qapp, monkeypatch, tmp_path
     assert window_state.restore_layout(window_state.open_settings(), QMainWindow(), splitter) is True
 
 
-def test_the_window_starts_over_a_damaged_settings_file(qtbot, monkeypatch, tmp_path):
-    from ui import window_state
+def test_the_window_starts_over_a_damaged_settings_file(qtbot, tmp_path):
+    from PySide6.QtCore import QSettings
+
     from ui.main_window import MainWindow
 
-    monkeypatch.setenv("TANDEM_HOME", str(tmp_path))
     (tmp_path / "Tandem.conf").write_text(DAMAGED_CONF)
+    settings = QSettings(str(tmp_path / "Tandem.conf"), QSettings.Format.IniFormat)
     window = MainWindow(model=str(tmp_path / "no-model"), backend="torch", history_path=tmp_path / "h.sqlite3",
-                        settings=window_state.open_settings())
+                        settings=settings)
     qtbot.addWidget(window)
     window.show()
     assert window.side_panel_action.isChecked()  # the default, since "banana" is no answer
+    window.app_settings.sync()
     assert "hello" not in (tmp_path / "Tandem.conf").read_text()
 
 

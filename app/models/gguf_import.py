@@ -95,6 +95,8 @@ def inspect_gguf(path: str | Path) -> GGUFInfo:
     size = path.stat().st_size
     with open(path, "rb") as handle:
         head = handle.read(4)
+    if size == 0:
+        raise ModelFileError(f"{path.name} is empty (0 bytes): the download or copy did not finish. Fetch it again.")
     if head != GGUF_MAGIC:
         raise ModelFileError(
             f"{path.name} is not a GGUF file: it starts with {head!r} instead of b'GGUF'. "
@@ -102,6 +104,8 @@ def inspect_gguf(path: str | Path) -> GGUFInfo:
         )
     import gguf  # the reference reader from llama.cpp; numpy only
 
+    if size < 24:  # magic, version, tensor count and metadata count
+        raise ModelFileError(f"{path.name} is truncated: {size} bytes, too few for a GGUF header. Fetch it again.")
     try:
         reader = gguf.GGUFReader(path, "r")
     except Exception as exc:  # the reader raises bare ValueError/IndexError on damaged headers

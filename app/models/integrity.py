@@ -17,13 +17,14 @@ MAX_HEADER = 100 * 1024 * 1024  # the safetensors format's own limit on the JSON
 
 
 def _mb(n: int) -> str:
-    return f"{n / 1e6:,.1f} MB"
+    return f"{n / 1e6:,.1f} MB" if n >= 100_000 else f"{n:,} bytes"
 
 
-def unreadable(path: Path, exc: OSError) -> str:
+def unreadable(path: Path, exc: OSError, name: str | None = None) -> str:
     """Why a model file cannot be opened, in words: a symbolic link that loops or points nowhere,
-    a folder where a file belongs, or the system's own reason."""
-    name = path.name or str(path)
+    a folder where a file belongs, or the system's own reason. `name`: how to name it (its file
+    name by default)."""
+    name = name or path.name or str(path)
     if path.is_symlink():
         try:
             target = os.readlink(path)

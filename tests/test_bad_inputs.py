@@ -1,0 +1,477 @@
+"""The fuzz test: bad inputs of every kind a user can hand Tandem, each ending in a clear message
+(a sentence naming the problem: no traceback, not a bare exception class) with nothing lost.
+
+Kinds: model files and folders given to the CLI (corrupt and truncated safetensors and GGUF,
+symbolic links that loop or dangle, empty folders, pickled-only weights, 5,000-character names,
+folders where files belong); CLI values; the window's settings file and pairs.json; texts and
+links dropped on a model slot. Fast: every check here runs before any weights load (the CLI is
+called in-process; what it would load is refused first)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pytestqt")
+
+RAW_EXCEPTION = re.compile(r"^[A-Za-z_.]*(Error|Exception|Warning|Interrupt)\b:?")
+
+
+def assert_clear(message: str, *names: str) -> None:
+    """A message a person can act on: the sentence names the problem (and `names`), and it is
+    neither a traceback nor an exception's class name standing for the message."""
+    text = message.strip()
+    assert text, "no message at all"
+    assert "Traceback" not in text, text
+    body = text.splitlines()[-1]  # argparse prints its usage line first
+    body = re.sub(r"^(tandem-cli: |tandem-cli \w+: error: )", "", body)
+    assert not RAW_EXCEPTION.match(body), body
+    assert len(body.split()) >= 4, body  # a sentence, not a bare errno or a class name
+    for name in names:
+        assert name in text, (name, text)
+
+
+def run_cli(argv: list[str], capsys) -> tuple[int, str]:
+    from app.cli import main
+
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse: usage, a message and exit 2
+        code = exc.code
+    captured = capsys.readouterr()
+    assert captured.out == "", "nothing may be generated from a bad input"
+    return code, captured.err
+
+
+def snapshot(root: Path) -> dict[str, bytes | str]:
+    """Every entry under `root` (not following links), to show a refusal changed nothing."""
+    seen: dict[str, bytes | str] = {}
+    for entry in sorted(root.rglob("*")):
+        key = str(entry.relative_to(root))
+        if entry.is_symlink():
+            seen[key] = "-> " + os.readlink(entry)
+        elif entry.is_file():
+            seen[key] = entry.read_bytes()
+        else:
+            seen[key] = "dir"
+    return seen
+
+
+# Model files and folders
+
+
+def _config(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps({"model_type": "llama", "architectures": ["LlamaForCausalLM"]}))
+    return folder
+
+
+def _safetensors(header, data: bytes = b"", length: int | None = None) -> bytes:
+    raw = header if isinstance(header, bytes) else json.dumps(header).encode()
+    return struct.pack("<Q", len(raw) if length is None else length) + raw + data
+
+
+def _weights(content: bytes):
+    def make(root: Path) -> tuple[Path, str]:
+        folder = _config(root / "model")
+        (folder / "model.safetensors").write_bytes(content)
+        return folder, "model.safetensors"
+    return make
+
+
+def _gguf_bytes(root: Path) -> bytes:
+    import gguf
+    import numpy as np
+
+    path = root / "source.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_tensor("token_embd.weight", np.ones((64, 64), np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    data = path.read_bytes()
+    path.unlink()
+    return data
+
+
+def _gguf(damage):
+    def make(root: Path) -> tuple[Path, str]:
+        path = root / "model.gguf"
+        path.write_bytes(damage(_gguf_bytes(root)))
+        return path, "model.gguf"
+    return make
+
+
+def _empty_folder(root):
+    (root / "empty").mkdir()
+    return root / "empty", "empty"
+
+
+def _config_only(root):
+    return _config(root / "noweights"), "noweights"
+
+
+def _pickled_only(root):
+    folder = _config(root / "pickled")
+    (folder / "pytorch_model.bin").write_bytes(b"\x80\x04K\x01.")
+    return folder, "pytorch_model.bin"
+
+
+def _config_not_json(root):
+    folder = _config(root / "m")
+    (folder / "config.json").write_text("{model_type: llama")
+    (folder / "model.safetensors").write_bytes(_safetensors({}))
+    return folder, "config.json"
+
+
+def _config_is_a_folder(root):
+    folder = root / "m"
+    (folder / "config.json").mkdir(parents=True)
+    (folder / "model.safetensors").write_bytes(_safetensors({}))
+    return folder, "config.json"
+
+
+def _config_loops(root):
+    folder = root / "m"
+    folder.mkdir()
+    os.symlink("config.json", folder / "config.json")
+    (folder / "model.safetensors").write_bytes(_safetensors({}))
+    return folder, "config.json"
+
+
+def _weights_loop(root):
+    folder = _config(root / "m")
+    os.symlink("model.safetensors", folder / "model.safetensors")
+    return folder, "model.safetensors is a symbolic link that loops"
+
+
+def _weights_dangling(root):
+    folder = _config(root / "m")
+    os.symlink(root / "elsewhere" / "model.safetensors", folder / "model.safetensors")
+    return folder, "which does not exist"
+
+
+def _weights_is_a_folder(root):
+    folder = _config(root / "m")
+    (folder / "model.safetensors").mkdir()
+    return folder, "model.safetensors is a folder"
+
+
+def _index_not_json(root):
+    folder = _config(root / "m")
+    (folder / "model-00001-of-00001.safetensors").write_bytes(_safetensors({}))
+    (folder / "model.safetensors.index.json").write_text("not json")
+    return folder, "model.safetensors.index.json"
+
+
+def _index_missing_shard(root):
+    folder = _config(root / "m")
+    (folder / "model-00001-of-00002.safetensors").write_bytes(_safetensors({}))
+    (folder / "model.safetensors.index.json").write_text(json.dumps(
+        {"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}))
+    return folder, "model-00002-of-00002.safetensors"
+
+
+def _index_names_no_files(root):
+    folder = _config(root / "m")
+    (folder / "model.safetensors").write_bytes(_safetensors({}))
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"a": 7}}))
+    return folder, "model.safetensors.index.json"
+
+
+def _shard_loops(root):
+    folder = _config(root / "m")
+    os.symlink("model-00001-of-00001.safetensors", folder / "model-00001-of-00001.safetensors")
+    (folder / "model.safetensors.index.json").write_text(json.dumps(
+        {"weight_map": {"a": "model-00001-of-00001.safetensors"}}))
+    return folder, "model-00001-of-00001.safetensors is a symbolic link that loops"
+
+
+def _model_folder_loops(root):
+    os.symlink("loop", root / "loop")
+    return root / "loop", "loop"
+
+
+def _name_5000(root):
+    return root / ("m" * 5000), "File name too long"
+
+
+def _nested_too_long(root):
+    return root / "/".join(["d" * 200] * 25), "File name too long"
+
+
+def _no_such_path(root):
+    return root / "nowhere" / "model", "no such file or folder"
+
+
+def _pickled_file(root):
+    path = root / "model.pt"
+    path.write_bytes(b"\x80\x04K\x01.")
+    return path, "model.pt"
+
+
+def _gguf_folder(root):
+    (root / "model.gguf").mkdir()
+    return root / "model.gguf", "model.gguf"
+
+
+def _gguf_loops(root):
+    os.symlink("model.gguf", root / "model.gguf")
+    return root / "model.gguf", "model.gguf"
+
+
+def _gguf_dangling(root):
+    os.symlink(root / "gone.gguf", root / "model.gguf")
+    return root / "model.gguf", "model.gguf"
+
+
+FILES = {
+    "an empty folder": _empty_folder,
+    "config.json and no weights": _config_only,
+    "pickled weights only": _pickled_only,
+    "config.json not JSON": _config_not_json,
+    "config.json a folder": _config_is_a_folder,
+    "config.json a link loop": _config_loops,
+    "weights empty": _weights(b""),
+    "weights 4 bytes": _weights(b"\x10\0\0\0"),
+    "weights header longer than the file": _weights(_safetensors({}, length=10_000)),
+    "weights header over 100 MB": _weights(_safetensors({}, length=2**40)),
+    "weights header not JSON": _weights(_safetensors(b"{not json!}")),
+    "weights header not UTF-8": _weights(_safetensors(b'{"\xff\xfe": 1}')),
+    "weights header a list": _weights(_safetensors([1, 2, 3])),
+    "weights tensor without a range": _weights(_safetensors({"w": {"dtype": "F32", "shape": [4]}})),
+    "weights tensor range not numbers": _weights(_safetensors({"w": {"data_offsets": ["a", "b"]}})),
+    "weights truncated": _weights(_safetensors({"w": {"dtype": "F32", "shape": [1024],
+                                                      "data_offsets": [0, 4096]}}, b"\0" * 100)),
+    "weights a symlink loop": _weights_loop,
+    "weights a dangling link": _weights_dangling,
+    "weights a folder": _weights_is_a_folder,
+    "index not JSON": _index_not_json,
+    "index with a missing shard": _index_missing_shard,
+    "index naming no files": _index_names_no_files,
+    "shard a symlink loop": _shard_loops,
+    "model folder a symlink loop": _model_folder_loops,
+    "a name of 5,000 characters": _name_5000,
+    "a path of 5,000 characters": _nested_too_long,
+    "no such path": _no_such_path,
+    "a pickled checkpoint file": _pickled_file,
+    "gguf empty": _gguf(lambda data: b""),
+    "gguf wrong magic": _gguf(lambda data: b"GGML" + data[4:]),
+    "gguf header garbage": _gguf(lambda data: data[:8] + b"\xff" * 64),
+    "gguf truncated": _gguf(lambda data: data[: len(data) - 4000]),
+    "gguf only its magic": _gguf(lambda data: data[:4]),
+    "gguf a folder": _gguf_folder,
+    "gguf a symlink loop": _gguf_loops,
+    "gguf a dangling link": _gguf_dangling,
+}
+
+
+@pytest.mark.parametrize("make", FILES.values(), ids=FILES.keys())
+def test_a_bad_model_file_or_folder_is_refused_in_words(make, tmp_path, capsys):
+    root = tmp_path / "inputs"
+    root.mkdir()
+    path, named = make(root)
+    before = snapshot(root)
+    code, err = run_cli(["generate", "--model", str(path), "--backend", "torch", "--draft", "none",
+                         "--prompt", "hi"], capsys)
+    assert code in (1, 2)
+    assert_clear(err, named)
+    assert len(err) < 1000, "a 5,000-character name is not repeated whole"
+    assert snapshot(root) == before  # the user's files are as they were
+
+
+# CLI values
+
+CLI_VALUES = {
+    "temperature nan": (["--temperature", "nan"], "temperature"),
+    "temperature inf": (["--temperature", "inf"], "temperature"),
+    "temperature -1": (["--temperature", "-1"], "temperature"),
+    "temperature 1e-40": (["--temperature", "1e-40"], "temperature"),
+    "temperature a word": (["--temperature", "warm"], "--temperature"),
+    "top-p 0": (["--top-p", "0"], "top-p"),
+    "top-p 1.5": (["--top-p", "1.5"], "top-p"),
+    "top-p nan": (["--top-p", "nan"], "top-p"),
+    "top-k -1": (["--top-k", "-1"], "top-k"),
+    "top-k 2.5": (["--top-k", "2.5"], "--top-k"),
+    "max-tokens 0": (["--max-tokens", "0"], "--max-tokens"),
+    "max-tokens -5": (["--max-tokens", "-5"], "--max-tokens"),
+    "max-tokens 1e3": (["--max-tokens", "1e3"], "--max-tokens"),
+    "draft-tokens 0": (["--draft-tokens", "0"], "--draft-tokens"),
+    "draft-tokens 99": (["--draft-tokens", "99"], "--draft-tokens"),
+    "seed -1": (["--seed", "-1"], "seed"),
+    "prompt not UTF-8": (["--prompt", b"\xff\xfe caf\xe9".decode("utf-8", "surrogateescape")], "--prompt"),
+    "system not UTF-8": (["--system", b"r\xe9sum\xe9".decode("utf-8", "surrogateescape")], "--system"),
+    "precision unknown": (["--precision", "int3"], "--precision"),
+}
+
+
+@pytest.mark.parametrize("args, named", CLI_VALUES.values(), ids=CLI_VALUES.keys())
+def test_a_bad_cli_value_is_refused_before_any_model_loads(args, named, capsys, monkeypatch):
+    from app.runner import Runner
+
+    def never(*a, **k):
+        raise AssertionError("a model was loaded before the bad value was refused")
+
+    monkeypatch.setattr(Runner, "load", never)
+    argv = ["generate", *args] if "--prompt" in args else ["generate", "--prompt", "hi", *args]
+    code, err = run_cli(argv, capsys)
+    assert code == 2
+    assert_clear(err, named)
+
+
+@pytest.mark.parametrize("args, named", [
+    (["--ks", "0,99"], "--ks"), (["--repeats", "0"], "--repeats"), (["--prompts", "-1"], "--prompts"),
+    (["--temperature", "nan"], "temperature"),
+], ids=["bench ks", "bench repeats", "bench prompts", "bench temperature"])
+def test_a_bad_bench_value_is_refused_before_any_model_loads(args, named, capsys, monkeypatch):
+    from app.runner import Runner
+
+    monkeypatch.setattr(Runner, "load", lambda *a, **k: pytest.fail("loaded"))
+    code, err = run_cli(["bench", *args], capsys)
+    assert code == 2
+    assert_clear(err, named)
+
+
+# The window's settings file: a damaged value is reset, the others kept
+
+TANDEM_CONF = {
+    "geometry a word": "[window]\ngeometry=hello\n",
+    "geometry a number": "[window]\ngeometry=12\n",
+    "geometry garbage bytes": "[window]\ngeometry=@ByteArray(\\x1\\x2garbage)\n",
+    "geometry a list": "[window]\ngeometry=a, b, c\n",
+    "splitter a word": "[window]\nsplitter=hello\n",
+    "splitter garbage bytes": "[window]\nsplitter=@ByteArray(\\0\\0\\0\\xff)\n",
+    "side panel a word": "[window]\nside_panel=banana\n",
+    "drawer a number": "[window]\nsettings_drawer=7\n",
+    "last chat a word": "[chat]\nlast_conversation=abc\n",
+    "last chat beyond 64 bits": "[chat]\nlast_conversation=99999999999999999999999\n",
+    "not an ini file": "\x00\x01\x02 binary junk \xff",
+    "sections without values": "[window]\n[chat]\n[[[\n",
+}
+
+
+@pytest.mark.parametrize("content", TANDEM_CONF.values(), ids=TANDEM_CONF.keys())
+def test_a_damaged_settings_file_is_reset_value_by_value(content, qapp, tmp_path, monkeypatch):
+    from PySide6.QtWidgets import QLabel, QMainWindow, QSplitter
+
+    from ui import window_state
+
+    monkeypatch.setenv("TANDEM_HOME", str(tmp_path))
+    good = "[other]\nkept=yes\n"  # a value the damage does not touch survives it
+    (tmp_path / "Tandem.conf").write_text(good + content, encoding="utf-8", errors="surrogateescape")
+    settings = window_state.open_settings()
+    window, splitter = QMainWindow(), QSplitter()
+    splitter.addWidget(QLabel("chat"))
+    window_state.restore_layout(settings, window, splitter)
+    assert isinstance(window_state.flag(settings, window_state.SIDE_PANEL, True), bool)
+    assert isinstance(window_state.flag(settings, window_state.SETTINGS_DRAWER, False), bool)
+    conversation = window_state.last_conversation(settings)
+    assert conversation is None or 0 <= conversation < 2**63
+    assert settings.value("other/kept") == "yes"
+    window_state.save(settings, window, splitter, side_panel=True, drawer=False, conversation_id=4)
+    assert window_state.last_conversation(window_state.open_settings()) == 4  # the next start is clean
+
+
+# pairs.json: bad entries skipped, good ones kept, a damaged file set aside (not deleted)
+
+GOOD = {"backend": "torch", "target": "/models/a", "draft": "ngram", "title": "a + prompt lookup"}
+PAIRS = {
+    "recent null": ({"recent": None}, []),
+    "recent a string": ({"recent": "x"}, []),
+    "recent a dict": ({"recent": {"a": 1}}, []),
+    "entries not dicts": ({"recent": [1, "x", None, [GOOD], GOOD]}, [GOOD]),
+    "an entry without a title": ({"recent": [{k: v for k, v in GOOD.items() if k != "title"}]},
+                                 [{**GOOD, "title": "/models/a + ngram"}]),
+    "an entry with a null target": ({"recent": [{**GOOD, "target": None}, GOOD]}, [GOOD]),
+    "an entry with a numeric draft": ({"recent": [{**GOOD, "draft": 4}, GOOD]}, [GOOD]),
+    "trials a list": ({"recent": [GOOD], "trials": [1, 2]}, [GOOD]),
+    "a trial of words": ({"recent": [GOOD], "trials": {"torch|/models/a|ngram": {
+        "acceptance": "high", "speedup": "fast", "tokens_per_pass": 1, "tokens": 1, "measured_at": 0}}}, [GOOD]),
+    "a trial of nulls": ({"recent": [GOOD], "trials": {"torch|/models/a|ngram": None}}, [GOOD]),
+}
+
+
+@pytest.mark.parametrize("content, kept", PAIRS.values(), ids=PAIRS.keys())
+def test_pairs_json_variants_keep_every_good_entry(content, kept, tmp_path):
+    from app.models.pair_memory import PairMemory
+
+    path = tmp_path / "pairs.json"
+    path.write_text(json.dumps(content))
+    memory = PairMemory(path)
+    assert memory.recent() == kept
+    assert memory.trial("torch", "/models/a", "ngram") is None
+    assert memory.add_recent("torch", "/models/b", "none", "b + none") is None
+    assert PairMemory(path).recent()[1:] == kept
+
+
+@pytest.mark.parametrize("raw", [b"{not json", b"\xff\xfe\x00binary", b"[1, 2, 3]", b'"a string"', b"null"],
+                         ids=["not JSON", "binary", "a list", "a string", "null"])
+def test_a_damaged_pairs_json_is_set_aside_whole_and_started_afresh(raw, tmp_path):
+    from app.models.pair_memory import PairMemory
+
+    path = tmp_path / "pairs.json"
+    path.write_bytes(raw)
+    memory = PairMemory(path)
+    assert memory.recent() == []
+    aside = list(tmp_path.glob("pairs.damaged-*"))
+    assert len(aside) == 1 and aside[0].read_bytes() == raw  # nothing lost: the bytes are kept
+    assert memory.add_recent("torch", "/models/b", "none", "b") is None
+
+
+# Texts and links dropped on a model slot: refused in words, the pair in use and the recents kept
+
+DROPS = {
+    "empty": "",
+    "spaces": "   ",
+    "dot-dot in a hub link": "https://huggingface.co/org/model/blob/main/../../../etc/passwd",
+    "dot-dot as the revision": "https://huggingface.co/org/model/tree/..",
+    "a dot segment": "https://hf.co/org/./model",
+    "5,000 characters": "x" * 5000,
+    "a hub link of 5,000 characters": "https://huggingface.co/org/" + "m" * 5000,
+    "a long file name": "/tmp/" + "n" * 400 + ".gguf",
+    "wrong scheme": "ftp://huggingface.co/org/model",
+    "javascript": "javascript:alert(1)",
+    "another host": "https://example.com/org/model",
+    "a dataset": "https://huggingface.co/datasets/org/data",
+    "the hub's front page": "https://huggingface.co/",
+    "an owner alone": "hf.co/org",
+    "a missing file link": "file:///nonexistent/model.gguf",
+    "a draft keyword as target": "ngram",
+    "plain words": "the best model please",
+}
+
+
+@pytest.fixture
+def pairing(qtbot, tmp_path):
+    from app.models.pair_memory import PairMemory
+    from ui.pairing.controller import PairController
+    from ui.pairing.downloads import DownloadStrip
+
+    strip = DownloadStrip()
+    qtbot.addWidget(strip)
+    memory_file = tmp_path / "pairs.json"
+    memory_file.write_text(json.dumps({"recent": [GOOD]}))
+    controller = PairController(strip, "torch", memory=PairMemory(memory_file), endpoint="http://127.0.0.1:9")
+    return controller, memory_file
+
+
+@pytest.mark.parametrize("text", DROPS.values(), ids=DROPS.keys())
+def test_a_bad_drop_is_refused_in_words_and_the_pair_is_kept(text, pairing):
+    from app.models.sources import drag_verdict
+
+    controller, memory_file = pairing
+    before = memory_file.read_bytes()
+    errors = []
+    controller.error.connect(errors.append)
+    controller.drop("target", [text])
+    assert len(errors) == 1
+    assert_clear(errors[0])
+    assert controller.job is None and controller.current is None  # nothing fetched, nothing replaced
+    assert memory_file.read_bytes() == before
+    assert drag_verdict(text, "target")  # dragging over already says no

@@ -181,7 +181,7 @@ def test_stop_keeps_the_partial_answer_marked_as_stopped(window, qtbot):
     assert not window.controller.busy and window.composer.send_button.isVisible()
 
 
-def test_regenerate_replaces_the_last_answer(window, qtbot):
+def test_regenerate_writes_a_new_version_and_keeps_the_first(window, qtbot):
     window.settings_drawer.max_tokens.setValue(3)
     answered(window, qtbot, lambda: window.send("What is the capital of France?"))
     first = stored(window)[-1]
@@ -199,6 +199,12 @@ def test_regenerate_replaces_the_last_answer(window, qtbot):
     assert again.settings["max_tokens"] == 10
     assert window.chat_view.last_message().text == again.content
     assert len(window.chat_view.messages()) == 2
+    # the first answer is kept as version 1, one click away
+    assert [v.content for v in window.store.versions(first.id)] == [first.content, again.content]
+    shown = window.chat_view.last_message()
+    assert shown.version_label.text() == "2/2"
+    qtbot.mouseClick(shown.previous_button, Qt.MouseButton.LeftButton)
+    assert shown.text == first.content and stored(window)[-1].content == first.content
 
 
 def test_edit_the_last_message_and_resend(window, qtbot):

@@ -310,7 +310,8 @@ class HistoryStore:
                 "SELECT id, role FROM messages WHERE conversation_id = ? ORDER BY position DESC LIMIT 1", (conv_id,)
             ).fetchone()
             if last is None or last["role"] != "assistant":
-                raise HistoryError(f"Conversation {conv_id} does not end with an answer, so there is none to write again.")
+                raise HistoryError(
+                    f"Conversation {conv_id} does not end with an answer, so there is none to write again.")
             (number,) = self._db.execute(
                 "SELECT COALESCE(MAX(number), 0) + 1 FROM answer_versions WHERE message_id = ?", (last["id"],)
             ).fetchone()

@@ -103,11 +103,14 @@ class FakeHub:
         listing = [{"type": "file", "path": name, "size": len(data), "oid": hashlib.sha1(data).hexdigest()}
                    for name, data in self.repos[repo].items()]
         payload = json.dumps(listing).encode()
-        handler.send_response(200)
-        handler.send_header("Content-Type", "application/json")
-        handler.send_header("Content-Length", str(len(payload)))
-        handler.end_headers()
-        handler.wfile.write(payload)
+        try:
+            handler.send_response(200)
+            handler.send_header("Content-Type", "application/json")
+            handler.send_header("Content-Length", str(len(payload)))
+            handler.end_headers()
+            handler.wfile.write(payload)
+        except (BrokenPipeError, ConnectionResetError):  # the client gave up waiting (a held listing)
+            pass
 
     def _file(self, handler, repo: str, name: str, body: bool) -> None:
         if self._refused(handler, repo):

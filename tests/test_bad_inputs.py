@@ -475,3 +475,17 @@ def test_a_bad_drop_is_refused_in_words_and_the_pair_is_kept(text, pairing):
     assert controller.job is None and controller.current is None  # nothing fetched, nothing replaced
     assert memory_file.read_bytes() == before
     assert drag_verdict(text, "target")  # dragging over already says no
+
+
+@pytest.mark.parametrize("args, named", [
+    (["--max-tokens", "0"], "--max-tokens"), (["--max-tokens", "-5"], "--max-tokens"),
+    (["--max-tokens", "lots"], "--max-tokens"), (["--backend", "cuda"], "--backend"),
+], ids=["window max-tokens 0", "window max-tokens -5", "window max-tokens a word", "window backend unknown"])
+def test_a_bad_window_option_is_refused_before_the_window_opens(args, named, capsys):
+    import ui.main
+
+    with pytest.raises(SystemExit) as exit_:
+        ui.main.main(args)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert_clear(re.sub(r"^tandem: error: ", "", err.strip().splitlines()[-1]), named)

@@ -437,3 +437,10 @@ def test_a_killed_imports_staging_folder_is_removed_by_the_next_import_and_a_liv
     assert (result["hf"] / "config.json").is_file()
     assert built and gguf_import.STAGING.match(built[0])  # staged under a name that says whose it is
     assert any(str(dead) in note and "did not finish" in note for note in notes)
+
+
+def test_the_self_test_says_which_folder_cannot_be_made(home_under_a_file, capsys):
+    import ui.main
+
+    assert ui.main.main(["--self-test"]) == 1
+    assert capsys.readouterr().err.startswith("tandem: Tandem cannot create its data folder ")

@@ -14,7 +14,7 @@ def main(argv: list[str] | None = None) -> int:
                              '"ngram" (prompt lookup), "none", or "auto" (default: the demo\'s measured best '
                              'draft, else prompt lookup)')
     parser.add_argument("--backend", choices=["mlx", "torch"], default="")
-    parser.add_argument("--max-tokens", type=int, default=None,
+    parser.add_argument("--max-tokens", type=_at_least_one, default=None,
                         help="max new tokens for new chats (default 1024; each chat can change it)")
     parser.add_argument("--history", default=None, metavar="PATH",
                         help="the chat history database (default: history.sqlite3 in the user data folder)")
@@ -25,6 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.self_test:
         from app.self_test import self_test
 
+        if (problem := folders_problem()) is not None:
+            print(f"tandem: {problem}", file=sys.stderr)
+            return 1
         return self_test(backend=args.backend or None)
 
     from PySide6.QtWidgets import QApplication
@@ -49,6 +52,16 @@ def main(argv: list[str] | None = None) -> int:
                         max_tokens=args.max_tokens, settings=window_state.open_settings())
     window.show()
     return app.exec()
+
+
+def _at_least_one(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"takes a whole number of new tokens, such as 1024, not {value!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"takes at least 1 new token, not {n}")
+    return n
 
 
 def folders_problem() -> str | None:

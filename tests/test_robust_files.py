@@ -444,3 +444,37 @@ def test_the_self_test_says_which_folder_cannot_be_made(home_under_a_file, capsy
 
     assert ui.main.main(["--self-test"]) == 1
     assert capsys.readouterr().err.startswith("tandem: Tandem cannot create its data folder ")
+
+
+def test_an_import_killed_with_sigkill_leaves_a_folder_the_next_import_removes(tmp_path, monkeypatch):
+    import signal
+    import types
+
+    from app.models import gguf_import
+
+    gguf = _tiny_gguf(tmp_path / "tiny.gguf")
+    out = tmp_path / "imports" / "tiny"
+    child = subprocess.Popen([sys.executable, "-c", f"""
+import sys, time, types
+def convert(gguf_path, out):  # stands in for the real conversion: writes, then takes its time
+    out.mkdir()
+    (out / "model.safetensors").write_bytes(b"\\0" * 4096)
+    time.sleep(600)
+sys.modules["app.models.transformers_convert"] = types.SimpleNamespace(gguf_to_hf_folder=convert)
+from app.models.gguf_import import import_gguf
+import_gguf({str(gguf)!r}, {str(out)!r}, mlx_variants=())
+"""], cwd=Path(__file__).resolve().parent.parent)
+    try:
+        while not list(out.glob(".hf-*/hf/model.safetensors")):
+            assert child.poll() is None, "the importing process ended early"
+            threading.Event().wait(0.05)
+        left = next(out.glob(".hf-*"))
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    assert left.is_dir()  # SIGKILL: no cleanup ran
+    monkeypatch.setitem(sys.modules, "app.models.transformers_convert", types.SimpleNamespace(
+        gguf_to_hf_folder=lambda gguf_path, staging: (staging.mkdir(), (staging / "config.json").write_text("{}"))))
+    gguf_import.import_gguf(gguf, out, mlx_variants=())
+    assert not left.exists()
+    assert {p.name for p in out.iterdir()} == {"hf", gguf_import.IMPORT_MARKER}

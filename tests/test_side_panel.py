@@ -4,11 +4,13 @@ are coloured by what the target did, the inline tint survives a restart, exports
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 pytest.importorskip("pytestqt")
 
+from PySide6.QtCore import QObject, Slot  # noqa: E402
 from PySide6.QtGui import QColor, QImage  # noqa: E402
 
 from app.chat.trace import ACCEPTED, REJECTED, TARGET, TurnTrace, figures_from_csv, trace_round  # noqa: E402
@@ -150,3 +152,113 @@ def test_race_mode_runs_both_and_marks_identical_answers(panel_session):
     assert left == right and left
     window.race_dialog.close()
 
+
+
+class TextReceiver(QObject):
+    """Receives the worker's race_text on the GUI thread (a plain callable would run on the worker's)."""
+
+    def __init__(self, function):
+        super().__init__()
+        self.function = function
+
+    @Slot(int, str)
+    def text(self, side: int, delta: str) -> None:
+        self.function(side, delta)
+
+
+def _race_settings(window, max_tokens: int) -> None:
+    from app.chat.settings import ChatSettings
+
+    window.controller.settings = ChatSettings(temperature=0.0, max_tokens=max_tokens, draft_tokens=4)
+
+
+def test_race_streams_both_sides_into_their_panes(panel_session):
+    """Both panes fill as the race runs: the target alone's first, then speculation's, each
+    while it is written (not all at the end)."""
+    window = panel_session.window
+    _answer(window, "Name a fruit", max_tokens=12)
+    _race_settings(window, 24)
+    seen: dict[int, list[str]] = {0: [], 1: []}
+    mid_race: list[tuple[str, str, bool]] = []
+
+    def on_text(side: int, delta: str) -> None:
+        seen[side].append(delta)
+        if side == 1 and len(seen[1]) == 1:  # speculation has begun: what the dialog shows now
+            dialog = window.race_dialog
+            mid_race.append((dialog.texts[0].toPlainText(), dialog.texts[1].toPlainText(), window.controller.busy))
+            Path("/tmp/shots").mkdir(parents=True, exist_ok=True)
+            dialog.grab().save("/tmp/shots/race_mid.png")
+
+    receiver = TextReceiver(on_text)  # after the window's own connection: the pane has the delta already
+    window.worker.race_text.connect(receiver.text)
+    try:
+        window.start_race()
+        wait_until(lambda: not window.controller.busy, ANSWER_TIMEOUT_MS)
+    finally:
+        window.worker.race_text.disconnect(receiver.text)
+    assert seen[0] and seen[1]
+    left, right = (t.toPlainText() for t in window.race_dialog.texts)
+    assert "".join(seen[0]) == left and "".join(seen[1]) == right
+    alone_done, spec_so_far, busy = mid_race[0]
+    assert alone_done == left  # the target alone had finished and was on screen
+    assert spec_so_far and right.startswith(spec_so_far) and busy  # speculation streaming, race running
+    window.race_dialog.close()
+
+
+def test_closing_the_race_cancels_it(panel_session):
+    window = panel_session.window
+    _answer(window, "Name a fruit", max_tokens=12)
+    _race_settings(window, 4000)  # far longer than the race is let run
+    failed, done = [], []
+    window.worker.race_failed.connect(failed.append)
+    window.worker.race_done.connect(done.append)
+
+    def close_on_first_text() -> bool:
+        if window.race_dialog is not None and window.race_dialog.texts[0].toPlainText():
+            window.race_dialog.close()  # Close, while the target alone is still writing
+            return True
+        return False
+
+    try:
+        window.start_race()
+        wait_until(close_on_first_text, ANSWER_TIMEOUT_MS)
+        wait_until(lambda: not window.controller.busy, ANSWER_TIMEOUT_MS)
+    finally:
+        window.worker.race_failed.disconnect(failed.append)
+        window.worker.race_done.disconnect(done.append)
+    assert not done and failed and "stopped" in failed[0]
+    assert window.draft_panel.race_button.isEnabled()  # the engine is free again
+    conv_id = window.controller.current.id
+    question = [m for m in window.store.messages(conv_id) if m.role == "user"][-1]
+    assert not (question.stats or {}).get("race")  # a cancelled race is not kept
+
+
+def test_a_finished_race_is_kept_with_the_chat(panel_session):
+    window = panel_session.window
+    _answer(window, "Name a fruit", max_tokens=12)
+    _race_settings(window, 12)
+    window.start_race()
+    wait_until(lambda: not window.controller.busy, ANSWER_TIMEOUT_MS)
+    summary = window.race_dialog.summary.text()
+    window.race_dialog.close()
+    conv_id = window.controller.current.id
+    question = [m for m in window.store.messages(conv_id) if m.role == "user"][-1]
+    race = question.stats["race"]
+    assert race["identical"] and race["greedy"] and race["ratio"] > 0
+    assert f"{race['ratio']:.2f}×" in summary
+    notice = "Race (target with near): speculation ran"
+    assert notice in window.chat_view.plain_text()  # under the question now
+    asked = [m for m in window.chat_view.messages() if m.role == "user"][-1]
+    assert asked.stats_label.text() == ""  # the race is not shown as the question's stats
+
+    from ui.main_window import MainWindow
+
+    other = MainWindow(model=str(panel_session.root / "no-such-model"), backend="torch",
+                       history_path=panel_session.history, settings=panel_session.settings())
+    try:
+        other._open(conv_id)
+        text = other.chat_view.plain_text()
+        assert notice in text and f"{race['ratio']:.2f}×" in text  # and when the chat is reopened
+        assert text.index(notice) > text.index("Name a fruit")
+    finally:
+        other.close()

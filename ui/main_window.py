@@ -192,6 +192,8 @@ class MainWindow(QMainWindow):
         worker.baseline.connect(panel.set_baseline)
         worker.race_done.connect(self._on_race_done)
         worker.race_failed.connect(self._on_race_failed)
+        worker.race_text.connect(self._on_race_text)
+        worker.race_side_done.connect(self._on_race_side_done)
         controller.trace_shown.connect(self._on_trace_shown)
         controller.trace_rounds.connect(panel.rounds_added)
         # any end (finished, stopped, failed): the rounds still buffered for the panel are shown
@@ -272,11 +274,26 @@ class MainWindow(QMainWindow):
             return
         self.controller.set_racing(True)
         self.race_dialog = RaceDialog(self)
+        self.race_dialog.finished.connect(self._on_race_dialog_closed)
         self.race_dialog.show()
         self.request_race.emit(request)
 
+    def _on_race_dialog_closed(self) -> None:
+        """Close cancels a race still running; the worker then reports it stopped."""
+        if self.controller.racing and self.race_dialog is not None and self.race_dialog.running:
+            self.worker.stop()
+
+    def _on_race_text(self, side: int, delta: str) -> None:
+        if self.race_dialog is not None and self.race_dialog.running:
+            self.race_dialog.append_text(side, delta)
+
+    def _on_race_side_done(self, side: int, finished) -> None:
+        if self.race_dialog is not None and self.race_dialog.running:
+            self.race_dialog.side_done(side, finished)
+
     def _on_race_done(self, result) -> None:
         self.controller.set_racing(False)
+        self.controller.save_race(result.to_dict())  # kept with the chat, under the question
         if self.race_dialog is not None:
             self.race_dialog.show_result(result)
 

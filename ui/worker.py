@@ -41,6 +41,17 @@ class RaceResult:
     def identical(self) -> bool:
         return self.alone.text == self.speculative.text
 
+    def to_dict(self) -> dict:
+        """What the history keeps of a race (ui.panel.race_dialog.race_notice reads it)."""
+        def side(finished: Finished) -> dict:
+            s = finished.stats
+            return {"tokens": s.tokens, "tokens_per_s": round(s.tokens_per_s, 3), "decode_s": round(s.decode_s, 4),
+                    "drafted": s.drafted, "acceptance": round(s.acceptance_rate, 4),
+                    "tokens_per_round": round(s.tokens_per_round, 3)}
+
+        return {"ratio": round(self.ratio, 4), "greedy": self.greedy, "identical": self.identical,
+                "alone": side(self.alone), "speculative": side(self.speculative)}
+
 
 @dataclass(frozen=True)
 class PairRequest:
@@ -73,6 +84,8 @@ class EngineWorker(QObject):
     baseline = Signal(object)  # app.chat.baseline.Baseline: the target alone's timings so far
     answering = Signal(object)  # app.runner.LoadedModel: the pair that writes the answer starting now
     race_done = Signal(object)  # RaceResult
+    race_text = Signal(int, str)  # side (0: the target alone, 1: speculative), coalesced text deltas
+    race_side_done = Signal(int, object)  # side, its app.engine.events.Finished
     race_failed = Signal(str)
     paired = Signal(object, object)  # the PairRequest as loaded (its draft may have fallen back), LoadedModel
     pair_notice = Signal(str)  # about the pair, not an answer: shown as a banner
@@ -197,24 +210,42 @@ class EngineWorker(QObject):
 
     @Slot(object)
     def race(self, request: ChatRequest) -> None:
-        """The same request with the target alone, then speculatively, one after the other."""
+        """The same request with the target alone, then speculatively, one after the other. Each
+        side's text streams out as it is written (race_text), so a race of minutes is watched,
+        not waited for; Stop (or cancelling the request) ends it between rounds."""
         try:
             request = self._fit(request)
             runs = []
-            for drafter in (DRAFT_NONE, request.drafter):
-                finished = None
-                for event in self.runner.chat(replace(request, drafter=drafter, draft_tokens=None)):
-                    if isinstance(event, Finished):
-                        finished = event
+            for side, drafter in enumerate((DRAFT_NONE, request.drafter)):
+                finished = self._race_side(side, replace(request, drafter=drafter, draft_tokens=None))
                 if finished is None or finished.stats.finish_reason == "cancelled":
                     self.race_failed.emit("The race was stopped.")
                     return
                 runs.append(finished)
+                self.race_side_done.emit(side, finished)
         except Exception as exc:
             log.exception("race failed")
             self.race_failed.emit(f"The race failed: {exc}")
             return
         self.race_done.emit(RaceResult(runs[0], runs[1], request.params.greedy))
+
+    def _race_side(self, side: int, request: ChatRequest) -> Finished | None:
+        """One side of a race; its text is coalesced as an answer's is (~30 updates a second)."""
+        pending: list[str] = []
+        last_emit = time.perf_counter()
+        finished = None
+        for event in self.runner.chat(request):
+            if isinstance(event, Round) and event.text:
+                pending.append(event.text)
+                if time.perf_counter() - last_emit >= REPAINT_INTERVAL_S:
+                    self.race_text.emit(side, "".join(pending))
+                    pending.clear()
+                    last_emit = time.perf_counter()
+            elif isinstance(event, Finished):
+                finished = event
+        if pending:
+            self.race_text.emit(side, "".join(pending))
+        return finished
 
     def _fit(self, request: ChatRequest) -> ChatRequest:
         """Drop the oldest turns (never the system prompt) when the chat outgrows the context."""

@@ -355,6 +355,17 @@ class HistoryStore:
             user_id, answer_id = self._append_turn(conv_id, new_user_text, answer)
         return self._get_message(user_id), self._get_message(answer_id)
 
+    def save_race(self, question_id: int, race: dict) -> None:
+        """Keep a race (the question answered by the target alone and speculatively) with the
+        question it raced: in that message's stats, as {"race": ...} (a question has no other)."""
+        with self._write():
+            cursor = self._db.execute(
+                "UPDATE messages SET stats = ? WHERE id = ? AND role = 'user'", (_dump({"race": race}), question_id)
+            )
+            if cursor.rowcount == 0:
+                raise HistoryError(f"There is no question {question_id} in the chat history to keep a race with; "
+                                   "its chat may have been deleted or edited.")
+
     # Helpers; callers hold a transaction
 
     @contextmanager

@@ -31,6 +31,7 @@ from app.runner import ChatRequest, LoadedModel
 from ui.chat.chat_view import ChatView
 from ui.chat.message_widget import MessageWidget
 from ui.header import draft_text, target_text
+from ui.panel.race_dialog import race_notice
 from ui.worker import EngineWorker
 
 
@@ -90,6 +91,7 @@ class ChatController(QObject):
         self.pending: _Pending | None = None
         self.baseline: Baseline | None = None  # the target alone's timings
         self.racing = False
+        self.race_question: tuple[int, int] | None = None  # (chat, message id) of the question raced
         self.unsaved: dict[tuple[int, int | None], _Unsaved] = {}  # (answer id, version): not stored yet
         self._retry = QTimer(self)
         self._retry.setInterval(RETRY_INTERVAL_MS)
@@ -125,7 +127,21 @@ class ChatController(QObject):
             history.pop()
         if not history:
             return None
+        questions = [m for m in self.store.messages(self.current.id) if m.role == "user"]
+        self.race_question = (self.current.id, questions[-1].id) if questions else None
         return self._request(history)
+
+    def save_race(self, record: dict) -> None:
+        """A finished race, kept with the question it raced and shown under it (now and whenever
+        the chat is opened again)."""
+        if self.race_question is None:
+            return
+        conv_id, question_id = self.race_question
+        if self.model is not None:
+            record = record | {"target": target_text(self.model)[0], "draft": draft_text(self.model)[0]}
+        if self._write(self.store.save_race, question_id, record) and self.current is not None \
+                and self.current.id == conv_id and not self.busy:
+            self._show()
 
     def _history(self, conv_id: int, leave_out: int | None = None) -> list[dict]:
         """The chat as the model reads it: the system prompt, then every message but `leave_out`
@@ -172,6 +188,8 @@ class ChatController(QObject):
         shown = None
         for message in map(self._as_shown, self.store.messages(self.current.id)):
             widget = self._add_widget(message)
+            if message.role == "user" and (race := (message.stats or {}).get("race")):
+                self.view.add_notice(race_notice(race))  # a race of this question, under it
             if message.role == "assistant":
                 shown = TurnTrace.from_dict(message.trace)
             if self.pending is not None and message.id == self.pending.answer_id:
@@ -183,7 +201,8 @@ class ChatController(QObject):
     def _add_widget(self, message: Message) -> MessageWidget:
         error = (message.stats or {}).get("error", "") if message.status == "error" else ""
         trace = TurnTrace.from_dict(message.trace) if message.role == "assistant" else None
-        widget = self.view.add_message(message.role, message.content, message.status, message.stats, error,
+        stats = message.stats if message.role == "assistant" else None  # a question's holds its race
+        widget = self.view.add_message(message.role, message.content, message.status, stats, error,
                                        spans=trace.spans() if trace else None)
         widget.message_id = message.id
         widget.set_versions(message.version, message.versions)

@@ -1,10 +1,18 @@
 """Race mode: the same question answered by the target alone and speculatively, side by side,
-with their times, the measured ratio, and at temperature 0 whether the texts are identical."""
+with their times, the measured ratio, and at temperature 0 whether the texts are identical.
+
+Both answers stream into their panes as they are written (the target alone first, then
+speculation); closing the dialog cancels a race still running. A finished race is kept with the
+chat and shown under its question (`race_notice`)."""
 
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import QDialog, QDialogButtonBox, QGridLayout, QLabel, QTextBrowser, QVBoxLayout, QWidget
+
+SIDES = ("Target alone", "Speculative")
+RUNNING = "Racing… the target alone answers first, then speculation. Close cancels the race."
 
 
 class RaceDialog(QDialog):
@@ -12,7 +20,8 @@ class RaceDialog(QDialog):
         super().__init__(parent)
         self.setWindowTitle("Race: the target alone against speculation")
         self.resize(980, 560)
-        self.summary = QLabel("Racing… the target alone answers first, then speculation.")
+        self.running = True
+        self.summary = QLabel(RUNNING)
         self.summary.setObjectName("raceSummary")
         self.summary.setWordWrap(True)
         font = self.summary.font()
@@ -20,44 +29,93 @@ class RaceDialog(QDialog):
         self.summary.setFont(font)
         grid = QGridLayout()
         self.titles, self.texts, self.stats = [], [], []
-        for column, title in enumerate(("Target alone", "Speculative")):
+        for column, title in enumerate(SIDES):
             label = QLabel(f"<b>{title}</b>")
             text = QTextBrowser()
             text.setObjectName("raceText")
-            stats = QLabel("…")
+            stats = QLabel("writing…" if column == 0 else "waits for the target alone")
             stats.setObjectName("mutedLabel")
+            stats.setWordWrap(True)
             grid.addWidget(label, 0, column)
             grid.addWidget(text, 1, column)
             grid.addWidget(stats, 2, column)
             self.titles.append(label)
             self.texts.append(text)
             self.stats.append(stats)
-        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
-        buttons.rejected.connect(self.reject)
+        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+        self.buttons.rejected.connect(self.reject)
+        self.close_button = self.buttons.button(QDialogButtonBox.StandardButton.Close)
+        self.close_button.setToolTip("Cancels the race if it is still running")
         layout = QVBoxLayout(self)
         layout.addWidget(self.summary)
         layout.addLayout(grid, 1)
-        layout.addWidget(buttons)
+        layout.addWidget(self.buttons)
+
+    def append_text(self, side: int, delta: str) -> None:
+        """More of one side's answer, as it is written; the pane follows the end unless scrolled up."""
+        pane = self.texts[side]
+        bar = pane.verticalScrollBar()
+        follow = bar.value() >= bar.maximum() - 4
+        cursor = pane.textCursor()
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        cursor.insertText(delta)
+        if follow:
+            bar.setValue(bar.maximum())
+        if side == 1 and self.stats[1].text() == "waits for the target alone":
+            self.stats[1].setText("writing…")
+
+    def side_done(self, side: int, finished) -> None:
+        """One side has finished: its figures now, before the other side ends."""
+        self.texts[side].setPlainText(finished.text)  # the answer as the engine ended it
+        self.stats[side].setText(side_line(finished.stats))
+        if side == 0:
+            self.stats[1].setText("writing…")
 
     def show_result(self, result) -> None:
         """`result`: ui.worker.RaceResult."""
+        self.running = False
         for column, finished in enumerate((result.alone, result.speculative)):
-            s = finished.stats
-            self.texts[column].setPlainText(finished.text)
-            line = f"{s.tokens} tokens in {s.decode_s:.2f} s after the first · {s.tokens_per_s:.1f} tok/s"
-            if s.drafted:
-                line += f" · {s.acceptance_rate:.0%} of drafts accepted · {s.tokens_per_round:.2f} tokens/pass"
-            self.stats[column].setText(line)
-        verdict = ""
-        if result.greedy:
-            verdict = (" The two answers are identical, token for token." if result.identical
-                       else " The answers differ: at temperature 0 they should not — please report this.")
-        else:
-            verdict = " Above temperature 0 the two answers are different samples of the same distribution."
-        self.summary.setText(f"Speculation ran <b>{result.ratio:.2f}×</b> as fast as the target alone "
-                             f"({result.speculative.stats.tokens_per_s:.1f} against "
-                             f"{result.alone.stats.tokens_per_s:.1f} tokens/s).{verdict}")
+            self.side_done(column, finished)
         self.summary.setTextFormat(Qt.TextFormat.RichText)
+        self.summary.setText(summary_html(result.to_dict()))
 
     def show_error(self, message: str) -> None:
+        self.running = False
         self.summary.setText(message)
+        for stats in self.stats:
+            if stats.text() in ("writing…", "waits for the target alone"):
+                stats.setText("stopped")
+
+
+def side_line(s) -> str:
+    """One side's figures (GenerationStats)."""
+    line = f"{s.tokens} tokens in {s.decode_s:.2f} s after the first · {s.tokens_per_s:.1f} tok/s"
+    if s.drafted:
+        line += f" · {s.acceptance_rate:.0%} of drafts accepted · {s.tokens_per_round:.2f} tokens/pass"
+    return line
+
+
+def _verdict(record: dict) -> str:
+    if not record.get("greedy"):
+        return "Above temperature 0 the two answers are different samples of the same distribution."
+    if record.get("identical"):
+        return "The two answers are identical, token for token."
+    return "The answers differ: at temperature 0 they should not — please report this."
+
+
+def summary_html(record: dict) -> str:
+    """The dialog's verdict, from a race's record (RaceResult.to_dict)."""
+    return (f"Speculation ran <b>{record['ratio']:.2f}×</b> as fast as the target alone "
+            f"({record['speculative']['tokens_per_s']:.1f} against {record['alone']['tokens_per_s']:.1f} "
+            f"tokens/s). {_verdict(record)}")
+
+
+def race_notice(record: dict) -> str:
+    """The line kept under a raced question in the chat (plain text)."""
+    try:
+        pair = f" ({record['target']} with {record['draft']})" if record.get("target") else ""
+        return (f"Race{pair}: speculation ran {record['ratio']:.2f}× as fast as the target alone "
+                f"({record['speculative']['tokens_per_s']:.1f} against {record['alone']['tokens_per_s']:.1f} "
+                f"tokens/s). {_verdict(record)}")
+    except (KeyError, TypeError, ValueError):
+        return "Race: this question was raced, but its result could not be read."

@@ -274,7 +274,10 @@ def test_pairs_json_with_bad_entries_keeps_the_good_ones(tmp_path, content, kept
     assert [r["target"] for r in PairMemory(path).recent()] == ["/m/b", *(r["target"] for r in kept)]
 
 
-def test_a_full_disk_at_the_pairs_json_write_is_reported_and_loses_nothing(tmp_path, monkeypatch):
+@pytest.mark.parametrize("code, reason", [(errno.ENOSPC, "the disk is full"), (errno.EROFS, "the folder is read-only"),
+                                          (errno.EACCES, "no permission to write there")])
+def test_a_full_or_read_only_folder_at_the_pairs_json_write_is_reported_and_loses_nothing(code, reason, tmp_path,
+                                                                                           monkeypatch):
     from app.models.pair_memory import PairMemory, TrialResult
 
     path = tmp_path / "pairs.json"
@@ -285,12 +288,12 @@ def test_a_full_disk_at_the_pairs_json_write_is_reported_and_loses_nothing(tmp_p
 
     def full(self, *args, **kwargs):
         if self.parent == tmp_path:
-            raise OSError(errno.ENOSPC, "No space left on device", str(self))
+            raise OSError(code, os.strerror(code), str(self))
         return real_write(self, *args, **kwargs)
 
     monkeypatch.setattr(Path, "write_text", full)
     message = memory.add_recent("torch", "/m/b", "none", "b")
-    assert message.startswith(f"Tandem could not save its recent pairs to {path} (the disk is full).")
+    assert message.startswith(f"Tandem could not save its recent pairs to {path} ({reason}).")
     assert memory.set_trial("torch", "/m/b", "none", TrialResult(0.5, 1.2, 2.0, 64, 0.0)).startswith(
         "Tandem could not save")
     assert [r["target"] for r in memory.recent()] == ["/m/b", "/m/a"]  # kept for this session

@@ -116,7 +116,7 @@ def stored(window):
 def test_first_start_shows_the_loaded_pair_and_a_greeting(window):
     assert window.chat_view.currentIndex() == 0  # the greeting page
     assert "ready" in window.chat_view.greeting_hint.text()
-    assert window.header.target_slot.name.text().startswith("smollm2")
+    assert window.header.target_slot.name.text() == "SmolLM2 135M Instruct (demo)"
     assert window.header.draft_slot.name.text() == "prompt lookup"  # ngram, the default draft
     assert "torch" in window.status.device.text() and "cpu" in window.status.device.text()
     assert window.status.memory.text().endswith(("MB", "GB"))

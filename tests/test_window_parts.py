@@ -471,3 +471,70 @@ def test_qt_calls_do_not_use_up_none(qtbot):
         label.setText("x")
     lost = before - sys.getrefcount(None)
     assert lost <= 0
+
+
+# What a daily user reads: loading and first-start words, status figures per chat, banners
+
+
+def test_the_first_start_names_the_model_and_its_draft_in_a_users_words(qtbot, tmp_path, monkeypatch):
+    """The runner says "Loading hf on torch ..."; the window says what loads, in the names the user
+    knows, and the status bar says "Loading …" (not "No model loaded") meanwhile."""
+    import threading
+
+    from app.runner import LoadedModel, Runner
+    from ui.main_window import MainWindow
+
+    folder = tmp_path / "smollm2-135m-instruct" / "hf"  # where app/models/demo.py imports the demo
+    release = threading.Event()
+
+    def load(self, spec, backend=None, draft="none", precision="auto", progress=print):
+        progress("Loading hf on torch ...")  # what Runner.load reports for the demo
+        release.wait(30)
+        return LoadedModel(folder, "torch", "cpu", "float32", "llama", 8192, 540_000_000, 1.2,
+                           "self-draft int4 (g32, float32 head)", "", 90_000_000)
+
+    monkeypatch.setattr(Runner, "load", load)
+    window = MainWindow(model="demo", backend="torch", history_path=tmp_path / "history.sqlite3",
+                        settings=QSettings(str(tmp_path / "tandem.ini"), QSettings.Format.IniFormat))
+    qtbot.addWidget(window)
+    try:
+        loading = "Loading SmolLM2 135M Instruct (demo) …"
+        qtbot.waitUntil(lambda: window.status.currentMessage() == loading, timeout=10_000)
+        assert window.status.pair.text() == "Loading …"
+        assert window.chat_view.greeting_hint.text() == loading
+        release.set()
+        qtbot.waitUntil(window.composer.can_send, timeout=10_000)
+        assert window.status.pair.text() == "SmolLM2 135M Instruct (demo) · draft: the same model in 4-bit"
+        assert window.status.device.text() == "on the CPU with PyTorch · float32"
+        assert window.chat_view.greeting_hint.text().startswith(
+            "SmolLM2 135M Instruct (demo) is ready on the CPU with PyTorch and drafts with the same model in 4-bit.")
+        assert window.header.target_slot.name.text() == "SmolLM2 135M Instruct (demo)"
+        assert window.header.draft_slot.name.text() == "the same model in 4-bit"
+        assert window.settings_drawer.drafter.itemText(0) == "The pair's draft (the same model in 4-bit)"
+        for text in (window.status.pair.text(), window.status.device.text(), window.chat_view.greeting_hint.text()):
+            assert not any(word in text for word in ("/hf", "self-draft", " torch", "hf on"))
+    finally:
+        release.set()
+        window.close()
+
+
+def test_switching_chats_shows_the_opened_chats_last_answer_figures(offline_window, tmp_path):
+    window = offline_window()
+    fast = window.store.create_conversation("fast")
+    window.store.add_turn(fast.id, "Hi", "Hello!", stats={"tokens": 3, "tokens_per_s": 41.5, "drafted": 4,
+                                                          "acceptance": 0.75})
+    plain = window.store.create_conversation("plain")
+    window.store.add_turn(plain.id, "Hi", "Hello!", stats={"tokens": 3, "tokens_per_s": 12.0, "drafted": 0,
+                                                           "acceptance": 0.0})
+    empty = window.store.create_conversation("empty")
+    window.refresh_conversations()
+    window.status.show_stats(GenerationStats(5, 20, 10, 19, 30, 18, 0.1, 1.0, "stop"))  # an answer just now
+    assert window.status.last_answer.text() == "19.0 tok/s · 60% accepted"
+    window._open(fast.id)
+    assert window.status.last_answer.text() == "41.5 tok/s · 75% accepted"
+    window._open(plain.id)
+    assert window.status.last_answer.text() == "12.0 tok/s"
+    window._open(empty.id)
+    assert window.status.last_answer.text() == ""
+    window.new_chat()
+    assert window.status.last_answer.text() == ""

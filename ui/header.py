@@ -11,7 +11,7 @@ from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QToolButton, QVBoxLayout, QWidget
 
-from app.runner import DRAFT_LOOKUP, DRAFT_NONE, LoadedModel
+from app.runner import LoadedModel
 
 
 class ElidedLabel(QLabel):
@@ -186,13 +186,11 @@ def target_text(info: LoadedModel) -> tuple[str, str]:
 
 
 def draft_text(info: LoadedModel) -> tuple[str, str]:
-    if info.draft == DRAFT_LOOKUP:
-        return "prompt lookup", "n-grams from the chat, no model"
-    if info.draft == DRAFT_NONE:
-        return "none", "the target decodes alone"
-    if info.draft.startswith("self-draft "):  # e.g. "self-draft int4 (g32, float32 head)"
-        return "self-draft", f"the target's weights at {info.draft.removeprefix('self-draft ')}"
-    return info.draft, "draft model"
+    """("the same model in 4-bit", "the target's own weights at int4 (g32, float32 head)"): the
+    words the status bar and the greeting use too (app/models/resolve.py)."""
+    from app.models.resolve import draft_label
+
+    return draft_label(info.draft)
 
 
 class Header(QFrame):

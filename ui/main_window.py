@@ -16,7 +16,8 @@ from PySide6.QtWidgets import QApplication, QHBoxLayout, QMainWindow, QMessageBo
 from app.chat.history import HistoryError, HistoryStore
 from app.chat.markdown import MarkdownRenderer
 from app.chat.settings import ChatSettings
-from app.runner import DRAFT_AUTO, LoadedModel
+from app.models.resolve import display_name, draft_label, model_label
+from app.runner import DRAFT_AUTO, LoadedModel, auto_draft
 from ui import theme, window_state
 from ui.banner import BannerStack
 from ui.chat.chat_view import ChatView
@@ -24,7 +25,7 @@ from ui.chat.composer import Composer
 from ui.chat.controller import ChatController
 from ui.chat.conversation_list import ConversationList
 from ui.chat.settings_drawer import SettingsDrawer
-from ui.header import Header, draft_text, target_text
+from ui.header import Header
 from ui.panel.draft_panel import DraftPanel
 from ui.pairing.controller import PairController
 from ui.pairing.downloads import DownloadStrip
@@ -32,7 +33,7 @@ from ui.pairing.drop import mime_texts
 from ui.pairing.slot_menu import ask_token, build_slot_menu
 from ui.panel.race_dialog import RaceDialog
 from ui.side_panel import SidePanelHost
-from ui.status_bar import StatusBar
+from ui.status_bar import StatusBar, loading_words, ready_words
 from ui.worker import EngineWorker, PairRequest
 
 COPIED_MS = 2500  # how long the status bar says what was copied
@@ -66,6 +67,7 @@ class MainWindow(QMainWindow):
         self.theme = theme.install(QApplication.instance())
         self.app_settings = settings if settings is not None else QSettings()
         self._closed = False
+        self._loading_names = ("the model", "its draft")  # (target, draft) as the user knows them
         defaults = chat_defaults or ChatSettings()
         if max_tokens is not None:
             defaults = ChatSettings.from_dict({"max_tokens": max_tokens}, base=defaults)
@@ -212,6 +214,7 @@ class MainWindow(QMainWindow):
         worker.trial_done.connect(pairing.on_trial_done)
         worker.pair_notice.connect(self._on_pair_notice)
         pairing.trial_shown.connect(self.header.show_trial)
+        pairing.request_pair.connect(self._on_pair_requested)  # emitted on this thread: runs here
         pairing.error.connect(lambda message: self.banners.add(message, "error"))
         pairing.info.connect(lambda message: self.banners.add(message, "info"))
         self.controller.busy_changed.connect(self._trial_gives_way)
@@ -340,6 +343,18 @@ class MainWindow(QMainWindow):
         self.settings_drawer.set_values(c.settings, c.system_prompt)
         self.setWindowTitle(f"{conversation.title} · Tandem" if conversation else "Tandem")
         self.conversation_list.select(conversation.id if conversation else None)
+        self.status.show_record(self._last_answer_stats(conversation))
+
+    def _last_answer_stats(self, conversation) -> dict | None:
+        """The figures of the opened chat's last answer, for the status bar (None: no answer yet)."""
+        if conversation is None:
+            return None
+        try:
+            messages = self.store.messages(conversation.id)
+        except HistoryError:
+            return None
+        answers = [m for m in messages if m.role == "assistant" and m.stats]
+        return answers[-1].stats if answers else None
 
     def rename_current(self) -> None:
         if (conv_id := self._current_id()) is not None:
@@ -408,7 +423,15 @@ class MainWindow(QMainWindow):
 
     # The engine
 
+    def _on_pair_requested(self, request: PairRequest) -> None:
+        """Say at once what is loading, in the names the user knows, before the worker's first step."""
+        target, draft = request.named()
+        draft = auto_draft(request.target) if draft == DRAFT_AUTO else draft
+        self._loading_names = (model_label(target), draft_label(draft)[0])
+        self._on_progress(f"Loading {self._loading_names[0]} ...")
+
     def _on_progress(self, message: str) -> None:
+        message = loading_words(message, *self._loading_names)
         self.status.show_loading(message)
         self.header.show_loading(message)
         self.chat_view.set_greeting_hint(message)
@@ -417,12 +440,11 @@ class MainWindow(QMainWindow):
         self.controller.model = info
         self.header.show_loaded(info)
         self.status.show_loaded(info)
-        self.settings_drawer.set_pair_draft(draft_text(info)[0])
+        self.settings_drawer.set_pair_draft(draft_label(info.draft)[0])
         self.composer.set_ready(True)
         self.draft_panel.set_available(not self.controller.busy)
         self.chat_view.set_greeting_hint(
-            f"{target_text(info)[0]} is ready, drafting with {draft_text(info)[0]}.\n"
-            "Ask anything: Enter sends, Shift+Enter starts a new line.")
+            f"{ready_words(info)}\nAsk anything: Enter sends, Shift+Enter starts a new line.")
 
     def _on_load_failed(self, message: str) -> None:
         model = self.controller.model
@@ -433,7 +455,8 @@ class MainWindow(QMainWindow):
                 self.header.show_trial(self.pairing.trial_text)
             self.status.show_loaded(model)
             self.status.showMessage(f"Still using {model.describe()}", 8000)
-            self.chat_view.set_greeting_hint(f"Still using {target_text(model)[0]} with {draft_text(model)[0]}.")
+            self.chat_view.set_greeting_hint(f"Still using {display_name(model.folder)}, "
+                                             f"draft: {draft_label(model.draft)[0]}.")
             return
         self.header.show_load_failed()
         self.status.show_load_failed()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from app.models.errors import ModelFileError
@@ -61,12 +62,64 @@ def check_import_fits(info: GGUFInfo, folders: int) -> None:
             f"only {disk / 1e9:.1f} GB of disk is free in {models_dir()}. Free some space. {advice}")
 
 
+DEMO_LABEL = "SmolLM2 135M Instruct (demo)"
+DEMO_SHORT = "Demo: SmolLM2 135M"  # where the draft is named beside it (recent pairs)
+# The folders an imported GGUF is converted into: the model's name is the folder above them
+VARIANT_WORDS = {"hf": "", "mlx": "", "mlx-4bit": " (4-bit)"}
+IMPORT_DIGEST = re.compile(r"-[0-9a-f]{12}$")  # resolve_model names an import's cache <stem>-<sha256[:12]>
+
+
+def is_demo_folder(folder: Path) -> bool:
+    """A folder the demo was imported into (app/models/demo.py), wherever the cache lives."""
+    from app.models.demo import DEMO_NAME
+
+    folder = Path(folder)
+    return folder.parent.name == DEMO_NAME and folder.name in VARIANT_WORDS
+
+
 def display_name(folder: Path) -> str:
-    """Imported folders are named for their variant (hf, mlx, mlx-4bit): show the model too.
-    A hub download lives in the hub's cache as models--org--name/snapshots/<commit>: show org/name."""
+    """A model's name as a user knows it. Imported folders are named for their variant (hf, mlx,
+    mlx-4bit) inside a cache folder named for the file and its hash: show the model. A hub
+    download lives in the hub's cache as models--org--name/snapshots/<commit>: show org/name."""
     folder = Path(folder)
     if folder.parent.name == "snapshots" and folder.parent.parent.name.startswith("models--"):
         return "/".join(folder.parent.parent.name.split("--")[1:3])
-    if folder.name in ("hf", "mlx") or folder.name.startswith("mlx-"):
-        return f"{folder.parent.name}/{folder.name}"
+    if is_demo_folder(folder):
+        return DEMO_LABEL if folder.name != "mlx-4bit" else "SmolLM2 135M Instruct (demo, 4-bit)"
+    if folder.name in VARIANT_WORDS or folder.name.startswith("mlx-"):
+        words = VARIANT_WORDS.get(folder.name, f" ({folder.name.removeprefix('mlx-')})")
+        return IMPORT_DIGEST.sub("", folder.parent.name) + words
+    if folder.suffix.lower() == ".gguf":
+        return folder.stem
     return folder.name
+
+
+def model_label(spec: str) -> str:
+    """What a user named as a model ("demo", a path, a hub repo id), in the words of display_name."""
+    if spec == "demo":
+        return DEMO_LABEL
+    if spec.startswith(("/", "~", ".")) or "\\" in spec or Path(spec).exists():
+        return display_name(Path(spec).expanduser())
+    return spec  # a hub repo id, as the hub shows it
+
+
+def precision_words(precision: str) -> str:
+    """"int4 (g32, float32 head)" -> "4-bit": the bits are what a user compares."""
+    match = re.match(r"int(\d+)", precision)
+    return f"{match.group(1)}-bit" if match else precision.split(" ")[0]
+
+
+def draft_label(draft: str) -> tuple[str, str]:
+    """A draft as the runner names it (LoadedModel.draft: "ngram", "none", "self-draft int4 (…)",
+    a model's display name) or as a request names it ("self:int4", a path): (name, detail)."""
+    if draft in ("ngram", "lookup"):
+        return "prompt lookup", "copies from the chat, no model"
+    if draft == "none":
+        return "none", "the target decodes alone"
+    if draft == "auto":
+        return "chosen for the model", "the demo drafts with itself in 4-bit, other models by prompt lookup"
+    for prefix in ("self-draft ", "self:"):
+        if draft.startswith(prefix):
+            precision = draft.removeprefix(prefix)
+            return f"the same model in {precision_words(precision)}", f"the target's own weights at {precision}"
+    return model_label(draft), "draft model"

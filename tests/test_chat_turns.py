@@ -6,6 +6,7 @@ recorded."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
@@ -131,14 +132,16 @@ def test_a_locked_history_keeps_the_answer_and_saves_it_once_released(chat, qtbo
         shown = window.chat_view.last_message()
         assert shown.text == "Owls can turn their heads far." and shown.status_tag.isHidden()
         assert not window.controller.busy and window.composer.send_button.isEnabled()
-        assert any("locked" in text and "keeps trying to save" in text for text in window.banners.texts())
+        assert any("locked" in text and "saves it as soon as it can" in text for text in window.banners.texts())
         assert stored(window)[-1].content == ""  # not stored yet...
         window.controller.save_unsaved()  # a retry while still locked changes nothing
         assert window.controller.unsaved
     finally:
         holder.execute("ROLLBACK")
         holder.close()
-    qtbot.waitUntil(lambda: not window.controller.unsaved, timeout=10_000)  # the retry timer saves it
+    with qtbot.waitSignal(window.controller.saved, timeout=10_000):  # the retry timer saves it
+        pass
+    assert not window.controller.unsaved and "now saved" in window.status.currentMessage()
     answer = stored(window)[-1]
     assert (answer.content, answer.status) == ("Owls can turn their heads far.", "complete")
     assert answer.stats["tokens"] == 4 and answer.settings["target"] == "old-target"
@@ -189,6 +192,24 @@ def test_a_full_disk_or_read_only_folder_mid_answer_keeps_the_answer(chat, monke
         conversation = store.list_conversations()[0]
         assert [m.content for m in store.messages(conversation.id)] == [
             "Tell me a fact", "Octopuses have three hearts.", "And?", "That is all."]
+
+
+def test_an_answer_still_refused_at_quit_is_written_beside_the_history(chat, tmp_path):
+    window, engine = chat
+    assert window.send("Tell me a fact")
+    holder = sqlite3.connect(tmp_path / "history.sqlite3", isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # held until after the window has quit
+    try:
+        engine.answer("Snails can sleep for years.")
+        window.close()
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    (kept,) = tmp_path.glob("unsaved-answers-*.json")
+    assert kept.stat().st_mode & 0o777 == 0o600
+    (answer,) = json.loads(kept.read_text(encoding="utf-8"))
+    assert (answer["text"], answer["status"], answer["stats"]["tokens"]) == (
+        "Snails can sleep for years.", "complete", 4)
 
 
 # The pair that answers

@@ -572,8 +572,8 @@ def _write_message(path: Path, exc: sqlite3.Error) -> str:
     """What went wrong with a write, in words; the failed write changed nothing."""
     code, text = _code(exc), str(exc).lower()
     if code in _BUSY_CODES or "locked" in text:
-        return _locked_message(path)
-    if code in _FULL_CODES or "disk is full" in text:
+        why = "another program holds it locked (another Tandem may be running)"
+    elif code in _FULL_CODES or "disk is full" in text:
         why = "the disk is full. Free some space on that disk"
     elif code in _READONLY_CODES or "readonly" in text or "read-only" in text:
         why = f"the data folder is read-only. Make {path.parent} writable"

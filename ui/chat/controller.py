@@ -17,8 +17,11 @@ the window says so, and the write is tried again every few seconds and at quit u
 
 from __future__ import annotations
 
+import json
 import logging
-from dataclasses import dataclass, replace
+import os
+import time
+from dataclasses import asdict, dataclass, replace
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
@@ -75,6 +78,7 @@ class ChatController(QObject):
     conversation_opened = Signal(object)  # Conversation, or None for a new chat not yet stored
     answer_finished = Signal(object)  # GenerationStats
     error = Signal(str)  # the history could not be written
+    saved = Signal(str)  # answers the history refused earlier are stored now (a line for the status bar)
     trace_shown = Signal(object)  # TurnTrace (or None) of the answer the side panel should show
     trace_rounds = Signal(list)  # RoundTrace just added to the trace shown (the live answer's)
     request_baseline = Signal(object)  # messages: re-time the target alone at this context
@@ -413,8 +417,8 @@ class ChatController(QObject):
         except HistoryWriteError as exc:
             self.unsaved[(answer.answer_id, answer.version)] = answer
             self._retry.start()
-            self.error.emit(f"{exc} The answer stays in the window, and Tandem keeps trying to save it "
-                            "(every few seconds, and when you quit).")
+            self.error.emit(f"{exc} The answer stays in the window, and Tandem saves it as soon as it can "
+                            "(it tries every few seconds, and when you quit).")
         except HistoryError as exc:  # its chat is gone: there is nothing to store it in
             self.error.emit(str(exc))
 
@@ -442,8 +446,21 @@ class ChatController(QObject):
         keep what arrived, marked as interrupted. Then a last try for answers not saved yet."""
         if self.pending is not None:
             self._finish(self.pending.text, "interrupted", {})
+            self.saved.emit("The answer kept in the window is now saved in the chat history.")
         if self.unsaved and not self.save_unsaved(wait_s=BUSY_TIMEOUT_S):
-            log.error("%d answer(s) could not be saved to the chat history before quitting", len(self.unsaved))
+            self._keep_aside()
+
+    def _keep_aside(self) -> None:
+        """Quitting while the history still refuses some answers: they go to a JSON file beside it
+        (readable by the user only), so nothing is lost; a full disk may refuse that too."""
+        path = self.store.path.with_name(f"unsaved-answers-{time.strftime('%Y%m%d-%H%M%S')}.json")
+        try:
+            with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as f:
+                json.dump([asdict(answer) for answer in self.unsaved.values()], f, ensure_ascii=False, indent=1)
+            log.error("%d answer(s) the chat history refused were written to %s", len(self.unsaved), path)
+        except OSError as exc:
+            log.error("%d answer(s) could not be saved (%s): %r", len(self.unsaved), exc,
+                      [answer.text for answer in self.unsaved.values()])
 
     def _set_busy(self, busy: bool) -> None:
         self.view.set_busy(busy)

@@ -182,6 +182,7 @@ class MainWindow(QMainWindow):
         self.composer.stop_requested.connect(controller.stop)
         self.chat_view.copied.connect(self._on_copied)
         self.chat_view.edit_requested.connect(self.edit_last)
+        controller.saved.connect(lambda message: self.status.showMessage(message, 8000))
         self.conversation_list.conversation_selected.connect(self._open)
         self.conversation_list.new_requested.connect(self.new_chat)
         self.conversation_list.rename_requested.connect(controller.rename)

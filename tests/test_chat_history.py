@@ -573,3 +573,12 @@ def test_the_history_and_its_journal_files_are_private(db_path):
     older.chmod(0o644)  # written by an earlier Tandem
     with HistoryStore.open(older):
         assert older.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_history_that_cannot_be_created_says_why(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    with pytest.raises(HistoryError, match="Could not create the folder"):
+        HistoryStore.open(blocker / "data" / "history.sqlite3")
+    with pytest.raises(HistoryError, match="Could not create the chat history"):
+        history._make_private(blocker / "history.sqlite3")  # its folder is a file

@@ -14,6 +14,7 @@ write can be tried again later. The file and its journals are readable by their 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sqlite3
 import time
@@ -38,6 +39,7 @@ _DAMAGED_CODES = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB
 _FULL_CODES = {13}  # SQLITE_FULL
 _READONLY_CODES = {8}  # SQLITE_READONLY
 PRIVATE_MODE = 0o600  # chats are as private as the hub token
+log = logging.getLogger(__name__)
 
 
 class HistoryError(Exception):
@@ -173,7 +175,13 @@ class HistoryStore:
         cls, path: Path | None = None, *, busy_timeout: float = BUSY_TIMEOUT_S, clock: Callable[[], float] = time.time
     ) -> HistoryStore:
         path = Path(path) if path is not None else default_path()
-        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise HistoryError(
+                f"Could not create the folder of the chat history, {path.parent} ({exc.strerror or exc}). "
+                "Check that the path is a folder you can write to."
+            ) from exc
         recovery = None
         damage = _check_integrity(path, busy_timeout)
         if damage is not None:
@@ -529,16 +537,21 @@ def _make_private(path: Path) -> None:
     if os.name != "posix" or str(path) == ":memory:":
         return
     try:
-        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, PRIVATE_MODE))
-        for suffix in ("", "-wal", "-shm", "-journal"):
-            part = Path(f"{path}{suffix}")
-            if part.exists() and part.stat().st_mode & 0o777 != PRIVATE_MODE:
-                part.chmod(PRIVATE_MODE)
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, PRIVATE_MODE))
+    except FileExistsError:
+        pass
     except OSError as exc:
         raise HistoryError(
-            f"Could not create the chat history at {path} readable by you only ({exc.strerror or exc}). "
+            f"Could not create the chat history at {path} ({exc.strerror or exc}). "
             "Check that the folder exists, is yours and is writable."
         ) from exc
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        part = Path(f"{path}{suffix}")
+        try:
+            if part.exists() and part.stat().st_mode & 0o777 != PRIVATE_MODE:
+                part.chmod(PRIVATE_MODE)
+        except OSError as exc:  # another user's file: it stays as it is, and still opens
+            log.warning("could not make %s private: %s", part, exc)
 
 
 def _move_aside(path: Path) -> Path:

@@ -75,7 +75,7 @@ def drop_on(widget, texts: list[str]) -> None:
 
 
 def banner_count(window) -> int:
-    return len(window.banners.texts())
+    return window.banners.added  # a new message may replace an older one on its topic
 
 
 def wait_banner(window, before: int) -> str:

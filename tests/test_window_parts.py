@@ -536,3 +536,46 @@ def test_switching_chats_shows_the_opened_chats_last_answer_figures(offline_wind
     assert window.status.last_answer.text() == ""
     window.new_chat()
     assert window.status.last_answer.text() == ""
+
+
+def test_banners_do_not_pile_up_one_per_topic_a_few_at_most_each_closable(offline_window, tmp_path, qtbot):
+    window = offline_window()
+    qtbot.waitUntil(lambda: any("Could not load" in text for text in window.banners.texts()), timeout=30_000)
+    for name in ("first", "second", "third"):  # the same kind of message, three times
+        window.pairing.choose("target", str(tmp_path / name))
+    about_models = [t for t in window.banners.texts() if "no such file" in t or "Could not load" in t]
+    assert len(about_models) == 1 and "third" in about_models[0]  # the newest replaced its twins
+    from ui.banner import MAX_SHOWN
+    for n in range(MAX_SHOWN + 2):
+        window.banners.add(f"Message {n}", "warning", f"topic {n}")
+    shown = window.banners.texts()
+    assert len(shown) == MAX_SHOWN and shown[-1] == f"Message {MAX_SHOWN + 1}"
+    banner = window.banners.banners()[0]
+    qtbot.mouseClick(banner.close_button, Qt.MouseButton.LeftButton)
+    assert banner.label.text() not in window.banners.texts() and banner.isHidden()
+    assert len(window.banners.texts()) == MAX_SHOWN - 1
+
+
+def tooltip_width(text: str) -> int:
+    """How wide Qt lays out a plain-text tooltip: each line on its own, unwrapped (QTipLabel wraps only
+    rich text, or a line wider than the whole screen), in the tooltip font."""
+    from PySide6 import QtGui
+    from PySide6.QtGui import QFontMetrics
+    from PySide6.QtWidgets import QToolTip
+
+    assert not QtGui.Qt.mightBeRichText(text), text
+    metrics = QFontMetrics(QToolTip.font())
+    return max(metrics.horizontalAdvance(line) for line in text.split("\n"))
+
+
+def test_no_tooltip_in_the_settings_drawer_is_wider_than_a_reading_width(qtbot):
+    from PySide6.QtWidgets import QWidget
+
+    from ui.chat.settings_drawer import SettingsDrawer
+
+    drawer = SettingsDrawer()
+    qtbot.addWidget(drawer)
+    tips = {w.toolTip() for w in [drawer, *drawer.findChildren(QWidget)] if w.toolTip()}
+    assert any(tip.startswith("Randomness.") for tip in tips)  # the temperature's, 1,470 px on one line before
+    widths = {tip.split("\n")[0]: tooltip_width(tip) for tip in tips}
+    assert max(widths.values()) <= 500, widths

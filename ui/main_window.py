@@ -83,7 +83,7 @@ class MainWindow(QMainWindow):
         self._wire()
         self._restore()
         if history_message:
-            self.banners.add(history_message, "warning")
+            self.banners.add(history_message, "warning", "history")
         self.chat_view.set_greeting_hint("Loading the model…")
         self.setAcceptDrops(True)  # two models dropped anywhere pair up; the slots take one each
         self.pairing.request_pair.emit(PairRequest(model, draft or DRAFT_AUTO, backend))
@@ -177,7 +177,7 @@ class MainWindow(QMainWindow):
         controller.conversations_changed.connect(self.refresh_conversations)
         controller.conversation_opened.connect(self._on_conversation_opened)
         controller.answer_finished.connect(self.status.show_stats)
-        controller.error.connect(lambda message: self.banners.add(message, "error"))
+        controller.error.connect(lambda message: self.banners.add(message, "error", "answer"))
         self.composer.send_requested.connect(self._on_send)
         self.composer.stop_requested.connect(controller.stop)
         self.chat_view.copied.connect(self._on_copied)
@@ -216,8 +216,8 @@ class MainWindow(QMainWindow):
         worker.pair_notice.connect(self._on_pair_notice)
         pairing.trial_shown.connect(self.header.show_trial)
         pairing.request_pair.connect(self._on_pair_requested)  # emitted on this thread: runs here
-        pairing.error.connect(lambda message: self.banners.add(message, "error"))
-        pairing.info.connect(lambda message: self.banners.add(message, "info"))
+        pairing.error.connect(lambda message: self.banners.add(message, "error", "pairing"))
+        pairing.info.connect(lambda message: self.banners.add(message, "info", "pairing"))
         self.controller.busy_changed.connect(self._trial_gives_way)
 
     def _trial_gives_way(self, busy: bool) -> None:
@@ -231,7 +231,7 @@ class MainWindow(QMainWindow):
     # lambda would run on the worker's thread and touch widgets from there).
 
     def _on_pair_notice(self, message: str) -> None:
-        self.banners.add(message, "warning")
+        self.banners.add(message, "warning", "pair")
 
     def _on_unloaded(self) -> None:
         self.controller.model = None
@@ -274,7 +274,7 @@ class MainWindow(QMainWindow):
         request = self.controller.race_request()
         if request is None:
             self.banners.add("Race mode needs a loaded model, an idle engine and a chat with a question "
-                             "in it: send a message first.", "warning")
+                             "in it: send a message first.", "warning", "race")
             return
         self.controller.set_racing(True)
         self.race_dialog = RaceDialog(self)
@@ -449,7 +449,7 @@ class MainWindow(QMainWindow):
 
     def _on_load_failed(self, message: str) -> None:
         model = self.controller.model
-        self.banners.add(f"Could not load the model. {message}", "error")
+        self.banners.add(f"Could not load the model. {message}", "error", "pairing")
         if model is not None:  # the pair in use was never touched: say so, and carry on with it
             self.header.show_loaded(model)
             if self.pairing.trial_text:

@@ -9,6 +9,7 @@ from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar, QWidget
 from app.engine.events import GenerationStats
 from app.models.resolve import display_name, draft_label
 from app.runner import LoadedModel
+from ui.tips import wrap_tip
 
 MEMORY_REFRESH_MS = 2000
 LIBRARIES = {"torch": "PyTorch", "mlx": "MLX"}
@@ -52,8 +53,8 @@ class StatusBar(QStatusBar):
         self.last_answer = QLabel("")
         self.memory = QLabel("")
         self.memory.setToolTip("Memory this process uses (resident set), models included")
-        self.last_answer.setToolTip("The last answer of this chat: decode speed and how many draft tokens the "
-                                    "target accepted")
+        self.last_answer.setToolTip(wrap_tip("The last answer of this chat: decode speed and how many draft tokens "
+                                             "the target accepted"))
         for label in (self.pair, self.device):
             label.setMinimumWidth(label.fontMetrics().averageCharWidth() * 6)  # clipped, never widening the window
         self.addWidget(self.loading)
@@ -72,7 +73,7 @@ class StatusBar(QStatusBar):
         self.showMessage(message)
         if self.loaded is None:
             self.pair.setText("Loading …")
-            self.pair.setToolTip(message)
+            self.pair.setToolTip(wrap_tip(message))
 
     def show_loaded(self, info: LoadedModel) -> None:
         self.loaded = info
@@ -80,7 +81,7 @@ class StatusBar(QStatusBar):
         self.showMessage(f"Loaded in {info.load_s:.1f}s", 5000)
         draft, detail = draft_label(info.draft)
         self.pair.setText(f"{display_name(info.folder)} · draft: {draft}")
-        self.pair.setToolTip(f"Target: {info.folder}\nDraft: {draft} ({detail})")
+        self.pair.setToolTip(wrap_tip(f"Target: {info.folder}\nDraft: {draft} ({detail})"))
         self.device.setText(f"{where_words(info.backend, info.device)} · {info.dtype.split(' (')[0]}")
         self.device.setToolTip(f"backend {info.backend}, device {info.device}, weights {info.dtype}")
 

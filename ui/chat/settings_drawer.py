@@ -11,6 +11,7 @@ from PySide6.QtWidgets import (QComboBox, QDoubleSpinBox, QFormLayout, QFrame, Q
                                QPushButton, QSpinBox, QWidget)
 
 from app.chat.settings import MAX_DRAFT_TOKENS, ChatSettings
+from ui.tips import wrap_tip
 
 PROMPT_DELAY_MS = 400
 
@@ -61,7 +62,7 @@ class SettingsDrawer(QFrame):
         self.drafter.addItem("Prompt lookup (n-gram)", "ngram")
         self.drafter.addItem("None: the target alone", "none")
         self.reset_button = QPushButton("Defaults")
-        self.reset_button.setToolTip("Put the generation settings back to Tandem's defaults")
+        self.reset_button.setToolTip(wrap_tip("Put the generation settings back to Tandem's defaults"))
         self.reset_button.clicked.connect(lambda: self.set_values(self.defaults, self.system_prompt.toPlainText(),
                                                                   announce=True))
         self._prompt_timer = QTimer(self)
@@ -77,8 +78,8 @@ class SettingsDrawer(QFrame):
 
     def _layout(self) -> None:
         prompt_label = QLabel("System prompt")
-        prompt_label.setToolTip(TIPS["system_prompt"])
-        self.system_prompt.setToolTip(TIPS["system_prompt"])
+        prompt_label.setToolTip(wrap_tip(TIPS["system_prompt"]))
+        self.system_prompt.setToolTip(wrap_tip(TIPS["system_prompt"]))
         left, right = QFormLayout(), QFormLayout()
         for form in (left, right):
             form.setHorizontalSpacing(10)
@@ -88,8 +89,8 @@ class SettingsDrawer(QFrame):
                 (right, "Draft tokens", self.draft_tokens, "draft_tokens"), (right, "Drafter", self.drafter, "drafter")]
         for form, text, widget, key in rows:
             label = QLabel(text)
-            label.setToolTip(TIPS[key])
-            widget.setToolTip(TIPS[key])
+            label.setToolTip(wrap_tip(TIPS[key]))
+            widget.setToolTip(wrap_tip(TIPS[key]))
             form.addRow(label, widget)
         grid = QGridLayout(self)
         grid.setContentsMargins(16, 10, 16, 12)

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from app.engine.events import Finished
 from app.engine.sampling import SamplingParams
 from app.models.pair_memory import TrialResult
-from app.runner import DRAFT_NONE, ChatRequest, Runner
+from app.runner import DRAFT_NONE, CancelToken, ChatRequest, Runner
 
 # Short, varied asks: code, a list, an explanation. Speculation gains differ by kind of text.
 TRIAL_PROMPTS = (
@@ -22,36 +23,65 @@ TRIAL_PROMPTS = (
 TRIAL_TOKENS = 40
 
 
+@dataclass
+class TrialProgress:
+    """What a trial has measured so far. A trial gives way to every real request and resumes
+    between messages from the next whole prompt (both sides of a prompt are timed back to back,
+    so each ratio compares like with like)."""
+
+    done: int = 0  # prompts measured, both sides
+    alone_s: float = 0.0
+    alone_n: int = 0
+    spec_s: float = 0.0
+    spec_n: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    rounds: int = 0
+    gave_way: bool = False  # the last run stopped for a real request: resume it later
+
+
 def run_trial(runner: Runner, cancelled: Callable[[], bool] = lambda: False,
-              prompts: tuple[str, ...] = TRIAL_PROMPTS, tokens: int = TRIAL_TOKENS) -> TrialResult | None:
-    """Measure the loaded pair; None when it was cancelled (a real request wants the engine)
-    or the pair has no drafter to try. Throughput is decode tokens over decode time, summed over
-    the prompts, so an answer that ends early at a stop token still compares fairly."""
+              prompts: tuple[str, ...] = TRIAL_PROMPTS, tokens: int = TRIAL_TOKENS,
+              progress: TrialProgress | None = None) -> TrialResult | None:
+    """Measure the loaded pair; None when it gave way (a real request wants the engine:
+    `progress.gave_way`, and a later call with the same `progress` resumes) or the pair has no
+    drafter to try. Throughput is decode tokens over decode time, summed over the prompts, so an
+    answer that ends early at a stop token still compares fairly."""
+    progress = progress or TrialProgress()
+    progress.gave_way = False
     if runner.loaded is None or runner.drafter is None:
         return None
-    alone_s = alone_n = spec_s = spec_n = drafted = accepted = rounds = 0
-    for prompt in prompts:
+    for prompt in prompts[progress.done:]:
         messages = ({"role": "user", "content": prompt},)
+        measured = []
         for drafter in (DRAFT_NONE, "pair"):
             if cancelled():
+                progress.gave_way = True
                 return None
-            request = ChatRequest(messages, max_tokens=tokens, params=SamplingParams(), drafter=drafter)
+            request = ChatRequest(messages, max_tokens=tokens, params=SamplingParams(), drafter=drafter,
+                                  cancel=CancelToken(also=cancelled))
             finished = None
             for event in runner.chat(request):
                 if isinstance(event, Finished):
                     finished = event
             if finished is None or finished.stats.finish_reason == "cancelled":
+                progress.gave_way = True
                 return None
-            stats = finished.stats
-            if drafter == DRAFT_NONE:
-                alone_s, alone_n = alone_s + stats.decode_s, alone_n + stats.decode_tokens
-            else:
-                spec_s, spec_n = spec_s + stats.decode_s, spec_n + stats.decode_tokens
-                drafted, accepted, rounds = drafted + stats.drafted, accepted + stats.accepted, rounds + stats.rounds
-    if not (alone_s and spec_s and alone_n and spec_n):
+            measured.append(finished.stats)
+        alone, spec = measured
+        progress.alone_s += alone.decode_s
+        progress.alone_n += alone.decode_tokens
+        progress.spec_s += spec.decode_s
+        progress.spec_n += spec.decode_tokens
+        progress.drafted += spec.drafted
+        progress.accepted += spec.accepted
+        progress.rounds += spec.rounds
+        progress.done += 1
+    p = progress
+    if not (p.alone_s and p.spec_s and p.alone_n and p.spec_n):
         return None
     return TrialResult(
-        acceptance=accepted / drafted if drafted else 0.0,
-        speedup=(spec_n / spec_s) / (alone_n / alone_s),
-        tokens_per_pass=spec_n / rounds if rounds else 0.0,
-        tokens=spec_n, measured_at=time.time())
+        acceptance=p.accepted / p.drafted if p.drafted else 0.0,
+        speedup=(p.spec_n / p.spec_s) / (p.alone_n / p.alone_s),
+        tokens_per_pass=p.spec_n / p.rounds if p.rounds else 0.0,
+        tokens=p.spec_n, measured_at=time.time())

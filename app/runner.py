@@ -1,8 +1,10 @@
 """The one owner of a loaded model pair. Qt-free: the window's worker, the CLI and (later) the
 local server are its clients.
 
-A runner is used from one thread for its whole life (MLX streams belong to one thread); its
-only cross-thread entry point is `cancel()`, a flag the generator checks between rounds.
+A runner is used from one thread for its whole life (MLX streams belong to one thread). Each
+request carries its own `CancelToken`, made by the client when it asks (so a Stop pressed the
+instant after Send still reaches that request) and never cleared; the generator checks it
+between rounds and between draft steps. `cancel()` cancels the request running now.
 """
 
 from __future__ import annotations
@@ -10,8 +12,8 @@ from __future__ import annotations
 import gc
 import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.engine.adaptive import DraftLengthController
@@ -47,6 +49,21 @@ def self_draft_precision(draft: str | Path) -> str | None:
     return text[len(SELF_DRAFT):] if text.startswith(SELF_DRAFT) else None
 
 
+class CancelToken:
+    """One request's Stop: set from any thread, never cleared (a new request gets a new token)."""
+
+    def __init__(self, also: Callable[[], bool] | None = None):
+        self._event = threading.Event()
+        self._also = also  # another reason to stop (a background job gives way to a real request)
+
+    def cancel(self) -> None:
+        self._event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set() or (self._also is not None and self._also())
+
+
 @dataclass(frozen=True)
 class ChatRequest:
     messages: tuple[dict, ...]  # ({"role": "system"|"user"|"assistant", "content": str}, ...)
@@ -57,6 +74,7 @@ class ChatRequest:
     # "pair": the loaded draft (a draft model works with prompt lookup); "model": the draft model
     # alone; "ngram": prompt lookup alone; "none": the target alone
     drafter: str = "pair"
+    cancel: CancelToken = field(default_factory=CancelToken, compare=False, repr=False)
 
     @property
     def use_draft(self) -> bool:
@@ -92,7 +110,7 @@ class Runner:
         # Adaptive k per drafter, kept across turns: what it measured (the cost of each verify
         # width, the acceptance) belongs to the pair and this machine, not to one answer.
         self._controllers: dict[str, DraftLengthController] = {}
-        self._cancel = threading.Event()
+        self._running: CancelToken | None = None  # the token of the request being answered
         self.free_memory = free_memory  # (backend, device) -> (bytes, name); tests may simulate less
 
     def _device(self, backend: str) -> str:
@@ -186,8 +204,10 @@ class Runner:
         return config, file_bytes
 
     def cancel(self) -> None:
-        """Ask the running generation to stop after its current round (any thread)."""
-        self._cancel.set()
+        """Stop the request being answered now, between rounds or draft steps (any thread)."""
+        running = self._running
+        if running is not None:
+            running.cancel()
 
     def _controller(self, choice: str) -> DraftLengthController:
         return self._controllers.setdefault(choice, DraftLengthController())
@@ -201,31 +221,39 @@ class Runner:
             return self.drafter.model
         return self.drafter
 
-    def time_target_alone(self, messages: tuple[dict, ...] = (), tokens: int = BASELINE_TOKENS) -> tuple[float, int]:
+    def time_target_alone(self, messages: tuple[dict, ...] = (), tokens: int = BASELINE_TOKENS,
+                          cancelled: Callable[[], bool] = lambda: False) -> tuple[float, int] | None:
         """Seconds per token of the target decoding alone after `messages` (or a short greeting),
         and the context length it was measured at: the side panel's speedup is measured against
-        this, never assumed. Stop tokens are ignored so every timing covers `tokens` tokens."""
+        this, never assumed. Stop tokens are ignored so every timing covers `tokens` tokens.
+        None when `cancelled()` turned true (a real request wants the engine): no half timing."""
         if self.target is None:
             raise RuntimeError("No model is loaded.")
         prompt = self.tokenizer.render_chat(list(messages) or [{"role": "user", "content": "Hello!"}])
         prompt = prompt[-(self.target.context_length - tokens - 1):]
         finished = None
-        for event in generate(self.target, self.tokenizer.decode, prompt, drafter=None, max_tokens=tokens):
+        for event in generate(self.target, self.tokenizer.decode, prompt, drafter=None, max_tokens=tokens,
+                              should_stop=cancelled):
             if isinstance(event, Finished):
                 finished = event
         stats = finished.stats
-        return stats.decode_s / max(stats.decode_tokens, 1), len(prompt) + tokens
+        if stats.finish_reason == "cancelled" or not stats.decode_tokens:
+            return None
+        return stats.decode_s / stats.decode_tokens, len(prompt) + tokens
 
     def chat(self, request: ChatRequest) -> Iterator[Round | Notice | Finished]:
         if self.target is None:
             raise RuntimeError("No model is loaded.")
-        self._cancel.clear()
         prompt_ids = self.tokenizer.render_chat(list(request.messages))
-        yield from generate(
-            self.target, self.tokenizer.decode, prompt_ids,
-            drafter=self._drafter_for(request.drafter),
-            stop_ids=self.tokenizer.stop_ids, max_tokens=request.max_tokens,
-            params=request.params, stop_strings=request.stop_strings,
-            draft_tokens=request.draft_tokens, should_stop=self._cancel.is_set,
-            controller=None if request.draft_tokens else self._controller(request.drafter),
-        )
+        self._running = request.cancel
+        try:
+            yield from generate(
+                self.target, self.tokenizer.decode, prompt_ids,
+                drafter=self._drafter_for(request.drafter),
+                stop_ids=self.tokenizer.stop_ids, max_tokens=request.max_tokens,
+                params=request.params, stop_strings=request.stop_strings,
+                draft_tokens=request.draft_tokens, should_stop=lambda: request.cancel.cancelled,
+                controller=None if request.draft_tokens else self._controller(request.drafter),
+            )
+        finally:
+            self._running = None

@@ -180,9 +180,10 @@ class MainWindow(QMainWindow):
         controller.error.connect(lambda message: self.banners.add(message, "error", "answer"))
         self.composer.send_requested.connect(self._on_send)
         self.composer.stop_requested.connect(controller.stop)
+        controller.stopping.connect(self._on_stopping)
         self.chat_view.copied.connect(self._on_copied)
-        self.chat_view.edit_requested.connect(self.edit_last)
         controller.saved.connect(lambda message: self.status.showMessage(message, 8000))
+        self.chat_view.edit_requested.connect(self.edit_last)
         self.conversation_list.conversation_selected.connect(self._open)
         self.conversation_list.new_requested.connect(self.new_chat)
         self.conversation_list.rename_requested.connect(controller.rename)
@@ -416,7 +417,15 @@ class MainWindow(QMainWindow):
     def _on_copied(self, what: str) -> None:
         self.status.showMessage(f"Copied {what} to the clipboard.", COPIED_MS)
 
+    def _on_stopping(self) -> None:
+        """Said at once: the engine ends the answer within a round or a draft step."""
+        self.composer.stop_button.setText("Stopping…")
+        self.composer.stop_button.setEnabled(False)
+        self.status.showMessage("Stopping…")
+
     def _on_busy(self, busy: bool) -> None:
+        self.composer.stop_button.setText("Stop")
+        self.composer.stop_button.setEnabled(True)
         self.composer.set_busy(busy)
         self.draft_panel.set_available(not busy and self.controller.model is not None)
         self.regenerate_action.setEnabled(not busy)
@@ -469,6 +478,10 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         if not self._closed:
             self._closed = True
+            # The window goes at once; the worker finishes its round (or draft step) behind it and
+            # the answer is stored as it ended.
+            self.hide()
+            QCoreApplication.processEvents()
             self.shutdown()
         super().closeEvent(event)
 

@@ -20,6 +20,7 @@ from app.chat.context import ContextOverflowError, fit_messages
 from app.chat.trace import RoundTrace, trace_round
 from app.engine.events import Finished, Notice, Round
 from app.models.pairing import PairingError
+from app.pair_trial import TrialProgress, run_trial
 from app.runner import BASELINE_TOKENS, DRAFT_AUTO, DRAFT_LOOKUP, DRAFT_NONE, ChatRequest, Runner
 
 REPAINT_INTERVAL_S = 1 / 30
@@ -94,18 +95,35 @@ class EngineWorker(QObject):
     def __init__(self, runner: Runner | None = None):
         super().__init__()
         self.runner = runner or Runner()
-        self._trial_interrupted = threading.Event()
+        # Set (from the GUI thread) while a real request waits or runs: background work on the
+        # engine (the pair trial, re-timing the target alone) gives way at once and resumes later.
+        self._engine_wanted = threading.Event()
+        self._trial: tuple[PairRequest, TrialProgress] | None = None  # a trial still to finish
         self.timings: Baseline | None = None  # of the pair loaded now
 
     def stop(self) -> None:
-        """Called from the GUI thread: the generator stops after its current round."""
+        """Called from the GUI thread: the request running now stops between rounds or draft
+        steps. (A client that made the request cancels its own token instead.)"""
         self.runner.cancel()
 
+    def set_engine_wanted(self, wanted: bool) -> None:
+        """Called from the GUI thread: a real request is queued or running (True), or the chat
+        is idle again (False; then call `resume_background` on the worker's thread)."""
+        if wanted:
+            self._engine_wanted.set()
+        else:
+            self._engine_wanted.clear()
+
     def interrupt_trial(self) -> None:
-        """Called from the GUI thread when a real request wants the engine: a pair trial in
-        progress ends after its current round and is not remembered."""
-        self._trial_interrupted.set()
+        """Called from the GUI thread when quitting: background work ends after its round."""
+        self._engine_wanted.set()
         self.runner.cancel()
+
+    @Slot()
+    def resume_background(self) -> None:
+        """The chat is idle: finish a pair trial that gave way to a message."""
+        if self._trial is not None and not self._engine_wanted.is_set():
+            self._continue_trial()
 
     @Slot(object)
     def load_pair(self, request: PairRequest) -> None:
@@ -130,6 +148,7 @@ class EngineWorker(QObject):
             self.load_failed.emit(str(exc))
             return
         self.timings = None  # a new pair: its own yardstick
+        self._trial = None  # a trial of the previous pair says nothing about this one
         self.loaded.emit(info)
         if info.notice:
             self.pair_notice.emit(info.notice)
@@ -138,15 +157,22 @@ class EngineWorker(QObject):
 
     @Slot(object)
     def trial(self, request: PairRequest) -> None:
-        """The quick pair trial (app/pair_trial.py) on the pair just loaded."""
-        from app.pair_trial import run_trial
+        """The quick pair trial (app/pair_trial.py) on the pair just loaded. It gives way to every
+        message and finishes between them; trial_done comes once, when it has finished."""
+        self._trial = (request, TrialProgress())
+        if not self._engine_wanted.is_set():
+            self._continue_trial()
 
-        self._trial_interrupted.clear()
+    def _continue_trial(self) -> None:
+        request, progress = self._trial
         try:
-            result = run_trial(self.runner, self._trial_interrupted.is_set)
+            result = run_trial(self.runner, self._engine_wanted.is_set, progress=progress)
         except Exception:  # a trial is a bonus: its failure must not look like a broken pair
             log.exception("pair trial failed")
-            result = None
+            result, progress.gave_way = None, False
+        if progress.gave_way:
+            return  # resume_background goes on from the next prompt
+        self._trial = None
         self.trial_done.emit(request, result)
 
     @Slot(str, str, str)
@@ -155,12 +181,19 @@ class EngineWorker(QObject):
 
     @Slot(object)
     def measure_baseline(self, messages) -> None:
-        """Time the target alone (the speedup's yardstick) after `messages`, or a short chat."""
+        """Time the target alone (the speedup's yardstick) after `messages`, or a short chat.
+        Between answers (`messages` given) it gives way to a waiting request: no sample then."""
+        give_way = self._engine_wanted.is_set if messages else (lambda: False)
+        if give_way():
+            return
         try:
-            seconds, context = self.runner.time_target_alone(tuple(messages))
+            timing = self.runner.time_target_alone(tuple(messages), cancelled=give_way)
         except Exception as exc:  # no baseline: the panel says so rather than guess
             log.warning("timing the target alone failed: %s", exc)
             return
+        if timing is None:
+            return
+        seconds, context = timing
         tokens = BASELINE_TOKENS
         self.timings = (Baseline.first(seconds, context, tokens) if self.timings is None
                         else self.timings.add(seconds, context, tokens))

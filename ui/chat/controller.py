@@ -30,7 +30,7 @@ from app.chat.history import BUSY_TIMEOUT_S, Conversation, HistoryError, History
 from app.chat.settings import ChatSettings
 from app.chat.trace import TurnTrace
 from app.engine.events import Finished, GenerationStats
-from app.runner import ChatRequest, LoadedModel
+from app.runner import CancelToken, ChatRequest, LoadedModel
 from ui.chat.chat_view import ChatView
 from ui.chat.message_widget import MessageWidget
 from ui.header import draft_text, target_text
@@ -82,6 +82,7 @@ class ChatController(QObject):
     trace_shown = Signal(object)  # TurnTrace (or None) of the answer the side panel should show
     trace_rounds = Signal(list)  # RoundTrace just added to the trace shown (the live answer's)
     request_baseline = Signal(object)  # messages: re-time the target alone at this context
+    stopping = Signal()  # Stop was pressed: the answer ends within a round
 
     def __init__(self, store: HistoryStore, worker: EngineWorker, view: ChatView, defaults: ChatSettings,
                  parent: QObject | None = None):
@@ -93,6 +94,7 @@ class ChatController(QObject):
         self.system_prompt = ""
         self.model: LoadedModel | None = None
         self.pending: _Pending | None = None
+        self._cancel: CancelToken | None = None  # the running answer's Stop
         self.baseline: Baseline | None = None  # the target alone's timings
         self.racing = False
         self.race_question: tuple[int, int] | None = None  # (chat, message id) of the question raced
@@ -335,8 +337,13 @@ class ChatController(QObject):
         return True
 
     def stop(self) -> None:
+        """Stop the answer being written: its own token, set now, so a Stop pressed the instant
+        after Send still reaches it; the engine checks it between rounds and draft steps."""
         if self.busy:
-            self.worker.stop()  # after the current round; the worker then reports Finished
+            if self._cancel is not None:
+                self._cancel.cancel()
+            self.worker.stop()  # race mode's requests are the worker's own
+            self.stopping.emit()
 
     def _start(self, answer_id: int, version: int | None = None) -> None:
         conv_id = self.current.id
@@ -348,7 +355,9 @@ class ChatController(QObject):
         self.pending = _Pending(conv_id, answer_id, record, TurnTrace(baseline=self.baseline), version=version)
         self.trace_shown.emit(self.pending.trace)
         self._set_busy(True)
-        self.request_generate.emit(self._request(history))
+        request = self._request(history)
+        self._cancel = request.cancel
+        self.request_generate.emit(request)
 
     # The worker's reports
 
@@ -383,10 +392,10 @@ class ChatController(QObject):
         pending = self.pending
         if self._finish(event.text, status, stats_record(event.stats)):
             self.answer_finished.emit(event.stats)
-            context = event.stats.prompt_tokens + event.stats.tokens
-            if self.baseline and context > 2 * self.baseline.context and not pending.discarded:
-                # the chat has outgrown the context the target alone was timed at: time it again
-                # (the engine is idle now), so the next answer's speedup is measured like for like
+            if not pending.discarded:
+                # Time the target alone again at the context this chat has reached, between answers
+                # (it gives way to the next message): the baseline is sampled in the answers' own
+                # conditions, so a machine that slows down slows both sides of the ratio.
                 messages = [m.as_chat() for m in self.store.messages(pending.conv_id) if m.content]
                 self.request_baseline.emit(tuple(messages))
 
@@ -437,6 +446,7 @@ class ChatController(QObject):
             except HistoryError:
                 log.warning("answer %s could not be saved: it is no longer in the history", answer.answer_id)
             del self.unsaved[key]
+            self.saved.emit("The answer kept in the window is now saved in the chat history.")
         if not self.unsaved:
             self._retry.stop()
         return not self.unsaved
@@ -446,7 +456,6 @@ class ChatController(QObject):
         keep what arrived, marked as interrupted. Then a last try for answers not saved yet."""
         if self.pending is not None:
             self._finish(self.pending.text, "interrupted", {})
-            self.saved.emit("The answer kept in the window is now saved in the chat history.")
         if self.unsaved and not self.save_unsaved(wait_s=BUSY_TIMEOUT_S):
             self._keep_aside()
 

@@ -220,7 +220,7 @@ class PairController(QObject):
         if request != self.current:
             return  # another pair was loaded meanwhile
         if result is None:
-            self.trial_shown.emit("trial interrupted: it runs again next time this pair loads")
+            self.trial_shown.emit("the trial did not finish: it runs again next time this pair loads")
             return
         target_name, draft_name = request.named()
         self.memory.set_trial(self.loaded.backend, target_name, draft_name, result)

@@ -1,0 +1,111 @@
+"""Each request has its own Stop, made when it is asked for; background work on the engine (the
+pair trial, re-timing the target alone) gives way to every real request and finishes between
+them; every drafter samples over the tokenizer's real vocabulary only."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.engine.events import Finished, Round
+from app.pair_trial import TRIAL_PROMPTS, TrialProgress, run_trial
+from app.runner import CancelToken, ChatRequest, Runner
+from tests.test_pairing_and_runner import _padded_copy
+
+ASK = ({"role": "user", "content": "hi there"},)
+QUIET = {"progress": lambda message: None}
+
+
+@pytest.fixture(scope="module")
+def runner(tiny_pair):
+    runner = Runner()
+    runner.load(tiny_pair["target"], "torch", draft=tiny_pair["near"], **QUIET)
+    return runner
+
+
+def _finished(events) -> Finished:
+    return [e for e in events if isinstance(e, Finished)][-1]
+
+
+def test_a_stop_pressed_before_the_request_starts_is_kept(runner):
+    """The flag used to be cleared when work started, after the click: a Stop pressed at the same
+    instant as Send was lost."""
+    request = ChatRequest(ASK, max_tokens=30)
+    request.cancel.cancel()  # Stop, before the runner has even seen the request
+    events = list(runner.chat(request))
+    assert _finished(events).stats.finish_reason == "cancelled"
+    assert len([t for e in events if isinstance(e, Round) for t in e.emitted]) <= 1  # the prefill's token
+
+
+def test_stopping_one_request_leaves_the_next_alone(runner):
+    first, second = ChatRequest(ASK, max_tokens=30), ChatRequest(ASK, max_tokens=30)
+    events = runner.chat(first)
+    next(events)
+    runner.cancel()  # what the worker's Stop does: the request running now
+    assert _finished(events).stats.finish_reason == "cancelled"
+    assert first.cancel.cancelled and not second.cancel.cancelled
+    assert _finished(runner.chat(second)).stats.finish_reason in ("length", "stop")
+
+
+def test_the_trial_gives_way_and_resumes_from_the_next_prompt(runner):
+    wanted = [False]
+    calls = []
+    chat = runner.chat
+
+    def counting_chat(request):
+        calls.append(request.messages[0]["content"])
+        if len(calls) == 3 and progress.done == 1:  # a message arrives during the second prompt
+            wanted[0] = True
+        return chat(request)
+
+    runner.chat = counting_chat
+    try:
+        progress = TrialProgress()
+        assert run_trial(runner, lambda: wanted[0], progress=progress) is None
+        assert progress.gave_way and progress.done == 1  # the half-measured prompt is dropped
+        wanted[0] = False
+        calls.clear()
+        result = run_trial(runner, lambda: wanted[0], progress=progress)
+    finally:
+        runner.chat = chat
+    assert result is not None and not progress.gave_way and progress.done == len(TRIAL_PROMPTS)
+    assert calls == [p for p in TRIAL_PROMPTS[1:] for _ in range(2)]  # resumed, nothing repeated
+    assert result.tokens == progress.spec_n and result.speedup > 0  # all three prompts count
+
+
+def test_a_timing_that_gives_way_yields_no_sample(runner):
+    assert runner.time_target_alone(ASK, tokens=8, cancelled=lambda: True) is None
+    seconds, context = runner.time_target_alone(ASK, tokens=8)
+    assert seconds > 0 and context > 8
+
+
+def test_the_worker_finishes_a_trial_only_when_the_chat_is_idle(runner, qapp):
+    from ui.worker import EngineWorker, PairRequest
+
+    worker = EngineWorker(runner)
+    done = []
+    worker.trial_done.connect(lambda request, result: done.append(result))
+    worker.set_engine_wanted(True)  # a message was sent before the trial could start
+    worker.trial(PairRequest("tiny"))
+    assert done == []  # it waits: the message goes first
+    worker.set_engine_wanted(False)
+    worker.resume_background()
+    assert len(done) == 1 and done[0] is not None and done[0].tokens > 0
+
+
+def test_every_drafter_samples_over_the_real_vocabulary(tiny_pair, tmp_path):
+    """A target whose embedding is padded past its tokenizer: the runner used to cut the padded
+    logits only when a draft model was loaded, so the target alone and prompt lookup could pick
+    a padding row."""
+    padded = _padded_copy(tiny_pair, tmp_path)
+    for draft in ("none", "ngram"):
+        runner = Runner()
+        runner.load(padded, "torch", draft=draft, **QUIET)
+        assert runner.target.vocab_size == 1088 and runner.target.vocab_limit == 1024, draft
+
+
+def test_cancel_token_can_follow_another_reason():
+    reason = [False]
+    token = CancelToken(also=lambda: reason[0])
+    assert not token.cancelled
+    reason[0] = True
+    assert token.cancelled

@@ -181,6 +181,23 @@ def test_stop_keeps_the_partial_answer_marked_as_stopped(window, qtbot):
     assert not window.controller.busy and window.composer.send_button.isVisible()
 
 
+def test_stop_pressed_with_send_is_never_lost_and_says_stopping_at_once(window, qtbot):
+    """Stop in the same instant as Send (before the worker has started the answer): the request's
+    own token is set at once, so the answer ends at its first check; 'Stopping…' shows at once."""
+    window.settings_drawer.max_tokens.setValue(400)
+    for _ in range(3):
+        window.new_chat()
+        with qtbot.waitSignal(window.controller.answer_finished, timeout=ANSWER_TIMEOUT_MS) as blocker:
+            window.send("Write a long story about a dragon.")
+            window.controller.stop()
+            assert window.composer.stop_button.text() == "Stopping…"  # before any round has ended
+            assert not window.composer.stop_button.isEnabled()
+        assert blocker.args[0].finish_reason == "cancelled"
+        assert blocker.args[0].tokens <= 1  # nothing after the prefill's token
+        assert stored(window)[-1].status == "stopped"
+        assert window.composer.stop_button.text() == "Stop"
+
+
 def test_regenerate_writes_a_new_version_and_keeps_the_first(window, qtbot):
     window.settings_drawer.max_tokens.setValue(3)
     answered(window, qtbot, lambda: window.send("What is the capital of France?"))

@@ -4,6 +4,7 @@ other file a test writes goes to a temporary TANDEM_HOME."""
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -15,10 +16,24 @@ if "TANDEM_CACHE" not in os.environ:
 
     os.environ["TANDEM_CACHE"] = str(cache_dir())
 
+# Every other user folder a library might write to (Qt's settings and standard paths, platformdirs,
+# huggingface-hub, whose constants are read once at import) points into a private folder before
+# anything imports them: recents from test runs were once found in a real pairs.json.
+USER_FOLDERS = ("XDG_DATA_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME", "HF_HOME")
+_session_home = Path(tempfile.mkdtemp(prefix="tandem-tests-"))
+for _name in USER_FOLDERS:
+    os.environ[_name] = str(_session_home / _name.lower())
+os.environ.pop("HF_HUB_CACHE", None)
+os.environ.pop("HF_TOKEN", None)
+
 
 @pytest.fixture(autouse=True)
 def _private_home(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("TANDEM_HOME", str(tmp_path_factory.mktemp("home")))
+    """Each test its own user data, config and cache folders."""
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("TANDEM_HOME", str(home))
+    for name in USER_FOLDERS:
+        monkeypatch.setenv(name, str(home / name.lower()))
 
 
 @pytest.fixture(scope="session")

@@ -51,3 +51,16 @@ def test_app_never_imports_qt():
 def test_engine_core_is_array_free():
     for path in (ROOT / "app" / "engine").glob("*.py"):
         assert not {n.split(".")[0] for n in _imports(path)} & ARRAY_LIBS, path.name
+
+
+def test_tests_never_see_the_real_user_folders(tmp_path):
+    """Every test runs with its own data, config and cache folders (tests/conftest.py)."""
+    import huggingface_hub.constants as hf
+    import platformdirs
+
+    from app.paths import data_dir
+
+    real_home = Path.home()
+    for folder in (data_dir(), Path(platformdirs.user_data_dir("Tandem")), Path(platformdirs.user_config_dir("Tandem")),
+                   Path(hf.HF_HOME), Path(hf.HF_TOKEN_PATH).parent):
+        assert real_home not in folder.parents or "tandem-tests-" in str(folder) or "pytest-of" in str(folder), folder

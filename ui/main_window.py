@@ -65,7 +65,7 @@ class MainWindow(QMainWindow):
         super().__init__()
         self.setWindowTitle("Tandem")
         self.theme = theme.install(QApplication.instance())
-        self.app_settings = settings if settings is not None else QSettings()
+        self.app_settings = settings if settings is not None else window_state.open_settings()
         self._closed = False
         self._loading_names = ("the model", "its draft")  # (target, draft) as the user knows them
         defaults = chat_defaults or ChatSettings()

@@ -204,7 +204,9 @@ class PairController(QObject):
     def on_paired(self, request: PairRequest, info: LoadedModel) -> None:
         self.current, self.loaded = request, info
         target_name, draft_name = request.named()
-        self.memory.add_recent(info.backend, target_name, draft_name, f"{target_name} + {info.draft}")
+        problem = self.memory.add_recent(info.backend, target_name, draft_name, f"{target_name} + {info.draft}")
+        if problem:  # the pair works; only remembering it failed (a full or read-only folder)
+            self.error.emit(problem)
         remembered = self.memory.trial(info.backend, target_name, draft_name)
         if remembered is not None:
             self.trial_shown.emit(remembered.summary())
@@ -223,7 +225,9 @@ class PairController(QObject):
             self.trial_shown.emit("the trial did not finish: it runs again next time this pair loads")
             return
         target_name, draft_name = request.named()
-        self.memory.set_trial(self.loaded.backend, target_name, draft_name, result)
+        problem = self.memory.set_trial(self.loaded.backend, target_name, draft_name, result)
+        if problem:
+            self.error.emit(problem)
         self.trial_shown.emit(result.summary())
 
 

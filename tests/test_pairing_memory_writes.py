@@ -1,0 +1,41 @@
+"""A pair that loads but cannot be remembered (pairs.json on a full or read-only folder) still
+works, and the window says why it was not remembered."""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pytestqt")
+
+from app.models.pair_memory import PairMemory, TrialResult  # noqa: E402
+from app.runner import LoadedModel  # noqa: E402
+from ui.pairing.controller import PairController  # noqa: E402
+from ui.pairing.downloads import DownloadStrip  # noqa: E402
+from ui.worker import PairRequest  # noqa: E402
+
+
+def test_a_pair_that_cannot_be_remembered_says_so(qtbot, tmp_path, monkeypatch):
+    memory = PairMemory(tmp_path / "pairs.json")
+
+    def disk_full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", disk_full)
+    monkeypatch.setattr(Path, "write_bytes", disk_full)
+    strip = DownloadStrip()
+    qtbot.addWidget(strip)
+    pairing = PairController(strip, "torch", memory)
+    errors, trials = [], []
+    pairing.error.connect(errors.append)
+    pairing.request_trial.connect(trials.append)
+    request = PairRequest("/models/big", "/models/small")
+    info = LoadedModel(Path("/models/big"), "torch", "cpu", "float32", "llama", 2048, 10, 1.0, "small")
+    pairing.on_paired(request, info)
+    assert trials == [request]  # the pair is in use all the same
+    assert len(errors) == 1 and "pairs.json" in errors[0]
+    pairing.on_trial_done(request, TrialResult(0.8, 1.5, 3.0, 100, 0.0))
+    assert len(errors) == 2
+    assert pairing.trial_text.startswith("accepts 80%")

@@ -115,6 +115,8 @@ class MessageWidget(QFrame):
                                             lambda: self.version_requested.emit(self.version - 1))
         self.next_button = self._action("›", "The next version of this answer",
                                         lambda: self.version_requested.emit(self.version + 1))
+        self.previous_button.setAccessibleName("Previous version")  # screen readers say this, not "‹"
+        self.next_button.setAccessibleName("Next version")
         self.version_label = QLabel()
         self.version_label.setObjectName("statsLabel")
         self._browse = True

@@ -102,6 +102,31 @@ def test_a_tinted_answer_is_still_markdown_with_its_text_coloured(qtbot):
     assert not widget.tinted and "```" not in widget.body.toPlainText()
 
 
+TRICKY_MARKDOWN = [
+    "| a | b |\n|---|---|\n| 1 & 2 | <x> |\n\nafter",
+    "> quote **bold** and `code`\n\n- item [link](https://example.com/a/long/path?q=1&r=2)\n  - nested",
+    "Escapes: \\*not em\\* and 5 < 6 > 4 &amp; &copy;\n\n    indented code\n\n1. one\n2. two",
+    "```\nno lang & <tag>\n```\n\n```js\nlet x = `t`;\n```\nline  \nbreak ~~strike~~ ![i](/etc/passwd)",
+    "# H1\n### H3 with `code`\n\n***\n\nUnfinished ```python\nx = [1,\n",
+]
+
+
+@pytest.mark.parametrize("text", TRICKY_MARKDOWN)
+def test_tinting_never_changes_what_an_answer_says(qapp, text):
+    from PySide6.QtGui import QTextDocument
+
+    from app.chat.markdown import Tint
+
+    spans = [(3, "accepted"), (2, "target")] * (len(text) // 5 + 1)
+    plain, tinted = QTextDocument(), QTextDocument()
+    renderer = MarkdownRenderer()
+    plain.setHtml(renderer.render(text).html)
+    tinted.setHtml(renderer.render(text, Tint(spans, {"accepted": "background-color:#00ff00;",
+                                                      "target": "background-color:#0000ff;"})).html)
+    assert tinted.toPlainText() == plain.toPlainText()
+    assert "#00ff00" in tinted.toHtml() and "#0000ff" in tinted.toHtml()
+
+
 def test_a_message_never_loads_an_image_from_the_answer(qtbot):
     from ui.chat.message_widget import MessageWidget
 

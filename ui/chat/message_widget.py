@@ -106,6 +106,9 @@ class MessageWidget(QFrame):
         self.error_label.hide()
         self.stats_label = QLabel()
         self.stats_label.setObjectName("statsLabel")
+        # wraps rather than widen the row past a narrow chat column (the buttons would be cut off)
+        self.stats_label.setWordWrap(True)
+        self.stats_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.copy_button = self._action("Copy", "Copy the whole message as text", self.copy_message)
         self.edit_button = self._action("Edit", "Edit this message and send it again", self.edit_requested.emit)
         self.regenerate_button = self._action(
@@ -136,8 +139,7 @@ class MessageWidget(QFrame):
         for widget in (self.previous_button, self.version_label, self.next_button):
             actions.addWidget(widget)
         actions.addSpacing(6)
-        actions.addWidget(self.stats_label)
-        actions.addStretch(1)
+        actions.addWidget(self.stats_label, 1)
         for button in (self.copy_button, self.edit_button, self.regenerate_button):
             actions.addWidget(button)
         layout = QVBoxLayout(self)

@@ -604,3 +604,37 @@ def test_no_tooltip_in_the_settings_drawer_is_wider_than_a_reading_width(qtbot):
     assert any(tip.startswith("Randomness.") for tip in tips)  # the temperature's, 1,470 px on one line before
     widths = {tip.split("\n")[0]: tooltip_width(tip) for tip in tips}
     assert max(widths.values()) <= 500, widths
+
+
+def test_known_good_pairs_too_large_for_free_memory_are_marked_and_asked_about(offline_window, qtbot, monkeypatch):
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication, QMessageBox
+
+    from ui.pairing.slot_menu import build_slot_menu
+
+    monkeypatch.setenv("TANDEM_FREE_MEMORY", "20GB")  # a 23 GB CPU machine, less what else runs
+    window = offline_window()
+    qtbot.waitUntil(lambda: any("Could not load" in text for text in window.banners.texts()), timeout=30_000)
+    chosen = []
+    monkeypatch.setattr(window.pairing, "choose_catalog", chosen.append)
+    menu = build_slot_menu("target", window.pairing, window)
+    catalog = next(a.menu() for a in menu.actions() if a.text() == "Known-good pairs")
+    items = {a.text().split(" — ")[0]: a for a in catalog.actions()}
+    large, small = items["Qwen2.5 32B Instruct + 0.5B"], items["SmolLM2 1.7B Instruct + 135M"]
+    assert large.text().endswith("too large for this computer") and "too large" not in small.text()
+    assert "about 71.8 GB of memory, but 20.0 GB of memory" in large.toolTip().replace("\n", " ")
+    asked = []
+
+    def answer(button_text):
+        box = QApplication.activeModalWidget()
+        asked.append(box.text() if isinstance(box, QMessageBox) else None)
+        next(b for b in box.buttons() if b.text() == button_text).click()
+
+    QTimer.singleShot(0, lambda: answer("Cancel"))
+    large.trigger()
+    assert asked and "71.8 GB" in asked[0] and chosen == []  # nothing fetched
+    QTimer.singleShot(0, lambda: answer("Try anyway"))
+    large.trigger()
+    assert [pair.id for pair in chosen] == ["qwen2.5-32b-torch"]
+    small.trigger()  # fits: no question
+    assert len(asked) == 2 and [pair.id for pair in chosen] == ["qwen2.5-32b-torch", "smollm2-1.7b-torch"]

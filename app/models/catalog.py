@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from app.models.memory import OVERHEAD, OVERHEAD_FLOOR
 from app.paths import asset
 
 CATALOG_FILE = ("catalog.json",)
@@ -32,6 +33,23 @@ class CatalogPair:
         return self.target.size_gb + (self.draft.size_gb if self.draft else 0.0)
 
     @property
+    def memory_bytes(self) -> int:
+        """About what the pair holds in memory once loaded: its weights as downloaded (they load at
+        the precision they are stored in) plus the allowance app/models/memory.py makes for
+        activations. The KV cache comes on top; the models' own configs are checked before any
+        weights download (app/models/precheck.py), this is for the menu, before anything is fetched."""
+        weights = int(self.size_gb * 1e9)
+        return weights + max(int(weights * OVERHEAD), OVERHEAD_FLOOR)
+
+    def fit_warning(self, free: int, where: str) -> str | None:
+        """None when the pair fits in `free` bytes of `where` (app/models/memory.free_memory),
+        else why not, with the numbers."""
+        if self.memory_bytes <= free:
+            return None
+        return (f"It needs about {_gb(self.memory_bytes)} of memory, but {_gb(free)} of {where} is free here, so it "
+                "will most likely not load on this computer.")
+
+    @property
     def specs(self) -> tuple[str, str]:
         """What the runner is asked to load: hub ids (fetched first) or the demo's names."""
         if self.id == DEMO_PAIR.id:
@@ -45,6 +63,10 @@ DEMO_PAIR = CatalogPair(
     id="demo", backend="any", title="Demo: SmolLM2 135M + its int4 self-draft (offline)",
     target=CatalogModel("HuggingFaceTB/SmolLM2-135M-Instruct", 0.1), draft=None,
     note="Built in: works without a network.")
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:.1f} GB" if n < 100e9 else f"{n / 1e9:.0f} GB"
 
 
 def _model(data: dict) -> CatalogModel:

@@ -3,16 +3,18 @@ the curated catalog (the demo pair first, always offline) and the recent pairs."
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QFileDialog, QInputDialog, QMenu, QWidget
+from PySide6.QtWidgets import QFileDialog, QInputDialog, QMenu, QMessageBox, QWidget
 
-from app.models.catalog import load_catalog
+from app.models.catalog import CatalogPair, load_catalog
 from ui.pairing.controller import PairController
+from ui.tips import wrap_tip
 
 DRAFT_CHOICES = (
-    ("Self-draft: the target's own weights in int4", "self:int4"),
+    ("The same model in 4-bit: the target's own weights, smaller", "self:int4"),
     ("Prompt lookup: copies from the chat, no model", "ngram"),
     ("None: the target decodes alone", "none"),
 )
+UNKNOWN_FREE = 2**62
 
 
 def _size(gb: float) -> str:
@@ -31,10 +33,13 @@ def build_slot_menu(role: str, pairing: PairController, parent: QWidget) -> QMen
             menu.addAction(text, lambda keyword=keyword: pairing.choose("draft", keyword))
     menu.addSeparator()
     catalog = menu.addMenu("Known-good pairs")
+    free, where = _free_for(pairing)
     for pair in load_catalog(pairing.loaded.backend if pairing.loaded else pairing.backend or None):
         size = "" if pair.id == "demo" else f" — {_size(pair.size_gb)} download"
-        item = catalog.addAction(pair.title + size, lambda pair=pair: pairing.choose_catalog(pair))
-        item.setToolTip(pair.note)
+        warning = pair.fit_warning(free, where)
+        item = catalog.addAction(pair.title + size + (" — too large for this computer" if warning else ""),
+                                 lambda pair=pair, warning=warning: _choose_catalog(pair, warning, pairing, parent))
+        item.setToolTip(wrap_tip(" ".join(part for part in (warning, pair.note) if part)))
     catalog.setToolTipsVisible(True)
     recent = menu.addMenu("Recent pairs")
     entries = pairing.memory.recent(pairing.loaded.backend if pairing.loaded else None)
@@ -44,6 +49,37 @@ def build_slot_menu(role: str, pairing: PairController, parent: QWidget) -> QMen
     menu.setToolTipsVisible(True)
     menu.setObjectName(f"{noun}Menu")
     return menu
+
+
+def _free_for(pairing: PairController) -> tuple[int, str]:
+    """The memory a catalog pair would load into: what is free where the pair in use runs (or would
+    run), plus what that pair holds, since a new pair replaces it (as the runner does)."""
+    from app.engine.backends import default_backend
+    from app.models.memory import free_memory
+
+    loaded = pairing.loaded
+    backend = loaded.backend if loaded else pairing.backend or default_backend()
+    try:
+        free, where = free_memory(backend, loaded.device if loaded else "cpu")
+    except (ValueError, ImportError, RuntimeError, OSError):  # a bad TANDEM_FREE_MEMORY, no array library
+        return UNKNOWN_FREE, "memory"  # unmarked: loading the pair checks it with numbers
+    return free + pairing.held_bytes, where
+
+
+def _choose_catalog(pair: CatalogPair, warning: str | None, pairing: PairController, parent: QWidget) -> None:
+    """A pair too large for this computer is fetched only when the user says so, knowing why."""
+    if warning:
+        box = QMessageBox(QMessageBox.Icon.Warning, "This pair may not fit",
+                          f"{pair.title}: {warning}\n\nTandem checks the models' own files before it downloads "
+                          f"the weights ({_size(pair.size_gb)}) and stops there if they do not fit.",
+                          QMessageBox.StandardButton.Cancel, parent)
+        box.setObjectName("catalogFitQuestion")
+        fetch = box.addButton("Try anyway", QMessageBox.ButtonRole.AcceptRole)
+        box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+        box.exec()
+        if box.clickedButton() is not fetch:
+            return
+    pairing.choose_catalog(pair)
 
 
 def _choose_folder(role: str, pairing: PairController, parent: QWidget) -> None:

@@ -100,3 +100,19 @@ def test_the_window_fits_small_screens_with_the_panel_open(window, qtbot, size):
     _assert_slots_name_their_models(w)
     SHOTS.mkdir(parents=True, exist_ok=True)
     w.grab().save(str(SHOTS / f"small_{'min' if size == 'minimum' else size}.png"))
+
+
+def test_at_the_default_size_the_panel_shows_everything_without_scrolling(window, qtbot):
+    """A scroll area asked the content for its preferred height-for-width: the panel scrolled (the
+    graphs cut off at the bottom) in a window of 1400 x 860, where everything fits."""
+    w = window
+    w.resize(1400, 860)
+    qtbot.waitUntil(lambda: w.size() == QSize(1400, 860))
+    qtbot.wait(50)
+    scroll = w.draft_panel.scroll
+    assert scroll.verticalScrollBar().maximum() == 0
+    viewport = scroll.viewport().rect()
+    for widget in (*w.draft_panel.tiles.values(), w.draft_panel.rounds_view, w.draft_panel.graphs):
+        assert viewport.contains(_rect_in(widget, scroll.viewport())), widget
+    assert w.draft_panel.graphs.columns == 2
+    w.grab().save(str(SHOTS / "default_1400x860.png"))

@@ -59,6 +59,17 @@ class FigureTile(QFrame):
         layout.addStretch(1)
 
 
+class _ScrolledContent(QWidget):
+    """The panel's content inside its scroll area. A scroll area gives a widget whose layout has
+    height-for-width (the wrapped labels) the height it asks for, and a box layout asks for every
+    item's preferred height: the panel scrolled at any window height. Asking for the minimum
+    height at that width instead, the content fills the panel and scrolls only when it must."""
+
+    def heightForWidth(self, width: int) -> int:  # noqa: N802 (Qt's name)
+        layout = self.layout()
+        return layout.minimumHeightForWidth(width) if layout is not None else -1
+
+
 class DraftPanel(QWidget):
     tint_toggled = Signal(bool)
     race_requested = Signal()
@@ -140,7 +151,7 @@ class DraftPanel(QWidget):
         body.addWidget(self.legend)
         body.addWidget(self.split, 1)
 
-        content = QWidget()
+        content = _ScrolledContent()
         content.setObjectName("draftPanelContent")
         column = QVBoxLayout(content)
         column.setContentsMargins(0, 0, 0, 0)

@@ -638,3 +638,28 @@ def test_known_good_pairs_too_large_for_free_memory_are_marked_and_asked_about(o
     assert [pair.id for pair in chosen] == ["qwen2.5-32b-torch"]
     small.trigger()  # fits: no question
     assert len(asked) == 2 and [pair.id for pair in chosen] == ["qwen2.5-32b-torch", "smollm2-1.7b-torch"]
+
+
+def test_recent_pairs_are_named_as_a_user_knows_them_once_each(offline_window, qtbot, tmp_path):
+    from app.models.pair_memory import PairMemory
+    from ui.pairing.slot_menu import build_slot_menu
+
+    demo_folder = str(tmp_path / "cache" / "models" / "smollm2-135m-instruct" / "hf")  # the demo's cache folder
+    llama = str(tmp_path / "models" / "Llama-3.2-1B-Instruct")
+    memory = PairMemory(tmp_path / "pairs.json")
+    for target, draft in (("demo", "auto"), ("Qwen/Qwen2.5-0.5B-Instruct", "ngram"), (llama, "none"),
+                          (demo_folder, "self:int4")):  # the demo again, named by its folder
+        memory.add_recent("torch", target, draft, f"{target} + {draft}")
+    window = offline_window()
+    window.pairing.memory = PairMemory(tmp_path / "pairs.json")
+    menu = build_slot_menu("target", window.pairing, window)
+    recent = next(a.menu() for a in menu.actions() if a.text() == "Recent pairs")
+    assert [a.text() for a in recent.actions()] == [
+        "Demo: SmolLM2 135M + the same model in 4-bit", "Llama-3.2-1B-Instruct alone",
+        "Qwen/Qwen2.5-0.5B-Instruct + prompt lookup"]
+    assert demo_folder in recent.actions()[0].toolTip().replace("\n", "")  # the whole path, in the tooltip
+    assert llama in recent.actions()[1].toolTip().replace("\n", "")
+    chosen = []
+    window.pairing.choose_recent = chosen.append
+    recent.actions()[0].trigger()
+    assert chosen[0]["target"] == demo_folder and chosen[0]["draft"] == "self:int4"

@@ -95,11 +95,27 @@ class PairMemory:
         """Newest first: {"backend", "target", "draft", "title"}."""
         return [r for r in self._data["recent"] if backend is None or r.get("backend") == backend]
 
-    def add_recent(self, backend: str, target: str, draft: str, title: str) -> str | None:
-        """None once saved, else why it could not be (see _write)."""
-        entry = {"backend": backend, "target": target, "draft": draft, "title": title}
+    def recent_pairs(self, backend: str | None = None) -> list[dict]:
+        """The recent pairs as a menu lists them: newest first, one entry per pair however it was
+        named (the demo by "demo" and by its cache folder are one), titled in names a user knows
+        ("Demo: SmolLM2 135M + the same model in 4-bit", a repo id, a model's folder name), with
+        the names as given in "tooltip"."""
+        listed, seen = [], set()
+        for entry in self.recent(backend):
+            key = (entry["backend"], *same_pair(entry["target"], entry["draft"]))
+            if key not in seen:
+                seen.add(key)
+                listed.append({**entry, "title": recent_title(entry["target"], entry["draft"]),
+                               "tooltip": f"Target: {entry['target']}\nDraft: {entry['draft']}"})
+        return listed
+
+    def add_recent(self, backend: str, target: str, draft: str, title: str = "") -> str | None:
+        """None once saved, else why it could not be (see _write). The entry replaces any naming the
+        same pair (see same_pair); `title` defaults to recent_title's."""
+        entry = {"backend": backend, "target": target, "draft": draft, "title": title or recent_title(target, draft)}
+        key = same_pair(target, draft)
         kept = [r for r in self._data["recent"]
-                if (r.get("backend"), r.get("target"), r.get("draft")) != (backend, target, draft)]
+                if (r.get("backend"), *same_pair(r.get("target"), r.get("draft"))) != (backend, *key)]
         self._data["recent"] = [entry, *kept][:MAX_RECENT]
         return self._write()
 
@@ -120,6 +136,28 @@ class PairMemory:
         """None once saved, else why it could not be (see _write)."""
         self._data["trials"][pair_key(backend, target, draft)] = asdict(result)
         return self._write()
+
+
+def same_pair(target: str, draft: str) -> tuple[str, str]:
+    """One name for each way of naming a pair: the demo's cache folder is "demo", and "auto" is the
+    draft it stands for (app/runner.auto_draft: the demo's self-draft, prompt lookup for others)."""
+    from app.models.demo import DEMO_DRAFT
+    from app.models.resolve import is_demo_folder
+
+    if target != "demo" and is_demo_folder(Path(target)) and Path(target).name in ("hf", "mlx"):
+        target = "demo"  # what "demo" loads on PyTorch and on MLX; its 4-bit folder is another target
+    if draft == "auto":
+        draft = DEMO_DRAFT if target == "demo" else "ngram"
+    return target, draft
+
+
+def recent_title(target: str, draft: str) -> str:
+    """"Demo: SmolLM2 135M + the same model in 4-bit", "Qwen/Qwen2.5-7B-Instruct + prompt lookup"."""
+    from app.models.resolve import DEMO_SHORT, draft_label, model_label
+
+    target, draft = same_pair(target, draft)
+    name = DEMO_SHORT if target == "demo" else model_label(target)
+    return f"{name} alone" if draft == "none" else f"{name} + {draft_label(draft)[0]}"
 
 
 def _recent_entry(item) -> dict | None:

@@ -204,7 +204,7 @@ class PairController(QObject):
     def on_paired(self, request: PairRequest, info: LoadedModel) -> None:
         self.current, self.loaded = request, info
         target_name, draft_name = request.named()
-        problem = self.memory.add_recent(info.backend, target_name, draft_name, f"{target_name} + {info.draft}")
+        problem = self.memory.add_recent(info.backend, target_name, draft_name)
         if problem:  # the pair works; only remembering it failed (a full or read-only folder)
             self.error.emit(problem)
         remembered = self.memory.trial(info.backend, target_name, draft_name)

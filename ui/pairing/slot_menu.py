@@ -42,9 +42,11 @@ def build_slot_menu(role: str, pairing: PairController, parent: QWidget) -> QMen
         item.setToolTip(wrap_tip(" ".join(part for part in (warning, pair.note) if part)))
     catalog.setToolTipsVisible(True)
     recent = menu.addMenu("Recent pairs")
-    entries = pairing.memory.recent(pairing.loaded.backend if pairing.loaded else None)
+    entries = pairing.memory.recent_pairs(pairing.loaded.backend if pairing.loaded else None)
     for entry in entries:
-        recent.addAction(entry["title"], lambda entry=entry: pairing.choose_recent(entry))
+        item = recent.addAction(entry["title"], lambda entry=entry: pairing.choose_recent(entry))
+        item.setToolTip(wrap_tip(entry["tooltip"]))
+    recent.setToolTipsVisible(True)
     recent.setEnabled(bool(entries))
     menu.setToolTipsVisible(True)
     menu.setObjectName(f"{noun}Menu")

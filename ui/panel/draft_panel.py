@@ -252,9 +252,10 @@ class DraftPanel(QWidget):
             "Each answer's rounds appear here: one row per pass of the target, one chip per token, "
             f"{key(ACCEPTED, 'green')} = draft accepted, {key(REJECTED, 'red')} = draft rejected, "
             f"{key(TARGET, 'blue')} = written by the target itself.<br><br>"
-            "Above them: the answer's tokens per second, its speedup against the target alone (timed on "
-            "this machine), the share of drafts accepted and the tokens per pass; below, the same as "
-            "graphs while the answer is written. Send a message to begin.")
+            "Above the rounds come the answer's figures: tokens per second, the speedup against the "
+            "target alone (timed on this machine, with its range), the share of drafts accepted and the "
+            "tokens per pass; below them, graphs of each while the answer is written. Send a message to "
+            "begin.")
 
     def set_available(self, loaded: bool) -> None:
         """Race mode needs a loaded pair and an idle engine."""

@@ -532,6 +532,7 @@ def test_the_first_start_names_the_model_and_its_draft_in_a_users_words(qtbot, t
         assert window.chat_view.greeting_hint.text().startswith(
             "SmolLM2 135M Instruct (demo) is ready on the CPU with PyTorch and drafts with the same model in 4-bit.")
         assert window.header.target_slot.name.text() == "SmolLM2 135M Instruct (demo)"
+        assert window.header.target_slot.detail.text() == "float32 · on the CPU with PyTorch"
         assert window.header.draft_slot.name.text() == "the same model in 4-bit"
         assert window.settings_drawer.drafter.itemText(0) == "The pair's draft (the same model in 4-bit)"
         for text in (window.status.pair.text(), window.status.device.text(), window.chat_view.greeting_hint.text()):

@@ -181,8 +181,10 @@ def _short(text: str) -> str:
 
 def target_text(info: LoadedModel) -> tuple[str, str]:
     from app.models.resolve import display_name
+    from ui.status_bar import where_words
 
-    return display_name(info.folder), f"{info.model_type} · {info.dtype} · {info.backend}/{info.device}"
+    # "float32 · on the CPU with PyTorch": the words the status bar uses
+    return display_name(info.folder), f"{info.dtype.split(' (')[0]} · {where_words(info.backend, info.device)}"
 
 
 def draft_text(info: LoadedModel) -> tuple[str, str]:

@@ -57,9 +57,9 @@ class StatusBar(QStatusBar):
                                              "the target accepted"))
         for label in (self.pair, self.device):
             label.setMinimumWidth(label.fontMetrics().averageCharWidth() * 6)  # clipped, never widening the window
-        self.addWidget(self.loading)
-        for label in (self.pair, self.device, self.last_answer, self.memory):
-            self.addPermanentWidget(label)
+        # all permanent: a message (loading steps, "Copied …") hides normal widgets, or is drawn under them
+        for widget in (self.loading, self.pair, self.device, self.last_answer, self.memory):
+            self.addPermanentWidget(widget)
         self.loaded: LoadedModel | None = None
         self._process = psutil.Process()
         self._timer = QTimer(self)

@@ -60,7 +60,7 @@ class CatalogPair:
 
 
 DEMO_PAIR = CatalogPair(
-    id="demo", backend="any", title="Demo: SmolLM2 135M + its int4 self-draft (offline)",
+    id="demo", backend="any", title="Demo: SmolLM2 135M + the same model in 4-bit (offline)",
     target=CatalogModel("HuggingFaceTB/SmolLM2-135M-Instruct", 0.1), draft=None,
     note="Built in: works without a network.")
 

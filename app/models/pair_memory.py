@@ -105,8 +105,9 @@ class PairMemory:
             key = (entry["backend"], *same_pair(entry["target"], entry["draft"]))
             if key not in seen:
                 seen.add(key)
+                draft = same_pair(entry["target"], entry["draft"])[1]
                 listed.append({**entry, "title": recent_title(entry["target"], entry["draft"]),
-                               "tooltip": f"Target: {entry['target']}\nDraft: {entry['draft']}"})
+                               "tooltip": f"Target: {entry['target']}\nDraft: {draft_words(draft)}"})
         return listed
 
     def add_recent(self, backend: str, target: str, draft: str, title: str = "") -> str | None:
@@ -149,6 +150,14 @@ def same_pair(target: str, draft: str) -> tuple[str, str]:
     if draft == "auto":
         draft = DEMO_DRAFT if target == "demo" else "ngram"
     return target, draft
+
+
+def draft_words(draft: str) -> str:
+    """"self:int4 (the same model in 4-bit)"; a draft model's whole path as it is."""
+    from app.models.resolve import draft_label
+
+    name, detail = draft_label(draft)
+    return draft if detail == "draft model" else f"{draft} ({name})"
 
 
 def recent_title(target: str, draft: str) -> str:

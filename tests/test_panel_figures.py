@@ -196,3 +196,15 @@ def test_export_opens_in_documents_then_in_the_last_folder_used(qtbot, tmp_path,
     seen = _drive_save_dialog(qtbot, None)
     again.export_button.menu().actions()[0].trigger()
     assert seen == [str(out)]
+
+
+def test_an_answer_written_before_any_timing_says_it_has_no_baseline(qtbot):
+    from ui.panel.draft_panel import DraftPanel
+
+    panel = DraftPanel()
+    qtbot.addWidget(panel)
+    panel.set_baseline(BASELINE)  # timed after that answer began
+    panel.show_trace(make_trace(None))
+    assert panel.tiles["speedup"].value.text() == "–"
+    assert "before the target alone was timed" in panel.baseline_label.text()
+    assert BASELINE.describe() in panel.baseline_label.text()  # and what it is now

@@ -9,6 +9,7 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
+from PySide6.QtCore import QPointF  # noqa: E402
 from PySide6.QtGui import QImage  # noqa: E402
 
 from app.chat.baseline import Baseline  # noqa: E402
@@ -152,3 +153,19 @@ def test_export_png_writes_all_four_plots(graphs, tmp_path, dark):
 def test_export_png_to_a_missing_folder_says_where(graphs, tmp_path):
     with pytest.raises(OSError, match="missing"):
         graphs.export_png(tmp_path / "missing" / "graphs.png")
+
+
+def test_the_tokens_per_second_curve_stays_clear_of_its_legend(graphs, qtbot):
+    """A steady rate sits near the plot's top: it ran behind the legend's box, washed out."""
+    prefill = RoundTrace(0, 0, "", (Chip(5, "Hi", TARGET),), "Hi", 2, at=0.0)
+    steady = [RoundTrace(i, K, "model", (Chip(1, "a", ACCEPTED), Chip(3, "t", TARGET)), "", 1, at=0.05 * i)
+              for i in range(1, 40)]
+    graphs.show()
+    qtbot.waitExposed(graphs)
+    graphs.show_trace(TurnTrace([prefill] + steady, None))
+    qtbot.wait(50)
+    legend = graphs.legend.mapRectToScene(graphs.legend.boundingRect())
+    view = graphs.tps_plot.getViewBox()
+    top_of_curve = max(_points(graphs.tps_curve)[1])
+    y = view.mapViewToScene(QPointF(0, top_of_curve)).y()
+    assert y > legend.bottom()  # scene y grows downwards: the curve is below the legend's box

@@ -267,7 +267,12 @@ class DraftPanel(QWidget):
 
     def _show_baseline(self) -> None:
         """The timings the figures shown are measured against: a stored answer's own, else the latest."""
-        baseline = self.trace.baseline if self.trace.rounds and self.trace.baseline else self.baseline
+        if self.trace.rounds and self.trace.baseline is None:  # the answer began before any timing
+            now = f" Now: {self.baseline.describe()}" if self.baseline else ""
+            self.baseline_label.setText("No speedup for this answer: it began before the target alone was timed."
+                                        + now)
+            return
+        baseline = self.trace.baseline if self.trace.rounds else self.baseline
         self.baseline_label.setText(baseline.describe() if baseline else "Target alone: not measured yet")
 
     def _set_empty(self, empty: bool) -> None:

@@ -77,7 +77,8 @@ class LiveGraphs(QWidget):
         self.speedup_band = pg.FillBetweenItem(self.speedup_low, self.speedup_high)
         self.speedup_plot.addItem(self.speedup_band)
         # top right, above the curves: the rate settles below the spike of the first rounds
-        self.legend = self.tps_plot.addLegend(offset=(-2, 2), labelTextSize="7pt", verSpacing=-6)
+        self.legend = self.tps_plot.addLegend(offset=(-2, 2), labelTextSize="7pt", verSpacing=-8)
+        self.legend.layout.setContentsMargins(3, 1, 3, 1)  # pyqtgraph's 9 px made it a third of the plot
         self.tps_curve = self.tps_plot.plot(name="speculative")
         self.baseline_curve = self.tps_plot.plot(name="target alone")
         self.acceptance_curve = self.acceptance_plot.plot()
@@ -155,7 +156,9 @@ class LiveGraphs(QWidget):
             self.baseline_curve.setData([0, x_top], [baseline_tps, baseline_tps])
         else:
             self.baseline_curve.setData([], [])
-        y_top = _top(tps, baseline_tps or 1.0) * 1.2  # headroom for the legend
+        # headroom for the legend, whose box takes about the top third of a small plot: a flat curve
+        # near its maximum ran behind it, washed out
+        y_top = _top(tps, baseline_tps or 1.0) * 1.4
         self.tps_plot.setRange(xRange=(0, x_top), yRange=(0, y_top), padding=0)
 
         xs, rolling = rolling_acceptance(tokens, series["acceptance"])

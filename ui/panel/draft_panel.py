@@ -13,7 +13,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QCoreApplication, QEvent, QSettings, QStandardPaths, Qt, QTimer, Signal
 from PySide6.QtGui import QColor
-from PySide6.QtWidgets import (QCheckBox, QFileDialog, QFrame, QGridLayout, QHBoxLayout, QLabel, QMenu,
+from PySide6.QtWidgets import (QCheckBox, QFileDialog, QFrame, QGridLayout, QLabel, QMenu,
                                QPushButton, QScrollArea, QSizePolicy, QSplitter, QToolButton, QVBoxLayout,
                                QWidget)
 
@@ -173,7 +173,6 @@ class DraftPanel(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.scroll)
         self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Expanding)
-        self._content = content
         self._reflow(force=True)
         self.set_dark(dark)
         self.set_available(False)

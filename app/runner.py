@@ -168,14 +168,14 @@ class Runner:
             check_tokenizers(tokenizer, draft_tokenizer)  # before any weights load
             models.append(estimate("draft", draft_config, draft_bytes, backend, device))
         notice = self._check_memory(models, backend, progress)
-        progress(f"Loading {folder.name} on {backend} ...")
+        progress(f"Loading {display_name(folder)} with {'MLX' if backend == 'mlx' else 'PyTorch'} ...")
         target = load_backend(folder, backend, precision=precision)
         # Padded embeddings (e.g. 151936 rows for 151665 tokens): every drafter, and the target
         # alone, sample and compare over the tokenizer's real vocabulary only.
         target.vocab_limit = min(len(tokenizer), target.vocab_size or len(tokenizer))
         drafter: Drafter | None = None
         if draft_folder is not None:
-            progress(f"Loading draft {draft_folder.name} ...")
+            progress(f"Loading draft {f'the same model in {draft_precision}' if draft_precision else display_name(draft_folder)} ...")
             draft_backend = load_backend(draft_folder, backend, precision=draft_precision or "auto")
             limit = min(target.vocab_limit, draft_backend.vocab_size)
             target.vocab_limit = draft_backend.vocab_limit = limit

@@ -175,7 +175,8 @@ class Runner:
         target.vocab_limit = min(len(tokenizer), target.vocab_size or len(tokenizer))
         drafter: Drafter | None = None
         if draft_folder is not None:
-            progress(f"Loading draft {f'the same model in {draft_precision}' if draft_precision else display_name(draft_folder)} ...")
+            which = f"the same model in {draft_precision}" if draft_precision else display_name(draft_folder)
+            progress(f"Loading draft {which} ...")
             draft_backend = load_backend(draft_folder, backend, precision=draft_precision or "auto")
             limit = min(target.vocab_limit, draft_backend.vocab_size)
             target.vocab_limit = draft_backend.vocab_limit = limit

@@ -65,9 +65,9 @@ class RoundTrace:
 
 
 def trace_round(event: Round, token_text: Callable[[int], str], at: float) -> RoundTrace:
-    """Chips of one engine round. `event.emitted` is what the answer kept: a stop token the
-    target wrote itself is not in it, and is not shown (an accepted draft is, stop or not, so
-    the counts equal the engine's)."""
+    """Chips of one engine round. `event.emitted` is what the answer kept and `event.drafted` the
+    drafts up to the answer's end: a stop token, and any draft after the end, is in neither and
+    is not shown, so the panel's counts equal the engine's."""
     n = event.accepted
     chips = [Chip(t, token_text(t), ACCEPTED, _at(event.draft_p, i), _at(event.target_q, i))
              for i, t in enumerate(event.drafted[:n])]

@@ -44,14 +44,14 @@ def _draft_tokens(value: str) -> int | None:
     return k
 
 
-def _at_least_one(what: str):
+def at_least_one(what: str):
     """An argparse type for counts such as --max-tokens (0 or less once emitted one token anyway)."""
 
     def count(value: str) -> int:
         try:
             n = int(value)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"takes a whole number of {what}s, such as 3, not {value!r}") from None
+            raise argparse.ArgumentTypeError(f"takes a whole number of {what}s, not {value!r}") from None
         if n < 1:
             raise argparse.ArgumentTypeError(f"takes at least 1 {what}, not {n}")
         return n
@@ -222,7 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--prompt", required=True)
     gen.add_argument("--system", default=None)
     gen.add_argument("--backend", choices=["mlx", "torch"], default=None)
-    gen.add_argument("--max-tokens", type=_at_least_one("new token"), default=256)
+    gen.add_argument("--max-tokens", type=at_least_one("new token"), default=256)
     gen.add_argument("--temperature", type=float, default=0.0)
     gen.add_argument("--top-p", type=float, default=1.0)
     gen.add_argument("--top-k", type=int, default=0)
@@ -240,11 +240,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--top-p", type=float, default=1.0)
     bench.add_argument("--top-k", type=int, default=0)
     bench.add_argument("--seed", type=int, default=0)
-    bench.add_argument("--repeats", type=_at_least_one("repeat"), default=3)
+    bench.add_argument("--repeats", type=at_least_one("repeat"), default=3)
     bench.add_argument("--ks", type=_ks, default=(2, 4, 6), help="fixed draft lengths to run besides adaptive")
     bench.add_argument("--suite", default=None, help="prompt suite JSON (default: benchmarks/suite.json)")
-    bench.add_argument("--prompts", type=_at_least_one("prompt"), default=None, help="use only the first N prompts")
-    bench.add_argument("--max-tokens", type=_at_least_one("new token"), default=None,
+    bench.add_argument("--prompts", type=at_least_one("prompt"), default=None, help="use only the first N prompts")
+    bench.add_argument("--max-tokens", type=at_least_one("new token"), default=None,
                        help="new tokens per prompt (default: the suite's)")
     bench.add_argument("--quick", action="store_true", help="2 prompts, 16 tokens (smoke test)")
     bench.add_argument("--no-anchors", action="store_true", help="skip transformers / mlx-lm")

@@ -384,6 +384,7 @@ GOOD = {"backend": "torch", "target": "/models/a", "draft": "ngram", "title": "a
 PAIRS = {
     "recent null": ({"recent": None}, []),
     "recent a string": ({"recent": "x"}, []),
+    "trials null": ({"recent": "abc", "trials": None}, []),
     "recent a dict": ({"recent": {"a": 1}}, []),
     "entries not dicts": ({"recent": [1, "x", None, [GOOD], GOOD]}, [GOOD]),
     "an entry without a title": ({"recent": [{k: v for k, v in GOOD.items() if k != "title"}]},
@@ -407,7 +408,7 @@ def test_pairs_json_variants_keep_every_good_entry(content, kept, tmp_path):
     assert memory.recent() == kept
     assert memory.trial("torch", "/models/a", "ngram") is None
     assert memory.add_recent("torch", "/models/b", "none", "b + none") is None
-    assert PairMemory(path).recent()[1:] == kept
+    assert PairMemory(path).recent()[1:] == kept  # the new entry first, every good one kept
 
 
 @pytest.mark.parametrize("raw", [b"{not json", b"\xff\xfe\x00binary", b"[1, 2, 3]", b'"a string"', b"null"],

@@ -14,6 +14,7 @@ import pytest
 
 from app.chat import history
 from app.chat.history import HistoryError, HistoryStore
+from tests.faults import FailingWrites
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -487,28 +488,6 @@ def test_a_version_1_file_opens_and_keeps_its_answers_as_first_versions(db_path)
 # Write failures: each one is a HistoryError that says what happened, and the store stays usable
 
 
-class _FailingWrites:
-    """The store's connection, where every statement that writes raises `error` (the fault
-    sqlite3 raises when the disk fills up or the folder turns read-only mid-answer)."""
-
-    def __init__(self, db, error):
-        self._db, self._error = db, error
-
-    def execute(self, sql, *args):
-        if sql.lstrip().upper().startswith(("INSERT", "UPDATE", "DELETE")):
-            raise self._error
-        return self._db.execute(sql, *args)
-
-    def __getattr__(self, name):
-        return getattr(self._db, name)
-
-    def __enter__(self):
-        return self._db.__enter__()
-
-    def __exit__(self, *exc):
-        return self._db.__exit__(*exc)
-
-
 @pytest.mark.parametrize("error, says", [
     ("database or disk is full", "the disk is full"),
     ("attempt to write a readonly database", "the data folder is read-only"),
@@ -517,7 +496,7 @@ class _FailingWrites:
 def test_a_failed_write_is_a_history_error_that_says_why(store, monkeypatch, error, says):
     conv = store.create_conversation()
     answer_id = store.begin_answer(conv.id, "q")
-    monkeypatch.setattr(store, "_db", _FailingWrites(store._db, sqlite3.OperationalError(error)))
+    monkeypatch.setattr(store, "_db", FailingWrites(store._db, sqlite3.OperationalError(error)))
     with pytest.raises(history.HistoryWriteError, match=says) as caught:
         store.finish_answer(answer_id, "the answer", "complete")
     assert str(store.path) in str(caught.value)

@@ -20,6 +20,7 @@ from app.chat.history import HistoryStore  # noqa: E402
 from app.chat.trace import TurnTrace, trace_round  # noqa: E402
 from app.engine.events import Finished, GenerationStats, Round  # noqa: E402
 from app.runner import LoadedModel  # noqa: E402
+from tests.faults import FailingWrites  # noqa: E402
 
 
 def pair(name: str, draft: str = "ngram") -> LoadedModel:
@@ -148,33 +149,12 @@ def test_a_locked_history_keeps_the_answer_and_saves_it_once_released(chat, qtbo
     assert TurnTrace.from_dict(answer.trace).rounds[-1].text == second_half("Owls can turn their heads far.")
 
 
-class _FailingWrites:
-    """The history's connection, where every statement that writes raises `error`."""
-
-    def __init__(self, db, error):
-        self._db, self._error = db, error
-
-    def execute(self, sql, *args):
-        if sql.lstrip().upper().startswith(("INSERT", "UPDATE", "DELETE")):
-            raise self._error
-        return self._db.execute(sql, *args)
-
-    def __getattr__(self, name):
-        return getattr(self._db, name)
-
-    def __enter__(self):
-        return self._db.__enter__()
-
-    def __exit__(self, *exc):
-        return self._db.__exit__(*exc)
-
-
 @pytest.mark.parametrize("error, says", [("database or disk is full", "the disk is full"),
                                          ("attempt to write a readonly database", "the data folder is read-only")])
 def test_a_full_disk_or_read_only_folder_mid_answer_keeps_the_answer(chat, monkeypatch, tmp_path, error, says):
     window, engine = chat
     assert window.send("Tell me a fact")
-    monkeypatch.setattr(window.store, "_db", _FailingWrites(window.store._db, sqlite3.OperationalError(error)))
+    monkeypatch.setattr(window.store, "_db", FailingWrites(window.store._db, sqlite3.OperationalError(error)))
     engine.answer("Octopuses have three hearts.")
     assert window.chat_view.last_message().text == "Octopuses have three hearts."
     assert any(says in text for text in window.banners.texts())

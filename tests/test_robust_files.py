@@ -246,32 +246,10 @@ def test_the_window_starts_over_a_damaged_settings_file(qtbot, tmp_path):
     assert "hello" not in (tmp_path / "Tandem.conf").read_text()
 
 
-# 5. pairs.json read defensively, written without losing anything
-
+# 5. pairs.json read defensively (its bad entries: tests/test_bad_inputs.py, PAIRS), written
+#    without losing anything
 
 GOOD = {"backend": "torch", "target": "/m/a", "draft": "ngram", "title": "a + prompt lookup"}
-
-
-@pytest.mark.parametrize("content, kept", [
-    ({"recent": None}, []),
-    ({"recent": "abc", "trials": None}, []),
-    ({"recent": [1, "x", None, [], GOOD]}, [GOOD]),
-    ({"recent": [{"backend": "torch", "target": "/m/a", "draft": "ngram"}]},
-     [{**GOOD, "title": "/m/a + ngram"}]),  # no title: made from the names
-    ({"recent": [{"target": None, "draft": 3, "backend": "torch", "title": "t"}, GOOD]}, [GOOD]),
-    ({"recent": [GOOD], "trials": {"torch|/m/a|ngram": {"acceptance": "lots", "speedup": 1.0, "tokens_per_pass": 2.0,
-                                                        "tokens": 64, "measured_at": 0.0}}}, [GOOD]),
-])
-def test_pairs_json_with_bad_entries_keeps_the_good_ones(tmp_path, content, kept):
-    from app.models.pair_memory import PairMemory
-
-    path = tmp_path / "pairs.json"
-    path.write_text(json.dumps(content))
-    memory = PairMemory(path)
-    assert memory.recent() == kept
-    assert memory.trial("torch", "/m/a", "ngram") is None
-    assert memory.add_recent("torch", "/m/b", "none", "b") is None
-    assert [r["target"] for r in PairMemory(path).recent()] == ["/m/b", *(r["target"] for r in kept)]
 
 
 @pytest.mark.parametrize("code, reason", [(errno.ENOSPC, "the disk is full"), (errno.EROFS, "the folder is read-only"),

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from app.cli import at_least_one
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tandem")
@@ -14,7 +16,7 @@ def main(argv: list[str] | None = None) -> int:
                              '"ngram" (prompt lookup), "none", or "auto" (default: the demo\'s measured best '
                              'draft, else prompt lookup)')
     parser.add_argument("--backend", choices=["mlx", "torch"], default="")
-    parser.add_argument("--max-tokens", type=_at_least_one, default=None,
+    parser.add_argument("--max-tokens", type=at_least_one("new token"), default=None,
                         help="max new tokens for new chats (default 1024; each chat can change it)")
     parser.add_argument("--history", default=None, metavar="PATH",
                         help="the chat history database (default: history.sqlite3 in the user data folder)")
@@ -52,16 +54,6 @@ def main(argv: list[str] | None = None) -> int:
                         max_tokens=args.max_tokens, settings=window_state.open_settings())
     window.show()
     return app.exec()
-
-
-def _at_least_one(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"takes a whole number of new tokens, such as 1024, not {value!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"takes at least 1 new token, not {n}")
-    return n
 
 
 def folders_problem() -> str | None:

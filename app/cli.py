@@ -44,6 +44,9 @@ def _draft_tokens(value: str) -> int | None:
     return k
 
 
+PRECISION_CHOICES = ["auto", "float32", "bfloat16", "float16", "int4", "int4-bf16-head", "int4-head", "gguf"]
+
+
 def at_least_one(what: str):
     """An argparse type for counts such as --max-tokens (0 or less once emitted one token anyway)."""
 
@@ -213,8 +216,9 @@ def build_parser() -> argparse.ArgumentParser:
                           '(a copy of the target at that precision), "ngram" (prompt lookup), "none", or '
                           '"auto" (default: the demo\'s measured best draft, else prompt lookup)')
     gen.add_argument("--precision", default="auto",
-                     choices=["auto", "float32", "bfloat16", "float16", "int4", "int4-bf16-head", "int4-head"],
-                     help="the target's precision: auto (its weights' own), a float type, or int4 weight-only")
+                     choices=PRECISION_CHOICES,
+                     help="the target's precision: auto (its weights' own), a float type, int4 weight-only, "
+                          "or gguf (a .gguf file's own: its 4-bit tensors stay 4-bit; PyTorch on the CPU)")
     gen.add_argument("--draft-tokens", type=_draft_tokens, default=None, metavar="auto|N",
                      help="draft length: auto (adaptive, the default) or a fixed N")
     gen.add_argument("--show-rounds", action="store_true",
@@ -233,8 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--model", "--target", dest="model", default="demo")
     bench.add_argument("--draft", default="auto",
                        help='draft model, "self:<precision>", "ngram", or "auto" (as for generate)')
-    bench.add_argument("--precision", default="auto",
-                       choices=["auto", "float32", "bfloat16", "float16", "int4", "int4-bf16-head", "int4-head"])
+    bench.add_argument("--precision", default="auto", choices=PRECISION_CHOICES)
     bench.add_argument("--backend", choices=["mlx", "torch"], default=None)
     bench.add_argument("--temperature", type=float, default=0.0)
     bench.add_argument("--top-p", type=float, default=1.0)

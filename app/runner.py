@@ -155,7 +155,13 @@ class Runner:
         config, file_bytes = self._check_files(folder, backend)
         tokenizer = ChatTokenizer(folder)
         device = self._device(backend)
-        models = [estimate("target", config, file_bytes, backend, device, precision)]
+        loaded_bytes = None
+        if precision == "gguf" and backend == "torch":
+            from app.models.gguf_import import gguf_source, inspect_gguf
+            from app.models.gguf_torch import loaded_bytes as gguf_loaded_bytes
+
+            loaded_bytes = gguf_loaded_bytes(inspect_gguf(gguf_source(folder)).elements or {})
+        models = [estimate("target", config, file_bytes, backend, device, precision, loaded_bytes)]
         draft_folder = draft_tokenizer = None
         draft_precision = self_draft_precision(draft)
         if draft_precision is not None:

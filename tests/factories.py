@@ -50,8 +50,10 @@ def _permute(w: np.ndarray, n_head: int) -> np.ndarray:
 
 
 def write_gguf(model: LlamaForCausalLM, path: Path, fields: dict,
-               qtype: gguf.GGMLQuantizationType = gguf.GGMLQuantizationType.F32) -> dict:
-    """Write `model` as a llama GGUF; 2-D weights in `qtype`. Returns the weights as written
+               qtype: gguf.GGMLQuantizationType = gguf.GGMLQuantizationType.F32,
+               embedding_qtype: gguf.GGMLQuantizationType | None = None) -> dict:
+    """Write `model` as a llama GGUF; 2-D weights in `qtype` (the embedding in `embedding_qtype`
+    when given, as llama.cpp's Q4 files keep it in Q8_0 or Q6_K). Returns the weights as written
     (dequantized, in HF layout) for comparison."""
     cfg = model.config
     writer = gguf.GGUFWriter(str(path), "llama")
@@ -95,15 +97,16 @@ def write_gguf(model: LlamaForCausalLM, path: Path, fields: dict,
             w = _permute(w, cfg.num_attention_heads)
         elif hf_name.endswith("k_proj.weight"):
             w = _permute(w, cfg.num_key_value_heads)
-        if w.ndim == 2 and qtype != gguf.GGMLQuantizationType.F32:
-            if qtype == gguf.GGMLQuantizationType.F16:
+        kind = embedding_qtype if embedding_qtype is not None and hf_name == "model.embed_tokens.weight" else qtype
+        if w.ndim == 2 and kind != gguf.GGMLQuantizationType.F32:
+            if kind == gguf.GGMLQuantizationType.F16:
                 data = w.astype(np.float16)
                 writer.add_tensor(names[hf_name], data)
                 deq = data.astype(np.float32)
             else:
-                data = gguf.quants.quantize(w, qtype)
-                writer.add_tensor(names[hf_name], data, raw_dtype=qtype)
-                deq = gguf.quants.dequantize(data, qtype)
+                data = gguf.quants.quantize(w, kind)
+                writer.add_tensor(names[hf_name], data, raw_dtype=kind)
+                deq = gguf.quants.dequantize(data, kind)
         else:
             writer.add_tensor(names[hf_name], w)
             deq = w

@@ -77,6 +77,7 @@ class GGUFInfo:
     n_tensors: int
     size_bytes: int
     n_params: int = 0  # elements over all tensors: what the import writes, times 4 bytes (float32)
+    elements: dict[str, int] | None = None  # quantization type name -> elements stored in it
 
 
 def sha256_of(path: Path, chunk: int = 1 << 20) -> str:
@@ -114,9 +115,11 @@ def inspect_gguf(path: str | Path) -> GGUFInfo:
             "truncated; download it again."
         ) from exc
     counts: dict[str, int] = {}
+    elements: dict[str, int] = {}
     n_params = 0
     for tensor in reader.tensors:
         n_params += int(tensor.n_elements)
+        elements[tensor.tensor_type.name] = elements.get(tensor.tensor_type.name, 0) + int(tensor.n_elements)
         end = int(tensor.data_offset) + int(tensor.n_bytes)
         if end > size or tensor.data.nbytes != tensor.n_bytes:
             raise ModelFileError(
@@ -131,7 +134,29 @@ def inspect_gguf(path: str | Path) -> GGUFInfo:
     architecture = str(arch_field.contents())
     name_field = reader.fields.get("general.name")
     name = str(name_field.contents()) if name_field is not None else path.stem
-    return GGUFInfo(path, architecture, name, counts, len(reader.tensors), size, n_params)
+    return GGUFInfo(path, architecture, name, counts, len(reader.tensors), size, n_params, elements)
+
+
+def gguf_source(folder: Path) -> Path:
+    """The .gguf file an imported folder came from (its import record, or the file beside it, as
+    the demo keeps it). Raises ModelFileError when neither is there any more."""
+    folder = Path(folder)
+    marker = folder.parent / IMPORT_MARKER
+    recorded = None
+    if marker.is_file():
+        try:
+            recorded = json.loads(marker.read_text()).get("source")
+        except (OSError, ValueError):
+            recorded = None
+    if recorded and Path(recorded).is_file():
+        return Path(recorded)
+    beside = sorted(folder.parent.glob("*.gguf"))
+    if len(beside) == 1:
+        return beside[0]
+    where = f" ({recorded} is gone)" if recorded else ""
+    raise ModelFileError(
+        f"{folder.parent.name}: loading at the GGUF's own precisions needs the .gguf file it was imported "
+        f"from{where}. Open the .gguf file itself, or choose another precision.")
 
 
 def imported(out_dir: Path, digest: str, variants: tuple[str, ...]) -> bool:

@@ -72,12 +72,17 @@ def loaded_dtype(config: dict, backend: str, device: str, precision: str) -> str
 
 
 def estimate(name: str, config: dict, file_bytes: int, backend: str, device: str,
-             precision: str = "auto") -> MemoryEstimate:
-    """`file_bytes`: the safetensors' tensor bytes (app/models/integrity.check_weights)."""
+             precision: str = "auto", loaded_bytes: int | None = None) -> MemoryEstimate:
+    """`file_bytes`: the safetensors' tensor bytes (app/models/integrity.check_weights);
+    `loaded_bytes`: the weights' size as loaded, where the caller knows it (a GGUF at its own
+    precisions: app/models/gguf_torch.loaded_bytes)."""
     stored = str(config.get("dtype") or config.get("torch_dtype") or "float32")
     dtype = loaded_dtype(config, backend, device, precision)
     weights = file_bytes
-    if dtype.startswith("int4"):
+    if loaded_bytes is not None:
+        weights = loaded_bytes
+        dtype = "float32"  # the KV cache of a GGUF loaded at its own precisions (app/models/gguf_torch.py)
+    elif dtype.startswith("int4"):
         weights = int(file_bytes / DTYPE_BYTES.get(stored, 2) * 2 * INT4_OF_FLOAT16)
     elif dtype in DTYPE_BYTES and stored in DTYPE_BYTES:
         weights = file_bytes * DTYPE_BYTES[dtype] // DTYPE_BYTES[stored]

@@ -19,7 +19,8 @@ quiet_torchao_logs()
 transformers_logging.disable_progress_bar()  # the window and the CLI report loading themselves
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-PRECISIONS = ("auto", *_DTYPES, "int4", "int4-bf16-head", "int4-head")  # "auto": the weights' own
+# "auto": the weights' own; "gguf": an imported GGUF's own (4-bit tensors stay 4-bit)
+PRECISIONS = ("auto", *_DTYPES, "int4", "int4-bf16-head", "int4-head", "gguf")
 
 
 def pick_device() -> torch.device:
@@ -113,13 +114,16 @@ class TorchBackend(ModelBackend):
             self._dtype = _DTYPES[precision]
         else:  # int4 keeps the float layers (norms, embeddings, the head) at the weights' precision
             self._dtype = pick_dtype(stored, self._device)
-        self.model = AutoModelForCausalLM.from_pretrained(
-            str(folder),
-            dtype=self._dtype,
-            trust_remote_code=False,  # never run code shipped with a model
-            use_safetensors=True,
-        ).to(self._device)
         self.precision = str(self._dtype).removeprefix("torch.")
+        if precision == "gguf":
+            self.model, self.precision = self._load_gguf(folder)
+        else:
+            self.model = AutoModelForCausalLM.from_pretrained(
+                str(folder),
+                dtype=self._dtype,
+                trust_remote_code=False,  # never run code shipped with a model
+                use_safetensors=True,
+            ).to(self._device)
         if precision.startswith("int4"):
             from app.models.torch_quantize import GROUP_SIZE, lower_head_precision, quantize_int4
 
@@ -141,6 +145,20 @@ class TorchBackend(ModelBackend):
         self._generator = torch.Generator(device=self._device)
         self._generator.manual_seed(entropy_seed())  # never torch's fixed default seed
         self.reset()
+
+    def _load_gguf(self, folder: Path):
+        """The weights straight from the GGUF the folder was imported from, at its own precisions
+        (app/models/gguf_torch.py): its 4-bit tensors run on PyTorch's int4 CPU kernel."""
+        from app.models.errors import ModelFileError
+        from app.models.gguf_import import gguf_source
+        from app.models.gguf_torch import load_gguf_model
+
+        if self._device.type != "cpu":
+            raise ModelFileError(
+                f"Loading a GGUF at its own precisions runs on the CPU's int4 kernel; on {self._device.type} "
+                "choose float16 or bfloat16 instead.")
+        model, report = load_gguf_model(folder, gguf_source(folder), dtype=self._dtype)
+        return model, f"GGUF ({report.describe()})"
 
     def reset(self) -> None:
         self.cache = DynamicCache(config=self.model.config)

@@ -28,8 +28,10 @@ def cmd_demo(args) -> int:
 def cmd_import(args) -> int:
     from app.models.gguf_import import import_gguf
 
-    variants = tuple(v for v in args.variants.split(",") if v and v != "hf")
-    for variant, folder in import_gguf(args.gguf, args.out, mlx_variants=variants,
+    named = [v for v in args.variants.split(",") if v]
+    mlx = tuple(v for v in named if v.startswith("mlx"))
+    torch_variant = "gguf" if "gguf" in named else ("hf" if "hf" in named else None)
+    for variant, folder in import_gguf(args.gguf, args.out, mlx_variants=mlx, torch_variant=torch_variant,
                                        progress=_progress).items():
         print(f"{variant}\t{folder}")
     return 0
@@ -205,7 +207,9 @@ def build_parser() -> argparse.ArgumentParser:
     imp = sub.add_parser("import", help="convert a .gguf file into model folders")
     imp.add_argument("gguf")
     imp.add_argument("out")
-    imp.add_argument("--variants", default="hf,mlx", help="comma list of hf, mlx, mlx-4bit")
+    imp.add_argument("--variants", default="hf,mlx",
+                     help="comma list of hf (float32), gguf (no weights: PyTorch reads the file itself), "
+                          "mlx, mlx-4bit")
     imp.set_defaults(func=cmd_import)
 
     gen = sub.add_parser("generate", help="stream an answer to one prompt")

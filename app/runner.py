@@ -100,6 +100,18 @@ class LoadedModel:
         return f"{display_name(self.folder)}{pair} ({self.model_type}, {self.dtype}) on {self.backend}/{self.device}"
 
 
+def _gguf_loaded_bytes(folder: Path, backend: str, precision: str) -> int | None:
+    """The weights' size as loaded when PyTorch reads them from a GGUF at its own precisions (the
+    memory check must count that, not float32); None otherwise."""
+    from app.models.gguf_import import gguf_source, inspect_gguf, is_gguf_folder
+
+    if backend != "torch" or not (precision == "gguf" or is_gguf_folder(folder)):
+        return None
+    from app.models.gguf_torch import loaded_bytes
+
+    return loaded_bytes(inspect_gguf(gguf_source(folder)).elements or {})
+
+
 class Runner:
     def __init__(self):
         self.target: ModelBackend | None = None
@@ -151,17 +163,12 @@ class Runner:
         if str(draft) == DRAFT_AUTO:
             draft = auto_draft(spec)
         start = time.perf_counter()
-        folder = resolve_model(spec, backend, progress)
+        folder = resolve_model(spec, backend, progress, precision)
         config, file_bytes = self._check_files(folder, backend)
         tokenizer = ChatTokenizer(folder)
         device = self._device(backend)
-        loaded_bytes = None
-        if precision == "gguf" and backend == "torch":
-            from app.models.gguf_import import gguf_source, inspect_gguf
-            from app.models.gguf_torch import loaded_bytes as gguf_loaded_bytes
-
-            loaded_bytes = gguf_loaded_bytes(inspect_gguf(gguf_source(folder)).elements or {})
-        models = [estimate("target", config, file_bytes, backend, device, precision, loaded_bytes)]
+        models = [estimate("target", config, file_bytes, backend, device, precision,
+                           _gguf_loaded_bytes(folder, backend, precision))]
         draft_folder = draft_tokenizer = None
         draft_precision = self_draft_precision(draft)
         if draft_precision is not None:
@@ -172,7 +179,8 @@ class Runner:
             draft_config, draft_bytes = self._check_files(draft_folder, backend)
             draft_tokenizer = ChatTokenizer(draft_folder)
             check_tokenizers(tokenizer, draft_tokenizer)  # before any weights load
-            models.append(estimate("draft", draft_config, draft_bytes, backend, device))
+            models.append(estimate("draft", draft_config, draft_bytes, backend, device,
+                                   loaded_bytes=_gguf_loaded_bytes(draft_folder, backend, "auto")))
         notice = self._check_memory(models, backend, progress)
         progress(f"Loading {display_name(folder)} with {'MLX' if backend == 'mlx' else 'PyTorch'} ...")
         target = load_backend(folder, backend, precision=precision)

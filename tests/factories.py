@@ -49,27 +49,22 @@ def _permute(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def write_gguf(model: LlamaForCausalLM, path: Path, fields: dict,
-               qtype: gguf.GGMLQuantizationType = gguf.GGMLQuantizationType.F32,
-               embedding_qtype: gguf.GGMLQuantizationType | None = None) -> dict:
-    """Write `model` as a llama GGUF; 2-D weights in `qtype` (the embedding in `embedding_qtype`
-    when given, as llama.cpp's Q4 files keep it in Q8_0 or Q6_K). Returns the weights as written
-    (dequantized, in HF layout) for comparison."""
-    cfg = model.config
+def _llama_writer(path: Path, fields: dict, layers: int, context: int, hidden: int, intermediate: int,
+                  heads: int, kv_heads: int, rope_theta: float, eps: float, vocab: int) -> gguf.GGUFWriter:
+    """A GGUF writer with a llama model's metadata and the demo's tokenizer, as llama.cpp writes it."""
     writer = gguf.GGUFWriter(str(path), "llama")
     writer.add_name("tiny-test-llama")
-    writer.add_block_count(cfg.num_hidden_layers)
-    writer.add_context_length(cfg.max_position_embeddings)
-    writer.add_embedding_length(cfg.hidden_size)
-    writer.add_feed_forward_length(cfg.intermediate_size)
-    writer.add_head_count(cfg.num_attention_heads)
-    writer.add_head_count_kv(cfg.num_key_value_heads)
-    writer.add_rope_freq_base(cfg.rope_parameters["rope_theta"])
-    writer.add_layer_norm_rms_eps(cfg.rms_norm_eps)
-    writer.add_rope_dimension_count(cfg.hidden_size // cfg.num_attention_heads)
-    writer.add_vocab_size(cfg.vocab_size)
+    writer.add_block_count(layers)
+    writer.add_context_length(context)
+    writer.add_embedding_length(hidden)
+    writer.add_feed_forward_length(intermediate)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    writer.add_rope_freq_base(rope_theta)
+    writer.add_layer_norm_rms_eps(eps)
+    writer.add_rope_dimension_count(hidden // heads)
+    writer.add_vocab_size(vocab)
     writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("smollm")
     writer.add_token_list(fields["tokens"])
     writer.add_token_types(fields["types"])
     writer.add_token_merges(fields["merges"])
@@ -79,7 +74,57 @@ def write_gguf(model: LlamaForCausalLM, path: Path, fields: dict,
     writer.add_pad_token_id(2)
     writer.add_add_bos_token(False)
     writer.add_chat_template(fields["chat_template"])
+    return writer
 
+
+def write_random_q4_gguf(path: Path, fields: dict, hidden: int = 2048, intermediate: int = 5632,
+                         layers: int = 8, heads: int = 16, kv_heads: int = 4, seed: int = 0) -> int:
+    """A llama GGUF of a real model's shape with random weights: linear layers Q4_0 (random codes,
+    small fp16 scales), the embedding Q8_0, norms F32; written block by block, with no float copy.
+    Returns the file's size in bytes."""
+    rng = np.random.default_rng(seed)
+    vocab = len(fields["tokens"])
+    writer = _llama_writer(path, fields, layers, 4096, hidden, intermediate, heads, kv_heads, 10000.0, 1e-5, vocab)
+    head_dim = hidden // heads
+
+    def blocks(rows: int, cols: int, kind) -> np.ndarray:
+        per_block, block_bytes = gguf.GGML_QUANT_SIZES[kind]
+        raw = rng.integers(0, 256, (rows, cols // per_block * block_bytes), dtype=np.uint8)
+        scales = rng.uniform(0.002, 0.02, rows * cols // per_block).astype(np.float16)
+        raw.reshape(-1, block_bytes)[:, 0:2] = scales.view(np.uint8).reshape(-1, 2)
+        return raw
+
+    writer.add_tensor("token_embd.weight", blocks(vocab, hidden, Q8_0), raw_dtype=Q8_0)
+    writer.add_tensor("output_norm.weight", np.ones(hidden, np.float32))
+    shapes = {"attn_q": (hidden, hidden), "attn_k": (kv_heads * head_dim, hidden),
+              "attn_v": (kv_heads * head_dim, hidden), "attn_output": (hidden, hidden),
+              "ffn_gate": (intermediate, hidden), "ffn_up": (intermediate, hidden), "ffn_down": (hidden, intermediate)}
+    for i in range(layers):
+        writer.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(hidden, np.float32))
+        writer.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(hidden, np.float32))
+        for name, (rows, cols) in shapes.items():
+            writer.add_tensor(f"blk.{i}.{name}.weight", blocks(rows, cols, Q4_0), raw_dtype=Q4_0)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path.stat().st_size
+
+
+Q4_0, Q8_0 = gguf.GGMLQuantizationType.Q4_0, gguf.GGMLQuantizationType.Q8_0
+
+
+def write_gguf(model: LlamaForCausalLM, path: Path, fields: dict,
+               qtype: gguf.GGMLQuantizationType = gguf.GGMLQuantizationType.F32,
+               embedding_qtype: gguf.GGMLQuantizationType | None = None) -> dict:
+    """Write `model` as a llama GGUF; 2-D weights in `qtype` (the embedding in `embedding_qtype`
+    when given, as llama.cpp's Q4 files keep it in Q8_0 or Q6_K). Returns the weights as written
+    (dequantized, in HF layout) for comparison."""
+    cfg = model.config
+    writer = _llama_writer(path, fields, cfg.num_hidden_layers, cfg.max_position_embeddings, cfg.hidden_size,
+                           cfg.intermediate_size, cfg.num_attention_heads, cfg.num_key_value_heads,
+                           cfg.rope_parameters["rope_theta"], cfg.rms_norm_eps, cfg.vocab_size)
+    writer.add_tokenizer_pre("smollm")
     names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight"}
     per_layer = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q",
                  "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",

@@ -4,6 +4,8 @@ kernel (app/models/gguf_blocks.py, app/models/gguf_torch.py), never through a fl
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import gguf
 import numpy as np
@@ -67,14 +69,14 @@ def test_the_int4_kernel_computes_with_the_gguf_weights():
     rows, cols = 64, 256
     raw = _random_blocks("Q4_1", rows, cols, seed=3)
     groups = int4_groups("Q4_1", raw, rows, cols)
-    layer = GGUFInt4Linear(*groups, act_dtype=torch.bfloat16)
+    layer = GGUFInt4Linear.from_groups(groups, torch.bfloat16)
     x = torch.randn(5, cols)
     expected = x @ torch.from_numpy(gguf.quants.dequantize(raw, Q.Q4_1).reshape(rows, cols)).T
     got = layer(x)
     assert got.dtype == torch.float32 and got.shape == (5, rows)
     # bfloat16 activations and scales: about 3 significant digits
     assert (got - expected).abs().max() <= 0.02 * expected.abs().max()
-    wrong = GGUFInt4Linear(*Int4Groups(groups.codes[::-1].copy(), groups.scale, groups.zero), torch.bfloat16)
+    wrong = GGUFInt4Linear.from_groups(Int4Groups(groups.codes[::-1].copy(), groups.scale, groups.zero), torch.bfloat16)
     assert (wrong(x) - expected).abs().max() > 0.1 * expected.abs().max()  # the check can fail
 
 
@@ -98,7 +100,7 @@ def test_a_q4_gguf_loads_at_its_own_precisions_and_agrees_with_its_dequantized_w
     reference = TorchBackend(folder, precision="float32")  # the import: gguf's dequantization in float32
     packed = [m for m in own.model.modules() if isinstance(m, GGUFInt4Linear)]
     assert len(packed) == 7 * 2  # q k v o gate up down in both layers
-    assert "Q4_0 -> int4 g32" in own.dtype and "Q8_0 -> float32" in own.dtype
+    assert "int4 g32 from Q4_0 x14" in own.dtype and "float32 from" in own.dtype and "Q8_0 x1" in own.dtype
     assert not any(isinstance(m, torch.nn.Linear) and m is not own.model.get_output_embeddings()
                    for m in own.model.modules())
     # Q/K rows are back in Hugging Face's order: the embedding and q_proj agree with the file
@@ -172,8 +174,8 @@ def _disagreements(model, prompt_ids, tokens):
     return found
 
 
-SUITE = [p["user"] for p in json.loads((__import__("pathlib").Path(__file__).parents[1]
-                                         / "benchmarks" / "suite.json").read_text())["prompts"]]
+SUITE_FILE = Path(__file__).parents[1] / "benchmarks" / "suite.json"
+SUITE = [p["user"] for p in json.loads(SUITE_FILE.read_text())["prompts"]]
 
 
 def test_the_demo_at_gguf_precision_speculates_what_it_would_write_alone(demo):
@@ -187,7 +189,7 @@ def test_the_demo_at_gguf_precision_speculates_what_it_would_write_alone(demo):
     with pytest.raises(NotEnoughMemory):
         runner.load(demo["hf"], "torch", draft="ngram", precision="float32", progress=lambda m: None)
     loaded = runner.load(demo["hf"], "torch", draft="ngram", precision="gguf", progress=lambda m: None)
-    assert "Q4_1 -> int4 g32" in loaded.dtype and loaded.weights_bytes < 200_000_000
+    assert "int4 g32 from Q4_1 x210" in loaded.dtype and loaded.weights_bytes < 200_000_000
     answers = _speculative_answers(runner, SUITE[:5], max_tokens=128)
     assert sum(len(tokens) for _, tokens in answers) >= 500
     for prompt_ids, tokens in answers:
@@ -207,3 +209,73 @@ def test_the_exactness_check_catches_a_wrong_rollback(demo, monkeypatch):
     monkeypatch.undo()
     gaps = [gap for prompt_ids, tokens in answers for _, gap in _disagreements(runner.target.model, prompt_ids, tokens)]
     assert any(gap >= GGUF_TIE_GAP for gap in gaps)
+
+
+PEAK_SCRIPT = """
+import gc, json, sys
+from pathlib import Path
+import psutil, torch
+from transformers import AutoConfig, AutoModelForCausalLM
+from app.models.gguf_torch import load_gguf_model
+folder, source = Path(sys.argv[1]), Path(sys.argv[2])
+with torch.device("meta"):  # the loader's imports and first meta model, before the baseline
+    AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(folder)))
+gc.collect()
+def high_water():  # the peak resident size (VmHWM), in bytes
+    line = next(l for l in open("/proc/self/status") if l.startswith("VmHWM:"))
+    return int(line.split()[1]) * 1024
+open("/proc/self/clear_refs", "w").write("5")  # start the peak from here, not from the imports
+base = psutil.Process().memory_info().rss
+before = high_water()
+model, report = load_gguf_model(folder, source)
+print(json.dumps({"added": high_water() - base, "reset": before - base, "loaded": report.weights_bytes,
+                  "classes": report.describe()}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads and resets Linux's peak resident size")
+def test_loading_a_large_q4_gguf_never_holds_much_more_than_the_loaded_model(tmp_path, tiny_fields):
+    """Peak memory added while loading (above the process right after its imports) stays within
+    1.3x of the loaded size: no float32 copy of the model, nor of the file, at any moment."""
+    import subprocess
+
+    from app.models.gguf_import import import_gguf
+    from tests.factories import write_random_q4_gguf
+
+    size = write_random_q4_gguf(tmp_path / "big.gguf", tiny_fields)
+    assert size > 200e6
+    folder = import_gguf(tmp_path / "big.gguf", tmp_path / "import", mlx_variants=(), torch_variant="gguf")["gguf"]
+    assert not list(folder.glob("*.safetensors"))
+    done = subprocess.run([sys.executable, "-c", PEAK_SCRIPT, str(folder), str(tmp_path / "big.gguf")],
+                          capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1], timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "int4 g32 from Q4_0 x56" in figures["classes"]
+    assert figures["reset"] == 0  # the peak was measured from the baseline on
+    assert figures["added"] <= 1.3 * figures["loaded"], figures  # 1.11x when written
+
+
+def test_a_dropped_gguf_on_pytorch_is_read_in_place_at_its_own_precisions(tmp_path, tiny_fields, monkeypatch):
+    """Opening a .gguf (window, CLI) with PyTorch imports no weights: a folder of config and
+    tokenizer that points at the file, 4-bit layers on the int4 kernel; a float precision asked of
+    that folder says how to get one."""
+    from app.engine.backends.torch_backend import TorchBackend
+    from app.models.resolve import display_name
+    from app.runner import Runner
+
+    monkeypatch.setenv("TANDEM_CACHE", str(tmp_path / "cache"))
+    write_gguf(tiny_llama(seed=4), tmp_path / "Tiny-Q4_0.gguf", tiny_fields, Q.Q4_0, embedding_qtype=Q.Q8_0)
+    runner = Runner()
+    messages = []
+    loaded = runner.load(tmp_path / "Tiny-Q4_0.gguf", "torch", draft="ngram", progress=messages.append)
+    folder = loaded.folder
+    assert folder.name == "gguf" and not list(folder.glob("*.safetensors"))
+    assert display_name(folder) == "Tiny-Q4_0"
+    assert "int4 g32 from Q4_0" in loaded.dtype
+    assert any("model description and vocabulary" in m for m in messages)
+    assert sum(f.stat().st_size for f in (tmp_path / "cache").rglob("*") if f.is_file()) < 1_000_000
+    with pytest.raises(ModelFileError, match="has no float32 weights to load.*open the .gguf file with that precision"):
+        TorchBackend(folder, precision="float32")
+    float32 = Runner().load(tmp_path / "Tiny-Q4_0.gguf", "torch", draft="none", precision="float32",
+                            progress=lambda m: None)
+    assert float32.folder.name == "hf" and float32.dtype == "float32"

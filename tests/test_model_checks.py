@@ -135,8 +135,13 @@ def test_a_gguf_too_large_to_import_is_refused_before_converting(tiny_pair, monk
     cache = models_dir() / f"model-{sha256_of(gguf)[:12]}"
     monkeypatch.setenv("TANDEM_FREE_MEMORY", "1000")
     with pytest.raises(NotEnoughMemory, match=r"model.gguf has \d+ million weights; importing it dequantizes") as err:
-        resolve_model(gguf, "torch", progress=lambda m: None)
+        resolve_model(gguf, "torch", progress=lambda m: None, precision="float32")
     assert "only 0.0 GB of memory (as TANDEM_FREE_MEMORY says) is free" in str(err.value)
     assert not cache.exists()  # nothing was converted
+    # at the file's own precisions nothing is dequantized: no float32 peak to refuse (the runner's
+    # memory check then counts the size it will load)
+    own = resolve_model(gguf, "torch", progress=lambda m: None)
+    assert own.name == "gguf" and not list(own.glob("*.safetensors"))
     monkeypatch.delenv("TANDEM_FREE_MEMORY")
-    assert (resolve_model(gguf, "torch", progress=lambda m: None) / "config.json").is_file()  # fits: imported
+    float32 = resolve_model(gguf, "torch", progress=lambda m: None, precision="float32")
+    assert (float32 / "model.safetensors").is_file()  # fits: imported

@@ -29,6 +29,11 @@ def check_model_folder(folder: str | Path, weights: bool = True) -> dict:
         config = json.loads(config_path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ModelFileError(f"{config_path}: not valid JSON ({exc}).") from exc
+    if weights and (folder / "gguf-weights.json").is_file():  # app/models/gguf_import.GGUF_WEIGHTS
+        from app.models.gguf_import import gguf_source
+
+        gguf_source(folder)  # the file its weights are read from is still there
+        return config
     if weights and not any(folder.glob("*.safetensors")):
         pickled = sorted(p.name for p in folder.iterdir() if p.suffix in PICKLED_SUFFIXES)
         if pickled:

@@ -25,6 +25,8 @@ from app.models.errors import ModelFileError
 
 GGUF_MAGIC = b"GGUF"
 IMPORT_MARKER = "tandem-import.json"
+GGUF_VARIANT = "gguf"  # the import folder without weights: PyTorch reads them from the .gguf itself
+GGUF_WEIGHTS = "gguf-weights.json"  # in that folder: which file holds its weights
 STAGING = re.compile(r"^\.[A-Za-z0-9-]+-staging-(\d+)-(\d+)-")  # .<variant>-staging-<pid>-<start>-<random>
 
 
@@ -137,17 +139,22 @@ def inspect_gguf(path: str | Path) -> GGUFInfo:
     return GGUFInfo(path, architecture, name, counts, len(reader.tensors), size, n_params, elements)
 
 
+def is_gguf_folder(folder: Path) -> bool:
+    """An import folder whose weights stay in the .gguf (GGUF_VARIANT)."""
+    return (Path(folder) / GGUF_WEIGHTS).is_file()
+
+
 def gguf_source(folder: Path) -> Path:
     """The .gguf file an imported folder came from (its import record, or the file beside it, as
     the demo keeps it). Raises ModelFileError when neither is there any more."""
     folder = Path(folder)
-    marker = folder.parent / IMPORT_MARKER
     recorded = None
-    if marker.is_file():
-        try:
-            recorded = json.loads(marker.read_text()).get("source")
-        except (OSError, ValueError):
-            recorded = None
+    for marker in (folder / GGUF_WEIGHTS, folder.parent / IMPORT_MARKER):
+        if recorded is None and marker.is_file():
+            try:
+                recorded = json.loads(marker.read_text()).get("source")
+            except (OSError, ValueError, AttributeError):
+                recorded = None
     if recorded and Path(recorded).is_file():
         return Path(recorded)
     beside = sorted(folder.parent.glob("*.gguf"))
@@ -159,14 +166,23 @@ def gguf_source(folder: Path) -> Path:
         f"from{where}. Open the .gguf file itself, or choose another precision.")
 
 
+def import_variants(mlx_variants: tuple[str, ...] = ("mlx",), torch_variant: str | None = "hf") -> tuple[str, ...]:
+    """The folders an import builds, in order: MLX's are converted from "hf", so it comes first."""
+    wanted = [torch_variant] if torch_variant else []
+    if mlx_variants and "hf" not in wanted:
+        wanted.insert(0, "hf")
+    return (*wanted, *mlx_variants)
+
+
 def imported(out_dir: Path, digest: str, variants: tuple[str, ...]) -> bool:
-    """Whether `out_dir` already holds a complete import of the file with this SHA-256."""
+    """Whether `out_dir` already holds a complete import of the file with this SHA-256, with
+    every folder in `variants` (import_variants)."""
     marker = Path(out_dir) / IMPORT_MARKER
     if not marker.is_file():
         return False
     record = json.loads(marker.read_text())
     return record.get("sha256") == digest and all(
-        v in record.get("variants", {}) and (Path(out_dir) / v).is_dir() for v in ("hf", *variants))
+        v in record.get("variants", {}) and (Path(out_dir) / v).is_dir() for v in variants)
 
 
 def import_gguf(
@@ -174,13 +190,17 @@ def import_gguf(
     out_dir: str | Path,
     *,
     mlx_variants: tuple[str, ...] = ("mlx",),
+    torch_variant: str | None = "hf",
     progress=None,
     digest: str | None = None,
 ) -> dict[str, Path]:
-    """Convert `gguf_path` into `out_dir/hf` (+ `out_dir/<variant>` for MLX variants).
+    """Convert `gguf_path` into `out_dir/<torch_variant>` (+ `out_dir/<variant>` for MLX variants).
 
-    Variants: "mlx" (float32, the reference) and "mlx-4bit" (affine, group 32: the same grid as
-    GGUF's Q4_0/Q4_1 blocks). Returns {"hf": path, "mlx": path, ...}. Idempotent: an existing
+    PyTorch's folder is "hf" (the weights dequantized to float32 safetensors, the reference) or
+    "gguf" (config and tokenizer only: PyTorch reads the weights from the GGUF at their own
+    precisions, app/models/gguf_torch.py; nothing is dequantized or copied). MLX's are "mlx"
+    (float32) and "mlx-4bit" (affine, group 32: the same grid as GGUF's Q4_0/Q4_1 blocks), built
+    from "hf". Returns {"hf": path, "mlx": path, ...}. Idempotent: an existing
     complete import of the same file (checked by size and hash) is reused. `digest`: the file's
     SHA-256 when the caller has already computed it.
     """
@@ -189,7 +209,7 @@ def import_gguf(
     say = progress or (lambda message: None)
     digest = digest or sha256_of(info.path)
     marker = out_dir / IMPORT_MARKER
-    wanted = {"hf": out_dir / "hf", **{v: out_dir / v for v in mlx_variants}}
+    wanted = {v: out_dir / v for v in import_variants(mlx_variants, torch_variant)}
     done: dict[str, str] = {}
     if marker.is_file():
         record = json.loads(marker.read_text())
@@ -204,13 +224,19 @@ def import_gguf(
         if variant in done and target.is_dir():
             result[variant] = target
             continue
-        say(f"Converting {info.path.name} to {variant} ...")
+        say(f"Reading the model description and vocabulary of {info.path.name} ..." if variant == GGUF_VARIANT
+            else f"Converting {info.path.name} to {variant} ...")
         with tempfile.TemporaryDirectory(prefix=staging_prefix(variant), dir=out_dir) as tmp:
             staging = Path(tmp) / variant
-            if variant == "hf":
+            if variant in ("hf", GGUF_VARIANT):
                 from app.models.transformers_convert import gguf_to_hf_folder
 
-                gguf_to_hf_folder(info.path, staging)
+                if variant == "hf":
+                    gguf_to_hf_folder(info.path, staging)
+                else:
+                    gguf_to_hf_folder(info.path, staging, weights=False)
+                    (staging / GGUF_WEIGHTS).write_text(json.dumps(
+                        {"source": str(info.path.resolve()), "sha256": digest, "bytes": info.size_bytes}))
             else:
                 from app.models.mlx_convert import hf_to_mlx_folder
 

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from app.models.errors import ModelFileError
-from app.models.gguf_blocks import GROUP, INT4_TYPES, int4_groups
+from app.models.gguf_blocks import GROUP, INT4_TYPES, Int4Groups, int4_groups
 
 log = logging.getLogger(__name__)
 
@@ -49,18 +49,33 @@ def _inner_k_tiles(in_features: int) -> int | None:
 
 class GGUFInt4Linear(torch.nn.Module):
     """A bias-free Linear whose weight is GGUF's 4-bit codes, packed for PyTorch's int4 kernel.
-    Activations run in `act_dtype` (the kernel's scales are stored in it)."""
+    Activations run in `act_dtype` (the kernel's scales are stored in it). Filled by row blocks
+    (`fill`), so packing a large weight never needs more than a block's temporaries."""
 
-    def __init__(self, codes: np.ndarray, scale: np.ndarray, zero: np.ndarray, act_dtype: torch.dtype):
+    def __init__(self, out_features: int, in_features: int, act_dtype: torch.dtype):
         super().__init__()
-        self.out_features, self.in_features = codes.shape
-        tiles = _inner_k_tiles(self.in_features)
-        q = torch.from_numpy(np.ascontiguousarray(codes)).to(torch.int32)
-        self.register_buffer("packed", torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, tiles))
-        # (groups, out, 2): scale and zero per group of 32 weights of each output row
-        both = np.stack([scale.T, zero.T], axis=-1)
-        self.register_buffer("scales_and_zeros", torch.from_numpy(np.ascontiguousarray(both)).to(act_dtype))
+        self.out_features, self.in_features = out_features, in_features
+        self.tiles = _inner_k_tiles(in_features)
+        self.register_buffer("packed", torch.empty(out_features, in_features // 2, dtype=torch.uint8))
+        # (groups, out, 2): the scale and the zero of each group of 32 weights of each output row
+        self.register_buffer("scales_and_zeros", torch.empty(in_features // GROUP, out_features, 2, dtype=act_dtype))
         self.act_dtype = act_dtype
+
+    @classmethod
+    def from_groups(cls, groups: Int4Groups, act_dtype: torch.dtype) -> GGUFInt4Linear:
+        layer = cls(*groups.codes.shape, act_dtype)
+        layer.fill(0, groups)
+        return layer
+
+    @torch.no_grad()
+    def fill(self, start: int, groups: Int4Groups) -> None:
+        """Rows start.. of the weight (start a multiple of PACK_ROWS: the CPU layout packs rows in
+        blocks of 64, so blocks packed apart equal the whole packed at once)."""
+        rows = groups.codes.shape[0]
+        q = torch.from_numpy(np.ascontiguousarray(groups.codes)).to(torch.int32)
+        self.packed[start:start + rows] = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, self.tiles)
+        self.scales_and_zeros[:, start:start + rows, 0] = torch.from_numpy(groups.scale.T)
+        self.scales_and_zeros[:, start:start + rows, 1] = torch.from_numpy(groups.zero.T)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features).to(self.act_dtype)
@@ -69,6 +84,9 @@ class GGUFInt4Linear(torch.nn.Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int4 g{GROUP} ({self.act_dtype})"
+
+
+PACK_ROWS = 64
 
 
 @dataclass
@@ -80,11 +98,16 @@ class GGUFLoadReport:
     skipped: list[str] = field(default_factory=list)  # GGUF tensors the model has no place for
 
     def describe(self) -> str:
-        return ", ".join(f"{n} {what}" for what, n in sorted(self.classes.items()))
+        """"int4 g32 from Q4_1 x210; float32 from F32 x61, Q8_0 x1": what runs, from what."""
+        by_result: dict[str, list[str]] = {}
+        for what, n in sorted(self.classes.items()):
+            source, result = what.split(" -> ")
+            by_result.setdefault(result, []).append(f"{source} x{n}")
+        return "; ".join(f"{result} from {', '.join(sources)}" for result, sources in by_result.items())
 
 
 def _can_pack(module: torch.nn.Module) -> bool:
-    return (isinstance(module, torch.nn.Linear) and module.bias is None and module.out_features % 8 == 0
+    return (isinstance(module, torch.nn.Linear) and module.bias is None and module.out_features % 16 == 0
             and _inner_k_tiles(module.in_features) is not None)
 
 
@@ -114,7 +137,7 @@ def _tensor_names(model: torch.nn.Module, processor) -> dict[str, str]:
         gguf.get_tensor_name_map = original
 
 
-CHUNK_BYTES = 16 << 20  # dequantize a large tensor this many float32 bytes at a time
+CHUNK_BYTES = 4 << 20  # decode a large tensor this many bytes of float32 (or int32 codes) at a time
 
 
 def _dequantized(tensor, processor, shape: torch.Size, dtype: torch.dtype, rows_only: bool) -> torch.Tensor:
@@ -157,6 +180,22 @@ def _trim_heap() -> None:
 
 
 _MALLOC_TRIM = None
+
+
+def _packed(tensor, processor, rows: int, cols: int, act_dtype: torch.dtype) -> GGUFInt4Linear:
+    """A 4-bit GGUF weight as a GGUFInt4Linear, decoded and packed a block of rows at a time where
+    the processor leaves rows in place (Q and K, whose rows it reorders, are decoded whole)."""
+    kind, data = tensor.tensor_type.name, tensor.data
+    if ".attn_q." in tensor.name or ".attn_k." in tensor.name:
+        groups = int4_groups(kind, data, rows, cols)
+        return GGUFInt4Linear.from_groups(
+            Int4Groups(*(processor.process(weights=a, name=tensor.name).weights for a in groups)), act_dtype)
+    layer = GGUFInt4Linear(rows, cols, act_dtype)
+    step = max(PACK_ROWS, CHUNK_BYTES // (cols * 4) // PACK_ROWS * PACK_ROWS)
+    for start in range(0, rows, step):
+        n = min(step, rows - start)
+        layer.fill(start, int4_groups(kind, data[start:start + n], n, cols))
+    return layer
 
 
 def _release(reader, tensor) -> None:
@@ -219,9 +258,7 @@ def load_gguf_model(folder: Path, gguf_path: Path, dtype: torch.dtype = torch.fl
         owner = model.get_submodule(owner_name)
         kind = tensor.tensor_type.name
         if attr == "weight" and kind in INT4_TYPES and rows_only and _can_pack(owner):
-            groups = int4_groups(kind, tensor.data, owner.out_features, owner.in_features)
-            codes, scale, zero = (processor.process(weights=a, name=tensor.name).weights for a in groups)
-            packed = GGUFInt4Linear(codes, scale, zero, act_dtype)
+            packed = _packed(tensor, processor, owner.out_features, owner.in_features, act_dtype)
             parent_name, _, child = owner_name.rpartition(".")
             setattr(model.get_submodule(parent_name) if parent_name else model, child, packed)
             _release(reader, tensor)

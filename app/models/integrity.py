@@ -85,6 +85,10 @@ def check_weights(folder: str | Path) -> int:
     sharded model, that every shard its index names is there."""
     folder = Path(folder)
     check_model_folder(folder)
+    from app.models.gguf_import import gguf_source, inspect_gguf, is_gguf_folder
+
+    if is_gguf_folder(folder):  # weights read from the .gguf itself: check that file is whole
+        return inspect_gguf(gguf_source(folder)).size_bytes
     index = folder / "model.safetensors.index.json"
     if index.is_file():
         try:

@@ -7,11 +7,15 @@ from pathlib import Path
 
 from app.models.errors import ModelFileError
 from app.models.folder import check_model_folder
-from app.models.gguf_import import GGUFInfo, import_gguf, imported, inspect_gguf, sha256_of
+from app.models.gguf_import import (GGUF_VARIANT, GGUFInfo, import_gguf, import_variants, imported, inspect_gguf,
+                                    sha256_of)
 from app.paths import models_dir
 
 
-def resolve_model(spec: str | Path, backend: str, progress=print) -> Path:
+def resolve_model(spec: str | Path, backend: str, progress=print, precision: str = "auto") -> Path:
+    """A .gguf on PyTorch at its own precisions ("auto" or "gguf") becomes a folder without weights
+    that points at the file (nothing dequantized); at any other precision, and on MLX, a folder of
+    float32 weights converted once."""
     if str(spec) == "demo":
         from app.models.demo import demo_folder
 
@@ -21,12 +25,14 @@ def resolve_model(spec: str | Path, backend: str, progress=print) -> Path:
         info = inspect_gguf(path)
         digest = sha256_of(path)
         cache = models_dir() / f"{path.stem}-{digest[:12]}"
-        variants = ("mlx",) if backend == "mlx" else ()
-        if not imported(cache, digest, variants):
-            check_import_fits(info, len(variants) + 1)
-        folders = import_gguf(info.path, cache, mlx_variants=variants, progress=progress,
-                              digest=digest)
-        return folders["mlx" if backend == "mlx" else "hf"]
+        mlx = ("mlx",) if backend == "mlx" else ()
+        torch_variant = None if mlx else (GGUF_VARIANT if precision in ("auto", "gguf") else "hf")
+        variants = import_variants(mlx, torch_variant)
+        if not imported(cache, digest, variants) and "hf" in variants:
+            check_import_fits(info, len(variants))
+        folders = import_gguf(info.path, cache, mlx_variants=mlx, torch_variant=torch_variant,
+                              progress=progress, digest=digest)
+        return folders["mlx" if mlx else torch_variant]
     if path.is_dir():
         check_model_folder(path)  # config and safetensors before anything reads the folder
         return path
@@ -65,7 +71,7 @@ def check_import_fits(info: GGUFInfo, folders: int) -> None:
 DEMO_LABEL = "SmolLM2 135M Instruct (demo)"
 DEMO_SHORT = "Demo: SmolLM2 135M"  # where the draft is named beside it (recent pairs)
 # The folders an imported GGUF is converted into: the model's name is the folder above them
-VARIANT_WORDS = {"hf": "", "mlx": "", "mlx-4bit": " (4-bit)"}
+VARIANT_WORDS = {"hf": "", "gguf": "", "mlx": "", "mlx-4bit": " (4-bit)"}
 IMPORT_DIGEST = re.compile(r"-[0-9a-f]{12}$")  # resolve_model names an import's cache <stem>-<sha256[:12]>
 
 

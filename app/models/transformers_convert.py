@@ -18,8 +18,11 @@ from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 from app.models.errors import ModelFileError
 
 
-def gguf_to_hf_folder(gguf_path: Path, out_dir: Path, dtype: torch.dtype = torch.float32) -> Path:
-    """Write config.json, model.safetensors and tokenizer files for `gguf_path` into `out_dir`."""
+def gguf_to_hf_folder(gguf_path: Path, out_dir: Path, dtype: torch.dtype = torch.float32,
+                      weights: bool = True) -> Path:
+    """Write config.json, model.safetensors and tokenizer files for `gguf_path` into `out_dir`.
+    `weights=False` writes no weights (the PyTorch backend then reads them from the GGUF itself,
+    at its own precisions: app/models/gguf_torch.py), so nothing is dequantized."""
     folder, name = str(gguf_path.parent), gguf_path.name
     try:
         config = AutoConfig.from_pretrained(folder, gguf_file=name)
@@ -34,6 +37,21 @@ def gguf_to_hf_folder(gguf_path: Path, out_dir: Path, dtype: torch.dtype = torch
     config.dtype = dtype
     with torch.device("meta"):
         skeleton = AutoModelForCausalLM.from_config(config)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if weights:
+        _write_weights(gguf_path, skeleton, config, dtype, out_dir)
+    config.save_pretrained(out_dir)
+    _add_legacy_config_keys(out_dir / "config.json")
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    tokenizer.save_pretrained(out_dir)
+    if not (out_dir / "tokenizer.json").is_file():
+        raise ModelFileError(f"{name}: no tokenizer could be built from the GGUF vocabulary.")
+    _embed_chat_template(out_dir)
+    return out_dir
+
+
+def _write_weights(gguf_path: Path, skeleton, config, dtype: torch.dtype, out_dir: Path) -> None:
+    name = gguf_path.name
     parsed = load_gguf_checkpoint(str(gguf_path), return_tensors=True, model_to_load=skeleton)
     tensors = {k: v.to(dtype).contiguous() for k, v in parsed["tensors"].items()}
     expected = set(skeleton.state_dict())
@@ -45,16 +63,7 @@ def gguf_to_hf_folder(gguf_path: Path, out_dir: Path, dtype: torch.dtype = torch
             f"{name}: the GGUF lacks weights the {config.model_type} model needs: "
             f"{', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}."
         )
-    out_dir.mkdir(parents=True, exist_ok=True)
     save_torch_state_dict(tensors, out_dir, max_shard_size="4GB", safe_serialization=True)
-    config.save_pretrained(out_dir)
-    _add_legacy_config_keys(out_dir / "config.json")
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    tokenizer.save_pretrained(out_dir)
-    if not (out_dir / "tokenizer.json").is_file():
-        raise ModelFileError(f"{name}: no tokenizer could be built from the GGUF vocabulary.")
-    _embed_chat_template(out_dir)
-    return out_dir
 
 
 def _add_legacy_config_keys(config_path: Path) -> None:

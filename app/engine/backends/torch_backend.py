@@ -115,7 +115,16 @@ class TorchBackend(ModelBackend):
         else:  # int4 keeps the float layers (norms, embeddings, the head) at the weights' precision
             self._dtype = pick_dtype(stored, self._device)
         self.precision = str(self._dtype).removeprefix("torch.")
-        if precision == "gguf":
+        from app.models.gguf_import import is_gguf_folder
+
+        if is_gguf_folder(folder) and precision not in ("auto", "gguf"):
+            from app.models.errors import ModelFileError
+
+            raise ModelFileError(
+                f"This model was opened at its GGUF file's own precisions, so it has no {precision} weights "
+                f"to load. To run it at {precision}, open the .gguf file with that precision chosen "
+                "(Tandem then imports a float32 copy).")
+        if precision == "gguf" or is_gguf_folder(folder):
             self.model, self.precision = self._load_gguf(folder)
         else:
             self.model = AutoModelForCausalLM.from_pretrained(

@@ -172,7 +172,7 @@ def cmd_bench(args) -> int:
     runner = Runner()
     loaded = runner.load(args.model, args.backend, draft=args.draft, precision=args.precision, progress=_progress)
     _progress(f"Loaded {loaded.describe()} in {loaded.load_s:.1f}s")
-    methods = build_methods(runner, ks=args.ks, anchors=not args.no_anchors)
+    methods = build_methods(runner, ks=args.ks, anchors=not args.no_anchors, progress=_progress)
     bench = run_bench(runner, prompts, methods, params=params, repeats=args.repeats,
                       progress=_progress if args.verbose else (lambda message: None))
     divergences = find_divergences(bench, runner.target) if params.greedy else []

@@ -10,6 +10,10 @@ import pytest
 from app.engine.adaptive import MAX_DRAFT
 from app.engine.bound import best_bound, conditional_acceptance, expected_tokens, speedup_bound
 
+from app.bench.anchors_llamacpp import LOOKUP, PLAIN, missing_reason  # noqa: E402
+
+# llama-cpp-python is an optional extra (it compiles from source): its rows appear where it is installed
+LLAMACPP_METHODS = set() if missing_reason() else {PLAIN, LOOKUP}
 TORCH_METHODS = {"target alone", "transformers plain", "transformers prompt lookup", "transformers assisted",
                  "tandem adaptive", "tandem adaptive, model only", "tandem k=2", "tandem k=4", "tandem k=6"}
 
@@ -44,10 +48,10 @@ def test_quick_bench_on_torch_reports_every_figure(tiny_pair, tmp_path, capsys):
                           "--draft", str(tiny_pair["near"]), "--backend", "torch")
     assert code == 0
     methods = {m["name"]: m for m in report["methods"]}
-    assert set(methods) == TORCH_METHODS
+    assert set(methods) == TORCH_METHODS | LLAMACPP_METHODS
     assert report["exactness"] == {"checked": True, "exact": True, "bugs": 0, "divergences": []}
     assert report["config"]["prompts"] == 2 and report["config"]["max_tokens"] == 16
-    assert len(report["runs"]) == 2 * 2 * len(TORCH_METHODS)
+    assert len(report["runs"]) == 2 * 2 * len(methods)
     assert all(run["tokens"] == 16 and run["tokens_per_s"] > 0 for run in report["runs"])
     # adaptive k goes up to MAX_DRAFT drafts, so the bound has every width up to MAX_DRAFT + 1
     assert set(report["costs"]["target_s_by_width"]) == {str(w) for w in range(1, MAX_DRAFT + 2)}
@@ -123,3 +127,25 @@ def test_a_broken_suite_file_is_a_clear_error(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(ValueError, match="not a benchmark suite"):
         load_suite(bad)
+
+
+def test_llamacpp_rows_run_on_the_same_gguf_or_one_line_says_why(tiny_pair, tmp_path, capsys):
+    """The tiny target was opened from a GGUF: llama.cpp decodes that very file, with the same
+    prompt ids, plainly and with prompt lookup, and the report compares Tandem with both; where
+    llama-cpp-python is not installed the rows are left out with one line saying how to get them."""
+    code, report = _bench(tiny_pair, tmp_path, "--target", str(tiny_pair["target"]), "--draft", "ngram",
+                          "--backend", "torch", "--ks", "")
+    assert code == 0
+    names = {m["name"] for m in report["methods"]}
+    err = capsys.readouterr().err
+    if missing_reason():
+        assert names.isdisjoint({PLAIN, LOOKUP}) and report["llama_cpp"] is None
+        assert err.count("llama.cpp rows left out: llama-cpp-python is not installed") == 1
+        return
+    assert {PLAIN, LOOKUP} <= names
+    runs = [r for r in report["runs"] if r["method"] in (PLAIN, LOOKUP)]
+    assert runs and all(r["tokens"] > 0 and r["tokens_per_s"] > 0 for r in runs)
+    same, total = report["llama_cpp"]["lookup_same_as_plain"]
+    assert total == 2 * 2 and 0 <= same <= total
+    assert report["llama_cpp"]["ratios"]["tandem adaptive"]["vs_plain"]["median"] > 0
+    assert all(d["method"] not in (PLAIN, LOOKUP) for d in report["exactness"]["divergences"])

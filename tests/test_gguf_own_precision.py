@@ -14,16 +14,11 @@ import torch
 
 from app.models.errors import ModelFileError
 from app.models.gguf_blocks import Int4Groups, int4_groups
+from app.models.gguf_torch import BATCHED_TIE_GAP as GGUF_TIE_GAP  # committed: derived once, see there
 from tests.factories import tiny_llama, write_gguf
 
 Q = gguf.GGMLQuantizationType
 
-# The widest top-2 logit gap at which the quantized target's batched verify pass and its one-token
-# steps may choose differently. Derived once, not measured here: over 24 verify passes of widths
-# 2-17 on the demo at precision "gguf" (bfloat16 activations in the int4 kernel), the largest
-# |batched - stepwise| logit difference was 0.43; a flip needs the gap below the sum of both
-# logits' errors, 2 x 0.43, rounded up.
-GGUF_TIE_GAP = 1.0
 
 
 def _random_blocks(kind: str, rows: int, cols: int, seed: int = 0) -> np.ndarray:

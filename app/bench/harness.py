@@ -50,9 +50,10 @@ class BenchRun:
     wall_s: float = 0.0
 
 
-def build_methods(runner, ks=(2, 4, 6), anchors: bool = True) -> list[Method]:
-    """Tandem's target alone, adaptive and fixed-k speculation with the loaded drafter, and the
-    anchors of the runner's backend on the same model objects."""
+def build_methods(runner, ks=(2, 4, 6), anchors: bool = True, progress=print) -> list[Method]:
+    """Tandem's target alone, adaptive and fixed-k speculation with the loaded drafter, the
+    anchors of the runner's backend on the same model objects, and llama.cpp on the same GGUF
+    file where the target came from one (family "external": other weights' numerics)."""
     target, drafter, tok = runner.target, runner.drafter, runner.tokenizer
     stop = tok.stop_ids
 
@@ -88,6 +89,8 @@ def build_methods(runner, ks=(2, 4, 6), anchors: bool = True) -> list[Method]:
             anchor_spec = "mlx-lm speculative"
             methods.append(Method(anchor_spec, "anchor", lambda p, ids, params: mlx_generate(
                 target.model, tok.hf, ids, p.max_tokens, params, stop, draft_model=drafter.backend.model)))
+    if anchors:
+        methods += llamacpp_methods(runner, stop, progress)
     if drafter is not None:
         matching = anchor_spec if is_model else anchor_lookup
         methods.append(Method("tandem adaptive", "tandem", tandem(drafter, None), None, matching))
@@ -98,6 +101,37 @@ def build_methods(runner, ks=(2, 4, 6), anchors: bool = True) -> list[Method]:
             methods.append(Method(f"tandem k={k}", "tandem", tandem(drafter, k), k, matching))
     methods[0] = replace(methods[0], anchor=anchor_plain)
     return methods
+
+
+def llamacpp_methods(runner, stop: frozenset[int], progress) -> list[Method]:
+    """llama.cpp plain and with prompt lookup, on the GGUF the target was opened from, with the
+    threads PyTorch uses; none (and one line saying why) where that cannot be."""
+    import atexit
+
+    from app.bench.anchors_llamacpp import LOOKUP, PLAIN, LlamaCpp, missing_reason
+    from app.models.errors import ModelFileError
+    from app.models.gguf_import import gguf_source
+
+    if runner.target.name != "torch":
+        return []
+    why = missing_reason()
+    try:
+        source = gguf_source(runner.loaded.folder)
+    except ModelFileError:
+        source, why = None, why or "the target was not opened from a .gguf file"
+    if why:
+        progress(f"llama.cpp rows left out: {why}.")
+        return []
+    import torch
+
+    worker = LlamaCpp(source, threads=torch.get_num_threads(), context=runner.target.context_length)
+    atexit.register(worker.close)
+    progress(f"llama.cpp {worker.version} on {source.name}, {torch.get_num_threads()} threads")
+
+    def run(mode):
+        return lambda prompt, ids, params: worker.generate(mode, ids, prompt.max_tokens, params, stop)
+
+    return [Method(PLAIN, "external", run("plain")), Method(LOOKUP, "external", run("lookup"), anchor=PLAIN)]
 
 
 def run_bench(runner, prompts: list[BenchPrompt], methods: list[Method], *, params: SamplingParams,

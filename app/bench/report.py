@@ -79,6 +79,7 @@ def summarize(bench: BenchRun, divergences: list[Divergence], config: dict) -> d
             for p in bench.prompts}
         methods.append(entry)
     tandem_div = [d for d in divergences if d.family != "anchor"]
+    external = _against_llamacpp(bench, methods)
     return {
         "config": config,
         "costs": {"target_s_by_width": bench.target_costs, "draft_s_per_token": bench.draft_cost},
@@ -89,12 +90,38 @@ def summarize(bench: BenchRun, divergences: list[Divergence], config: dict) -> d
             "bugs": sum(not d.near_tie for d in tandem_div),
             "divergences": [asdict(d) for d in divergences],
         },
+        "llama_cpp": external,
         "runs": [{"prompt": r.prompt, "method": r.method, "repeat": r.repeat, "tokens": len(r.result.tokens),
                   "decode_tokens": r.result.decode_tokens, "decode_s": r.result.decode_s,
                   "tokens_per_s": r.result.tokens_per_s, "rounds": r.result.rounds,
                   "drafted": r.result.drafted, "accepted": r.result.accepted} for r in bench.records],
         "wall_s": bench.wall_s,
     }
+
+
+def _against_llamacpp(bench: BenchRun, methods: list[dict]) -> dict | None:
+    """Tandem's methods against llama.cpp's rows on the same GGUF, and whether llama.cpp's prompt
+    lookup wrote its own plain text."""
+    from app.bench.anchors_llamacpp import LOOKUP, PLAIN
+    from app.bench.exactness import same_as_plain
+
+    names = {m.name for m in bench.methods}
+    if PLAIN not in names:
+        return None
+    plain = _suite_tps(bench, PLAIN)
+    lookup = _suite_tps(bench, LOOKUP) if LOOKUP in names else None
+    copies = [p.name for p in bench.prompts if p.name.startswith("copy")]
+    out = {"lookup_same_as_plain": same_as_plain(bench, LOOKUP, PLAIN) if lookup else None, "ratios": {}}
+    for m in methods:
+        if m["family"] not in ("target", "tandem"):
+            continue
+        tps = _suite_tps(bench, m["name"])
+        out["ratios"][m["name"]] = {
+            "vs_plain": _spread(_ratios(tps, plain)),
+            "vs_lookup": _spread(_ratios(tps, lookup)) if lookup else None,
+            "copy_prompts_vs_plain": {c: _spread(_ratios(_suite_tps(bench, m["name"], c), _suite_tps(bench, PLAIN, c)))
+                                      for c in copies}}
+    return out
 
 
 def _fmt(spread: dict | None, digits: int = 2, suffix: str = "") -> str:
@@ -141,6 +168,17 @@ def format_table(summary: dict) -> str:
         cells = [f"{m['per_prompt'][prompt]['tokens_per_s']['median']:.1f}" for m in summary["methods"]]
         tokens = summary["methods"][0]["per_prompt"][prompt]["tokens"]
         lines.append(f"  {prompt:<12} ({tokens:>3} tok)  " + " | ".join(cells))
+    external = summary.get("llama_cpp")
+    if external:
+        lines.append("\nagainst llama.cpp on the same GGUF (same prompt ids, same threads):")
+        for name, r in external["ratios"].items():
+            copies = ", ".join(f"{c} {_fmt(v, 2, 'x')}" for c, v in r["copy_prompts_vs_plain"].items())
+            lookup = f"; vs its prompt lookup {_fmt(r['vs_lookup'], 2, 'x')}" if r["vs_lookup"] else ""
+            lines.append(f"  {name}: vs llama.cpp plain {_fmt(r['vs_plain'], 2, 'x')}{lookup}"
+                         + (f"; copy prompts vs plain: {copies}" if copies else ""))
+        if external["lookup_same_as_plain"]:
+            same, total = external["lookup_same_as_plain"]
+            lines.append(f"  llama.cpp prompt lookup wrote its own plain text on {same} of {total} runs (T=0)")
     ex = summary["exactness"]
     if ex["checked"]:
         verdict = "identical to the target alone" if ex["exact"] else f"{ex['bugs']} divergence(s) at a clear gap"

@@ -166,8 +166,11 @@ class TorchBackend(ModelBackend):
             raise ModelFileError(
                 f"Loading a GGUF at its own precisions runs on the CPU's int4 kernel; on {self._device.type} "
                 "choose float16 or bfloat16 instead.")
+        from app.models.gguf_torch import BATCHED_TIE_GAP
+
         model, report = load_gguf_model(folder, gguf_source(folder), dtype=self._dtype)
-        return model, f"GGUF ({report.describe()})"
+        self.near_tie_gap = BATCHED_TIE_GAP
+        return model, report.describe()
 
     def reset(self) -> None:
         self.cache = DynamicCache(config=self.model.config)

@@ -147,6 +147,33 @@ def cmd_generate(args) -> int:
     return 0
 
 
+def cmd_models_info(args) -> int:
+    """What a model file holds and what runs of it; with --check, how far from the file's own."""
+    from pathlib import Path
+
+    from app.models.gguf_report import check_lines, info_lines
+    from app.models.resolve import resolve_model
+
+    path = Path(args.path).expanduser()
+    _check_link(str(path))
+    if path.suffix.lower() != ".gguf":
+        from app.models.folder import check_model_folder
+        from app.models.integrity import check_weights
+
+        config = check_model_folder(path)
+        stored = config.get("dtype") or config.get("torch_dtype") or "?"
+        print(f"{path.name}: {config.get('model_type', '?')}, {stored} safetensors, {check_weights(path) / 1e6:.1f} MB "
+              "of weights; PyTorch loads them as stored (or at --precision)")
+        return 0
+    for line in info_lines(path):
+        print(line)
+    if args.check:
+        folder = resolve_model(path, "torch", progress=_progress)
+        for line in check_lines(path, folder):
+            print(line)
+    return 0
+
+
 def _ks(value: str) -> tuple[int, ...]:
     try:
         ks = tuple(int(k) for k in value.split(",") if k.strip())
@@ -258,6 +285,15 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", default=None, metavar="OUT", help="write every figure to this file")
     bench.add_argument("--verbose", action="store_true", help="print each run as it finishes")
     bench.set_defaults(func=cmd_bench)
+
+    models = sub.add_parser("models", help="what a model file holds and what runs of it")
+    models_sub = models.add_subparsers(dest="models_command", required=True)
+    info = models_sub.add_parser("info", help="tensor types, sizes and what PyTorch runs them as")
+    info.add_argument("path", help="a .gguf file or a model folder")
+    info.add_argument("--check", action="store_true",
+                      help="also measure the loaded weights' error and perplexity against the file's own "
+                           "dequantized weights in float32")
+    info.set_defaults(func=cmd_models_info)
 
     check = sub.add_parser("self-test", help="load the demo pair, check speculative == target alone (exit 0/1)")
     check.add_argument("--backend", choices=["mlx", "torch"], default=None)

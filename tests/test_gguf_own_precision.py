@@ -274,3 +274,20 @@ def test_a_dropped_gguf_on_pytorch_is_read_in_place_at_its_own_precisions(tmp_pa
     float32 = Runner().load(tmp_path / "Tiny-Q4_0.gguf", "torch", draft="none", precision="float32",
                             progress=lambda m: None)
     assert float32.folder.name == "hf" and float32.dtype == "float32"
+
+
+def test_models_info_says_what_runs_and_check_measures_it(tiny_q4, capsys):
+    from app.cli import main
+    from app.models.gguf_import import gguf_source
+
+    source = gguf_source(tiny_q4[0])
+    assert main(["models", "info", "--check", str(source)]) == 0
+    out = capsys.readouterr().out
+    assert "Q4_0" in out and "int4, groups of 32, bfloat16 scales" in out and "Q8_0" in out
+    assert "float32 would be" in out
+    q4 = next(line for line in out.splitlines() if line.strip().startswith("Q4_0:"))
+    largest = float(q4.split("largest error ")[1].split(" ")[0])
+    assert 0 < largest < 1e-2  # bfloat16 scales: about 3 significant digits, never the codes
+    ppl = next(line for line in out.splitlines() if line.startswith("perplexity"))
+    change = float(ppl.rsplit("(", 1)[1].split("%")[0])
+    assert abs(change) < 1.0, ppl

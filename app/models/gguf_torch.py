@@ -238,9 +238,11 @@ def _rebuild_meta_buffers(model: torch.nn.Module) -> None:
 
 
 def load_gguf_model(folder: Path, gguf_path: Path, dtype: torch.dtype = torch.float32,
-                    act_dtype: torch.dtype = torch.bfloat16) -> tuple[torch.nn.Module, GGUFLoadReport]:
+                    act_dtype: torch.dtype = torch.bfloat16,
+                    int4: bool = True) -> tuple[torch.nn.Module, GGUFLoadReport]:
     """The model of `folder`'s config.json with the weights of `gguf_path` at their own precisions
-    (4-bit -> int4 kernel, the rest -> `dtype`), on the CPU, in eval mode."""
+    (4-bit -> int4 kernel, the rest -> `dtype`), on the CPU, in eval mode. `int4=False`
+    dequantizes every tensor to `dtype` (the float32 reference `models info --check` compares with)."""
     import gguf
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -264,7 +266,7 @@ def load_gguf_model(folder: Path, gguf_path: Path, dtype: torch.dtype = torch.fl
         owner_name, _, attr = hf_name.rpartition(".")
         owner = model.get_submodule(owner_name)
         kind = tensor.tensor_type.name
-        if attr == "weight" and kind in INT4_TYPES and rows_only and _can_pack(owner):
+        if int4 and attr == "weight" and kind in INT4_TYPES and rows_only and _can_pack(owner):
             packed = _packed(tensor, processor, owner.out_features, owner.in_features, act_dtype)
             parent_name, _, child = owner_name.rpartition(".")
             setattr(model.get_submodule(parent_name) if parent_name else model, child, packed)

@@ -1,0 +1,116 @@
+"""`tandem-cli models info`: what a GGUF holds and what runs of it on PyTorch, and with --check,
+how far the loaded weights and their perplexity are from the file's own dequantized weights."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from app.models.gguf_blocks import INT4_TYPES, int4_groups
+
+# A fixed text for the perplexity check (Dickens, A Tale of Two Cities, 1859: public domain).
+FIXED_TEXT = (
+    "It was the best of times, it was the worst of times, it was the age of wisdom, it was the age of "
+    "foolishness, it was the epoch of belief, it was the epoch of incredulity, it was the season of Light, "
+    "it was the season of Darkness, it was the spring of hope, it was the winter of despair, we had "
+    "everything before us, we had nothing before us, we were all going direct to Heaven, we were all going "
+    "direct the other way - in short, the period was so far like the present period, that some of its "
+    "noisiest authorities insisted on its being received, for good or for evil, in the superlative degree "
+    "of comparison only. There were a king with a large jaw and a queen with a plain face, on the throne of "
+    "England; there were a king with a large jaw and a queen with a fair face, on the throne of France. In "
+    "both countries it was clearer than crystal to the lords of the State preserves of loaves and fishes, "
+    "that things in general were settled for ever."
+)
+
+
+def _size(n: float) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
+
+
+def info_lines(gguf_path: Path) -> list[str]:
+    """Per quantization type: tensors, weights, bytes in the file, and what PyTorch runs them as."""
+    import gguf
+
+    from app.models.gguf_import import inspect_gguf
+    from app.models.gguf_torch import FLOAT_BYTES, INT4_BYTES, loaded_bytes
+
+    info = inspect_gguf(gguf_path)
+    reader = gguf.GGUFReader(gguf_path, "r")
+    file_bytes: dict[str, int] = defaultdict(int)
+    for tensor in reader.tensors:
+        file_bytes[tensor.tensor_type.name] += int(tensor.n_bytes)
+    lines = [f"{gguf_path.name}: {info.architecture} '{info.name}', {info.n_tensors} tensors, "
+             f"{info.n_params / 1e6:.0f} million weights, {_size(info.size_bytes)}",
+             f"{'type':<8}{'tensors':>8}{'weights':>14}{'in the file':>14}  on PyTorch (precision auto/gguf)"]
+    for kind, count in sorted(info.tensor_types.items(), key=lambda kv: -info.elements[kv[0]]):
+        n = info.elements[kind]
+        runs = (f"int4, groups of 32, bfloat16 scales ({_size(n * INT4_BYTES)})" if kind in INT4_TYPES
+                else f"float32 ({_size(n * FLOAT_BYTES)})")
+        lines.append(f"{kind:<8}{count:>8}{n:>14,}{_size(file_bytes[kind]):>14}  {runs}")
+    lines.append(f"loaded size {_size(loaded_bytes(info.elements))} (float32 would be {_size(info.n_params * 4)}); "
+                 "4-bit linear layers run on PyTorch's int4 kernel (tinygemm) on the CPU")
+    return lines
+
+
+def quantization_error(gguf_path: Path) -> dict[str, dict]:
+    """Per 4-bit type, the loaded weights (codes with bfloat16 scales, as the kernel reads them)
+    against gguf's own dequantization: the largest error relative to each tensor's largest
+    weight, and the RMS error relative to its RMS. Other types load exactly (float32)."""
+    import gguf
+    import torch
+
+    reader = gguf.GGUFReader(gguf_path, "r")
+    out: dict[str, dict] = {}
+    for tensor in reader.tensors:
+        kind = tensor.tensor_type.name
+        if kind not in INT4_TYPES or len(tensor.shape) != 2:
+            out.setdefault(kind, {"tensors": 0, "max_rel": 0.0, "rms_rel": 0.0})["tensors"] += 1
+            continue
+        rows, cols = int(tensor.shape[1]), int(tensor.shape[0])
+        groups = int4_groups(kind, tensor.data, rows, cols)
+        bf16 = lambda a: torch.from_numpy(a).to(torch.bfloat16).float().numpy()  # noqa: E731
+        loaded = type(groups)(groups.codes, bf16(groups.scale), bf16(groups.zero)).dequantize()
+        reference = gguf.quants.dequantize(tensor.data, tensor.tensor_type).reshape(rows, cols)
+        diff = loaded - reference
+        entry = out.setdefault(kind, {"tensors": 0, "max_rel": 0.0, "rms_rel": 0.0})
+        entry["tensors"] += 1
+        entry["max_rel"] = max(entry["max_rel"], float(np.abs(diff).max() / max(np.abs(reference).max(), 1e-30)))
+        rms = float(np.sqrt(np.mean(diff.astype(np.float64) ** 2)) / max(np.sqrt(np.mean(reference ** 2.0)), 1e-30))
+        entry["rms_rel"] = max(entry["rms_rel"], rms)
+    return out
+
+
+def perplexity(model, token_ids: list[int]) -> float:
+    import torch
+
+    with torch.inference_mode():
+        logits = model(torch.tensor([token_ids])).logits[0, :-1].float()
+        nll = torch.nn.functional.cross_entropy(logits, torch.tensor(token_ids[1:]))
+    return math.exp(float(nll))
+
+
+def check_lines(gguf_path: Path, folder: Path) -> list[str]:
+    """The quantization error per type and the perplexity of FIXED_TEXT, loaded at the file's own
+    precisions against the file's dequantized weights run in float32."""
+    from app.models.gguf_torch import load_gguf_model
+    from app.models.transformers_tokenizer import ChatTokenizer
+
+    lines = ["quantization error against gguf's own dequantization (largest tensor of each type):"]
+    for kind, e in sorted(quantization_error(gguf_path).items()):
+        if kind in INT4_TYPES:
+            lines.append(f"  {kind}: {e['tensors']} tensors as int4 g32, largest error {e['max_rel']:.2e} of the "
+                         f"tensor's largest weight, RMS error {e['rms_rel']:.2e} of its RMS (bfloat16 scales)")
+        else:
+            lines.append(f"  {kind}: {e['tensors']} tensors dequantized to float32, exact")
+    ids = ChatTokenizer(folder).encode(FIXED_TEXT)
+    own, _ = load_gguf_model(folder, gguf_path)
+    ppl_own = perplexity(own, ids)
+    del own
+    reference, _ = load_gguf_model(folder, gguf_path, int4=False)
+    ppl_ref = perplexity(reference, ids)
+    lines.append(f"perplexity of a fixed text ({len(ids)} tokens, A Tale of Two Cities): {ppl_own:.3f} as loaded, "
+                 f"{ppl_ref:.3f} with the file's weights dequantized to float32 ({ppl_own / ppl_ref - 1:+.2%})")
+    return lines

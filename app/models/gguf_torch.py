@@ -104,10 +104,14 @@ class GGUFLoadReport:
     weights_bytes: int = 0
     skipped: list[str] = field(default_factory=list)  # GGUF tensors the model has no place for
 
+    def short(self) -> str:
+        """A user's words: "4-bit GGUF" where the linear layers stayed 4-bit."""
+        return "4-bit GGUF" if any("int4" in what for what in self.classes) else "float32 from a GGUF"
+
     def describe(self) -> str:
         """"int4 g32 from Q4_1 x210; float32 from F32 x61, Q8_0 x1": what runs, from what."""
         by_result: dict[str, list[str]] = {}
-        for what, n in sorted(self.classes.items()):
+        for what, n in sorted(self.classes.items(), key=lambda kv: ("int4" not in kv[0], kv[0])):
             source, result = what.split(" -> ")
             by_result.setdefault(result, []).append(f"{source} x{n}")
         return "; ".join(f"{result} from {', '.join(sources)}" for result, sources in by_result.items())

@@ -170,7 +170,8 @@ class TorchBackend(ModelBackend):
 
         model, report = load_gguf_model(folder, gguf_source(folder), dtype=self._dtype)
         self.near_tie_gap = BATCHED_TIE_GAP
-        return model, report.describe()
+        # the UI shows the words before " (", and the whole in tooltips and the load line
+        return model, f"{report.short()} ({report.describe()})"
 
     def reset(self) -> None:
         self.cache = DynamicCache(config=self.model.config)

@@ -94,6 +94,7 @@ class LoadedModel:
     draft: str = DRAFT_NONE  # "none", "ngram", or the draft folder's name
     notice: str = ""  # what the user should know about this pair (it fits memory only tightly)
     draft_bytes: int = 0  # the draft model's weights (0 for prompt lookup and none)
+    device_note: str = ""  # e.g. "no NVIDIA GPU or driver found" when a CUDA build runs on the CPU
 
     def describe(self) -> str:
         pair = f" + {self.draft}" if self.draft != DRAFT_NONE else ""
@@ -206,7 +207,8 @@ class Runner:
         self.loaded = LoadedModel(folder, backend, target.device, target.dtype, target.model_type,
                                   target.context_length, target.weights_bytes,
                                   time.perf_counter() - start, draft_name, notice,
-                                  draft_backend.weights_bytes if draft_folder is not None else 0)
+                                  draft_backend.weights_bytes if draft_folder is not None else 0,
+                                  target.device_note)
         return self.loaded
 
     @staticmethod

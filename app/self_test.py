@@ -66,7 +66,8 @@ def decode(runner: Runner, drafter: str, prompt: str = SELF_TEST_PROMPT,
 def _where(runner: Runner, model: str) -> str:
     loaded = runner.loaded
     pair = "demo pair" if model == "demo" else loaded.describe().split(" (")[0]
-    return f"{loaded.backend}/{loaded.device}, {pair}"
+    note = f" ({loaded.device_note})" if loaded.device_note else ""
+    return f"{loaded.backend}/{loaded.device}{note}, {pair}"
 
 
 def self_test(model: str = "demo", backend: str | None = None, draft: str = "auto",

@@ -94,6 +94,16 @@ def test_the_workflow_is_valid_and_runs_the_frozen_self_test():
     assert f"dist/{bundle_contents.APP_NAME}.app/Contents/MacOS/tandem --self-test" in mac_runs
     assert f"dist\\{bundle_contents.APP_NAME}\\tandem-cli.exe self-test" in win_runs
     assert "choco install innosetup" in win_runs  # iscc for the installer
+    # the .exe bundles PyTorch's CUDA build, installed before the project so PyPI's CPU-only
+    # Windows wheel never replaces it, and checked after
+    steps = [s.get("run", "") for s in jobs["windows"]["steps"]]
+    cuda = next(i for i, run in enumerate(steps) if "--index-url https://download.pytorch.org/whl/cu" in run)
+    project = next(i for i, run in enumerate(steps) if 'pip install -e ".[build]"' in run)
+    assert cuda < project and "torch.version.cuda" in steps[project]
+    upload = next(s for s in jobs["windows"]["steps"] if s.get("uses", "").startswith("actions/upload-artifact"))
+    assert upload["with"]["path"] == "dist/*-setup*"  # the setup .exe and its disk-spanning .bin slices
+    iss = (ROOT / "packaging" / "windows" / "tandem.iss").read_text()
+    assert "DiskSpanning=yes" in iss and "DiskSliceSize=max" in iss
     assert build.TOOLS["darwin"] == ("hdiutil", "codesign")  # preinstalled on macOS runners
 
 

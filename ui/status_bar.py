@@ -82,7 +82,8 @@ class StatusBar(QStatusBar):
         draft, detail = draft_label(info.draft)
         self.pair.setText(f"{display_name(info.folder)} · draft: {draft}")
         self.pair.setToolTip(wrap_tip(f"Target: {info.folder}\nDraft: {draft} ({detail})"))
-        self.device.setText(f"{where_words(info.backend, info.device)} · {info.dtype.split(' (')[0]}")
+        note = f" ({info.device_note})" if info.device_note else ""
+        self.device.setText(f"{where_words(info.backend, info.device)}{note} · {info.dtype.split(' (')[0]}")
         self.device.setToolTip(f"backend {info.backend}, device {info.device}, weights {info.dtype}")
 
     def show_load_failed(self) -> None:

@@ -25,6 +25,10 @@ SetupIconFile=..\..\resources\icons\tandem.ico
 UninstallDisplayIcon={app}\tandem.exe
 Compression=lzma2/max
 SolidCompression=yes
+; PyTorch's CUDA libraries make the app folder several GB: one setup .exe cannot hold over about
+; 4.2 GB, so the data goes into Tandem-...-setup-N.bin slices beside a small setup .exe.
+DiskSpanning=yes
+DiskSliceSize=max
 ArchitecturesAllowed=x64compatible
 ArchitecturesInstallIn64BitMode=x64compatible
 WizardStyle=modern

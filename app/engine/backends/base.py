@@ -38,6 +38,7 @@ class ModelBackend(ABC):
     model_type: str
     weights_bytes: int
     vocab_limit: int  # logits are cut to the tokenizer's real vocabulary (padded embeddings)
+    device_note: str = ""  # why it runs where it runs, when a user would expect otherwise
 
     @abstractmethod
     def reset(self) -> None:

@@ -31,6 +31,15 @@ def pick_device() -> torch.device:
     return torch.device("cpu")
 
 
+def cpu_fallback_reason() -> str:
+    """Why a CUDA build of PyTorch runs on the CPU ("" where it does not: a CPU build, or a GPU in
+    use). The Windows package bundles the CUDA build, which must still run on a PC without an
+    NVIDIA GPU or driver, and say so."""
+    if torch.version.cuda is None or torch.cuda.is_available():
+        return ""
+    return "no NVIDIA GPU or driver found"
+
+
 def pick_dtype(stored: str | None, device: torch.device) -> torch.dtype:
     """Run at the weights' own precision where the device computes it well.
 
@@ -144,6 +153,7 @@ class TorchBackend(ModelBackend):
             self.precision = f"int4 (g{GROUP_SIZE}, {head})"
         self.model.eval()
         self.device = str(self._device)
+        self.device_note = cpu_fallback_reason() if self._device.type == "cpu" else ""
         self.dtype = self.precision
         self.model_type = config.get("model_type", "?")
         self.vocab_size = int(self.model.get_output_embeddings().weight.shape[0])

@@ -151,7 +151,7 @@ def cmd_models_info(args) -> int:
     """What a model file holds and what runs of it; with --check, how far from the file's own."""
     from pathlib import Path
 
-    from app.models.gguf_report import check_lines, info_lines
+    from app.models.gguf_check_torch import check_lines, info_lines
     from app.models.resolve import resolve_model
 
     path = Path(args.path).expanduser()

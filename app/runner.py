@@ -110,7 +110,8 @@ def _gguf_loaded_bytes(folder: Path, backend: str, precision: str) -> int | None
         return None
     from app.models.gguf_torch import loaded_bytes
 
-    return loaded_bytes(inspect_gguf(gguf_source(folder)).elements or {})
+    info = inspect_gguf(gguf_source(folder))
+    return loaded_bytes(info.elements or {}, info.embedding)
 
 
 class Runner:

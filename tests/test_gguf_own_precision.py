@@ -117,7 +117,8 @@ def test_the_memory_check_counts_the_loaded_size_not_float32(tiny_q4):
     from app.models.gguf_torch import loaded_bytes
 
     folder, _ = tiny_q4
-    predicted = loaded_bytes(inspect_gguf(gguf_source(folder)).elements)
+    info = inspect_gguf(gguf_source(folder))
+    predicted = loaded_bytes(info.elements, info.embedding)
     measured = TorchBackend(folder, precision="gguf").weights_bytes
     assert abs(predicted - measured) <= 0.05 * measured
 
@@ -291,3 +292,35 @@ def test_models_info_says_what_runs_and_check_measures_it(tiny_q4, capsys):
     ppl = next(line for line in out.splitlines() if line.startswith("perplexity"))
     change = float(ppl.rsplit("(", 1)[1].split("%")[0])
     assert abs(change) < 1.0, ppl
+
+
+def test_an_8bit_gguf_loads_as_int8_per_row_within_the_stated_tolerance(tmp_path, tiny_fields, capsys):
+    """Q5/Q6/Q8 linear weights become int8 with one scale per row (PyTorch's int8 kernel has no
+    group scales): four times smaller than float32, within INT8_TOLERANCE of the file's weights;
+    the token embedding stays float32 (a lookup, exact)."""
+    from app.cli import main
+    from app.engine.backends.torch_backend import TorchBackend
+    from app.models.gguf_import import import_gguf
+    from app.models.gguf_torch import INT8_TOLERANCE, GGUFInt8Linear
+
+    write_gguf(tiny_llama(seed=8), tmp_path / "q8.gguf", tiny_fields, Q.Q8_0)
+    folders = import_gguf(tmp_path / "q8.gguf", tmp_path / "import", mlx_variants=(), torch_variant="gguf")
+    own = TorchBackend(folders["gguf"])
+    assert own.dtype.startswith("8-bit GGUF (int8 per row from Q8_0 x14; float32 from")
+    layers = [m for m in own.model.modules() if isinstance(m, GGUFInt8Linear)]
+    assert len(layers) == 14
+    reference = gguf.GGUFReader(tmp_path / "q8.gguf", "r")
+    q_proj = next(t for t in reference.tensors if t.name == "blk.0.attn_v.weight")  # no row permutation
+    expected = gguf.quants.dequantize(q_proj.data, q_proj.tensor_type)
+    got = own.model.model.layers[0].self_attn.v_proj.dequantized().numpy()
+    assert np.abs(got - expected).max() <= INT8_TOLERANCE * np.abs(expected).max()
+    float32 = TorchBackend(import_gguf(tmp_path / "q8.gguf", tmp_path / "import", mlx_variants=())["hf"])
+    ids = [1, 900, 198, 300, 301, 302, 40, 41]
+    a, b = own.forward_last(ids), float32.forward_last(ids)
+    assert torch.argmax(a) == torch.argmax(b) and (a - b).abs().max() <= 0.05 * b.abs().max()
+
+    assert main(["models", "info", "--check", str(tmp_path / "q8.gguf")]) == 0
+    out = capsys.readouterr().out
+    assert "int8, one bfloat16 scale per row" in out and "the token embedding as float32" in out
+    line = next(x for x in out.splitlines() if x.strip().startswith("Q8_0:") and "int8 per row" in x)
+    assert float(line.split("largest error ")[1].split(" ")[0]) <= INT8_TOLERANCE

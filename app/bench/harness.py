@@ -122,11 +122,10 @@ def llamacpp_methods(runner, stop: frozenset[int], progress) -> list[Method]:
     if why:
         progress(f"llama.cpp rows left out: {why}.")
         return []
-    import torch
-
-    worker = LlamaCpp(source, threads=torch.get_num_threads(), context=runner.target.context_length)
+    threads = runner.target.threads
+    worker = LlamaCpp(source, threads=threads, context=runner.target.context_length)
     atexit.register(worker.close)
-    progress(f"llama.cpp {worker.version} on {source.name}, {torch.get_num_threads()} threads")
+    progress(f"llama.cpp {worker.version} on {source.name}, {threads} threads")
 
     def run(mode):
         return lambda prompt, ids, params: worker.generate(mode, ids, prompt.max_tokens, params, stop)

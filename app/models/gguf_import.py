@@ -80,6 +80,7 @@ class GGUFInfo:
     size_bytes: int
     n_params: int = 0  # elements over all tensors: what the import writes, times 4 bytes (float32)
     elements: dict[str, int] | None = None  # quantization type name -> elements stored in it
+    embedding: dict[str, int] | None = None  # the same for the token embedding alone (stays float)
 
 
 def sha256_of(path: Path, chunk: int = 1 << 20) -> str:
@@ -118,10 +119,13 @@ def inspect_gguf(path: str | Path) -> GGUFInfo:
         ) from exc
     counts: dict[str, int] = {}
     elements: dict[str, int] = {}
+    embedding: dict[str, int] = {}
     n_params = 0
     for tensor in reader.tensors:
         n_params += int(tensor.n_elements)
         elements[tensor.tensor_type.name] = elements.get(tensor.tensor_type.name, 0) + int(tensor.n_elements)
+        if tensor.name.startswith("token_embd"):
+            embedding[tensor.tensor_type.name] = embedding.get(tensor.tensor_type.name, 0) + int(tensor.n_elements)
         end = int(tensor.data_offset) + int(tensor.n_bytes)
         if end > size or tensor.data.nbytes != tensor.n_bytes:
             raise ModelFileError(
@@ -136,7 +140,7 @@ def inspect_gguf(path: str | Path) -> GGUFInfo:
     architecture = str(arch_field.contents())
     name_field = reader.fields.get("general.name")
     name = str(name_field.contents()) if name_field is not None else path.stem
-    return GGUFInfo(path, architecture, name, counts, len(reader.tensors), size, n_params, elements)
+    return GGUFInfo(path, architecture, name, counts, len(reader.tensors), size, n_params, elements, embedding)
 
 
 def is_gguf_folder(folder: Path) -> bool:

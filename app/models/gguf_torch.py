@@ -40,10 +40,27 @@ INT4_BYTES = 0.5 + 2 * 2 / GROUP
 FLOAT_BYTES = 4  # every other tensor, dequantized to float32
 
 
-def loaded_bytes(elements: dict[str, int]) -> int:
+# 5-, 6- and 8-bit types: int8 weight-only, one scale per output row (PyTorch's int8 kernel,
+# `_weight_int8pack_mm`, has no per-group scales). Their own scales are per 16 or 32 weights, so
+# this re-quantization is not exact: a weight moves by at most half a step of its row's scale plus
+# the bfloat16 rounding of that scale, under 6e-3 of the row's largest weight (measured per type by
+# `tandem-cli models info --check`).
+INT8_TYPES = ("Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q8_0")
+INT8_BYTES = 1
+INT8_TOLERANCE = 6e-3
+
+
+def loaded_bytes(elements: dict[str, int], float_elements: dict[str, int] | None = None) -> int:
     """The weights' size once loaded by `load_gguf_model`, from the GGUF's elements per type
-    (app/models/gguf_import.GGUFInfo.elements): what the memory check must count, not float32."""
-    return int(sum(n * (INT4_BYTES if kind in INT4_TYPES else FLOAT_BYTES) for kind, n in elements.items()))
+    (app/models/gguf_import.GGUFInfo.elements; `float_elements`: those of tensors that stay float
+    whatever their type, the embedding): what the memory check must count, not float32."""
+    float_elements = float_elements or {}
+    total = 0.0
+    for kind, n in elements.items():
+        kept_float = min(n, float_elements.get(kind, 0))
+        per = INT4_BYTES if kind in INT4_TYPES else INT8_BYTES if kind in INT8_TYPES else FLOAT_BYTES
+        total += (n - kept_float) * per + kept_float * FLOAT_BYTES
+    return int(total)
 
 
 def _inner_k_tiles(in_features: int) -> int | None:
@@ -96,6 +113,38 @@ class GGUFInt4Linear(torch.nn.Module):
 PACK_ROWS = 64
 
 
+class GGUFInt8Linear(torch.nn.Module):
+    """A bias-free Linear as int8 codes with one scale per output row (see INT8_TYPES), on
+    PyTorch's int8 weight-only kernel; activations in `act_dtype` (its fast path is bfloat16)."""
+
+    def __init__(self, out_features: int, in_features: int, act_dtype: torch.dtype):
+        super().__init__()
+        self.out_features, self.in_features = out_features, in_features
+        self.register_buffer("weight_int8", torch.empty(out_features, in_features, dtype=torch.int8))
+        self.register_buffer("scales", torch.empty(out_features, dtype=act_dtype))
+        self.act_dtype = act_dtype
+
+    @torch.no_grad()
+    def fill(self, start: int, rows: torch.Tensor) -> None:
+        """Quantize float32 rows start.. (round to nearest, symmetric, per row)."""
+        # the codes are rounded against the scale as the kernel will hold it (in act_dtype)
+        scale = (rows.abs().amax(dim=1).clamp(min=1e-30) / 127.0).to(self.act_dtype)
+        codes = torch.round(rows / scale.float()[:, None]).clamp(-127, 127)
+        self.weight_int8[start:start + rows.shape[0]] = codes.to(torch.int8)
+        self.scales[start:start + rows.shape[0]] = scale
+
+    def dequantized(self) -> torch.Tensor:
+        return self.weight_int8.float() * self.scales.float()[:, None]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, self.in_features).to(self.act_dtype)
+        y = torch.ops.aten._weight_int8pack_mm(flat, self.weight_int8, self.scales)
+        return y.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8 per row ({self.act_dtype})"
+
+
 @dataclass
 class GGUFLoadReport:
     """What each tensor became, for the load line and `models info`."""
@@ -106,12 +155,14 @@ class GGUFLoadReport:
 
     def short(self) -> str:
         """A user's words: "4-bit GGUF" where the linear layers stayed 4-bit."""
-        return "4-bit GGUF" if any("int4" in what for what in self.classes) else "float32 from a GGUF"
+        if any("int4" in what for what in self.classes):
+            return "4-bit GGUF"
+        return "8-bit GGUF" if any("int8" in what for what in self.classes) else "float32 from a GGUF"
 
     def describe(self) -> str:
         """"int4 g32 from Q4_1 x210; float32 from F32 x61, Q8_0 x1": what runs, from what."""
         by_result: dict[str, list[str]] = {}
-        for what, n in sorted(self.classes.items(), key=lambda kv: ("int4" not in kv[0], kv[0])):
+        for what, n in sorted(self.classes.items(), key=lambda kv: ("int4" not in kv[0], "int8" not in kv[0], kv[0])):
             source, result = what.split(" -> ")
             by_result.setdefault(result, []).append(f"{source} x{n}")
         return "; ".join(f"{result} from {', '.join(sources)}" for result, sources in by_result.items())
@@ -209,6 +260,22 @@ def _packed(tensor, processor, rows: int, cols: int, act_dtype: torch.dtype) -> 
     return layer
 
 
+def _int8(tensor, processor, rows: int, cols: int, act_dtype: torch.dtype, rows_only: bool) -> GGUFInt8Linear:
+    """A 5/6/8-bit GGUF weight as a GGUFInt8Linear, dequantized and re-quantized a block of rows
+    at a time (whole for Q and K, whose rows the processor reorders)."""
+    layer = GGUFInt8Linear(rows, cols, act_dtype)
+    if not rows_only or ".attn_q." in tensor.name or ".attn_k." in tensor.name:
+        layer.fill(0, _dequantized(tensor, processor, torch.Size((rows, cols)), torch.float32, rows_only=False))
+        return layer
+    import gguf
+
+    step = max(1, CHUNK_BYTES // (cols * 4))
+    for start in range(0, rows, step):
+        part = gguf.quants.dequantize(tensor.data[start:start + step], tensor.tensor_type)
+        layer.fill(start, torch.from_numpy(np.asarray(part, dtype=np.float32).reshape(-1, cols)))
+    return layer
+
+
 def _release(reader, tensor) -> None:
     """Drop the file's pages of a tensor already copied out of the memory map, so the mapped file
     does not stay in the process's memory beside the loaded model (where the OS allows it)."""
@@ -277,6 +344,15 @@ def load_gguf_model(folder: Path, gguf_path: Path, dtype: torch.dtype = torch.fl
             _release(reader, tensor)
             _trim_heap()
             report.classes[f"{kind} -> int4 g{GROUP}"] += 1
+            continue
+        if int4 and attr == "weight" and kind in INT8_TYPES and isinstance(owner, torch.nn.Linear) \
+                and owner.bias is None and not tensor.name.startswith("token_embd"):
+            layer = _int8(tensor, processor, owner.out_features, owner.in_features, act_dtype, rows_only)
+            parent_name, _, child = owner_name.rpartition(".")
+            setattr(model.get_submodule(parent_name) if parent_name else model, child, layer)
+            _release(reader, tensor)
+            _trim_heap()
+            report.classes[f"{kind} -> int8 per row"] += 1
             continue
         values = _dequantized(tensor, processor, getattr(owner, attr).shape, dtype, rows_only)
         setattr(owner, attr, torch.nn.Parameter(values, requires_grad=False))

@@ -154,6 +154,7 @@ class TorchBackend(ModelBackend):
         self.model.eval()
         self.device = str(self._device)
         self.device_note = cpu_fallback_reason() if self._device.type == "cpu" else ""
+        self.threads = torch.get_num_threads()  # what a comparison run beside it should use
         self.dtype = self.precision
         self.model_type = config.get("model_type", "?")
         self.vocab_size = int(self.model.get_output_embeddings().weight.shape[0])

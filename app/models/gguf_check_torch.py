@@ -35,7 +35,7 @@ def info_lines(gguf_path: Path) -> list[str]:
     import gguf
 
     from app.models.gguf_import import inspect_gguf
-    from app.models.gguf_torch import FLOAT_BYTES, INT4_BYTES, loaded_bytes
+    from app.models.gguf_torch import FLOAT_BYTES, INT4_BYTES, INT8_BYTES, INT8_TYPES, loaded_bytes
 
     info = inspect_gguf(gguf_path)
     reader = gguf.GGUFReader(gguf_path, "r")
@@ -47,11 +47,20 @@ def info_lines(gguf_path: Path) -> list[str]:
              f"{'type':<8}{'tensors':>8}{'weights':>14}{'in the file':>14}  on PyTorch (precision auto/gguf)"]
     for kind, count in sorted(info.tensor_types.items(), key=lambda kv: -info.elements[kv[0]]):
         n = info.elements[kind]
-        runs = (f"int4, groups of 32, bfloat16 scales ({_size(n * INT4_BYTES)})" if kind in INT4_TYPES
-                else f"float32 ({_size(n * FLOAT_BYTES)})")
+        embedding = (info.embedding or {}).get(kind, 0)  # a lookup table: float32 whatever its type
+        parts = [f"the token embedding as float32 ({_size(embedding * FLOAT_BYTES)})"] if embedding else []
+        rest = n - embedding
+        if rest and kind in INT4_TYPES:
+            parts.append(f"int4, groups of 32, bfloat16 scales ({_size(rest * INT4_BYTES)})")
+        elif rest and kind in INT8_TYPES:
+            parts.append(f"int8, one bfloat16 scale per row ({_size(rest * INT8_BYTES)})")
+        elif rest:
+            parts.append(f"float32 ({_size(rest * FLOAT_BYTES)})")
+        runs = "; ".join(parts)
         lines.append(f"{kind:<8}{count:>8}{n:>14,}{_size(file_bytes[kind]):>14}  {runs}")
-    lines.append(f"loaded size {_size(loaded_bytes(info.elements))} (float32 would be {_size(info.n_params * 4)}); "
-                 "4-bit linear layers run on PyTorch's int4 kernel (tinygemm) on the CPU")
+    lines.append(f"loaded size {_size(loaded_bytes(info.elements, info.embedding))} (float32 would be "
+                 f"{_size(info.n_params * 4)}); linear layers run on PyTorch's int4 (tinygemm) and int8 kernels "
+                 "on the CPU")
     return lines
 
 
@@ -62,10 +71,19 @@ def quantization_error(gguf_path: Path) -> dict[str, dict]:
     import gguf
     import torch
 
+    from app.models.gguf_torch import INT8_TYPES, GGUFInt8Linear
+
     reader = gguf.GGUFReader(gguf_path, "r")
     out: dict[str, dict] = {}
     for tensor in reader.tensors:
         kind = tensor.tensor_type.name
+        if kind in INT8_TYPES and len(tensor.shape) == 2 and not tensor.name.startswith("token_embd"):
+            rows, cols = int(tensor.shape[1]), int(tensor.shape[0])
+            reference = gguf.quants.dequantize(tensor.data, tensor.tensor_type).reshape(rows, cols)
+            layer = GGUFInt8Linear(rows, cols, torch.bfloat16)
+            layer.fill(0, torch.from_numpy(np.ascontiguousarray(reference)))
+            _add_error(out, kind, layer.dequantized().numpy(), reference)
+            continue
         if kind not in INT4_TYPES or len(tensor.shape) != 2:
             out.setdefault(kind, {"tensors": 0, "max_rel": 0.0, "rms_rel": 0.0})["tensors"] += 1
             continue
@@ -74,13 +92,17 @@ def quantization_error(gguf_path: Path) -> dict[str, dict]:
         bf16 = lambda a: torch.from_numpy(a).to(torch.bfloat16).float().numpy()  # noqa: E731
         loaded = type(groups)(groups.codes, bf16(groups.scale), bf16(groups.zero)).dequantize()
         reference = gguf.quants.dequantize(tensor.data, tensor.tensor_type).reshape(rows, cols)
-        diff = loaded - reference
-        entry = out.setdefault(kind, {"tensors": 0, "max_rel": 0.0, "rms_rel": 0.0})
-        entry["tensors"] += 1
-        entry["max_rel"] = max(entry["max_rel"], float(np.abs(diff).max() / max(np.abs(reference).max(), 1e-30)))
-        rms = float(np.sqrt(np.mean(diff.astype(np.float64) ** 2)) / max(np.sqrt(np.mean(reference ** 2.0)), 1e-30))
-        entry["rms_rel"] = max(entry["rms_rel"], rms)
+        _add_error(out, kind, loaded, reference)
     return out
+
+
+def _add_error(out: dict, kind: str, loaded: np.ndarray, reference: np.ndarray) -> None:
+    diff = loaded - reference
+    entry = out.setdefault(kind, {"tensors": 0, "max_rel": 0.0, "rms_rel": 0.0})
+    entry["tensors"] += 1
+    entry["max_rel"] = max(entry["max_rel"], float(np.abs(diff).max() / max(np.abs(reference).max(), 1e-30)))
+    rms = float(np.sqrt(np.mean(diff.astype(np.float64) ** 2)) / max(np.sqrt(np.mean(reference ** 2.0)), 1e-30))
+    entry["rms_rel"] = max(entry["rms_rel"], rms)
 
 
 def perplexity(model, token_ids: list[int]) -> float:
@@ -98,10 +120,13 @@ def check_lines(gguf_path: Path, folder: Path) -> list[str]:
     from app.models.gguf_torch import load_gguf_model
     from app.models.transformers_tokenizer import ChatTokenizer
 
+    from app.models.gguf_torch import INT8_TYPES
+
     lines = ["quantization error against gguf's own dequantization (largest tensor of each type):"]
     for kind, e in sorted(quantization_error(gguf_path).items()):
-        if kind in INT4_TYPES:
-            lines.append(f"  {kind}: {e['tensors']} tensors as int4 g32, largest error {e['max_rel']:.2e} of the "
+        if kind in INT4_TYPES or kind in INT8_TYPES:
+            what = "int4 g32" if kind in INT4_TYPES else "int8 per row"
+            lines.append(f"  {kind}: {e['tensors']} tensors as {what}, largest error {e['max_rel']:.2e} of the "
                          f"tensor's largest weight, RMS error {e['rms_rel']:.2e} of its RMS (bfloat16 scales)")
         else:
             lines.append(f"  {kind}: {e['tensors']} tensors dequantized to float32, exact")

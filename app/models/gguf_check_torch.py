@@ -49,6 +49,8 @@ def info_lines(gguf_path: Path) -> list[str]:
         n = info.elements[kind]
         embedding = (info.embedding or {}).get(kind, 0)  # a lookup table: float32 whatever its type
         parts = [f"the token embedding as float32 ({_size(embedding * FLOAT_BYTES)})"] if embedding else []
+        if embedding and info.tied and kind not in ("F32", "F16", "BF16"):
+            parts.append(f"the tied head as int8 per row ({_size(embedding * INT8_BYTES)})")
         rest = n - embedding
         if rest and kind in INT4_TYPES:
             parts.append(f"int4, groups of 32, bfloat16 scales ({_size(rest * INT4_BYTES)})")
@@ -58,42 +60,51 @@ def info_lines(gguf_path: Path) -> list[str]:
             parts.append(f"float32 ({_size(rest * FLOAT_BYTES)})")
         runs = "; ".join(parts)
         lines.append(f"{kind:<8}{count:>8}{n:>14,}{_size(file_bytes[kind]):>14}  {runs}")
-    lines.append(f"loaded size {_size(loaded_bytes(info.elements, info.embedding))} (float32 would be "
+    lines.append(f"loaded size {_size(loaded_bytes(info.elements, info.embedding, info.tied))} (float32 would be "
                  f"{_size(info.n_params * 4)}); linear layers run on PyTorch's int4 (tinygemm) and int8 kernels "
                  "on the CPU")
     return lines
 
 
 def quantization_error(gguf_path: Path) -> dict[str, dict]:
-    """Per 4-bit type, the loaded weights (codes with bfloat16 scales, as the kernel reads them)
-    against gguf's own dequantization: the largest error relative to each tensor's largest
-    weight, and the RMS error relative to its RMS. Other types load exactly (float32)."""
+    """Per type and what it loads as ("Q4_1 as int4 g32", "Q8_0 as int8 per row", "Q8_0 as the
+    tied head, int8 per row", "F32 as float32"), the loaded weights (as the kernels read them,
+    bfloat16 scales included) against gguf's own dequantization: the largest error relative to
+    each tensor's largest weight, and the RMS error relative to its RMS."""
     import gguf
     import torch
 
-    from app.models.gguf_torch import INT8_TYPES, GGUFInt8Linear
+    from app.models.gguf_torch import FLOAT_KINDS, INT8_TYPES, GGUFInt8Linear
 
     reader = gguf.GGUFReader(gguf_path, "r")
+    tied = not any(t.name == "output.weight" for t in reader.tensors)
     out: dict[str, dict] = {}
     for tensor in reader.tensors:
         kind = tensor.tensor_type.name
-        if kind in INT8_TYPES and len(tensor.shape) == 2 and not tensor.name.startswith("token_embd"):
-            rows, cols = int(tensor.shape[1]), int(tensor.shape[0])
-            reference = gguf.quants.dequantize(tensor.data, tensor.tensor_type).reshape(rows, cols)
+        flat = len(tensor.shape) != 2
+        rows, cols = (0, 0) if flat else (int(tensor.shape[1]), int(tensor.shape[0]))
+        embedding = tensor.name.startswith("token_embd")
+        if kind in INT4_TYPES and not flat and not embedding:
+            groups = int4_groups(kind, tensor.data, rows, cols)
+            bf16 = lambda a: torch.from_numpy(a).to(torch.bfloat16).float().numpy()  # noqa: E731
+            loaded = type(groups)(groups.codes, bf16(groups.scale), bf16(groups.zero)).dequantize()
+            _add_error(out, f"{kind} as int4 g32", loaded, _reference(gguf, tensor, rows, cols))
+            continue
+        int8 = kind in INT8_TYPES and not flat and not embedding
+        head = embedding and tied and kind not in FLOAT_KINDS
+        if int8 or head:
+            reference = _reference(gguf, tensor, rows, cols)
             layer = GGUFInt8Linear(rows, cols, torch.bfloat16)
             layer.fill(0, torch.from_numpy(np.ascontiguousarray(reference)))
-            _add_error(out, kind, layer.dequantized().numpy(), reference)
-            continue
-        if kind not in INT4_TYPES or len(tensor.shape) != 2:
-            out.setdefault(kind, {"tensors": 0, "max_rel": 0.0, "rms_rel": 0.0})["tensors"] += 1
-            continue
-        rows, cols = int(tensor.shape[1]), int(tensor.shape[0])
-        groups = int4_groups(kind, tensor.data, rows, cols)
-        bf16 = lambda a: torch.from_numpy(a).to(torch.bfloat16).float().numpy()  # noqa: E731
-        loaded = type(groups)(groups.codes, bf16(groups.scale), bf16(groups.zero)).dequantize()
-        reference = gguf.quants.dequantize(tensor.data, tensor.tensor_type).reshape(rows, cols)
-        _add_error(out, kind, loaded, reference)
+            _add_error(out, f"{kind} as {'the tied head, ' if head else ''}int8 per row",
+                       layer.dequantized().numpy(), reference)
+        if not int8:  # dequantized by gguf itself: the reference, exactly
+            out.setdefault(f"{kind} as float32", {"tensors": 0, "max_rel": 0.0, "rms_rel": 0.0})["tensors"] += 1
     return out
+
+
+def _reference(gguf, tensor, rows: int, cols: int) -> np.ndarray:
+    return gguf.quants.dequantize(tensor.data, tensor.tensor_type).reshape(rows, cols)
 
 
 def _add_error(out: dict, kind: str, loaded: np.ndarray, reference: np.ndarray) -> None:
@@ -120,16 +131,13 @@ def check_lines(gguf_path: Path, folder: Path) -> list[str]:
     from app.models.gguf_torch import load_gguf_model
     from app.models.transformers_tokenizer import ChatTokenizer
 
-    from app.models.gguf_torch import INT8_TYPES
-
-    lines = ["quantization error against gguf's own dequantization (largest tensor of each type):"]
-    for kind, e in sorted(quantization_error(gguf_path).items()):
-        if kind in INT4_TYPES or kind in INT8_TYPES:
-            what = "int4 g32" if kind in INT4_TYPES else "int8 per row"
-            lines.append(f"  {kind}: {e['tensors']} tensors as {what}, largest error {e['max_rel']:.2e} of the "
-                         f"tensor's largest weight, RMS error {e['rms_rel']:.2e} of its RMS (bfloat16 scales)")
+    lines = ["quantization error against gguf's own dequantization (the worst tensor of each kind):"]
+    for what, e in sorted(quantization_error(gguf_path).items()):
+        if what.endswith("as float32"):
+            lines.append(f"  {what}: {e['tensors']} tensors, exact")
         else:
-            lines.append(f"  {kind}: {e['tensors']} tensors dequantized to float32, exact")
+            lines.append(f"  {what}: {e['tensors']} tensors, largest error {e['max_rel']:.2e} of the tensor's "
+                         f"largest weight, RMS error {e['rms_rel']:.2e} of its RMS (bfloat16 scales)")
     ids = ChatTokenizer(folder).encode(FIXED_TEXT)
     own, _ = load_gguf_model(folder, gguf_path)
     ppl_own = perplexity(own, ids)

@@ -96,19 +96,17 @@ def test_a_q4_gguf_loads_at_its_own_precisions_and_agrees_with_its_dequantized_w
     packed = [m for m in own.model.modules() if isinstance(m, GGUFInt4Linear)]
     assert len(packed) == 7 * 2  # q k v o gate up down in both layers
     assert "int4 g32 from Q4_0 x14" in own.dtype and "float32 from" in own.dtype and "Q8_0 x1" in own.dtype
-    assert not any(isinstance(m, torch.nn.Linear) for m in own.model.modules())
+    assert not any(isinstance(m, torch.nn.Linear) and m is not own.model.get_output_embeddings()
+                   for m in own.model.modules())
     # Q/K rows are back in Hugging Face's order: the embedding and q_proj agree with the file
     embed = own.model.get_input_embeddings().weight.detach().numpy()
     np.testing.assert_array_equal(embed, written["model.embed_tokens.weight"])
     linear_bytes = sum(m.weight.numel() * 4 for m in reference.model.modules()
                        if isinstance(m, torch.nn.Linear) and m is not reference.model.get_output_embeddings())
     # every linear layer shrank to 4 bits and bfloat16 scales (0.625 bytes a weight, not 4); the
-    # tied head over the Q8_0 embedding is an int8 copy (1 byte a weight) beside the float32 lookup
-    from app.models.gguf_torch import GGUFInt8Linear
-
-    head = own.model.get_output_embeddings()
-    assert isinstance(head, GGUFInt8Linear) and "int8 per row (head)" in own.dtype
-    assert reference.weights_bytes - own.weights_bytes + head.weight_int8.numel() >= 0.8 * linear_bytes
+    # head stays tied to the float32 embedding: the file's own values, exactly
+    assert reference.weights_bytes - own.weights_bytes >= 0.8 * linear_bytes
+    assert own.model.get_output_embeddings().weight is own.model.get_input_embeddings().weight
     ids = [1, 900, 198, 300, 301, 302, 40, 41]
     a, b = own.forward_last(ids), reference.forward_last(ids)
     assert torch.argmax(a) == torch.argmax(b)
@@ -122,7 +120,7 @@ def test_the_memory_check_counts_the_loaded_size_not_float32(tiny_q4):
 
     folder, _ = tiny_q4
     info = inspect_gguf(gguf_source(folder))
-    predicted = loaded_bytes(info.elements, info.embedding, info.tied)
+    predicted = loaded_bytes(info.elements, info.embedding)
     measured = TorchBackend(folder, precision="gguf").weights_bytes
     assert abs(predicted - measured) <= 0.05 * measured
 
@@ -184,12 +182,12 @@ def test_the_demo_at_gguf_precision_speculates_what_it_would_write_alone(demo):
 
     runner = Runner()
     # 600 MB free: too little for the float32 import (540 MB of weights) with a 4k-token chat, room
-    # enough for the file's own precisions (208 MB, the int8 head included): the memory check counts what will load
+    # enough for the file's own precisions (180 MB): the memory check counts what will load
     runner.free_memory = lambda backend, device: (600_000_000, "RAM")
     with pytest.raises(NotEnoughMemory):
         runner.load(demo["hf"], "torch", draft="ngram", precision="float32", progress=lambda m: None)
     loaded = runner.load(demo["hf"], "torch", draft="ngram", precision="gguf", progress=lambda m: None)
-    assert "int4 g32 from Q4_1 x210" in loaded.dtype and loaded.weights_bytes < 220_000_000  # 208 MB
+    assert "int4 g32 from Q4_1 x210" in loaded.dtype and loaded.weights_bytes < 200_000_000  # 180 MB
     answers = _speculative_answers(runner, SUITE[:5], max_tokens=128)
     assert sum(len(tokens) for _, tokens in answers) >= 500
     for prompt_ids, tokens in answers:
@@ -291,8 +289,6 @@ def test_models_info_says_what_runs_and_check_measures_it(tiny_q4, capsys):
     assert "Q4_0" in out and "int4, groups of 32, bfloat16 scales" in out and "Q8_0" in out
     assert "float32 would be" in out
     q4 = next(line for line in out.splitlines() if line.strip().startswith("Q4_0 as int4 g32:"))
-    head = next(line for line in out.splitlines() if line.strip().startswith("Q8_0 as the tied head, int8 per row:"))
-    assert 0 < float(head.split("largest error ")[1].split(" ")[0]) < 6e-3
     assert any(line.strip().startswith("Q8_0 as float32: 1 tensors, exact") for line in out.splitlines())
     largest = float(q4.split("largest error ")[1].split(" ")[0])
     assert 0 < largest < 1e-2  # bfloat16 scales: about 3 significant digits, never the codes
@@ -313,9 +309,9 @@ def test_an_8bit_gguf_loads_as_int8_per_row_within_the_stated_tolerance(tmp_path
     write_gguf(tiny_llama(seed=8), tmp_path / "q8.gguf", tiny_fields, Q.Q8_0)
     folders = import_gguf(tmp_path / "q8.gguf", tmp_path / "import", mlx_variants=(), torch_variant="gguf")
     own = TorchBackend(folders["gguf"])
-    assert own.dtype.startswith("8-bit GGUF (int8 per row from Q8_0 x14; int8 per row (head) from Q8_0 x1; float32")
+    assert own.dtype.startswith("8-bit GGUF (int8 per row from Q8_0 x14; float32 from")
     layers = [m for m in own.model.modules() if isinstance(m, GGUFInt8Linear)]
-    assert len(layers) == 14 + 1  # and the tied head
+    assert len(layers) == 14
     reference = gguf.GGUFReader(tmp_path / "q8.gguf", "r")
     q_proj = next(t for t in reference.tensors if t.name == "blk.0.attn_v.weight")  # no row permutation
     expected = gguf.quants.dequantize(q_proj.data, q_proj.tensor_type)

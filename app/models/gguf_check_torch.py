@@ -49,8 +49,6 @@ def info_lines(gguf_path: Path) -> list[str]:
         n = info.elements[kind]
         embedding = (info.embedding or {}).get(kind, 0)  # a lookup table: float32 whatever its type
         parts = [f"the token embedding as float32 ({_size(embedding * FLOAT_BYTES)})"] if embedding else []
-        if embedding and info.tied and kind not in ("F32", "F16", "BF16"):
-            parts.append(f"the tied head as int8 per row ({_size(embedding * INT8_BYTES)})")
         rest = n - embedding
         if rest and kind in INT4_TYPES:
             parts.append(f"int4, groups of 32, bfloat16 scales ({_size(rest * INT4_BYTES)})")
@@ -60,24 +58,23 @@ def info_lines(gguf_path: Path) -> list[str]:
             parts.append(f"float32 ({_size(rest * FLOAT_BYTES)})")
         runs = "; ".join(parts)
         lines.append(f"{kind:<8}{count:>8}{n:>14,}{_size(file_bytes[kind]):>14}  {runs}")
-    lines.append(f"loaded size {_size(loaded_bytes(info.elements, info.embedding, info.tied))} (float32 would be "
+    lines.append(f"loaded size {_size(loaded_bytes(info.elements, info.embedding))} (float32 would be "
                  f"{_size(info.n_params * 4)}); linear layers run on PyTorch's int4 (tinygemm) and int8 kernels "
                  "on the CPU")
     return lines
 
 
 def quantization_error(gguf_path: Path) -> dict[str, dict]:
-    """Per type and what it loads as ("Q4_1 as int4 g32", "Q8_0 as int8 per row", "Q8_0 as the
-    tied head, int8 per row", "F32 as float32"), the loaded weights (as the kernels read them,
-    bfloat16 scales included) against gguf's own dequantization: the largest error relative to
-    each tensor's largest weight, and the RMS error relative to its RMS."""
+    """Per type and what it loads as ("Q4_1 as int4 g32", "Q6_K as int8 per row", "Q8_0 as
+    float32"), the loaded weights (as the kernels read them, bfloat16 scales included) against
+    gguf's own dequantization: the largest error relative to each tensor's largest weight, and the
+    RMS error relative to its RMS."""
     import gguf
     import torch
 
-    from app.models.gguf_torch import FLOAT_KINDS, INT8_TYPES, GGUFInt8Linear
+    from app.models.gguf_torch import INT8_TYPES, GGUFInt8Linear
 
     reader = gguf.GGUFReader(gguf_path, "r")
-    tied = not any(t.name == "output.weight" for t in reader.tensors)
     out: dict[str, dict] = {}
     for tensor in reader.tensors:
         kind = tensor.tensor_type.name
@@ -90,16 +87,14 @@ def quantization_error(gguf_path: Path) -> dict[str, dict]:
             loaded = type(groups)(groups.codes, bf16(groups.scale), bf16(groups.zero)).dequantize()
             _add_error(out, f"{kind} as int4 g32", loaded, _reference(gguf, tensor, rows, cols))
             continue
-        int8 = kind in INT8_TYPES and not flat and not embedding
-        head = embedding and tied and kind not in FLOAT_KINDS
-        if int8 or head:
+        if kind in INT8_TYPES and not flat and not embedding:
             reference = _reference(gguf, tensor, rows, cols)
             layer = GGUFInt8Linear(rows, cols, torch.bfloat16)
             layer.fill(0, torch.from_numpy(np.ascontiguousarray(reference)))
-            _add_error(out, f"{kind} as {'the tied head, ' if head else ''}int8 per row",
-                       layer.dequantized().numpy(), reference)
-        if not int8:  # dequantized by gguf itself: the reference, exactly
-            out.setdefault(f"{kind} as float32", {"tensors": 0, "max_rel": 0.0, "rms_rel": 0.0})["tensors"] += 1
+            _add_error(out, f"{kind} as int8 per row", layer.dequantized().numpy(), reference)
+            continue
+        # dequantized by gguf itself: the reference, exactly
+        out.setdefault(f"{kind} as float32", {"tensors": 0, "max_rel": 0.0, "rms_rel": 0.0})["tensors"] += 1
     return out
 
 

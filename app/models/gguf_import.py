@@ -81,7 +81,6 @@ class GGUFInfo:
     n_params: int = 0  # elements over all tensors: what the import writes, times 4 bytes (float32)
     elements: dict[str, int] | None = None  # quantization type name -> elements stored in it
     embedding: dict[str, int] | None = None  # the same for the token embedding alone (stays float)
-    tied: bool = False  # no output.weight: the head is the embedding
 
 
 def sha256_of(path: Path, chunk: int = 1 << 20) -> str:
@@ -141,8 +140,7 @@ def inspect_gguf(path: str | Path) -> GGUFInfo:
     architecture = str(arch_field.contents())
     name_field = reader.fields.get("general.name")
     name = str(name_field.contents()) if name_field is not None else path.stem
-    tied = not any(t.name == "output.weight" for t in reader.tensors)
-    return GGUFInfo(path, architecture, name, counts, len(reader.tensors), size, n_params, elements, embedding, tied)
+    return GGUFInfo(path, architecture, name, counts, len(reader.tensors), size, n_params, elements, embedding)
 
 
 def is_gguf_folder(folder: Path) -> bool:

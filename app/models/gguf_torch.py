@@ -29,12 +29,11 @@ log = logging.getLogger(__name__)
 
 
 # The widest top-2 logit gap at which this model's batched verify pass and its one-token steps may
-# choose differently (bfloat16 activations in the int4 and int8 kernels). Derived once, not
-# measured at run time: over 24 verify passes of widths 2-17 on the demo (int4 layers, int8 head),
-# the largest |batched - stepwise| logit difference was 0.53; a flip needs the gap below the sum
-# of both logits' errors, 2 x 0.53, rounded up. The bench and tests/test_gguf_own_precision.py
-# judge divergences by it.
-BATCHED_TIE_GAP = 1.1
+# choose differently (bfloat16 activations in the int4 kernel). Derived once, not measured at run
+# time: over 24 verify passes of widths 2-17 on the demo, the largest |batched - stepwise| logit
+# difference was 0.43; a flip needs the gap below the sum of both logits' errors, 2 x 0.43, rounded
+# up. The bench and tests/test_gguf_own_precision.py judge divergences by it.
+BATCHED_TIE_GAP = 1.0
 
 # Bytes per weight as loaded: 4-bit codes, plus a scale and a zero per 32 weights in bfloat16.
 INT4_BYTES = 0.5 + 2 * 2 / GROUP
@@ -51,16 +50,12 @@ INT8_BYTES = 1
 INT8_TOLERANCE = 6e-3
 
 
-def loaded_bytes(elements: dict[str, int], float_elements: dict[str, int] | None = None,
-                 tied: bool = False) -> int:
+def loaded_bytes(elements: dict[str, int], float_elements: dict[str, int] | None = None) -> int:
     """The weights' size once loaded by `load_gguf_model`, from the GGUF's elements per type
     (app/models/gguf_import.GGUFInfo.elements; `float_elements`: those of tensors that stay float
-    whatever their type, the embedding; `tied`: the file has no head of its own, so a quantized
-    embedding gets an int8 copy as the head): what the memory check must count, not float32."""
+    whatever their type, the embedding): what the memory check must count, not float32."""
     float_elements = float_elements or {}
     total = 0.0
-    if tied:
-        total += sum(n * INT8_BYTES for kind, n in float_elements.items() if kind not in FLOAT_KINDS)
     for kind, n in elements.items():
         kept_float = min(n, float_elements.get(kind, 0))
         per = INT4_BYTES if kind in INT4_TYPES else INT8_BYTES if kind in INT8_TYPES else FLOAT_BYTES
@@ -281,23 +276,6 @@ def _int8(tensor, processor, rows: int, cols: int, act_dtype: torch.dtype, rows_
     return layer
 
 
-FLOAT_KINDS = ("F32", "F16", "BF16", "F64")
-
-
-def _int8_head(model: torch.nn.Module, act_dtype: torch.dtype) -> None:
-    """A tied head over a quantized embedding, as its own int8-per-row copy: the embedding stays a
-    float32 lookup table, while the head is read whole every token. Measured on the demo (Q8_0):
-    perplexity of the fixed text 17.071 against 17.070 with the float32 head, a width-8 verify
-    pass 43.0 ms against 54.5, one token 23.6 against 24.2 ms."""
-    weight = model.get_output_embeddings().weight.detach()
-    head = GGUFInt8Linear(weight.shape[0], weight.shape[1], act_dtype)
-    step = max(1, CHUNK_BYTES // (weight.shape[1] * 4))
-    for start in range(0, weight.shape[0], step):
-        head.fill(start, weight[start:start + step].float())
-    model.set_output_embeddings(head)
-    model.config.tie_word_embeddings = False  # so nothing ties the float32 weight back onto it
-
-
 def _release(reader, tensor) -> None:
     """Drop the file's pages of a tensor already copied out of the memory map, so the mapped file
     does not stay in the process's memory beside the loaded model (where the OS allows it)."""
@@ -351,7 +329,6 @@ def load_gguf_model(folder: Path, gguf_path: Path, dtype: torch.dtype = torch.fl
     processor, rows_only = _processor(config, architecture)
     names = _tensor_names(model, processor)
     report = GGUFLoadReport()
-    embedding_kind = next((t.tensor_type.name for t in reader.tensors if t.name.startswith("token_embd")), "F32")
     for tensor in reader.tensors:
         hf_name = names.get(tensor.name)
         if hf_name is None:
@@ -384,9 +361,6 @@ def load_gguf_model(folder: Path, gguf_path: Path, dtype: torch.dtype = torch.fl
         report.classes[f"{kind} -> {str(dtype).removeprefix('torch.')}"] += 1
     if getattr(config, "tie_word_embeddings", False):
         model.tie_weights()
-        if int4 and embedding_kind not in FLOAT_KINDS:
-            _int8_head(model, act_dtype)
-            report.classes[f"{embedding_kind} -> int8 per row (head)"] += 1
     _rebuild_meta_buffers(model)
     missing = [n for n, p in [*model.named_parameters(), *model.named_buffers()] if p.is_meta]
     if missing:

@@ -157,8 +157,7 @@ class TorchBackend(ModelBackend):
         self.threads = torch.get_num_threads()  # what a comparison run beside it should use
         self.dtype = self.precision
         self.model_type = config.get("model_type", "?")
-        head = self.model.get_output_embeddings()  # a Linear, or a GGUF model's int8/int4 head
-        self.vocab_size = int(getattr(head, "out_features", None) or head.weight.shape[0])
+        self.vocab_size = int(self.model.get_output_embeddings().weight.shape[0])
         self.vocab_limit = self.vocab_size
         self.context_length = context_length_of(config)
         self.weights_bytes = sum(t.numel() * t.element_size()

@@ -337,28 +337,22 @@ def load_gguf_model(folder: Path, gguf_path: Path, dtype: torch.dtype = torch.fl
         owner_name, _, attr = hf_name.rpartition(".")
         owner = model.get_submodule(owner_name)
         kind = tensor.tensor_type.name
-        if int4 and attr == "weight" and kind in INT4_TYPES and rows_only and _can_pack(owner):
-            packed = _packed(tensor, processor, owner.out_features, owner.in_features, act_dtype)
-            parent_name, _, child = owner_name.rpartition(".")
-            setattr(model.get_submodule(parent_name) if parent_name else model, child, packed)
-            _release(reader, tensor)
-            _trim_heap()
-            report.classes[f"{kind} -> int4 g{GROUP}"] += 1
-            continue
-        if int4 and attr == "weight" and kind in INT8_TYPES and isinstance(owner, torch.nn.Linear) \
-                and owner.bias is None and not tensor.name.startswith("token_embd"):
+        linear = attr == "weight" and isinstance(owner, torch.nn.Linear) and owner.bias is None
+        if int4 and linear and kind in INT4_TYPES and rows_only and _can_pack(owner):
+            layer, what = _packed(tensor, processor, owner.out_features, owner.in_features, act_dtype), f"int4 g{GROUP}"
+        elif int4 and linear and kind in INT8_TYPES and not tensor.name.startswith("token_embd"):
             layer = _int8(tensor, processor, owner.out_features, owner.in_features, act_dtype, rows_only)
+            what = "int8 per row"
+        else:
+            layer, what = None, str(dtype).removeprefix("torch.")
+            values = _dequantized(tensor, processor, getattr(owner, attr).shape, dtype, rows_only)
+            setattr(owner, attr, torch.nn.Parameter(values, requires_grad=False))
+        if layer is not None:  # the quantized module takes the Linear's place
             parent_name, _, child = owner_name.rpartition(".")
             setattr(model.get_submodule(parent_name) if parent_name else model, child, layer)
-            _release(reader, tensor)
-            _trim_heap()
-            report.classes[f"{kind} -> int8 per row"] += 1
-            continue
-        values = _dequantized(tensor, processor, getattr(owner, attr).shape, dtype, rows_only)
-        setattr(owner, attr, torch.nn.Parameter(values, requires_grad=False))
         _release(reader, tensor)
         _trim_heap()
-        report.classes[f"{kind} -> {str(dtype).removeprefix('torch.')}"] += 1
+        report.classes[f"{kind} -> {what}"] += 1
     if getattr(config, "tie_word_embeddings", False):
         model.tie_weights()
     _rebuild_meta_buffers(model)

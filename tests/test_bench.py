@@ -69,9 +69,15 @@ def test_quick_bench_on_torch_reports_every_figure(tiny_pair, tmp_path, capsys):
         assert spread["min"] <= spread["median"] <= spread["max"]
         assert all(0 <= a <= 1 for a in m["acceptance_by_position"])
     assert len(methods["tandem k=2"]["acceptance_by_position"]) == 2
+    # the loop's own time per round: what is left of the decoding wall clock after the passes
+    for name in ("target alone", "tandem adaptive", "tandem k=4"):
+        outside = methods[name]["outside_passes"]
+        assert outside["ms_per_round"] >= 0 and 0 <= outside["share_of_decode"] < 1
+    assert "outside_passes" not in methods["transformers plain"]
     assert methods["target alone"]["anchor"] == "transformers plain"
     table = capsys.readouterr().out
     assert "identical to the target alone" in table and "tandem k=6" in table and "of bound" in table
+    assert "time outside the model passes, per round" in table
 
 
 def test_a_wrong_verification_is_reported_as_a_divergence(tiny_pair, tmp_path, monkeypatch, capsys):

@@ -53,6 +53,13 @@ def summarize(bench: BenchRun, divergences: list[Divergence], config: dict) -> d
         rounds = sum(r.rounds or 0 for r in runs)
         if rounds and method.family != "anchor":
             entry["tokens_per_pass"] = sum(r.decode_tokens for r in runs) / rounds
+        if rounds and method.family in ("target", "tandem"):
+            # the loop's own time: the wall clock of decoding less the drafter's and the target's
+            # passes (sampling, verification, bookkeeping, the consumer between rounds)
+            decode = sum(r.decode_s for r in runs)
+            outside = decode - sum(r.draft_s + r.verify_s for r in runs)
+            entry["outside_passes"] = {"ms_per_round": outside / rounds * 1000,
+                                       "share_of_decode": outside / decode if decode > 0 else None}
         if method.family == "tandem":
             width = max(len(r.accepted_by_position) for r in runs)
             acc = [sum(r.accepted_by_position[i] for r in runs if i < len(r.accepted_by_position))
@@ -156,6 +163,11 @@ def format_table(summary: dict) -> str:
                      if m.get("draft_s_per_token") is not None else "")
             lines.append(f"  {m['name']}: acceptance by position "
                          + " ".join(f"{a:.2f}" for a in m["acceptance_by_position"]) + draft)
+    outside = [f"{m['name']} {m['outside_passes']['ms_per_round']:.2f} ms "
+               f"({m['outside_passes']['share_of_decode']:.1%})" for m in summary["methods"]
+               if m.get("outside_passes") and m["outside_passes"]["share_of_decode"] is not None]
+    if outside:
+        lines.append("  time outside the model passes, per round (share of decoding): " + "; ".join(outside))
     costs = summary["costs"]
     lines.append("  target pass (ms) by width: " + " ".join(
         f"{w}:{s * 1000:.0f}" for w, s in sorted(costs["target_s_by_width"].items())))

@@ -24,6 +24,7 @@ class RunResult:
     accepted_by_position: tuple[int, ...] = ()
     reached_by_position: tuple[int, ...] = ()
     draft_s: float = 0.0  # time the drafter spent (Tandem only)
+    verify_s: float = 0.0  # time in the target's passes after the prefill (Tandem only)
     extra: dict = field(default_factory=dict)
 
     @property
@@ -64,16 +65,17 @@ def run_tandem(target, decode, prompt_ids: Sequence[int], drafter: Drafter | Non
                params: SamplingParams, stop_ids: frozenset[int], draft_tokens: int | None,
                controller: DraftLengthController | None = None) -> RunResult:
     tokens: list[int] = []
-    draft_s = 0.0
+    draft_s = verify_s = 0.0
     for event in generate(target, decode, prompt_ids, drafter=drafter, stop_ids=stop_ids,
                           max_tokens=max_tokens, params=params, draft_tokens=draft_tokens,
                           controller=controller):
         if isinstance(event, Round):
             tokens.extend(event.emitted)
             draft_s += event.draft_s
+            verify_s += event.verify_s if event.index > 0 else 0.0  # round 0 is the prefill
         elif isinstance(event, Finished):
             s = event.stats
             return RunResult(tokens, s.decode_tokens, s.decode_s, s.rounds, s.drafted, s.accepted,
-                             s.accepted_by_position, s.reached_by_position, draft_s,
+                             s.accepted_by_position, s.reached_by_position, draft_s, verify_s,
                              {"finish": s.finish_reason})
     raise RuntimeError("the engine ended without a Finished event")

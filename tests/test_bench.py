@@ -55,7 +55,7 @@ def test_quick_bench_on_torch_reports_every_figure(tiny_pair, tmp_path, capsys):
     assert all(run["tokens"] == 16 and run["tokens_per_s"] > 0 for run in report["runs"])
     # adaptive k goes up to MAX_DRAFT drafts, so the bound has every width up to MAX_DRAFT + 1
     assert set(report["costs"]["target_s_by_width"]) == {str(w) for w in range(1, MAX_DRAFT + 2)}
-    assert report["costs"]["draft_s_per_token"] > 0
+    assert report["costs"]["draft_s_per_token"] > 0 and report["costs"]["draft_is_model"] is True
     for name in ("tandem adaptive", "tandem adaptive, model only", "tandem k=4"):
         m = methods[name]
         assert m["draft_s_per_token"] > 0
@@ -143,6 +143,7 @@ def test_llamacpp_rows_run_on_the_same_gguf_or_one_line_says_why(tiny_pair, tmp_
                           "--backend", "torch", "--ks", "")
     assert code == 0
     names = {m["name"] for m in report["methods"]}
+    assert report["costs"]["draft_is_model"] is False  # prompt lookup: its proposals' own time
     err = capsys.readouterr().err
     if missing_reason():
         assert names.isdisjoint({PLAIN, LOOKUP}) and report["llama_cpp"] is None

@@ -47,6 +47,9 @@ class BenchRun:
     records: list[Record] = field(default_factory=list)
     target_costs: dict[int, float] = field(default_factory=dict)
     draft_cost: float | None = None
+    # a draft model's cost is its own decoding, timed alone; a model-free drafter's (prompt
+    # lookup) is what its proposals took in the runs
+    draft_is_model: bool = False
     wall_s: float = 0.0
 
 
@@ -152,6 +155,7 @@ def run_bench(runner, prompts: list[BenchPrompt], methods: list[Method], *, para
                 progress(f"repeat {repeat + 1}/{repeats}  {prompt.name:<12} {method.name:<28} "
                          f"{result.tokens_per_s:6.1f} tok/s  ({len(result.tokens)} tokens)")
     bench.target_costs, bench.draft_cost = measure_costs(runner, bench)
+    bench.draft_is_model = isinstance(runner.drafter, (ModelDrafter, LookupThenModelDrafter))
     bench.wall_s = time.perf_counter() - start
     return bench
 

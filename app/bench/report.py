@@ -89,7 +89,8 @@ def summarize(bench: BenchRun, divergences: list[Divergence], config: dict) -> d
     external = _against_llamacpp(bench, methods)
     return {
         "config": config,
-        "costs": {"target_s_by_width": bench.target_costs, "draft_s_per_token": bench.draft_cost},
+        "costs": {"target_s_by_width": bench.target_costs, "draft_s_per_token": bench.draft_cost,
+                  "draft_is_model": bench.draft_is_model},
         "methods": methods,
         "exactness": {
             "checked": config["temperature"] == 0,
@@ -172,7 +173,9 @@ def format_table(summary: dict) -> str:
     lines.append("  target pass (ms) by width: " + " ".join(
         f"{w}:{s * 1000:.0f}" for w, s in sorted(costs["target_s_by_width"].items())))
     if costs["draft_s_per_token"] is not None:
-        lines.append(f"  draft model alone: {costs['draft_s_per_token'] * 1000:.1f} ms per token")
+        lines.append(f"  draft model alone: {costs['draft_s_per_token'] * 1000:.1f} ms per token"
+                     if costs["draft_is_model"] else
+                     f"  prompt lookup: {costs['draft_s_per_token'] * 1e6:.0f} µs per proposed token")
     lines.append("")
     names = [m["name"] for m in summary["methods"]]
     lines.append("per prompt, median tok/s:  " + " | ".join(names))

@@ -162,6 +162,9 @@ class Runner:
         from app.models.transformers_tokenizer import ChatTokenizer
 
         backend = backend or default_backend()
+        if precision == "gguf" and backend != "torch":  # before anything loads
+            raise ValueError("precision gguf (a GGUF file's own 4-bit layers) runs on PyTorch only; on MLX "
+                             "choose int4 (MLX's own 4-bit) or float32.")
         if str(draft) == DRAFT_AUTO:
             draft = auto_draft(spec)
         start = time.perf_counter()

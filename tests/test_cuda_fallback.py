@@ -31,7 +31,8 @@ def test_a_cuda_build_without_a_gpu_runs_on_the_cpu_and_says_why(cuda_build_with
 def test_the_cpu_build_says_nothing_more(tiny_pair):
     from app.runner import Runner
 
-    assert torch.version.cuda is None  # this machine's build: the CPU is where it is meant to run
+    if torch.version.cuda is not None:
+        pytest.skip("a CUDA build of PyTorch: the CPU build's case cannot be shown here")
     assert Runner().load(tiny_pair["target"], "torch", progress=lambda m: None).device_note == ""
 
 

@@ -327,3 +327,35 @@ def test_an_8bit_gguf_loads_as_int8_per_row_within_the_stated_tolerance(tmp_path
     assert "int8, one bfloat16 scale per row" in out and "the token embedding as float32" in out
     line = next(x for x in out.splitlines() if x.strip().startswith("Q8_0 as int8 per row:"))
     assert float(line.split("largest error ")[1].split(" ")[0]) <= INT8_TOLERANCE
+
+
+def test_gguf_precision_on_mlx_is_refused_before_loading(capsys):
+    from app.cli import main
+
+    assert main(["generate", "--backend", "mlx", "--precision", "gguf", "--prompt", "hi"]) == 2
+    err = capsys.readouterr().err
+    assert "precision gguf (a GGUF file's own 4-bit layers) runs on PyTorch only" in err
+    assert "Traceback" not in err and "Loading" not in err
+
+
+def test_gguf_precision_on_a_folder_without_its_gguf_says_what_to_do(tiny_pair, tmp_path, capsys):
+    import shutil
+
+    from app.cli import main
+
+    folder = tmp_path / "plain-folder"
+    shutil.copytree(tiny_pair["target"], folder)  # safetensors, with no .gguf or import record beside it
+    assert main(["generate", "--model", str(folder), "--backend", "torch", "--precision", "gguf",
+                 "--prompt", "hi"]) == 2
+    err = capsys.readouterr().err
+    assert "needs the .gguf file it was imported from" in err and "Traceback" not in err
+
+
+def test_models_info_on_a_truncated_gguf_says_so(tmp_path, demo_gguf, capsys):
+    from app.cli import main
+
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(demo_gguf.read_bytes()[:5000])
+    assert main(["models", "info", "--check", str(cut)]) == 2
+    err = capsys.readouterr().err
+    assert "cut.gguf" in err and "damaged or truncated" in err and "Traceback" not in err

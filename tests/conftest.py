@@ -16,15 +16,55 @@ if "TANDEM_CACHE" not in os.environ:
 
     os.environ["TANDEM_CACHE"] = str(cache_dir())
 
+
+
+def _real_user_files() -> dict[str, tuple[int, int]]:
+    """The real user folders' Tandem files (data: pairs.json, the history; config: Tandem.conf),
+    read before anything below points those folders elsewhere: (mtime, size) of each."""
+    import platformdirs
+
+    home = os.environ.get("TANDEM_HOME")
+    folders = ([Path(home)] if home else
+               [Path(platformdirs.user_data_dir("Tandem", appauthor=False)),
+                Path(platformdirs.user_config_dir("Tandem", appauthor=False))])
+    found = {}
+    for folder in folders:
+        if folder.is_dir():
+            for path in folder.rglob("*"):
+                if path.is_file() and "cache" not in path.relative_to(folder).parts[:1]:
+                    stat = path.stat()
+                    found[str(path)] = (stat.st_mtime_ns, stat.st_size)
+    return found
+
+
+_REAL_USER_FILES = _real_user_files()
+
 # Every other user folder a library might write to (Qt's settings and standard paths, platformdirs,
 # huggingface-hub, whose constants are read once at import) points into a private folder before
 # anything imports them: recents from test runs were once found in a real pairs.json.
 USER_FOLDERS = ("XDG_DATA_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME", "HF_HOME")
+_ORIGINAL_FOLDERS = {name: os.environ.get(name) for name in USER_FOLDERS}
 _session_home = Path(tempfile.mkdtemp(prefix="tandem-tests-"))
 for _name in USER_FOLDERS:
     os.environ[_name] = str(_session_home / _name.lower())
 os.environ.pop("HF_HUB_CACHE", None)
 os.environ.pop("HF_TOKEN", None)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _real_user_folders_untouched():
+    """After the whole run, the real user's Tandem files are as they were: recents from test runs
+    were once found in a real pairs.json."""
+    yield
+    before = _REAL_USER_FILES
+    for name, value in _ORIGINAL_FOLDERS.items():  # the user's own, to find the real folders again
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    after = _real_user_files()
+    changed = sorted(p for p in {*before, *after} if before.get(p) != after.get(p))
+    assert not changed, f"the tests wrote to the real user folders: {changed}"
 
 
 @pytest.fixture(autouse=True)

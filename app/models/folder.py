@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from app.models.errors import ModelFileError
+from app.models.gguf_import import gguf_source, is_gguf_folder
 
 PICKLED_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 
@@ -29,9 +30,7 @@ def check_model_folder(folder: str | Path, weights: bool = True) -> dict:
         config = json.loads(config_path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ModelFileError(f"{config_path}: not valid JSON ({exc}).") from exc
-    if weights and (folder / "gguf-weights.json").is_file():  # app/models/gguf_import.GGUF_WEIGHTS
-        from app.models.gguf_import import gguf_source
-
+    if weights and is_gguf_folder(folder):
         gguf_source(folder)  # the file its weights are read from is still there
         return config
     if weights and not any(folder.glob("*.safetensors")):

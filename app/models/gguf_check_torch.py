@@ -4,7 +4,6 @@ how far the loaded weights and their perplexity are from the file's own dequanti
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -32,16 +31,10 @@ def _size(n: float) -> str:
 
 def info_lines(gguf_path: Path) -> list[str]:
     """Per quantization type: tensors, weights, bytes in the file, and what PyTorch runs them as."""
-    import gguf
-
     from app.models.gguf_import import inspect_gguf
     from app.models.gguf_torch import FLOAT_BYTES, INT4_BYTES, INT8_BYTES, INT8_TYPES, loaded_bytes
 
     info = inspect_gguf(gguf_path)
-    reader = gguf.GGUFReader(gguf_path, "r")
-    file_bytes: dict[str, int] = defaultdict(int)
-    for tensor in reader.tensors:
-        file_bytes[tensor.tensor_type.name] += int(tensor.n_bytes)
     lines = [f"{gguf_path.name}: {info.architecture} '{info.name}', {info.n_tensors} tensors, "
              f"{info.n_params / 1e6:.0f} million weights, {_size(info.size_bytes)}",
              f"{'type':<8}{'tensors':>8}{'weights':>14}{'in the file':>14}  on PyTorch (precision auto/gguf)"]
@@ -57,7 +50,7 @@ def info_lines(gguf_path: Path) -> list[str]:
         elif rest:
             parts.append(f"float32 ({_size(rest * FLOAT_BYTES)})")
         runs = "; ".join(parts)
-        lines.append(f"{kind:<8}{count:>8}{n:>14,}{_size(file_bytes[kind]):>14}  {runs}")
+        lines.append(f"{kind:<8}{count:>8}{n:>14,}{_size(info.stored[kind]):>14}  {runs}")
     lines.append(f"loaded size {_size(loaded_bytes(info.elements, info.embedding))} (float32 would be "
                  f"{_size(info.n_params * 4)}); linear layers run on PyTorch's int4 (tinygemm) and int8 kernels "
                  "on the CPU")

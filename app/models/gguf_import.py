@@ -12,13 +12,14 @@ removed by the next import, while a live import's folder is never touched.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import re
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from app.models.errors import ModelFileError
@@ -81,6 +82,7 @@ class GGUFInfo:
     n_params: int = 0  # elements over all tensors: what the import writes, times 4 bytes (float32)
     elements: dict[str, int] | None = None  # quantization type name -> elements stored in it
     embedding: dict[str, int] | None = None  # the same for the token embedding alone (stays float)
+    stored: dict[str, int] | None = None  # quantization type name -> bytes in the file
 
 
 def sha256_of(path: Path, chunk: int = 1 << 20) -> str:
@@ -92,11 +94,20 @@ def sha256_of(path: Path, chunk: int = 1 << 20) -> str:
 
 
 def inspect_gguf(path: str | Path) -> GGUFInfo:
-    """Check that `path` is a complete GGUF file and describe it. Raises ModelFileError."""
+    """Check that `path` is a complete GGUF file and describe it. Raises ModelFileError.
+    Reading the header parses the whole vocabulary (1.7 s for the demo's), and opening a model
+    asks several times (resolving, importing, the weights check, the memory check): the answer
+    is kept for as long as the file's size and modification time stay the same."""
     path = Path(path)
     if not path.is_file():
         raise ModelFileError(f"{path}: no such file. Check the path and try again.")
-    size = path.stat().st_size
+    stat = path.stat()
+    return replace(_inspect(str(path.resolve()), stat.st_size, stat.st_mtime_ns), path=path)
+
+
+@functools.lru_cache(maxsize=8)
+def _inspect(resolved: str, size: int, _mtime_ns: int) -> GGUFInfo:
+    path = Path(resolved)
     with open(path, "rb") as handle:
         head = handle.read(4)
     if size == 0:
@@ -120,10 +131,12 @@ def inspect_gguf(path: str | Path) -> GGUFInfo:
     counts: dict[str, int] = {}
     elements: dict[str, int] = {}
     embedding: dict[str, int] = {}
+    stored: dict[str, int] = {}
     n_params = 0
     for tensor in reader.tensors:
         n_params += int(tensor.n_elements)
         elements[tensor.tensor_type.name] = elements.get(tensor.tensor_type.name, 0) + int(tensor.n_elements)
+        stored[tensor.tensor_type.name] = stored.get(tensor.tensor_type.name, 0) + int(tensor.n_bytes)
         if tensor.name.startswith("token_embd"):
             embedding[tensor.tensor_type.name] = embedding.get(tensor.tensor_type.name, 0) + int(tensor.n_elements)
         end = int(tensor.data_offset) + int(tensor.n_bytes)
@@ -140,7 +153,8 @@ def inspect_gguf(path: str | Path) -> GGUFInfo:
     architecture = str(arch_field.contents())
     name_field = reader.fields.get("general.name")
     name = str(name_field.contents()) if name_field is not None else path.stem
-    return GGUFInfo(path, architecture, name, counts, len(reader.tensors), size, n_params, elements, embedding)
+    return GGUFInfo(path, architecture, name, counts, len(reader.tensors), size, n_params, elements, embedding,
+                    stored)
 
 
 def is_gguf_folder(folder: Path) -> bool:

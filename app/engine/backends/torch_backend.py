@@ -171,14 +171,12 @@ class TorchBackend(ModelBackend):
         (app/models/gguf_torch.py): its 4-bit tensors run on PyTorch's int4 CPU kernel."""
         from app.models.errors import ModelFileError
         from app.models.gguf_import import gguf_source
-        from app.models.gguf_torch import load_gguf_model
+        from app.models.gguf_torch import BATCHED_TIE_GAP, load_gguf_model
 
         if self._device.type != "cpu":
             raise ModelFileError(
                 f"Loading a GGUF at its own precisions runs on the CPU's int4 kernel; on {self._device.type} "
                 "choose float16 or bfloat16 instead.")
-        from app.models.gguf_torch import BATCHED_TIE_GAP
-
         model, report = load_gguf_model(folder, gguf_source(folder), dtype=self._dtype)
         self.near_tie_gap = BATCHED_TIE_GAP
         # the UI shows the words before " (", and the whole in tooltips and the load line

@@ -111,7 +111,7 @@ def _gguf_loaded_bytes(folder: Path, backend: str, precision: str) -> int | None
     from app.models.gguf_torch import loaded_bytes
 
     info = inspect_gguf(gguf_source(folder))
-    return loaded_bytes(info.elements or {}, info.embedding)
+    return loaded_bytes(info.elements or {}, info.embedding, info.head)
 
 
 class Runner:

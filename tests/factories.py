@@ -116,16 +116,19 @@ Q4_0, Q8_0 = gguf.GGMLQuantizationType.Q4_0, gguf.GGMLQuantizationType.Q8_0
 
 def write_gguf(model: LlamaForCausalLM, path: Path, fields: dict,
                qtype: gguf.GGMLQuantizationType = gguf.GGMLQuantizationType.F32,
-               embedding_qtype: gguf.GGMLQuantizationType | None = None) -> dict:
+               embedding_qtype: gguf.GGMLQuantizationType | None = None,
+               head_qtype: gguf.GGMLQuantizationType | None = None) -> dict:
     """Write `model` as a llama GGUF; 2-D weights in `qtype` (the embedding in `embedding_qtype`
-    when given, as llama.cpp's Q4 files keep it in Q8_0 or Q6_K). Returns the weights as written
+    when given, as llama.cpp's Q4 files keep it in Q8_0 or Q6_K; an untied model's head in
+    `head_qtype`, as output.weight, Q6_K in llama.cpp's Q4_K_M files). Returns the weights as written
     (dequantized, in HF layout) for comparison."""
     cfg = model.config
     writer = _llama_writer(path, fields, cfg.num_hidden_layers, cfg.max_position_embeddings, cfg.hidden_size,
                            cfg.intermediate_size, cfg.num_attention_heads, cfg.num_key_value_heads,
                            cfg.rope_parameters["rope_theta"], cfg.rms_norm_eps, cfg.vocab_size)
     writer.add_tokenizer_pre("smollm")
-    names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight"}
+    names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+             "lm_head.weight": "output.weight"}
     per_layer = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q",
                  "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
                  "self_attn.o_proj": "attn_output", "post_attention_layernorm": "ffn_norm",
@@ -135,7 +138,7 @@ def write_gguf(model: LlamaForCausalLM, path: Path, fields: dict,
             names[f"model.layers.{i}.{hf}.weight"] = f"blk.{i}.{gg}.weight"
     written = {}
     for hf_name, tensor in model.state_dict().items():
-        if hf_name == "lm_head.weight":
+        if hf_name == "lm_head.weight" and cfg.tie_word_embeddings:
             continue  # tied: llama.cpp omits output.weight
         w = tensor.float().numpy().copy()
         if hf_name.endswith("q_proj.weight"):
@@ -143,6 +146,7 @@ def write_gguf(model: LlamaForCausalLM, path: Path, fields: dict,
         elif hf_name.endswith("k_proj.weight"):
             w = _permute(w, cfg.num_key_value_heads)
         kind = embedding_qtype if embedding_qtype is not None and hf_name == "model.embed_tokens.weight" else qtype
+        kind = head_qtype if head_qtype is not None and hf_name == "lm_head.weight" else kind
         if w.ndim == 2 and kind != gguf.GGMLQuantizationType.F32:
             if kind == gguf.GGMLQuantizationType.F16:
                 data = w.astype(np.float16)

@@ -33,6 +33,7 @@ def info_lines(gguf_path: Path) -> list[str]:
     """Per quantization type: tensors, weights, bytes in the file, and what PyTorch runs them as."""
     from app.models.gguf_import import inspect_gguf
     from app.models.gguf_torch import FLOAT_BYTES, INT4_BYTES, INT8_BYTES, INT8_TYPES, loaded_bytes
+    from app.models.screened_head_torch import SCREEN_BYTES
 
     info = inspect_gguf(gguf_path)
     lines = [f"{gguf_path.name}: {info.architecture} '{info.name}', {info.n_tensors} tensors, "
@@ -41,8 +42,14 @@ def info_lines(gguf_path: Path) -> list[str]:
     for kind, count in sorted(info.tensor_types.items(), key=lambda kv: -info.elements[kv[0]]):
         n = info.elements[kind]
         embedding = (info.embedding or {}).get(kind, 0)  # a lookup table: float32 whatever its type
+        head = (info.head or {}).get(kind, 0)
         parts = [f"the token embedding as float32 ({_size(embedding * FLOAT_BYTES)})"] if embedding else []
-        rest = n - embedding
+        if embedding and not info.head:
+            parts[-1] += f" and, for the tied head, an int8 screen of it ({_size(embedding * SCREEN_BYTES)})"
+        if head:
+            parts.append(f"the output head as an int8 screen ({_size(head * SCREEN_BYTES)}), the rows that can "
+                         "win rescored in float32 from the file")
+        rest = n - embedding - head
         if rest and kind in INT4_TYPES:
             parts.append(f"int4, groups of 32, bfloat16 scales ({_size(rest * INT4_BYTES)})")
         elif rest and kind in INT8_TYPES:
@@ -51,7 +58,7 @@ def info_lines(gguf_path: Path) -> list[str]:
             parts.append(f"float32 ({_size(rest * FLOAT_BYTES)})")
         runs = "; ".join(parts)
         lines.append(f"{kind:<8}{count:>8}{n:>14,}{_size(info.stored[kind]):>14}  {runs}")
-    lines.append(f"loaded size {_size(loaded_bytes(info.elements, info.embedding))} (float32 would be "
+    lines.append(f"loaded size {_size(loaded_bytes(info.elements, info.embedding, info.head))} (float32 would be "
                  f"{_size(info.n_params * 4)}); linear layers run on PyTorch's int4 (tinygemm) and int8 kernels "
                  "on the CPU")
     return lines
@@ -67,13 +74,24 @@ def quantization_error(gguf_path: Path) -> dict[str, dict]:
 
     from app.models.gguf_torch import INT8_TYPES, GGUFInt8Linear
 
+    from app.models.screened_head_torch import ScreenedHead
+
     reader = gguf.GGUFReader(gguf_path, "r")
+    tied = not any(t.name == "output.weight" for t in reader.tensors)
     out: dict[str, dict] = {}
     for tensor in reader.tensors:
         kind = tensor.tensor_type.name
         flat = len(tensor.shape) != 2
         rows, cols = (0, 0) if flat else (int(tensor.shape[1]), int(tensor.shape[0]))
         embedding = tensor.name.startswith("token_embd")
+        if (tensor.name == "output.weight" or (embedding and tied)) and not flat:
+            reference = _reference(gguf, tensor, rows, cols)
+            head = ScreenedHead(torch.from_numpy(np.ascontiguousarray(reference)), exact_rows=None)
+            screen = head.codes.float() * head.scales.float()[:, None]
+            what = "tied output head" if embedding else "output head"
+            _add_error(out, f"{kind} ({what}) as int8 screen, argmax in float32", screen.numpy(), reference)
+            if not embedding:
+                continue
         if kind in INT4_TYPES and not flat and not embedding:
             groups = int4_groups(kind, tensor.data, rows, cols)
             bf16 = lambda a: torch.from_numpy(a).to(torch.bfloat16).float().numpy()  # noqa: E731

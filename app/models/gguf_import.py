@@ -82,6 +82,7 @@ class GGUFInfo:
     n_params: int = 0  # elements over all tensors: what the import writes, times 4 bytes (float32)
     elements: dict[str, int] | None = None  # quantization type name -> elements stored in it
     embedding: dict[str, int] | None = None  # the same for the token embedding alone (stays float)
+    head: dict[str, int] | None = None  # the same for an untied output head ("output.weight")
     stored: dict[str, int] | None = None  # quantization type name -> bytes in the file
 
 
@@ -131,6 +132,7 @@ def _inspect(resolved: str, size: int, _mtime_ns: int) -> GGUFInfo:
     counts: dict[str, int] = {}
     elements: dict[str, int] = {}
     embedding: dict[str, int] = {}
+    head: dict[str, int] = {}
     stored: dict[str, int] = {}
     n_params = 0
     for tensor in reader.tensors:
@@ -139,6 +141,8 @@ def _inspect(resolved: str, size: int, _mtime_ns: int) -> GGUFInfo:
         stored[tensor.tensor_type.name] = stored.get(tensor.tensor_type.name, 0) + int(tensor.n_bytes)
         if tensor.name.startswith("token_embd"):
             embedding[tensor.tensor_type.name] = embedding.get(tensor.tensor_type.name, 0) + int(tensor.n_elements)
+        if tensor.name == "output.weight":
+            head[tensor.tensor_type.name] = head.get(tensor.tensor_type.name, 0) + int(tensor.n_elements)
         end = int(tensor.data_offset) + int(tensor.n_bytes)
         if end > size or tensor.data.nbytes != tensor.n_bytes:
             raise ModelFileError(
@@ -153,8 +157,8 @@ def _inspect(resolved: str, size: int, _mtime_ns: int) -> GGUFInfo:
     architecture = str(arch_field.contents())
     name_field = reader.fields.get("general.name")
     name = str(name_field.contents()) if name_field is not None else path.stem
-    return GGUFInfo(path, architecture, name, counts, len(reader.tensors), size, n_params, elements, embedding,
-                    stored)
+    return GGUFInfo(path, architecture, name, counts, len(reader.tensors), size, n_params, elements=elements,
+                    embedding=embedding, head=head, stored=stored)
 
 
 def is_gguf_folder(folder: Path) -> bool:

@@ -24,6 +24,7 @@ import torch
 
 from app.models.errors import ModelFileError
 from app.models.gguf_blocks import GROUP, INT4_TYPES, Int4Groups, int4_groups
+from app.models.screened_head_torch import SCREEN_BYTES, ScreenedHead
 
 log = logging.getLogger(__name__)
 
@@ -50,16 +51,23 @@ INT8_BYTES = 1
 INT8_TOLERANCE = 6e-3
 
 
-def loaded_bytes(elements: dict[str, int], float_elements: dict[str, int] | None = None) -> int:
+def loaded_bytes(elements: dict[str, int], float_elements: dict[str, int] | None = None,
+                 head_elements: dict[str, int] | None = None) -> int:
     """The weights' size once loaded by `load_gguf_model`, from the GGUF's elements per type
-    (app/models/gguf_import.GGUFInfo.elements; `float_elements`: those of tensors that stay float
-    whatever their type, the embedding): what the memory check must count, not float32."""
-    float_elements = float_elements or {}
+    (app/models/gguf_import.GGUFInfo): `float_elements` those of the token embedding (float32
+    whatever their type), `head_elements` those of an untied output head (an int8 screen; its
+    rescored rows are read from the file). Without a head tensor the head is tied to the
+    embedding, which then also gets a screen. What the memory check must count, not float32."""
+    float_elements, head_elements = float_elements or {}, head_elements or {}
     total = 0.0
     for kind, n in elements.items():
         kept_float = min(n, float_elements.get(kind, 0))
+        screened = min(n - kept_float, head_elements.get(kind, 0))
+        rest = n - kept_float - screened
         per = INT4_BYTES if kind in INT4_TYPES else INT8_BYTES if kind in INT8_TYPES else FLOAT_BYTES
-        total += (n - kept_float) * per + kept_float * FLOAT_BYTES
+        total += rest * per + kept_float * FLOAT_BYTES + screened * SCREEN_BYTES
+    if not head_elements:
+        total += sum(float_elements.values()) * SCREEN_BYTES
     return int(total)
 
 
@@ -152,6 +160,7 @@ class GGUFLoadReport:
     classes: Counter = field(default_factory=Counter)  # "Q4_1 -> int4 g32" -> tensors
     weights_bytes: int = 0
     skipped: list[str] = field(default_factory=list)  # GGUF tensors the model has no place for
+    fused: int = 0  # groups of projections (q/k/v, gate/up) stacked into one matmul
 
     def short(self) -> str:
         """A user's words: "4-bit GGUF" where the linear layers stayed 4-bit."""
@@ -165,7 +174,8 @@ class GGUFLoadReport:
         for what, n in sorted(self.classes.items(), key=lambda kv: ("int4" not in kv[0], "int8" not in kv[0], kv[0])):
             source, result = what.split(" -> ")
             by_result.setdefault(result, []).append(f"{source} x{n}")
-        return "; ".join(f"{result} from {', '.join(sources)}" for result, sources in by_result.items())
+        described = "; ".join(f"{result} from {', '.join(sources)}" for result, sources in by_result.items())
+        return described + (f"; {self.fused} fused q/k/v and gate/up matmuls" if self.fused else "")
 
 
 def _can_pack(module: torch.nn.Module) -> bool:
@@ -244,36 +254,105 @@ def _trim_heap() -> None:
 _MALLOC_TRIM = None
 
 
-def _packed(tensor, processor, rows: int, cols: int, act_dtype: torch.dtype) -> GGUFInt4Linear:
-    """A 4-bit GGUF weight as a GGUFInt4Linear, decoded and packed a block of rows at a time where
-    the processor leaves rows in place (Q and K, whose rows it reorders, are decoded whole)."""
+def _packed(tensor, processor, rows: int, cols: int, act_dtype: torch.dtype,
+            into: GGUFInt4Linear | None = None, offset: int = 0) -> GGUFInt4Linear:
+    """A 4-bit GGUF weight as a GGUFInt4Linear (or rows offset.. of `into`, a stack of several),
+    decoded and packed a block of rows at a time where the processor leaves rows in place (Q and
+    K, whose rows it reorders, are decoded whole)."""
     kind, data = tensor.tensor_type.name, tensor.data
+    layer = into if into is not None else GGUFInt4Linear(rows, cols, act_dtype)
     if ".attn_q." in tensor.name or ".attn_k." in tensor.name:
         groups = int4_groups(kind, data, rows, cols)
-        return GGUFInt4Linear.from_groups(
-            Int4Groups(*(processor.process(weights=a, name=tensor.name).weights for a in groups)), act_dtype)
-    layer = GGUFInt4Linear(rows, cols, act_dtype)
+        layer.fill(offset, Int4Groups(*(processor.process(weights=a, name=tensor.name).weights for a in groups)))
+        return layer
     step = max(PACK_ROWS, CHUNK_BYTES // (cols * 4) // PACK_ROWS * PACK_ROWS)
     for start in range(0, rows, step):
         n = min(step, rows - start)
-        layer.fill(start, int4_groups(kind, data[start:start + n], n, cols))
+        layer.fill(offset + start, int4_groups(kind, data[start:start + n], n, cols))
     return layer
 
 
-def _int8(tensor, processor, rows: int, cols: int, act_dtype: torch.dtype, rows_only: bool) -> GGUFInt8Linear:
-    """A 5/6/8-bit GGUF weight as a GGUFInt8Linear, dequantized and re-quantized a block of rows
-    at a time (whole for Q and K, whose rows the processor reorders)."""
-    layer = GGUFInt8Linear(rows, cols, act_dtype)
+def _int8(tensor, processor, rows: int, cols: int, act_dtype: torch.dtype, rows_only: bool,
+          into: GGUFInt8Linear | None = None, offset: int = 0) -> GGUFInt8Linear:
+    """A 5/6/8-bit GGUF weight as a GGUFInt8Linear (or rows offset.. of `into`), dequantized and
+    re-quantized a block of rows at a time (whole for Q and K, whose rows the processor reorders)."""
+    layer = into if into is not None else GGUFInt8Linear(rows, cols, act_dtype)
     if not rows_only or ".attn_q." in tensor.name or ".attn_k." in tensor.name:
-        layer.fill(0, _dequantized(tensor, processor, torch.Size((rows, cols)), torch.float32, rows_only=False))
+        layer.fill(offset, _dequantized(tensor, processor, torch.Size((rows, cols)), torch.float32, rows_only=False))
         return layer
     import gguf
 
     step = max(1, CHUNK_BYTES // (cols * 4))
     for start in range(0, rows, step):
         part = gguf.quants.dequantize(tensor.data[start:start + step], tensor.tensor_type)
-        layer.fill(start, torch.from_numpy(np.asarray(part, dtype=np.float32).reshape(-1, cols)))
+        layer.fill(offset + start, torch.from_numpy(np.asarray(part, dtype=np.float32).reshape(-1, cols)))
     return layer
+
+
+def _plan_fusion(model: torch.nn.Module, tensors, names: dict[str, str], rows_only: bool,
+                 act_dtype: torch.dtype) -> tuple[dict[str, tuple[torch.nn.Module, int]], int]:
+    """Stack q/k/v and gate/up wherever a layer's parts will load as the same kind (all 4-bit
+    types become the same int4 layout; all 5/6/8-bit ones int8): the stacked module is made
+    before any part is read and each part is filled straight into its rows, so no weight is
+    ever held twice. Returns {GGUF tensor name: (the stack, the part's first row)}, groups."""
+    from app.models.fused_projections_torch import GROUPS, install
+
+    by_name = {names[t.name]: t for t in tensors if t.name in names}
+    into: dict[str, tuple[torch.nn.Module, int]] = {}
+    groups = 0
+    for module_name, module in list(model.named_modules()):
+        for attr, parts in GROUPS.items():
+            owner = getattr(module, attr, None)
+            if not isinstance(owner, torch.nn.Module):
+                continue
+            prefix = f"{module_name}.{attr}" if module_name else attr
+            found = [by_name.get(f"{prefix}.{part}.weight") for part in parts]
+            linears = [getattr(owner, part, None) for part in parts]
+            plain = all(isinstance(m, torch.nn.Linear) and m.bias is None for m in linears)
+            if any(t is None for t in found) or not plain or len({m.in_features for m in linears}) != 1:
+                continue
+            kinds = {t.tensor_type.name for t in found}
+            rows, cols = sum(m.out_features for m in linears), linears[0].in_features
+            packable = all(_can_pack(m) and m.out_features % PACK_ROWS == 0 for m in linears)
+            if kinds <= set(INT4_TYPES) and rows_only and packable:
+                fused = GGUFInt4Linear(rows, cols, act_dtype)
+            elif kinds <= set(INT8_TYPES):
+                fused = GGUFInt8Linear(rows, cols, act_dtype)
+            else:
+                continue
+            offsets = install(owner, parts, fused)
+            into.update({t.name: (fused, offsets[part]) for t, part in zip(found, parts, strict=True)})
+            groups += 1
+    return into, groups
+
+
+class GGUFRows:
+    """Rows of a GGUF tensor decoded on demand from the memory-mapped file, in float32: the
+    values of `gguf`'s own dequantization (for a head's rescored rows; a few per token)."""
+
+    def __init__(self, tensor, cols: int):
+        self.data, self.kind, self.cols = tensor.data, tensor.tensor_type, cols
+
+    def __call__(self, rows: torch.Tensor) -> torch.Tensor:
+        import gguf
+
+        unique, back = torch.unique(rows, return_inverse=True)
+        part = gguf.quants.dequantize(self.data[unique.numpy()], self.kind)
+        values = torch.from_numpy(np.asarray(part, dtype=np.float32).reshape(-1, self.cols))
+        return values[back]
+
+
+def _screened_from_file(tensor, rows: int, cols: int) -> ScreenedHead:
+    """An untied output head: its int8 screen built a block of rows at a time, its rescored rows
+    read from the file (the head's float32 copy never exists)."""
+    import gguf
+
+    head = ScreenedHead.empty(rows, cols, GGUFRows(tensor, cols))
+    step = max(1, CHUNK_BYTES // (cols * 4))
+    for start in range(0, rows, step):
+        part = gguf.quants.dequantize(tensor.data[start:start + step], tensor.tensor_type)
+        head.fill(start, torch.from_numpy(np.asarray(part, dtype=np.float32).reshape(-1, cols)))
+    return head
 
 
 def _release(reader, tensor) -> None:
@@ -328,17 +407,36 @@ def load_gguf_model(folder: Path, gguf_path: Path, dtype: torch.dtype = torch.fl
     _trim_heap()
     processor, rows_only = _processor(config, architecture)
     names = _tensor_names(model, processor)
+    tied = bool(getattr(config, "tie_word_embeddings", False))
+    head = None if tied else model.get_output_embeddings()
     report = GGUFLoadReport()
+    stacks, report.fused = _plan_fusion(model, reader.tensors, names, rows_only, act_dtype) if int4 else ({}, 0)
     for tensor in reader.tensors:
         hf_name = names.get(tensor.name)
         if hf_name is None:
             report.skipped.append(tensor.name)
             continue
+        if tensor.name in stacks:  # a part of a stacked q/k/v or gate/up: straight into its rows
+            stack, offset = stacks[tensor.name]
+            rows, cols = int(tensor.shape[1]), int(tensor.shape[0])
+            if isinstance(stack, GGUFInt4Linear):
+                _packed(tensor, processor, rows, cols, act_dtype, into=stack, offset=offset)
+                what = f"int4 g{GROUP}"
+            else:
+                _int8(tensor, processor, rows, cols, act_dtype, rows_only, into=stack, offset=offset)
+                what = "int8 per row"
+            _release(reader, tensor)
+            _trim_heap()
+            report.classes[f"{tensor.tensor_type.name} -> {what}"] += 1
+            continue
         owner_name, _, attr = hf_name.rpartition(".")
         owner = model.get_submodule(owner_name)
         kind = tensor.tensor_type.name
         linear = attr == "weight" and isinstance(owner, torch.nn.Linear) and owner.bias is None
-        if int4 and linear and kind in INT4_TYPES and rows_only and _can_pack(owner):
+        if int4 and linear and owner is head and rows_only:
+            layer = _screened_from_file(tensor, owner.out_features, owner.in_features)
+            what = "int8 screen + float32 argmax"
+        elif int4 and linear and kind in INT4_TYPES and rows_only and _can_pack(owner):
             layer, what = _packed(tensor, processor, owner.out_features, owner.in_features, act_dtype), f"int4 g{GROUP}"
         elif int4 and linear and kind in INT8_TYPES and not tensor.name.startswith("token_embd"):
             layer = _int8(tensor, processor, owner.out_features, owner.in_features, act_dtype, rows_only)
@@ -353,8 +451,12 @@ def load_gguf_model(folder: Path, gguf_path: Path, dtype: torch.dtype = torch.fl
         _release(reader, tensor)
         _trim_heap()
         report.classes[f"{kind} -> {what}"] += 1
-    if getattr(config, "tie_word_embeddings", False):
+    if tied:
         model.tie_weights()
+        embedding = model.get_input_embeddings().weight
+        if int4 and not embedding.is_meta:
+            model.set_output_embeddings(ScreenedHead(embedding, lambda rows: embedding.index_select(0, rows)))
+            report.classes["tied head -> int8 screen + float32 argmax"] += 1
     _rebuild_meta_buffers(model)
     missing = [n for n, p in [*model.named_parameters(), *model.named_buffers()] if p.is_meta]
     if missing:

@@ -182,6 +182,17 @@ class TorchBackend(ModelBackend):
         # the UI shows the words before " (", and the whole in tooltips and the load line
         return model, f"{report.short()} ({report.describe()})"
 
+    @property
+    def vocab_limit(self) -> int:
+        return self._vocab_limit
+
+    @vocab_limit.setter
+    def vocab_limit(self, limit: int) -> None:
+        self._vocab_limit = limit
+        head = self.model.get_output_embeddings()
+        if hasattr(head, "limit"):  # a screened head must not pick a row past it (ScreenedHead)
+            head.limit = limit
+
     def reset(self) -> None:
         self.cache = DynamicCache(config=self.model.config)
 

@@ -1,0 +1,150 @@
+"""The screened output head (app/models/screened_head_torch.py) and the stacked projections
+(app/models/fused_projections_torch.py) of a GGUF loaded at its own precisions."""
+
+from __future__ import annotations
+
+import gguf
+import numpy as np
+import pytest
+import torch
+
+from app.models.screened_head_torch import ScreenedHead
+from tests.factories import tiny_llama, write_gguf
+
+Q = gguf.GGMLQuantizationType
+
+
+def _near_ties(vocab: int = 4096, dim: int = 256, cases: int = 64, seed: int = 0):
+    """A head and hidden states where, for each state, a second row trails or leads the best row
+    by 1e-4: far below what int8 weights or bfloat16 logits can tell apart."""
+    g = torch.Generator().manual_seed(seed)
+    weights = torch.randn(vocab, dim, generator=g) * 0.05
+    hidden = torch.randn(cases, dim, generator=g) * 3
+    for i in range(cases):
+        best = int(torch.argmax(hidden[i] @ weights.T))
+        rival = (best + 1 + i) % vocab
+        direction = hidden[i] / hidden[i].norm() ** 2
+        # the rival's float32 logit is the best one's +-1e-4: it wins on even cases, loses on odd
+        margin = 1e-4 if i % 2 == 0 else -1e-4
+        weights[rival] = weights[best] + margin * direction
+    return weights, hidden
+
+
+def test_the_screened_head_picks_the_float32_argmax_at_near_ties():
+    weights, hidden = _near_ties()
+    head = ScreenedHead(weights, lambda rows: weights.index_select(0, rows))
+    exact = hidden @ weights.T
+    got = head(hidden)
+    assert got.dtype == torch.float32 and got.shape == exact.shape
+    assert torch.equal(got.argmax(-1), exact.argmax(-1))
+    # the rows that decide carry float32 values, not the screen's
+    top = exact.argmax(-1)
+    torch.testing.assert_close(got.gather(1, top[:, None]), exact.gather(1, top[:, None]), rtol=1e-6, atol=1e-5)
+    # the check can fail: the int8 screen alone gets the near-ties wrong
+    screen = torch.ops.aten._weight_int8pack_mm(hidden.bfloat16(), head.codes, head.scales).float()
+    assert (screen.argmax(-1) != exact.argmax(-1)).sum() >= 8
+
+
+def test_the_screen_rescores_few_rows_and_never_misses_the_argmax():
+    """On states drawn at random the bound keeps a handful of rows per position, and always the
+    float32 argmax among them (a bound set to zero would miss it: see the test above)."""
+    g = torch.Generator().manual_seed(1)
+    weights = torch.randn(8192, 128, generator=g) * 0.05
+    hidden = torch.randn(200, 128, generator=g) * 4
+    head = ScreenedHead(weights, lambda rows: weights.index_select(0, rows))
+    _, mask = head.candidates(hidden)
+    exact = hidden @ weights.T
+    assert mask.gather(1, exact.argmax(-1, keepdim=True)).all()
+    assert mask.sum(1).max() < 0.02 * weights.shape[0]  # a few rows, not the vocabulary
+
+
+def test_rows_past_the_vocabulary_limit_are_never_picked():
+    weights, hidden = _near_ties(vocab=512, cases=16)
+    head = ScreenedHead(weights, lambda rows: weights.index_select(0, rows))
+    exact = hidden @ weights.T
+    head.limit = 300
+    got = head(hidden)
+    assert torch.equal(got[:, :300].argmax(-1), exact[:, :300].argmax(-1))
+    assert (got.argmax(-1) < 300).all()
+
+
+def test_the_backend_passes_its_vocabulary_limit_to_the_head(tmp_path, tiny_fields):
+    from app.engine.backends.torch_backend import TorchBackend
+    from app.models.gguf_import import import_gguf
+
+    write_gguf(tiny_llama(seed=6), tmp_path / "m.gguf", tiny_fields, Q.Q4_0, embedding_qtype=Q.Q8_0)
+    folders = import_gguf(tmp_path / "m.gguf", tmp_path / "i", mlx_variants=(), torch_variant="gguf")
+    backend = TorchBackend(folders["gguf"])
+    backend.vocab_limit = 500
+    assert backend.model.get_output_embeddings().limit == 500
+    assert int(torch.argmax(backend.forward_last([1, 2, 3]))) < 500
+
+
+@pytest.fixture(scope="module")
+def untied(tmp_path_factory, tiny_fields):
+    """A tiny Llama with its own output head, written as output.weight in Q4_0."""
+    from app.models.gguf_import import import_gguf
+
+    root = tmp_path_factory.mktemp("untied")
+    model = tiny_llama(seed=5)
+    model.config.tie_word_embeddings = False
+    model.lm_head.weight = torch.nn.Parameter(torch.randn_like(model.lm_head.weight) * 0.5)
+    write_gguf(model, root / "u.gguf", tiny_fields, Q.Q4_0, embedding_qtype=Q.Q8_0, head_qtype=Q.Q4_0)
+    own = import_gguf(root / "u.gguf", root / "imp", mlx_variants=(), torch_variant="gguf")["gguf"]
+    reference = import_gguf(root / "u.gguf", root / "imp", mlx_variants=())["hf"]
+    return root / "u.gguf", own, reference
+
+
+def test_an_untied_head_screens_in_int8_and_rescores_rows_read_from_the_file(untied):
+    from app.engine.backends.torch_backend import TorchBackend
+    from app.models.gguf_import import inspect_gguf
+    from app.models.gguf_torch import GGUFRows, loaded_bytes
+
+    path, folder, reference_folder = untied
+    own = TorchBackend(folder)
+    head = own.model.get_output_embeddings()
+    assert isinstance(head, ScreenedHead) and isinstance(head.exact_rows, GGUFRows)
+    assert "int8 screen + float32 argmax from Q4_0 x1" in own.dtype
+    # the rescored rows are gguf's own dequantization of the file, in any order, repeated or not
+    output = next(t for t in gguf.GGUFReader(path, "r").tensors if t.name == "output.weight")
+    expected = gguf.quants.dequantize(output.data, output.tensor_type)
+    rows = torch.tensor([7, 3, 7, 1000])
+    np.testing.assert_array_equal(head.exact_rows(rows).numpy(), expected[rows.numpy()])
+    # and the loaded model decides as the file's weights in float32 do, with a memory check that counts it
+    float32 = TorchBackend(reference_folder)
+    for ids in ([1, 900, 198, 300], [5, 6, 7, 8, 9, 10], [40, 41, 42]):
+        assert torch.argmax(own.forward_last(ids)) == torch.argmax(float32.forward_last(ids))
+        own.reset(), float32.reset()
+    info = inspect_gguf(path)
+    assert info.head == {"Q4_0": output.n_elements}
+    assert abs(loaded_bytes(info.elements, info.embedding, info.head) - own.weights_bytes) <= 0.05 * own.weights_bytes
+
+
+def test_stacked_projections_compute_what_the_separate_ones_do(tiny_q4_big, monkeypatch):
+    """q/k/v and gate/up stacked into one matmul each give the logits of the separate matmuls, and
+    keep no product past the layer (a long prefill's activations are not held)."""
+    import app.models.gguf_torch as gguf_torch
+    from app.engine.backends.torch_backend import TorchBackend
+    from app.models.fused_projections_torch import ProjectionSlice, SharedProduct
+
+    fused = TorchBackend(tiny_q4_big)
+    slices = [m for m in fused.model.modules() if isinstance(m, ProjectionSlice)]
+    assert len(slices) == 5 * 2  # q k v and gate up, both layers
+    monkeypatch.setattr(gguf_torch, "_plan_fusion", lambda *a, **k: ({}, 0))
+    separate = TorchBackend(tiny_q4_big)
+    assert not any(isinstance(m, ProjectionSlice) for m in separate.model.modules())
+    ids = list(range(10, 60))
+    a, b = fused.forward_last(ids), separate.forward_last(ids)
+    torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+    assert all(m._input is None and m._output is None for m in fused.model.modules() if isinstance(m, SharedProduct))
+
+
+@pytest.fixture(scope="module")
+def tiny_q4_big(tmp_path_factory, tiny_fields):
+    """A tiny Llama whose k/v rows are whole blocks of 64 (the int4 layout's), so q/k/v stack too."""
+    from app.models.gguf_import import import_gguf
+
+    root = tmp_path_factory.mktemp("q4big")
+    write_gguf(tiny_llama(seed=9, hidden=128, heads=4, kv_heads=2), root / "m.gguf", tiny_fields, Q.Q4_0,
+               embedding_qtype=Q.Q8_0)
+    return import_gguf(root / "m.gguf", root / "imp", mlx_variants=(), torch_variant="gguf")["gguf"]

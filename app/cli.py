@@ -295,7 +295,8 @@ def build_parser() -> argparse.ArgumentParser:
                            "dequantized weights in float32")
     info.set_defaults(func=cmd_models_info)
 
-    check = sub.add_parser("self-test", help="load the demo pair, check speculative == target alone (exit 0/1)")
+    check = sub.add_parser("self-test", help="load the demo's float32 reference pair, check speculative == target "
+                                             "alone (exit 0/1)")
     check.add_argument("--backend", choices=["mlx", "torch"], default=None)
     check.set_defaults(func=lambda args: __import__("app.self_test", fromlist=["self_test"]).self_test(
         backend=args.backend))

@@ -35,12 +35,15 @@ BASELINE_TOKENS = 32  # about 2 s on the demo: long enough that one noisy moment
 DRAFT_MODEL_ONLY = "model"  # a request's drafter: the pair's draft model without prompt lookup
 
 
-def auto_draft(spec: str | Path) -> str:
-    """What "auto" pairs a target with: the demo's measured best draft; for other targets prompt
-    lookup, which costs no memory and which adaptive k turns off where it does not pay."""
-    from app.models.demo import DEMO_DRAFT
+def auto_draft(spec: str | Path, backend: str | None = None, precision: str = "auto") -> str:
+    """What "auto" pairs a target with: the demo's measured best draft (app/models/demo.py); for
+    other targets prompt lookup, which costs no memory and which adaptive k turns off where it does
+    not pay."""
+    from app.models.demo import DEMO_SPECS, demo_draft
 
-    return DEMO_DRAFT if str(spec) == "demo" else DRAFT_LOOKUP
+    if str(spec) in DEMO_SPECS:
+        return demo_draft(str(spec), backend or default_backend(), precision)
+    return DRAFT_LOOKUP
 
 
 def self_draft_precision(draft: str | Path) -> str | None:
@@ -166,7 +169,7 @@ class Runner:
             raise ValueError("precision gguf (a GGUF file's own 4-bit layers) runs on PyTorch only; on MLX "
                              "choose int4 (MLX's own 4-bit) or float32.")
         if str(draft) == DRAFT_AUTO:
-            draft = auto_draft(spec)
+            draft = auto_draft(spec, backend, precision)
         start = time.perf_counter()
         folder = resolve_model(spec, backend, progress, precision)
         config, file_bytes = self._check_files(folder, backend)

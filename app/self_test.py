@@ -65,12 +65,12 @@ def decode(runner: Runner, drafter: str, prompt: str = SELF_TEST_PROMPT,
 
 def _where(runner: Runner, model: str) -> str:
     loaded = runner.loaded
-    pair = "demo pair" if model == "demo" else loaded.describe().split(" (")[0]
+    pair = {"demo": "demo pair", "demo:float32": "demo float32 pair"}.get(model) or loaded.describe().split(" (")[0]
     note = f" ({loaded.device_note})" if loaded.device_note else ""
     return f"{loaded.backend}/{loaded.device}{note}, {pair}"
 
 
-def self_test(model: str = "demo", backend: str | None = None, draft: str = "auto",
+def self_test(model: str = "demo:float32", backend: str | None = None, draft: str = "auto",
               tokens: int = SELF_TEST_TOKENS, prompt: str = SELF_TEST_PROMPT,
               compare: Callable[[Decoded, Decoded], bool] = same_output,
               out: Callable[[str], None] | None = None, progress: Callable[[str], None] | None = None) -> int:

@@ -368,3 +368,16 @@ def test_models_info_on_a_truncated_gguf_says_so(tmp_path, demo_gguf, capsys):
     assert main(["models", "info", "--check", str(cut)]) == 2
     err = capsys.readouterr().err
     assert "cut.gguf" in err and "damaged or truncated" in err and "Traceback" not in err
+
+
+def test_the_demo_defaults_to_its_gguf_with_prompt_lookup_and_keeps_its_float32_reference(demo):
+    """"demo" on PyTorch is the fast pair (the GGUF at its own precisions, drafted by prompt
+    lookup); "demo:float32" is the float32 reference with its int4 self-draft, one click away."""
+    from app.models.demo import DEMO_REFERENCE
+    from app.runner import Runner
+
+    fast = Runner().load("demo", "torch", draft="auto", progress=lambda m: None)
+    assert fast.folder.name == "gguf" and fast.dtype.startswith("4-bit GGUF") and fast.draft == "ngram"
+    reference = Runner().load(DEMO_REFERENCE, "torch", draft="auto", progress=lambda m: None)
+    assert reference.folder == demo["hf"] and reference.dtype == "float32"
+    assert reference.draft.startswith("self-draft int4")

@@ -161,11 +161,17 @@ def test_cli_reports_bad_input_clearly(tmp_path, capsys):
 
 
 def test_auto_draft_is_the_demo_default_or_prompt_lookup(tmp_path):
-    from app.models.demo import DEMO_DRAFT
+    from app.models.demo import DEMO_DRAFT, DEMO_REFERENCE
     from app.runner import auto_draft
 
-    assert auto_draft("demo") == DEMO_DRAFT == "self:int4"
-    assert auto_draft(tmp_path) == "ngram"
+    # the demo's measured best: on PyTorch its GGUF at its own precisions with prompt lookup (no
+    # draft model agrees with it more cheaply than itself); its 4-bit copy for the float32 models
+    assert auto_draft("demo", "torch") == "ngram"
+    assert auto_draft("demo", "torch", "gguf") == "ngram"
+    assert auto_draft("demo", "torch", "float32") == DEMO_DRAFT == "self:int4"
+    assert auto_draft(DEMO_REFERENCE, "torch") == DEMO_DRAFT
+    assert auto_draft("demo", "mlx") == DEMO_DRAFT
+    assert auto_draft(tmp_path, "torch") == auto_draft(tmp_path, "mlx") == "ngram"
 
 
 def test_one_slow_pass_does_not_rule_a_draft_length_out():

@@ -64,8 +64,12 @@ def test_catalog_pairs_per_backend_demo_first():
     for backend in ("mlx", "torch"):
         pairs = load_catalog(backend)
         assert pairs[0] is DEMO_PAIR and pairs[0].specs == ("demo", "auto")
-        assert len(pairs) >= 4 and all(p.backend == backend for p in pairs[1:])
-        for pair in pairs[1:]:
+        # PyTorch's float32 reference pair, one click from the fast default (MLX's demo is float32)
+        reference = [p for p in pairs if p.id == "demo-float32"]
+        assert [p.specs for p in reference] == ([("demo:float32", "self:int4")] if backend == "torch" else [])
+        downloads = [p for p in pairs if not p.id.startswith("demo")]
+        assert len(downloads) >= 3 and all(p.backend == backend for p in pairs[1:])
+        for pair in downloads:
             assert pair.target.size_gb > pair.draft.size_gb > 0  # the draft is the small one
             assert "/" in pair.target.repo and "/" in pair.draft.repo
     titles = " ".join(p.title for p in load_catalog("mlx"))

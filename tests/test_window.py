@@ -116,7 +116,8 @@ def stored(window):
 def test_first_start_shows_the_loaded_pair_and_a_greeting(window):
     assert window.chat_view.currentIndex() == 0  # the greeting page
     assert "ready" in window.chat_view.greeting_hint.text()
-    assert window.header.target_slot.name.text() == "SmolLM2 135M Instruct (demo)"
+    # the demo's float32 folder: the reference the demo's GGUF dequantizes to
+    assert window.header.target_slot.name.text() == "SmolLM2 135M Instruct (demo, float32 reference)"
     assert window.header.draft_slot.name.text() == "prompt lookup"  # ngram, the default draft
     assert window.status.device.text().startswith("on the CPU with PyTorch")
     assert window.status.memory.text().endswith(("MB", "GB"))

@@ -507,14 +507,14 @@ def test_the_first_start_names_the_model_and_its_draft_in_a_users_words(qtbot, t
     from app.runner import LoadedModel, Runner
     from ui.main_window import MainWindow
 
-    folder = tmp_path / "smollm2-135m-instruct" / "hf"  # where app/models/demo.py imports the demo
+    folder = tmp_path / "smollm2-135m-instruct" / "gguf"  # where app/models/demo.py imports the demo
     release = threading.Event()
 
     def load(self, spec, backend=None, draft="none", precision="auto", progress=print):
-        progress("Loading hf on torch ...")  # what Runner.load reports for the demo
+        progress("Loading gguf on torch ...")  # what Runner.load reports for the demo
         release.wait(30)
-        return LoadedModel(folder, "torch", "cpu", "float32", "llama", 8192, 540_000_000, 1.2,
-                           "self-draft int4 (g32, float32 head)", "", 90_000_000)
+        return LoadedModel(folder, "torch", "cpu", "4-bit GGUF (int4 g32 from Q4_1 x210; float32 from F32 x61)",
+                           "llama", 8192, 208_000_000, 1.2, "ngram", "", 0)
 
     monkeypatch.setattr(Runner, "load", load)
     window = MainWindow(model="demo", backend="torch", history_path=tmp_path / "history.sqlite3",
@@ -527,16 +527,17 @@ def test_the_first_start_names_the_model_and_its_draft_in_a_users_words(qtbot, t
         assert window.chat_view.greeting_hint.text() == loading
         release.set()
         qtbot.waitUntil(window.composer.can_send, timeout=10_000)
-        assert window.status.pair.text() == "SmolLM2 135M Instruct (demo) · draft: the same model in 4-bit"
-        assert window.status.device.text() == "on the CPU with PyTorch · float32"
+        assert window.status.pair.text() == "SmolLM2 135M Instruct (demo) · draft: prompt lookup"
+        assert window.status.device.text() == "on the CPU with PyTorch · 4-bit GGUF"
         assert window.chat_view.greeting_hint.text().startswith(
-            "SmolLM2 135M Instruct (demo) is ready on the CPU with PyTorch and drafts with the same model in 4-bit.")
+            "SmolLM2 135M Instruct (demo) is ready on the CPU with PyTorch and drafts by copying from the chat "
+            "(prompt lookup).")
         assert window.header.target_slot.name.text() == "SmolLM2 135M Instruct (demo)"
-        assert window.header.target_slot.detail.text() == "float32 · on the CPU with PyTorch"
-        assert window.header.draft_slot.name.text() == "the same model in 4-bit"
-        assert window.settings_drawer.drafter.itemText(0) == "The pair's draft (the same model in 4-bit)"
+        assert window.header.target_slot.detail.text() == "4-bit GGUF · on the CPU with PyTorch"
+        assert window.header.draft_slot.name.text() == "prompt lookup"
+        assert window.settings_drawer.drafter.itemText(0) == "The pair's draft (prompt lookup)"
         for text in (window.status.pair.text(), window.status.device.text(), window.chat_view.greeting_hint.text()):
-            assert not any(word in text for word in ("/hf", "self-draft", " torch", "hf on"))
+            assert not any(word in text for word in ("/gguf", "ngram", " torch", "gguf on", "int4 g32"))
     finally:
         release.set()
         window.close()
@@ -645,22 +646,24 @@ def test_recent_pairs_are_named_as_a_user_knows_them_once_each(offline_window, q
     from app.models.pair_memory import PairMemory
     from ui.pairing.slot_menu import build_slot_menu
 
-    demo_folder = str(tmp_path / "cache" / "models" / "smollm2-135m-instruct" / "hf")  # the demo's cache folder
+    demo_cache = tmp_path / "cache" / "models" / "smollm2-135m-instruct"  # the demo's cache folders
+    demo_folder, reference = str(demo_cache / "gguf"), str(demo_cache / "hf")
     llama = str(tmp_path / "models" / "Llama-3.2-1B-Instruct")
     memory = PairMemory(tmp_path / "pairs.json")
-    for target, draft in (("demo", "auto"), ("Qwen/Qwen2.5-0.5B-Instruct", "ngram"), (llama, "none"),
-                          (demo_folder, "self:int4")):  # the demo again, named by its folder
+    for target, draft in (("demo:float32", "auto"), ("demo", "auto"), ("Qwen/Qwen2.5-0.5B-Instruct", "ngram"),
+                          (llama, "none"), (reference, "self:int4"),  # the float32 reference again, by its folder
+                          (demo_folder, "ngram")):  # the demo again, named by its folder
         memory.add_recent("torch", target, draft, f"{target} + {draft}")
     window = offline_window()
     window.pairing.memory = PairMemory(tmp_path / "pairs.json")
     menu = build_slot_menu("target", window.pairing, window)
     recent = next(a.menu() for a in menu.actions() if a.text() == "Recent pairs")
     assert [a.text() for a in recent.actions()] == [
-        "Demo: SmolLM2 135M + the same model in 4-bit", "Llama-3.2-1B-Instruct alone",
-        "Qwen/Qwen2.5-0.5B-Instruct + prompt lookup"]
+        "Demo: SmolLM2 135M + prompt lookup", "Demo: SmolLM2 135M in float32 + the same model in 4-bit",
+        "Llama-3.2-1B-Instruct alone", "Qwen/Qwen2.5-0.5B-Instruct + prompt lookup"]
     assert demo_folder in recent.actions()[0].toolTip().replace("\n", "")  # the whole path, in the tooltip
-    assert llama in recent.actions()[1].toolTip().replace("\n", "")
+    assert llama in recent.actions()[2].toolTip().replace("\n", "")
     chosen = []
     window.pairing.choose_recent = chosen.append
     recent.actions()[0].trigger()
-    assert chosen[0]["target"] == demo_folder and chosen[0]["draft"] == "self:int4"
+    assert chosen[0]["target"] == demo_folder and chosen[0]["draft"] == "ngram"

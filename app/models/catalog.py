@@ -56,13 +56,23 @@ class CatalogPair:
             from app.runner import DRAFT_AUTO
 
             return "demo", DRAFT_AUTO
+        if self.id == DEMO_REFERENCE_PAIR.id:
+            from app.models.demo import DEMO_DRAFT, DEMO_REFERENCE
+
+            return DEMO_REFERENCE, DEMO_DRAFT
         return self.target.repo, self.draft.repo if self.draft else "ngram"
 
 
 DEMO_PAIR = CatalogPair(
-    id="demo", backend="any", title="Demo: SmolLM2 135M + the same model in 4-bit (offline)",
+    id="demo", backend="any", title="Demo: SmolLM2 135M, its fastest pair here (offline)",
     target=CatalogModel("HuggingFaceTB/SmolLM2-135M-Instruct", 0.1), draft=None,
-    note="Built in: works without a network.")
+    note="Built in: works without a network. On PyTorch the GGUF at its own 4-bit precisions with prompt "
+         "lookup; on MLX the float32 model drafted by its own 4-bit copy.")
+DEMO_REFERENCE_PAIR = CatalogPair(
+    id="demo-float32", backend="torch", title="Demo reference: SmolLM2 135M in float32 + the same model in 4-bit "
+    "(offline)", target=CatalogModel("HuggingFaceTB/SmolLM2-135M-Instruct", 0.5), draft=None,
+    note="Built in. The float32 weights the GGUF dequantizes to: the exact reference the self-test checks, "
+         "slower than the demo's own 4-bit.")
 
 
 def _gb(n: int) -> str:
@@ -76,7 +86,7 @@ def _model(data: dict) -> CatalogModel:
 def load_catalog(backend: str | None = None) -> list[CatalogPair]:
     """The demo pair first, then the catalog's pairs for `backend` (all when None)."""
     data = json.loads(asset(*CATALOG_FILE).read_text(encoding="utf-8"))
-    pairs = [DEMO_PAIR]
+    pairs = [DEMO_PAIR] + ([DEMO_REFERENCE_PAIR] if backend in (None, "torch") else [])
     for item in data["pairs"]:
         if backend is None or item["backend"] == backend:
             pairs.append(CatalogPair(

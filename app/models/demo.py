@@ -22,11 +22,22 @@ DEMO_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEMO_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 DEMO_SIZE = 98_362_432
 DEMO_NAME = "smollm2-135m-instruct"
-# Folder per backend: PyTorch reads the Hugging Face folder, MLX its own conversion.
+# Folder per backend: PyTorch reads the GGUF itself at its own precisions (the "gguf" folder holds
+# its config and tokenizer) or the float32 Hugging Face folder; MLX its own conversions.
 DEMO_VARIANTS = ("mlx", "mlx-4bit")
-# The demo target is the float32 reference; its draft is the one `tandem-cli bench` measured
-# fastest with it here (README, "Benchmarks"): the int4 weight-only copy of the same weights.
-DEMO_DRAFT = "self:int4"
+# "demo" is the fastest pair measured here (README, "Benchmarks"): on PyTorch the GGUF at its own
+# precisions with prompt lookup (no draft model agrees with it more cheaply than itself); on MLX
+# the float32 conversion with the int4 copy of the same weights. "demo:float32" is PyTorch's
+# float32 reference with that int4 self-draft: the pair the self-test and exactness checks run on.
+DEMO_REFERENCE = "demo:float32"
+DEMO_DRAFT = "self:int4"  # the reference's draft, and MLX's
+DEMO_SPECS = ("demo", DEMO_REFERENCE)
+
+
+def demo_draft(spec: str, backend: str, precision: str = "auto") -> str:
+    """What "auto" drafts the demo with (see DEMO_REFERENCE)."""
+    fast = spec == "demo" and backend == "torch" and precision in ("auto", "gguf")
+    return "ngram" if fast else DEMO_DRAFT
 
 
 def demo_dir() -> Path:
@@ -90,9 +101,16 @@ def ensure_demo(progress=print) -> dict[str, Path]:
                        digest=DEMO_SHA256)  # _verified just checked it
 
 
-def demo_folder(backend: str, progress=print) -> Path:
+def demo_folder(backend: str, progress=print, precision: str = "auto", spec: str = "demo") -> Path:
+    """The folder `spec` ("demo" or DEMO_REFERENCE) loads on `backend` at `precision`."""
     folders = ensure_demo(progress)
-    return folders["mlx" if backend == "mlx" else "hf"]
+    if backend == "mlx":
+        return folders["mlx"]
+    if spec == "demo" and precision in ("auto", "gguf"):
+        gguf = find_demo_gguf()
+        return import_gguf(gguf, demo_dir(), mlx_variants=(), torch_variant="gguf", progress=progress,
+                           digest=DEMO_SHA256)["gguf"]
+    return folders["hf"]
 
 
 def _has_mlx() -> bool:

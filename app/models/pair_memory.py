@@ -102,21 +102,22 @@ class PairMemory:
         the names as given in "tooltip"."""
         listed, seen = [], set()
         for entry in self.recent(backend):
-            key = (entry["backend"], *same_pair(entry["target"], entry["draft"]))
+            key = (entry["backend"], *same_pair(entry["target"], entry["draft"], entry["backend"]))
             if key not in seen:
                 seen.add(key)
-                draft = same_pair(entry["target"], entry["draft"])[1]
-                listed.append({**entry, "title": recent_title(entry["target"], entry["draft"]),
+                draft = key[2]
+                listed.append({**entry, "title": recent_title(entry["target"], entry["draft"], entry["backend"]),
                                "tooltip": f"Target: {entry['target']}\nDraft: {draft_words(draft)}"})
         return listed
 
     def add_recent(self, backend: str, target: str, draft: str, title: str = "") -> str | None:
         """None once saved, else why it could not be (see _write). The entry replaces any naming the
         same pair (see same_pair); `title` defaults to recent_title's."""
-        entry = {"backend": backend, "target": target, "draft": draft, "title": title or recent_title(target, draft)}
-        key = same_pair(target, draft)
+        entry = {"backend": backend, "target": target, "draft": draft,
+                 "title": title or recent_title(target, draft, backend)}
+        key = same_pair(target, draft, backend)
         kept = [r for r in self._data["recent"]
-                if (r.get("backend"), *same_pair(r.get("target"), r.get("draft"))) != (backend, *key)]
+                if (r.get("backend"), *same_pair(r.get("target"), r.get("draft"), r.get("backend"))) != (backend, *key)]
         self._data["recent"] = [entry, *kept][:MAX_RECENT]
         return self._write()
 
@@ -139,16 +140,23 @@ class PairMemory:
         return self._write()
 
 
-def same_pair(target: str, draft: str) -> tuple[str, str]:
-    """One name for each way of naming a pair: the demo's cache folder is "demo", and "auto" is the
-    draft it stands for (app/runner.auto_draft: the demo's self-draft, prompt lookup for others)."""
-    from app.models.demo import DEMO_DRAFT
+def same_pair(target: str, draft: str, backend: str | None = None) -> tuple[str, str]:
+    """One name for each way of naming a pair on `backend`: the demo's cache folders are "demo"
+    (its gguf folder on PyTorch, mlx on MLX) and "demo:float32" (PyTorch's hf folder), and "auto"
+    is the draft it stands for (app/runner.auto_draft: the demo's measured best, prompt lookup
+    for others)."""
+    from app.models.demo import DEMO_REFERENCE, DEMO_SPECS, demo_draft
     from app.models.resolve import is_demo_folder
 
-    if target != "demo" and is_demo_folder(Path(target)) and Path(target).name in ("hf", "mlx"):
-        target = "demo"  # what "demo" loads on PyTorch and on MLX; its 4-bit folder is another target
+    backend = backend or "torch"
+    if target not in DEMO_SPECS and is_demo_folder(Path(target)):
+        name = Path(target).name
+        if name in ("gguf", "mlx"):
+            target = "demo"  # what "demo" loads on PyTorch and on MLX; its 4-bit folder is another target
+        elif name == "hf":
+            target = DEMO_REFERENCE if backend == "torch" else target
     if draft == "auto":
-        draft = DEMO_DRAFT if target == "demo" else "ngram"
+        draft = demo_draft(target, backend) if target in DEMO_SPECS else "ngram"
     return target, draft
 
 
@@ -160,12 +168,13 @@ def draft_words(draft: str) -> str:
     return draft if detail == "draft model" else f"{draft} ({name})"
 
 
-def recent_title(target: str, draft: str) -> str:
-    """"Demo: SmolLM2 135M + the same model in 4-bit", "Qwen/Qwen2.5-7B-Instruct + prompt lookup"."""
+def recent_title(target: str, draft: str, backend: str | None = None) -> str:
+    """"Demo: SmolLM2 135M + prompt lookup", "Qwen/Qwen2.5-7B-Instruct + prompt lookup"."""
     from app.models.resolve import DEMO_SHORT, draft_label, model_label
 
-    target, draft = same_pair(target, draft)
-    name = DEMO_SHORT if target == "demo" else model_label(target)
+    target, draft = same_pair(target, draft, backend)
+    names = {"demo": DEMO_SHORT, "demo:float32": DEMO_SHORT + " in float32"}
+    name = names.get(target) or model_label(target)
     return f"{name} alone" if draft == "none" else f"{name} + {draft_label(draft)[0]}"
 
 

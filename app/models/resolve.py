@@ -16,10 +16,10 @@ def resolve_model(spec: str | Path, backend: str, progress=print, precision: str
     """A .gguf on PyTorch at its own precisions ("auto" or "gguf") becomes a folder without weights
     that points at the file (nothing dequantized); at any other precision, and on MLX, a folder of
     float32 weights converted once."""
-    if str(spec) == "demo":
+    if str(spec) in ("demo", "demo:float32"):
         from app.models.demo import demo_folder
 
-        return demo_folder(backend, progress)
+        return demo_folder(backend, progress, precision, spec=str(spec))
     path = Path(spec).expanduser()
     if path.is_file() and path.suffix.lower() == ".gguf":
         info = inspect_gguf(path)
@@ -69,6 +69,7 @@ def check_import_fits(info: GGUFInfo, folders: int) -> None:
 
 
 DEMO_LABEL = "SmolLM2 135M Instruct (demo)"
+DEMO_REFERENCE_LABEL = "SmolLM2 135M Instruct (demo, float32 reference)"
 DEMO_SHORT = "Demo: SmolLM2 135M"  # where the draft is named beside it (recent pairs)
 # The folders an imported GGUF is converted into: the model's name is the folder above them
 VARIANT_WORDS = {"hf": "", "gguf": "", "mlx": "", "mlx-4bit": " (4-bit)"}
@@ -91,7 +92,8 @@ def display_name(folder: Path) -> str:
     if folder.parent.name == "snapshots" and folder.parent.parent.name.startswith("models--"):
         return "/".join(folder.parent.parent.name.split("--")[1:3])
     if is_demo_folder(folder):
-        return DEMO_LABEL if folder.name != "mlx-4bit" else "SmolLM2 135M Instruct (demo, 4-bit)"
+        words = {"mlx-4bit": "SmolLM2 135M Instruct (demo, 4-bit)", "hf": DEMO_REFERENCE_LABEL}
+        return words.get(folder.name, DEMO_LABEL)
     if folder.name in VARIANT_WORDS or folder.name.startswith("mlx-"):
         words = VARIANT_WORDS.get(folder.name, f" ({folder.name.removeprefix('mlx-')})")
         return IMPORT_DIGEST.sub("", folder.parent.name) + words
@@ -104,6 +106,8 @@ def model_label(spec: str) -> str:
     """What a user named as a model ("demo", a path, a hub repo id), in the words of display_name."""
     if spec == "demo":
         return DEMO_LABEL
+    if spec == "demo:float32":
+        return DEMO_REFERENCE_LABEL
     if spec.startswith(("/", "~", ".")) or "\\" in spec or Path(spec).exists():
         return display_name(Path(spec).expanduser())
     return spec  # a hub repo id, as the hub shows it
@@ -123,7 +127,8 @@ def draft_label(draft: str) -> tuple[str, str]:
     if draft == "none":
         return "none", "the target decodes alone"
     if draft == "auto":
-        return "chosen for the model", "the demo drafts with itself in 4-bit, other models by prompt lookup"
+        return "chosen for the model", ("the demo's fastest measured here (prompt lookup on PyTorch, its own 4-bit "
+                                        "copy on MLX), prompt lookup for other models")
     for prefix in ("self-draft ", "self:"):
         if draft.startswith(prefix):
             precision = draft.removeprefix(prefix)

@@ -35,7 +35,7 @@ def build_slot_menu(role: str, pairing: PairController, parent: QWidget) -> QMen
     catalog = menu.addMenu("Known-good pairs")
     free, where = _free_for(pairing)
     for pair in load_catalog(pairing.loaded.backend if pairing.loaded else pairing.backend or None):
-        size = "" if pair.id == "demo" else f" — {_size(pair.size_gb)} download"
+        size = "" if pair.id.startswith("demo") else f" — {_size(pair.size_gb)} download"
         warning = pair.fit_warning(free, where)
         item = catalog.addAction(pair.title + size + (" — too large for this computer" if warning else ""),
                                  lambda pair=pair, warning=warning: _choose_catalog(pair, warning, pairing, parent))

@@ -136,7 +136,8 @@ def test_stacked_projections_compute_what_the_separate_ones_do(tiny_q4_big, monk
     ids = list(range(10, 60))
     a, b = fused.forward_last(ids), separate.forward_last(ids)
     torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
-    assert all(m._input is None and m._output is None for m in fused.model.modules() if isinstance(m, SharedProduct))
+    assert all(m.latest.input is None and m.latest.output is None
+               for m in fused.model.modules() if isinstance(m, SharedProduct))
 
 
 @pytest.fixture(scope="module")

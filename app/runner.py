@@ -114,7 +114,7 @@ def _gguf_loaded_bytes(folder: Path, backend: str, precision: str) -> int | None
     from app.models.gguf_torch import loaded_bytes
 
     info = inspect_gguf(gguf_source(folder))
-    return loaded_bytes(info.elements or {}, info.embedding, info.head)
+    return loaded_bytes(info.elements or {}, info.embedding, info.head, info.head_rows)
 
 
 class Runner:
@@ -157,6 +157,29 @@ class Runner:
             gc.collect()
             return warning
 
+    def _smaller_offer(self, refused: NotEnoughMemory, models: list[MemoryEstimate], config: dict, file_bytes: int,
+                       backend: str, device: str, precision: str, folder: Path) -> NotEnoughMemory:
+        """A 16- or 32-bit target that does not fit: the same refusal, plus the figures at int4
+        (weight-only, group 32: torchao on PyTorch, MLX's own 4-bit) when the pair fits at that,
+        with `fits_at` set so a window can offer it as one click. Other refusals stay as they are."""
+        from app.models.gguf_import import is_gguf_folder
+        from app.models.memory import DTYPE_BYTES, TOO_LARGE_ADVICE, loaded_dtype, size_text
+
+        stored = loaded_dtype(config, backend, device, precision)
+        if precision != "auto" or stored not in DTYPE_BYTES or (backend == "torch" and is_gguf_folder(folder)):
+            return refused
+        smaller = [estimate("target", config, file_bytes, backend, device, "int4"), *models[1:]]
+        free, where = self.free_memory(backend, device)
+        held = self.loaded.weights_bytes + self.loaded.draft_bytes if self.loaded is not None else 0
+        try:
+            check_fits(smaller, free + held, where)
+        except NotEnoughMemory:
+            return refused
+        offer = (f"In 4-bit (int4 weight-only, groups of 32) the target's weights take {size_text(smaller[0].weights)} "
+                 f"instead of {size_text(models[0].weights)}, and the pair fits: load it in 4-bit (tandem-cli: "
+                 "--precision int4). Answers then come from the 4-bit model.")
+        return NotEnoughMemory(str(refused).replace(TOO_LARGE_ADVICE, offer), fits_at="int4")
+
     def load(self, spec: str | Path, backend: str | None = None, draft: str | Path = DRAFT_NONE,
              precision: str = "auto", progress=print) -> LoadedModel:
         """Load a target (folder, .gguf, or "demo") at `precision` and a draft ("none", "ngram",
@@ -189,7 +212,10 @@ class Runner:
             check_tokenizers(tokenizer, draft_tokenizer)  # before any weights load
             models.append(estimate("draft", draft_config, draft_bytes, backend, device,
                                    loaded_bytes=_gguf_loaded_bytes(draft_folder, backend, "auto")))
-        notice = self._check_memory(models, backend, progress)
+        try:
+            notice = self._check_memory(models, backend, progress)
+        except NotEnoughMemory as exc:
+            raise self._smaller_offer(exc, models, config, file_bytes, backend, device, precision, folder) from exc
         progress(f"Loading {display_name(folder)} with {'MLX' if backend == 'mlx' else 'PyTorch'} ...")
         target = load_backend(folder, backend, precision=precision)
         # Padded embeddings (e.g. 151936 rows for 151665 tokens): every drafter, and the target

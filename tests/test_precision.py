@@ -71,3 +71,28 @@ def test_demo_float32_target_with_int4_self_draft_is_exact(demo):
     plain, _ = _run(runner, ChatRequest(request.messages, max_tokens=32, drafter="none"))
     assert spec == plain
     assert stats.acceptance_rate > 0.8  # measured 0.99-1.00 on this model
+
+
+def test_a_float_target_too_large_is_offered_in_4bit_with_the_figures(demo):
+    """The demo's float32 weights (538 MB) with a 4k-token chat do not fit in 500 MB; at int4
+    they do: the refusal says so with both sizes and carries the offer, and taking it loads."""
+    from app.models.demo import DEMO_REFERENCE
+    from app.models.memory import NotEnoughMemory
+
+    runner = Runner()
+    runner.free_memory = lambda backend, device: (500_000_000, "RAM")
+    with pytest.raises(NotEnoughMemory) as refused:
+        runner.load(DEMO_REFERENCE, "torch", draft="none", progress=lambda m: None)
+    message = str(refused.value)
+    assert refused.value.fits_at == "int4"
+    assert "This pair does not fit" in message and "In 4-bit" in message
+    assert "instead of 538 MB" in message and "--precision int4" in message
+    loaded = runner.load(DEMO_REFERENCE, "torch", draft="none", precision="int4", progress=lambda m: None)
+    assert loaded.dtype.startswith("int4")
+
+    # too little even for 4 bits: the refusal offers nothing
+    runner = Runner()
+    runner.free_memory = lambda backend, device: (150_000_000, "RAM")
+    with pytest.raises(NotEnoughMemory) as refused:
+        runner.load(DEMO_REFERENCE, "torch", draft="none", progress=lambda m: None)
+    assert refused.value.fits_at is None and "In 4-bit" not in str(refused.value)

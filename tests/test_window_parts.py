@@ -667,3 +667,38 @@ def test_recent_pairs_are_named_as_a_user_knows_them_once_each(offline_window, q
     window.pairing.choose_recent = chosen.append
     recent.actions()[0].trigger()
     assert chosen[0]["target"] == demo_folder and chosen[0]["draft"] == "ngram"
+
+
+def test_a_pair_refused_for_memory_offers_to_load_in_4bit(qtbot, tmp_path, monkeypatch):
+    """The refusal's banner has a "Load in 4-bit" button when the runner says the pair fits at
+    int4; the button loads the same pair at that precision, through the worker."""
+    from app.models.memory import NotEnoughMemory
+    from app.runner import LoadedModel, Runner
+    from ui.main_window import MainWindow
+
+    asked = []
+
+    def load(self, spec, backend=None, draft="none", precision="auto", progress=print):
+        asked.append(precision)
+        if precision == "auto":
+            raise NotEnoughMemory("This pair does not fit: ... In 4-bit the pair fits.", fits_at="int4")
+        return LoadedModel(tmp_path / "Big-Model", "torch", "cpu", "int4 (g32, float32 head)", "llama", 8192,
+                           4_000_000_000, 1.0, "ngram", "", 0)
+
+    monkeypatch.setattr(Runner, "load", load)
+    window = MainWindow(model=str(tmp_path / "Big-Model"), backend="torch", history_path=tmp_path / "h.sqlite3",
+                        settings=QSettings(str(tmp_path / "tandem.ini"), QSettings.Format.IniFormat))
+    qtbot.addWidget(window)
+    try:
+        qtbot.waitUntil(lambda: window.banners.get("pairing") is not None
+                        and bool(window.banners.get("pairing").actions), timeout=10_000)
+        banner = window.banners.get("pairing")
+        assert "Could not load the model. This pair does not fit" in banner.label.text()
+        assert [b.text() for b in banner.actions] == ["Load in 4-bit"]
+        banner.actions[0].click()
+        qtbot.waitUntil(window.composer.can_send, timeout=10_000)
+        assert asked == ["auto", "int4"]
+        assert window.status.device.text() == "on the CPU with PyTorch · int4"
+        assert window.banners.get("pairing") is None  # taken: the banner went
+    finally:
+        window.close()

@@ -29,6 +29,19 @@ class Banner(QFrame):
         layout.setContentsMargins(14, 8, 10, 8)
         layout.addWidget(self.label, 1)
         layout.addWidget(self.close_button)
+        self.actions: list[QToolButton] = []
+
+    def add_action(self, text: str, tip: str, callback) -> QToolButton:
+        """A button before Dismiss that does what the message offers; the banner goes once it is used."""
+        button = QToolButton()
+        button.setText(text)
+        button.setToolTip(tip)
+        button.setObjectName("messageAction")
+        button.clicked.connect(callback)
+        button.clicked.connect(self.close_button.click)
+        self.layout().insertWidget(self.layout().count() - 1, button)
+        self.actions.append(button)
+        return button
 
 
 class BannerStack(QWidget):
@@ -61,6 +74,9 @@ class BannerStack(QWidget):
         self._layout.removeWidget(banner)
         banner.hide()
         banner.deleteLater()
+
+    def get(self, topic: str) -> Banner | None:
+        return self._shown.get(topic)
 
     def banners(self) -> list[Banner]:
         return list(self._shown.values())

@@ -16,7 +16,7 @@ from PySide6.QtWidgets import QApplication, QHBoxLayout, QMainWindow, QMessageBo
 from app.chat.history import HistoryError, HistoryStore
 from app.chat.markdown import MarkdownRenderer
 from app.chat.settings import ChatSettings
-from app.models.resolve import display_name, draft_label, model_label
+from app.models.resolve import display_name, draft_label, model_label, precision_words
 from app.runner import DRAFT_AUTO, LoadedModel, auto_draft
 from ui import theme, window_state
 from ui.banner import BannerStack
@@ -172,6 +172,7 @@ class MainWindow(QMainWindow):
         worker.progress.connect(self._on_progress)
         worker.loaded.connect(self._on_loaded)
         worker.load_failed.connect(self._on_load_failed)
+        worker.smaller_offered.connect(self._on_smaller_offered)
         worker.unloaded.connect(self._on_unloaded)
         controller.busy_changed.connect(self._on_busy)
         controller.conversations_changed.connect(self.refresh_conversations)
@@ -455,6 +456,16 @@ class MainWindow(QMainWindow):
         self.draft_panel.set_available(not self.controller.busy)
         self.chat_view.set_greeting_hint(
             f"{ready_words(info)}\nAsk anything: Enter sends, Shift+Enter starts a new line.")
+
+    def _on_smaller_offered(self, request: PairRequest) -> None:
+        """The refusal's banner offers to load the same pair at the precision that fits (4-bit)."""
+        banner = self.banners.get("pairing")
+        if banner is None:
+            return
+        bits = precision_words(request.precision)
+        banner.add_action(f"Load in {bits}", f"Load the same pair with the target's weights in {bits} "
+                          "(int4 weight-only, groups of 32): smaller and faster, answers from the 4-bit model",
+                          lambda: self.pairing.request_pair.emit(request))
 
     def _on_load_failed(self, message: str) -> None:
         model = self.controller.model

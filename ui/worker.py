@@ -67,6 +67,7 @@ class PairRequest:
     # A new target dropped beside the current draft model: when their tokenizers differ, load the
     # target with prompt lookup (and say so) instead of refusing the target the user asked for.
     keep_draft: bool = False
+    precision: str = "auto"  # the target's ("int4" when the user took a refusal's offer to load it in 4-bit)
 
     def named(self) -> tuple[str, str]:
         return self.target_name or self.target, self.draft_name or self.draft
@@ -76,6 +77,7 @@ class EngineWorker(QObject):
     progress = Signal(str)  # loading steps, for the status line
     loaded = Signal(object)  # app.runner.LoadedModel
     load_failed = Signal(str)
+    smaller_offered = Signal(object)  # after a load_failed: the same PairRequest at a precision that fits
     unloaded = Signal()  # no pair is loaded any more (before a load_failed)
     notice = Signal(str)  # something the user should know about this answer (context fitting, plain decoding)
     text = Signal(str)  # coalesced text deltas of the answer being written
@@ -131,13 +133,13 @@ class EngineWorker(QObject):
         try:
             try:
                 info = self.runner.load(request.target, request.backend or None, draft=request.draft,
-                                        progress=self.progress.emit)
+                                        precision=request.precision, progress=self.progress.emit)
             except PairingError as exc:
                 if not request.keep_draft:
                     raise
                 draft_name = request.named()[1]
                 info = self.runner.load(request.target, request.backend or None, draft=DRAFT_LOOKUP,
-                                        progress=self.progress.emit)
+                                        precision=request.precision, progress=self.progress.emit)
                 request = replace(request, draft=DRAFT_LOOKUP, draft_name=DRAFT_LOOKUP)
                 self.pair_notice.emit(f"The draft {draft_name} does not fit this target, so it drafts with prompt "
                                  f"lookup for now. {exc} Drop a draft of the target's family on the Draft slot.")
@@ -146,6 +148,9 @@ class EngineWorker(QObject):
             if self.runner.loaded is None:  # it was unloaded to make room (Runner._check_memory)
                 self.unloaded.emit()
             self.load_failed.emit(str(exc))
+            fits_at = getattr(exc, "fits_at", None)  # app.models.memory.NotEnoughMemory
+            if fits_at:
+                self.smaller_offered.emit(replace(request, precision=fits_at))
             return
         self.timings = None  # a new pair: its own yardstick
         self._trial = None  # a trial of the previous pair says nothing about this one

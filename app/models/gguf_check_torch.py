@@ -43,9 +43,10 @@ def info_lines(gguf_path: Path) -> list[str]:
         n = info.elements[kind]
         embedding = (info.embedding or {}).get(kind, 0)  # a lookup table: float32 whatever its type
         head = (info.head or {}).get(kind, 0)
-        parts = [f"the token embedding as float32 ({_size(embedding * FLOAT_BYTES)})"] if embedding else []
+        parts = ["the token embedding, read from the file as needed (nothing loaded)"] if embedding else []
         if embedding and not info.head:
-            parts[-1] += f" and, for the tied head, an int8 screen of it ({_size(embedding * SCREEN_BYTES)})"
+            parts[-1] += (f", and for the tied head an int8 screen of it ({_size(embedding * SCREEN_BYTES)}), the "
+                          "rows that can win rescored in float32 from the file")
         if head:
             parts.append(f"the output head as an int8 screen ({_size(head * SCREEN_BYTES)}), the rows that can "
                          "win rescored in float32 from the file")
@@ -58,7 +59,8 @@ def info_lines(gguf_path: Path) -> list[str]:
             parts.append(f"float32 ({_size(rest * FLOAT_BYTES)})")
         runs = "; ".join(parts)
         lines.append(f"{kind:<8}{count:>8}{n:>14,}{_size(info.stored[kind]):>14}  {runs}")
-    lines.append(f"loaded size {_size(loaded_bytes(info.elements, info.embedding, info.head))} (float32 would be "
+    loaded = loaded_bytes(info.elements, info.embedding, info.head, info.head_rows)
+    lines.append(f"loaded size {_size(loaded)} (float32 would be "
                  f"{_size(info.n_params * 4)}); linear layers run on PyTorch's int4 (tinygemm) and int8 kernels "
                  "on the CPU")
     return lines
@@ -105,7 +107,8 @@ def quantization_error(gguf_path: Path) -> dict[str, dict]:
             _add_error(out, f"{kind} as int8 per row", layer.dequantized().numpy(), reference)
             continue
         # dequantized by gguf itself: the reference, exactly
-        out.setdefault(f"{kind} as float32", {"tensors": 0, "max_rel": 0.0, "rms_rel": 0.0})["tensors"] += 1
+        what = f"{kind} (token embedding) as float32 rows read from the file" if embedding else f"{kind} as float32"
+        out.setdefault(what, {"tensors": 0, "max_rel": 0.0, "rms_rel": 0.0})["tensors"] += 1
     return out
 
 
@@ -139,7 +142,7 @@ def check_lines(gguf_path: Path, folder: Path) -> list[str]:
 
     lines = ["quantization error against gguf's own dequantization (the worst tensor of each kind):"]
     for what, e in sorted(quantization_error(gguf_path).items()):
-        if what.endswith("as float32"):
+        if what.endswith(("as float32", "read from the file")):
             lines.append(f"  {what}: {e['tensors']} tensors, exact")
         else:
             lines.append(f"  {what}: {e['tensors']} tensors, largest error {e['max_rel']:.2e} of the tensor's "

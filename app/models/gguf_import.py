@@ -83,6 +83,7 @@ class GGUFInfo:
     elements: dict[str, int] | None = None  # quantization type name -> elements stored in it
     embedding: dict[str, int] | None = None  # the same for the token embedding alone (stays float)
     head: dict[str, int] | None = None  # the same for an untied output head ("output.weight")
+    head_rows: int = 0  # the output head's rows (the vocabulary): those of the embedding when tied
     stored: dict[str, int] | None = None  # quantization type name -> bytes in the file
 
 
@@ -133,6 +134,7 @@ def _inspect(resolved: str, size: int, _mtime_ns: int) -> GGUFInfo:
     elements: dict[str, int] = {}
     embedding: dict[str, int] = {}
     head: dict[str, int] = {}
+    head_rows = 0
     stored: dict[str, int] = {}
     n_params = 0
     for tensor in reader.tensors:
@@ -143,6 +145,8 @@ def _inspect(resolved: str, size: int, _mtime_ns: int) -> GGUFInfo:
             embedding[tensor.tensor_type.name] = embedding.get(tensor.tensor_type.name, 0) + int(tensor.n_elements)
         if tensor.name == "output.weight":
             head[tensor.tensor_type.name] = head.get(tensor.tensor_type.name, 0) + int(tensor.n_elements)
+        if tensor.name in ("output.weight", "token_embd.weight") and len(tensor.shape) == 2:
+            head_rows = max(head_rows, int(tensor.shape[1]))
         end = int(tensor.data_offset) + int(tensor.n_bytes)
         if end > size or tensor.data.nbytes != tensor.n_bytes:
             raise ModelFileError(
@@ -158,7 +162,7 @@ def _inspect(resolved: str, size: int, _mtime_ns: int) -> GGUFInfo:
     name_field = reader.fields.get("general.name")
     name = str(name_field.contents()) if name_field is not None else path.stem
     return GGUFInfo(path, architecture, name, counts, len(reader.tensors), size, n_params, elements=elements,
-                    embedding=embedding, head=head, stored=stored)
+                    embedding=embedding, head=head, head_rows=head_rows, stored=stored)
 
 
 def is_gguf_folder(folder: Path) -> bool:

@@ -23,8 +23,16 @@ WARN_FRACTION = 0.85
 FREE_MEMORY_ENV = "TANDEM_FREE_MEMORY"  # simulate a smaller machine: bytes, or "8GB", "512MB"
 
 
+TOO_LARGE_ADVICE = "Choose a smaller or quantized model (a 4-bit version), or close other apps and try again."
+
+
 class NotEnoughMemory(ModelFileError):
-    """The pair would not fit; the message gives the numbers and what to do."""
+    """The pair would not fit; the message gives the numbers and what to do. `fits_at`: a
+    precision the same pair would fit at ("int4"), which a window can offer as one click."""
+
+    def __init__(self, message: str, fits_at: str | None = None):
+        super().__init__(message)
+        self.fits_at = fits_at
 
 
 @dataclass(frozen=True)
@@ -95,6 +103,9 @@ def _size(n: float) -> str:
     return f"{n / 1e9:.1f} GB" if abs(n) >= 1e9 else f"{n / 1e6:.0f} MB"
 
 
+size_text = _size  # for messages elsewhere that give sizes the same way
+
+
 def check_fits(models: list[MemoryEstimate], free: int, where: str) -> str | None:
     """None when the pair fits comfortably; a warning when it fits only tightly or only for
     shorter chats; NotEnoughMemory when it cannot fit even a short chat."""
@@ -108,8 +119,7 @@ def check_fits(models: list[MemoryEstimate], free: int, where: str) -> str | Non
     if short > free:
         raise NotEnoughMemory(
             f"This pair does not fit: {parts} at {planned:,} tokens of context, and even a {least:,}-token "
-            f"chat needs {_size(short)}, but only {_size(free)} of {where} is free. Choose a smaller or quantized "
-            "model (a 4-bit version), or close other apps and try again.")
+            f"chat needs {_size(short)}, but only {_size(free)} of {where} is free. {TOO_LARGE_ADVICE}")
     if need > free:
         per_token = sum(m.kv_per_token for m in models)
         fits = int((free - short) / per_token) + least if per_token else planned

@@ -31,7 +31,8 @@ import torch
 # the int8 kernel accumulates in float32 and rounds its output to bfloat16: half a unit in the last
 # place is 2**-8 of the value; 2**-7 leaves room for the accumulation's own rounding
 OUTPUT_ROUNDING = 2.0 ** -7
-SCREEN_BYTES = 1  # per weight: its int8 code (a row's scale and norms, 10 bytes, are left out)
+SCREEN_BYTES = 1  # per weight: its int8 code
+SCREEN_ROW_BYTES = 2 + 4 + 4  # per row: its bfloat16 scale and two float32 norms
 SLACK = 1e-3  # an absolute floor under the bound (float32 arithmetic in the bound itself)
 
 

@@ -158,17 +158,23 @@ class Runner:
             return warning
 
     def _smaller_offer(self, refused: NotEnoughMemory, models: list[MemoryEstimate], config: dict, file_bytes: int,
-                       backend: str, device: str, precision: str, folder: Path) -> NotEnoughMemory:
+                       backend: str, device: str, precision: str, folder: Path,
+                       draft_precision: str | None) -> NotEnoughMemory:
         """A 16- or 32-bit target that does not fit: the same refusal, plus the figures at int4
         (weight-only, group 32: torchao on PyTorch, MLX's own 4-bit) when the pair fits at that,
-        with `fits_at` set so a window can offer it as one click. Other refusals stay as they are."""
+        with `fits_at` set so a window can offer it as one click. An int4 self-draft of an int4
+        target would be the target itself: the offer drafts with prompt lookup instead. Other
+        refusals stay as they are."""
         from app.models.gguf_import import is_gguf_folder
         from app.models.memory import DTYPE_BYTES, TOO_LARGE_ADVICE, loaded_dtype, size_text
 
         stored = loaded_dtype(config, backend, device, precision)
         if precision != "auto" or stored not in DTYPE_BYTES or (backend == "torch" and is_gguf_folder(folder)):
             return refused
+        same_draft = draft_precision == "int4"
         smaller = [estimate("target", config, file_bytes, backend, device, "int4"), *models[1:]]
+        if same_draft:
+            smaller = smaller[:1]
         free, where = self.free_memory(backend, device)
         held = self.loaded.weights_bytes + self.loaded.draft_bytes if self.loaded is not None else 0
         try:
@@ -178,7 +184,12 @@ class Runner:
         offer = (f"In 4-bit (int4 weight-only, groups of 32) the target's weights take {size_text(smaller[0].weights)} "
                  f"instead of {size_text(models[0].weights)}, and the pair fits: load it in 4-bit (tandem-cli: "
                  "--precision int4). Answers then come from the 4-bit model.")
-        return NotEnoughMemory(str(refused).replace(TOO_LARGE_ADVICE, offer), fits_at="int4")
+        if same_draft:
+            offer = offer.replace(" and the pair fits:", " and it fits with prompt lookup as the draft (its 4-bit "
+                                  "copy would be the target itself):").replace("--precision int4", "--precision "
+                                                                               "int4 --draft ngram")
+        return NotEnoughMemory(str(refused).replace(TOO_LARGE_ADVICE, offer), fits_at="int4",
+                               fits_with_draft=DRAFT_LOOKUP if same_draft else None)
 
     def load(self, spec: str | Path, backend: str | None = None, draft: str | Path = DRAFT_NONE,
              precision: str = "auto", progress=print) -> LoadedModel:
@@ -202,6 +213,10 @@ class Runner:
                            _gguf_loaded_bytes(folder, backend, precision))]
         draft_folder = draft_tokenizer = None
         draft_precision = self_draft_precision(draft)
+        if draft_precision is not None and draft_precision == precision:
+            # a copy of the target at the target's own precision is the target: nothing to gain
+            progress(f"The draft would be the target itself ({precision}): drafting with prompt lookup instead.")
+            draft, draft_precision = DRAFT_LOOKUP, None
         if draft_precision is not None:
             draft_folder = folder  # same weights, same tokenizer: nothing to check
             models.append(estimate("draft", config, file_bytes, backend, device, draft_precision))
@@ -215,7 +230,8 @@ class Runner:
         try:
             notice = self._check_memory(models, backend, progress)
         except NotEnoughMemory as exc:
-            raise self._smaller_offer(exc, models, config, file_bytes, backend, device, precision, folder) from exc
+            raise self._smaller_offer(exc, models, config, file_bytes, backend, device, precision, folder,
+                                      draft_precision) from exc
         progress(f"Loading {display_name(folder)} with {'MLX' if backend == 'mlx' else 'PyTorch'} ...")
         target = load_backend(folder, backend, precision=precision)
         # Padded embeddings (e.g. 151936 rows for 151665 tokens): every drafter, and the target

@@ -96,3 +96,21 @@ def test_a_float_target_too_large_is_offered_in_4bit_with_the_figures(demo):
     with pytest.raises(NotEnoughMemory) as refused:
         runner.load(DEMO_REFERENCE, "torch", draft="none", progress=lambda m: None)
     assert refused.value.fits_at is None and "In 4-bit" not in str(refused.value)
+
+
+def test_a_4bit_offer_for_a_target_with_its_4bit_self_draft_drafts_by_lookup(demo):
+    """At int4 the demo's int4 self-draft would be the target itself: the offer (and a load that
+    asks for it anyway) drafts with prompt lookup, and says why."""
+    from app.models.demo import DEMO_REFERENCE
+    from app.models.memory import NotEnoughMemory
+
+    runner = Runner()
+    runner.free_memory = lambda backend, device: (500_000_000, "RAM")
+    with pytest.raises(NotEnoughMemory) as refused:
+        runner.load(DEMO_REFERENCE, "torch", draft="self:int4", progress=lambda m: None)
+    assert refused.value.fits_at == "int4" and refused.value.fits_with_draft == "ngram"
+    assert "prompt lookup as the draft" in str(refused.value) and "--draft ngram" in str(refused.value)
+    said = []
+    loaded = runner.load(DEMO_REFERENCE, "torch", draft="self:int4", precision="int4", progress=said.append)
+    assert loaded.draft == "ngram" and loaded.draft_bytes == 0
+    assert any("would be the target itself" in line for line in said)

@@ -150,7 +150,9 @@ class EngineWorker(QObject):
             self.load_failed.emit(str(exc))
             fits_at = getattr(exc, "fits_at", None)  # app.models.memory.NotEnoughMemory
             if fits_at:
-                self.smaller_offered.emit(replace(request, precision=fits_at))
+                draft = getattr(exc, "fits_with_draft", None) or request.draft
+                self.smaller_offered.emit(replace(request, precision=fits_at, draft=draft,
+                                                  draft_name="" if draft != request.draft else request.draft_name))
             return
         self.timings = None  # a new pair: its own yardstick
         self._trial = None  # a trial of the previous pair says nothing about this one

@@ -6,11 +6,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, DynamicCache
+from transformers import AutoModelForCausalLM
 from transformers.utils import logging as transformers_logging
 from transformers.cache_utils import DynamicSlidingWindowLayer, LinearAttentionCacheLayerMixin
 
 from app.engine.backends.base import ModelBackend, Verdict, entropy_seed
+from app.engine.backends.kv_cache_torch import block_grown_cache
 from app.engine.sampling import SamplingParams
 from app.models.folder import check_model_folder, context_length_of
 from app.models.torch_quantize import quiet_torchao_logs
@@ -194,7 +195,7 @@ class TorchBackend(ModelBackend):
             head.limit = limit
 
     def reset(self) -> None:
-        self.cache = DynamicCache(config=self.model.config)
+        self.cache = block_grown_cache(self.model.config)
 
     @property
     def cache_len(self) -> int:

@@ -150,6 +150,12 @@ def test_llamacpp_rows_run_on_the_same_gguf_or_one_line_says_why(tiny_pair, tmp_
         assert err.count("llama.cpp rows left out: llama-cpp-python is not installed") == 1
         return
     assert {PLAIN, LOOKUP} <= names
+    import psutil
+
+    workers = [c for c in psutil.Process().children(recursive=True)
+               if c.is_running() and c.status() != psutil.STATUS_ZOMBIE
+               and any("llamacpp_worker" in part for part in c.cmdline())]
+    assert not workers  # its worker process ended with the runs, not at interpreter exit
     runs = [r for r in report["runs"] if r["method"] in (PLAIN, LOOKUP)]
     assert runs and all(r["tokens"] > 0 and r["tokens_per_s"] > 0 for r in runs)
     same, total = report["llama_cpp"]["lookup_same_as_plain"]

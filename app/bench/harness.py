@@ -29,6 +29,7 @@ class Method:
     run: Callable[[BenchPrompt, list[int], SamplingParams], RunResult]
     k: int | None = None  # fixed draft length; None: adaptive (Tandem) or the anchor's own
     anchor: str | None = None  # the anchor this method is compared with
+    close: Callable[[], None] | None = None  # frees what it holds (a worker process) once the runs are done
 
 
 @dataclass
@@ -127,13 +128,14 @@ def llamacpp_methods(runner, stop: frozenset[int], progress) -> list[Method]:
         return []
     threads = runner.target.threads
     worker = LlamaCpp(source, threads=threads, context=runner.target.context_length)
-    atexit.register(worker.close)
+    atexit.register(worker.close)  # also when the bench is interrupted
     progress(f"llama.cpp {worker.version} on {source.name}, {threads} threads")
 
     def run(mode):
         return lambda prompt, ids, params: worker.generate(mode, ids, prompt.max_tokens, params, stop)
 
-    return [Method(PLAIN, "external", run("plain")), Method(LOOKUP, "external", run("lookup"), anchor=PLAIN)]
+    return [Method(PLAIN, "external", run("plain"), close=worker.close),
+            Method(LOOKUP, "external", run("lookup"), anchor=PLAIN, close=worker.close)]
 
 
 def run_bench(runner, prompts: list[BenchPrompt], methods: list[Method], *, params: SamplingParams,
@@ -141,6 +143,20 @@ def run_bench(runner, prompts: list[BenchPrompt], methods: list[Method], *, para
     start = time.perf_counter()
     tok = runner.tokenizer
     bench = BenchRun(methods, prompts, {p.name: tok.render_chat(list(p.messages)) for p in prompts})
+    try:
+        _run_all(bench, methods, prompts, params, repeats, progress)
+    finally:  # a llama.cpp worker does not idle on beside a caller that lives on (tests, a window)
+        for method in methods:
+            if method.close is not None:
+                method.close()
+    bench.target_costs, bench.draft_cost = measure_costs(runner, bench)
+    bench.draft_is_model = isinstance(runner.drafter, (ModelDrafter, LookupThenModelDrafter))
+    bench.wall_s = time.perf_counter() - start
+    return bench
+
+
+def _run_all(bench: BenchRun, methods: list[Method], prompts: list[BenchPrompt], params: SamplingParams,
+             repeats: int, progress) -> None:
     first = prompts[0]
     for method in methods:  # warm-up, not recorded
         method.run(replace(first, max_tokens=WARMUP_TOKENS), bench.prompt_ids[first.name], params)
@@ -154,10 +170,6 @@ def run_bench(runner, prompts: list[BenchPrompt], methods: list[Method], *, para
                 bench.records.append(Record(prompt.name, method.name, repeat, result))
                 progress(f"repeat {repeat + 1}/{repeats}  {prompt.name:<12} {method.name:<28} "
                          f"{result.tokens_per_s:6.1f} tok/s  ({len(result.tokens)} tokens)")
-    bench.target_costs, bench.draft_cost = measure_costs(runner, bench)
-    bench.draft_is_model = isinstance(runner.drafter, (ModelDrafter, LookupThenModelDrafter))
-    bench.wall_s = time.perf_counter() - start
-    return bench
 
 
 def measure_costs(runner, bench: BenchRun) -> tuple[dict[int, float], float | None]:

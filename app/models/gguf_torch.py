@@ -212,6 +212,17 @@ def _tensor_names(model: torch.nn.Module, processor) -> dict[str, str]:
 CHUNK_BYTES = 4 << 20  # decode a large tensor this many bytes of float32 (or int32 codes) at a time
 
 
+def _row_blocks(tensor, cols: int):
+    """(first row, those rows as float32 (n, cols)) over a 2-D GGUF tensor, CHUNK_BYTES of float32
+    at a time: gguf's own dequantization, never of the whole tensor at once."""
+    import gguf
+
+    step = max(1, CHUNK_BYTES // max(1, cols * 4))
+    for start in range(0, tensor.data.shape[0], step):
+        part = gguf.quants.dequantize(tensor.data[start:start + step], tensor.tensor_type)
+        yield start, torch.from_numpy(np.asarray(part, dtype=np.float32).reshape(-1, cols))
+
+
 def _dequantized(tensor, processor, shape: torch.Size, dtype: torch.dtype, rows_only: bool) -> torch.Tensor:
     """A non-4-bit GGUF tensor in `dtype`. Row by row into the final tensor where the processor
     leaves rows alone, so the peak is the result plus one chunk (an embedding of 150k rows
@@ -226,10 +237,8 @@ def _dequantized(tensor, processor, shape: torch.Size, dtype: torch.dtype, rows_
         return torch.from_numpy(np.ascontiguousarray(values)).reshape(shape).to(dtype)
     out = torch.empty(shape, dtype=dtype)
     flat = out.view(data.shape[0], -1)
-    step = max(1, CHUNK_BYTES // max(1, flat.shape[1] * 4))
-    for start in range(0, data.shape[0], step):
-        part = gguf.quants.dequantize(data[start:start + step], tensor.tensor_type)
-        flat[start:start + step] = torch.from_numpy(np.asarray(part, dtype=np.float32).reshape(-1, flat.shape[1]))
+    for start, rows in _row_blocks(tensor, flat.shape[1]):
+        flat[start:start + rows.shape[0]] = rows
     return out
 
 
@@ -280,12 +289,8 @@ def _int8(tensor, processor, rows: int, cols: int, act_dtype: torch.dtype, rows_
     if not rows_only or ".attn_q." in tensor.name or ".attn_k." in tensor.name:
         layer.fill(offset, _dequantized(tensor, processor, torch.Size((rows, cols)), torch.float32, rows_only=False))
         return layer
-    import gguf
-
-    step = max(1, CHUNK_BYTES // (cols * 4))
-    for start in range(0, rows, step):
-        part = gguf.quants.dequantize(tensor.data[start:start + step], tensor.tensor_type)
-        layer.fill(offset + start, torch.from_numpy(np.asarray(part, dtype=np.float32).reshape(-1, cols)))
+    for start, block in _row_blocks(tensor, cols):
+        layer.fill(offset + start, block)
     return layer
 
 
@@ -364,13 +369,9 @@ class GGUFEmbedding(torch.nn.Module):
 def _screened_from_file(tensor, rows: int, cols: int) -> ScreenedHead:
     """An untied output head: its int8 screen built a block of rows at a time, its rescored rows
     read from the file (the head's float32 copy never exists)."""
-    import gguf
-
     head = ScreenedHead.empty(rows, cols, GGUFRows(tensor, cols))
-    step = max(1, CHUNK_BYTES // (cols * 4))
-    for start in range(0, rows, step):
-        part = gguf.quants.dequantize(tensor.data[start:start + step], tensor.tensor_type)
-        head.fill(start, torch.from_numpy(np.asarray(part, dtype=np.float32).reshape(-1, cols)))
+    for start, block in _row_blocks(tensor, cols):
+        head.fill(start, block)
     return head
 
 
@@ -435,6 +436,11 @@ def load_gguf_model(folder: Path, gguf_path: Path, dtype: torch.dtype = torch.fl
         if hf_name is None:
             report.skipped.append(tensor.name)
             continue
+        owner_name, _, attr = hf_name.rpartition(".")
+        owner = model.get_submodule(owner_name)
+        kind = tensor.tensor_type.name
+        linear = attr == "weight" and isinstance(owner, torch.nn.Linear) and owner.bias is None
+        lookup = attr == "weight" and isinstance(owner, torch.nn.Embedding) and owner is model.get_input_embeddings()
         if tensor.name in stacks:  # a part of a stacked q/k/v or gate/up: straight into its rows
             stack, offset = stacks[tensor.name]
             rows, cols = int(tensor.shape[1]), int(tensor.shape[0])
@@ -444,16 +450,8 @@ def load_gguf_model(folder: Path, gguf_path: Path, dtype: torch.dtype = torch.fl
             else:
                 _int8(tensor, processor, rows, cols, act_dtype, rows_only, into=stack, offset=offset)
                 what = "int8 per row"
-            _release(reader, tensor)
-            _trim_heap()
-            report.classes[f"{tensor.tensor_type.name} -> {what}"] += 1
-            continue
-        owner_name, _, attr = hf_name.rpartition(".")
-        owner = model.get_submodule(owner_name)
-        kind = tensor.tensor_type.name
-        linear = attr == "weight" and isinstance(owner, torch.nn.Linear) and owner.bias is None
-        lookup = attr == "weight" and isinstance(owner, torch.nn.Embedding) and owner is model.get_input_embeddings()
-        if int4 and rows_only and lookup:
+            layer = None  # filled in place: the projection's name already points at the stack
+        elif int4 and rows_only and lookup:
             layer = GGUFEmbedding(GGUFRows(tensor, owner.embedding_dim), owner.num_embeddings, dtype)
             what = "embedding read in place"
             if tied:  # the head shares the table: its screen is built from the file too

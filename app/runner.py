@@ -145,9 +145,7 @@ class Runner:
         try:
             return check_fits(models, free, where) or ""
         except NotEnoughMemory:
-            held = self.target.weights_bytes if self.target is not None else 0
-            draft = getattr(getattr(self.drafter, "model", self.drafter), "backend", None)
-            held += getattr(draft, "weights_bytes", 0) if draft is not self.target else 0
+            held = self._held_bytes()
             if not held:
                 raise
             warning = check_fits(models, free + held, where) or ""  # raises when even that is too little
@@ -156,6 +154,12 @@ class Runner:
             self._controllers.clear()
             gc.collect()
             return warning
+
+    def _held_bytes(self) -> int:
+        """The weights of the pair in use, which a new pair replaces (and may unload to make room)."""
+        held = self.target.weights_bytes if self.target is not None else 0
+        draft = getattr(getattr(self.drafter, "model", self.drafter), "backend", None)
+        return held + (getattr(draft, "weights_bytes", 0) if draft is not self.target else 0)
 
     def _smaller_offer(self, refused: NotEnoughMemory, models: list[MemoryEstimate], config: dict, file_bytes: int,
                        backend: str, device: str, precision: str, folder: Path,
@@ -176,18 +180,16 @@ class Runner:
         if same_draft:
             smaller = smaller[:1]
         free, where = self.free_memory(backend, device)
-        held = self.loaded.weights_bytes + self.loaded.draft_bytes if self.loaded is not None else 0
         try:
-            check_fits(smaller, free + held, where)
+            check_fits(smaller, free + self._held_bytes(), where)
         except NotEnoughMemory:
             return refused
+        fits = ("it fits with prompt lookup as the draft (its 4-bit copy would be the target itself)" if same_draft
+                else "the pair fits")
+        flags = "--precision int4 --draft ngram" if same_draft else "--precision int4"
         offer = (f"In 4-bit (int4 weight-only, groups of 32) the target's weights take {size_text(smaller[0].weights)} "
-                 f"instead of {size_text(models[0].weights)}, and the pair fits: load it in 4-bit (tandem-cli: "
-                 "--precision int4). Answers then come from the 4-bit model.")
-        if same_draft:
-            offer = offer.replace(" and the pair fits:", " and it fits with prompt lookup as the draft (its 4-bit "
-                                  "copy would be the target itself):").replace("--precision int4", "--precision "
-                                                                               "int4 --draft ngram")
+                 f"instead of {size_text(models[0].weights)}, and {fits}: load it in 4-bit (tandem-cli: {flags}). "
+                 "Answers then come from the 4-bit model.")
         return NotEnoughMemory(str(refused).replace(TOO_LARGE_ADVICE, offer), fits_at="int4",
                                fits_with_draft=DRAFT_LOOKUP if same_draft else None)
 

@@ -437,7 +437,7 @@ class MainWindow(QMainWindow):
     def _on_pair_requested(self, request: PairRequest) -> None:
         """Say at once what is loading, in the names the user knows, before the worker's first step."""
         target, draft = request.named()
-        draft = auto_draft(request.target, request.backend or None) if draft == DRAFT_AUTO else draft
+        draft = auto_draft(request.target, request.backend or None, request.precision) if draft == DRAFT_AUTO else draft
         self._loading_names = (model_label(target), draft_label(draft)[0])
         self._on_progress(f"Loading {self._loading_names[0]} ...")
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from app.engine.events import Finished, Round
 from app.engine.sampling import SamplingParams
+from app.models.demo import DEMO_REFERENCE
 from app.runner import DRAFT_NONE, ChatRequest, Runner
 
 SELF_TEST_PROMPT = "Write a Python function that checks whether a number is prime."
@@ -65,12 +66,12 @@ def decode(runner: Runner, drafter: str, prompt: str = SELF_TEST_PROMPT,
 
 def _where(runner: Runner, model: str) -> str:
     loaded = runner.loaded
-    pair = {"demo": "demo pair", "demo:float32": "demo float32 pair"}.get(model) or loaded.describe().split(" (")[0]
+    pair = {"demo": "demo pair", DEMO_REFERENCE: "demo float32 pair"}.get(model) or loaded.describe().split(" (")[0]
     note = f" ({loaded.device_note})" if loaded.device_note else ""
     return f"{loaded.backend}/{loaded.device}{note}, {pair}"
 
 
-def self_test(model: str = "demo:float32", backend: str | None = None, draft: str = "auto",
+def self_test(model: str = DEMO_REFERENCE, backend: str | None = None, draft: str = "auto",
               tokens: int = SELF_TEST_TOKENS, prompt: str = SELF_TEST_PROMPT,
               compare: Callable[[Decoded, Decoded], bool] = same_output,
               out: Callable[[str], None] | None = None, progress: Callable[[str], None] | None = None) -> int:

@@ -91,11 +91,17 @@ def fetch_demo_gguf(progress=print) -> Path:
     return target
 
 
-def ensure_demo(progress=print) -> dict[str, Path]:
-    """Folders of the demo model: {"hf": ..., "mlx": ..., "mlx-4bit": ...}, built once."""
+def _demo_gguf(progress=print) -> Path:
+    """The verified demo GGUF, fetched first where it is missing or damaged."""
     gguf = find_demo_gguf()
     if gguf is None or not _verified(gguf):
         gguf = fetch_demo_gguf(progress)
+    return gguf
+
+
+def ensure_demo(progress=print) -> dict[str, Path]:
+    """Folders of the demo model: {"hf": ..., "mlx": ..., "mlx-4bit": ...}, built once."""
+    gguf = _demo_gguf(progress)
     variants = DEMO_VARIANTS if _has_mlx() else ()
     return import_gguf(gguf, demo_dir(), mlx_variants=variants, progress=progress,
                        digest=DEMO_SHA256)  # _verified just checked it
@@ -103,14 +109,11 @@ def ensure_demo(progress=print) -> dict[str, Path]:
 
 def demo_folder(backend: str, progress=print, precision: str = "auto", spec: str = "demo") -> Path:
     """The folder `spec` ("demo" or DEMO_REFERENCE) loads on `backend` at `precision`."""
-    folders = ensure_demo(progress)
-    if backend == "mlx":
-        return folders["mlx"]
-    if spec == "demo" and precision in ("auto", "gguf"):
-        gguf = find_demo_gguf()
-        return import_gguf(gguf, demo_dir(), mlx_variants=(), torch_variant="gguf", progress=progress,
-                           digest=DEMO_SHA256)["gguf"]
-    return folders["hf"]
+    if backend != "mlx" and spec == "demo" and precision in ("auto", "gguf"):
+        # the fast pair reads the GGUF itself: it needs neither the float32 nor the MLX conversion
+        return import_gguf(_demo_gguf(progress), demo_dir(), mlx_variants=(), torch_variant="gguf",
+                           progress=progress, digest=DEMO_SHA256)["gguf"]
+    return ensure_demo(progress)["mlx" if backend == "mlx" else "hf"]
 
 
 def _has_mlx() -> bool:

@@ -173,7 +173,9 @@ def recent_title(target: str, draft: str, backend: str | None = None) -> str:
     from app.models.resolve import DEMO_SHORT, draft_label, model_label
 
     target, draft = same_pair(target, draft, backend)
-    names = {"demo": DEMO_SHORT, "demo:float32": DEMO_SHORT + " in float32"}
+    from app.models.demo import DEMO_REFERENCE
+
+    names = {"demo": DEMO_SHORT, DEMO_REFERENCE: DEMO_SHORT + " in float32"}
     name = names.get(target) or model_label(target)
     return f"{name} alone" if draft == "none" else f"{name} + {draft_label(draft)[0]}"
 

@@ -16,9 +16,9 @@ def resolve_model(spec: str | Path, backend: str, progress=print, precision: str
     """A .gguf on PyTorch at its own precisions ("auto" or "gguf") becomes a folder without weights
     that points at the file (nothing dequantized); at any other precision, and on MLX, a folder of
     float32 weights converted once."""
-    if str(spec) in ("demo", "demo:float32"):
-        from app.models.demo import demo_folder
+    from app.models.demo import DEMO_SPECS, demo_folder
 
+    if str(spec) in DEMO_SPECS:
         return demo_folder(backend, progress, precision, spec=str(spec))
     path = Path(spec).expanduser()
     if path.is_file() and path.suffix.lower() == ".gguf":
@@ -106,7 +106,9 @@ def model_label(spec: str) -> str:
     """What a user named as a model ("demo", a path, a hub repo id), in the words of display_name."""
     if spec == "demo":
         return DEMO_LABEL
-    if spec == "demo:float32":
+    from app.models.demo import DEMO_REFERENCE
+
+    if spec == DEMO_REFERENCE:
         return DEMO_REFERENCE_LABEL
     if spec.startswith(("/", "~", ".")) or "\\" in spec or Path(spec).exists():
         return display_name(Path(spec).expanduser())

@@ -74,7 +74,9 @@ def classify(text: str, role: str = "target") -> ModelSource:
         raise ModelFileError(
             f"Not a model: “{text[:80]}” has “..” or “.” in its path, which names no file of a model. Drop the "
             "model's page link, such as https://huggingface.co/Qwen/Qwen2.5-0.5B-Instruct.")
-    if text in ("demo", "demo:float32"):
+    from app.models.demo import DEMO_SPECS
+
+    if text in DEMO_SPECS:
         return ModelSource("demo", text)
     keyword = DRAFT_KEYWORDS.get(text.lower())
     if keyword is not None:

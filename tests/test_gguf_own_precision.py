@@ -59,7 +59,7 @@ def test_other_types_and_shapes_are_refused_in_words():
 
 
 def test_the_int4_kernel_computes_with_the_gguf_weights():
-    from app.models.gguf_torch import GGUFInt4Linear
+    from app.models.gguf_layers_torch import GGUFInt4Linear
 
     rows, cols = 64, 256
     raw = _random_blocks("Q4_1", rows, cols, seed=3)
@@ -88,7 +88,7 @@ def tiny_q4(tmp_path_factory, tiny_fields):
 
 def test_a_q4_gguf_loads_at_its_own_precisions_and_agrees_with_its_dequantized_weights(tiny_q4):
     from app.engine.backends.torch_backend import TorchBackend
-    from app.models.gguf_torch import GGUFInt4Linear
+    from app.models.gguf_layers_torch import GGUFInt4Linear
 
     folder, written = tiny_q4
     own = TorchBackend(folder, precision="gguf")
@@ -107,7 +107,7 @@ def test_a_q4_gguf_loads_at_its_own_precisions_and_agrees_with_its_dequantized_w
     assert not any(isinstance(m, torch.nn.Linear) for m in own.model.modules())
     assert isinstance(own.model.get_output_embeddings(), ScreenedHead)
     # the embedding is read from the file as needed, the file's own values exactly, in any order
-    from app.models.gguf_torch import GGUFEmbedding
+    from app.models.gguf_layers_torch import GGUFEmbedding
 
     embedding = own.model.get_input_embeddings()
     assert isinstance(embedding, GGUFEmbedding)
@@ -320,7 +320,7 @@ def test_an_8bit_gguf_loads_as_int8_per_row_within_the_stated_tolerance(tmp_path
     from app.cli import main
     from app.engine.backends.torch_backend import TorchBackend
     from app.models.gguf_import import import_gguf
-    from app.models.gguf_torch import INT8_TOLERANCE, GGUFInt8Linear
+    from app.models.gguf_layers_torch import INT8_TOLERANCE, GGUFInt8Linear
 
     write_gguf(tiny_llama(seed=8), tmp_path / "q8.gguf", tiny_fields, Q.Q8_0)
     folders = import_gguf(tmp_path / "q8.gguf", tmp_path / "import", mlx_variants=(), torch_variant="gguf")

@@ -98,7 +98,8 @@ def untied(tmp_path_factory, tiny_fields):
 def test_an_untied_head_screens_in_int8_and_rescores_rows_read_from_the_file(untied):
     from app.engine.backends.torch_backend import TorchBackend
     from app.models.gguf_import import inspect_gguf
-    from app.models.gguf_torch import GGUFRows, loaded_bytes
+    from app.models.gguf_layers_torch import GGUFRows
+    from app.models.gguf_torch import loaded_bytes
 
     path, folder, reference_folder = untied
     own = TorchBackend(folder)

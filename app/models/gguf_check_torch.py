@@ -32,7 +32,8 @@ def _size(n: float) -> str:
 def info_lines(gguf_path: Path) -> list[str]:
     """Per quantization type: tensors, weights, bytes in the file, and what PyTorch runs them as."""
     from app.models.gguf_import import inspect_gguf
-    from app.models.gguf_torch import FLOAT_BYTES, INT4_BYTES, INT8_BYTES, INT8_TYPES, loaded_bytes
+    from app.models.gguf_layers_torch import INT4_BYTES, INT8_BYTES, INT8_TYPES
+    from app.models.gguf_torch import FLOAT_BYTES, loaded_bytes
     from app.models.screened_head_torch import SCREEN_BYTES
 
     info = inspect_gguf(gguf_path)
@@ -74,7 +75,7 @@ def quantization_error(gguf_path: Path) -> dict[str, dict]:
     import gguf
     import torch
 
-    from app.models.gguf_torch import INT8_TYPES, GGUFInt8Linear
+    from app.models.gguf_layers_torch import INT8_TYPES, GGUFInt8Linear
 
     from app.models.screened_head_torch import ScreenedHead
 

@@ -24,6 +24,8 @@ import torch
 
 from app.models.errors import ModelFileError
 from app.models.gguf_blocks import GROUP, INT4_TYPES, Int4Groups, int4_groups
+from app.models.gguf_layers_torch import (INT4_BYTES, INT8_BYTES, INT8_TYPES, PACK_ROWS, GGUFEmbedding,
+                                          GGUFInt4Linear, GGUFInt8Linear, GGUFRows, inner_k_tiles)
 from app.models.screened_head_torch import SCREEN_BYTES, SCREEN_ROW_BYTES, ScreenedHead
 
 log = logging.getLogger(__name__)
@@ -36,19 +38,7 @@ log = logging.getLogger(__name__)
 # up. The bench and tests/test_gguf_own_precision.py judge divergences by it.
 BATCHED_TIE_GAP = 1.0
 
-# Bytes per weight as loaded: 4-bit codes, plus a scale and a zero per 32 weights in bfloat16.
-INT4_BYTES = 0.5 + 2 * 2 / GROUP
 FLOAT_BYTES = 4  # every other tensor, dequantized to float32
-
-
-# 5-, 6- and 8-bit types: int8 weight-only, one scale per output row (PyTorch's int8 kernel,
-# `_weight_int8pack_mm`, has no per-group scales). Their own scales are per 16 or 32 weights, so
-# this re-quantization is not exact: a weight moves by at most half a step of its row's scale plus
-# the bfloat16 rounding of that scale, under 6e-3 of the row's largest weight (measured per type by
-# `tandem-cli models info --check`).
-INT8_TYPES = ("Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q8_0")
-INT8_BYTES = 1
-INT8_TOLERANCE = 6e-3
 
 
 def loaded_bytes(elements: dict[str, int], float_elements: dict[str, int] | None = None,
@@ -69,88 +59,6 @@ def loaded_bytes(elements: dict[str, int], float_elements: dict[str, int] | None
     if not head_elements:
         total += sum(float_elements.values()) * SCREEN_BYTES
     return int(total + head_rows * SCREEN_ROW_BYTES)
-
-
-def _inner_k_tiles(in_features: int) -> int | None:
-    """tinygemm packs 16 * inner_k_tiles columns per tile: the largest that divides the row."""
-    for tiles in (8, 4, 2):
-        if in_features % (tiles * 16) == 0 and in_features % GROUP == 0:
-            return tiles
-    return None
-
-
-class GGUFInt4Linear(torch.nn.Module):
-    """A bias-free Linear whose weight is GGUF's 4-bit codes, packed for PyTorch's int4 kernel.
-    Activations run in `act_dtype` (the kernel's scales are stored in it). Filled by row blocks
-    (`fill`), so packing a large weight never needs more than a block's temporaries."""
-
-    def __init__(self, out_features: int, in_features: int, act_dtype: torch.dtype):
-        super().__init__()
-        self.out_features, self.in_features = out_features, in_features
-        self.tiles = _inner_k_tiles(in_features)
-        self.register_buffer("packed", torch.empty(out_features, in_features // 2, dtype=torch.uint8))
-        # (groups, out, 2): the scale and the zero of each group of 32 weights of each output row
-        self.register_buffer("scales_and_zeros", torch.empty(in_features // GROUP, out_features, 2, dtype=act_dtype))
-        self.act_dtype = act_dtype
-
-    @classmethod
-    def from_groups(cls, groups: Int4Groups, act_dtype: torch.dtype) -> GGUFInt4Linear:
-        layer = cls(*groups.codes.shape, act_dtype)
-        layer.fill(0, groups)
-        return layer
-
-    @torch.no_grad()
-    def fill(self, start: int, groups: Int4Groups) -> None:
-        """Rows start.. of the weight (start a multiple of PACK_ROWS: the CPU layout packs rows in
-        blocks of 64, so blocks packed apart equal the whole packed at once)."""
-        rows = groups.codes.shape[0]
-        q = torch.from_numpy(np.ascontiguousarray(groups.codes)).to(torch.int32)
-        self.packed[start:start + rows] = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, self.tiles)
-        self.scales_and_zeros[:, start:start + rows, 0] = torch.from_numpy(groups.scale.T)
-        self.scales_and_zeros[:, start:start + rows, 1] = torch.from_numpy(groups.zero.T)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(-1, self.in_features).to(self.act_dtype)
-        y = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, GROUP, self.scales_and_zeros)
-        return y.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
-
-    def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, int4 g{GROUP} ({self.act_dtype})"
-
-
-PACK_ROWS = 64
-
-
-class GGUFInt8Linear(torch.nn.Module):
-    """A bias-free Linear as int8 codes with one scale per output row (see INT8_TYPES), on
-    PyTorch's int8 weight-only kernel; activations in `act_dtype` (its fast path is bfloat16)."""
-
-    def __init__(self, out_features: int, in_features: int, act_dtype: torch.dtype):
-        super().__init__()
-        self.out_features, self.in_features = out_features, in_features
-        self.register_buffer("weight_int8", torch.empty(out_features, in_features, dtype=torch.int8))
-        self.register_buffer("scales", torch.empty(out_features, dtype=act_dtype))
-        self.act_dtype = act_dtype
-
-    @torch.no_grad()
-    def fill(self, start: int, rows: torch.Tensor) -> None:
-        """Quantize float32 rows start.. (round to nearest, symmetric, per row)."""
-        # the codes are rounded against the scale as the kernel will hold it (in act_dtype)
-        scale = (rows.abs().amax(dim=1).clamp(min=1e-30) / 127.0).to(self.act_dtype)
-        codes = torch.round(rows / scale.float()[:, None]).clamp(-127, 127)
-        self.weight_int8[start:start + rows.shape[0]] = codes.to(torch.int8)
-        self.scales[start:start + rows.shape[0]] = scale
-
-    def dequantized(self) -> torch.Tensor:
-        return self.weight_int8.float() * self.scales.float()[:, None]
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(-1, self.in_features).to(self.act_dtype)
-        y = torch.ops.aten._weight_int8pack_mm(flat, self.weight_int8, self.scales)
-        return y.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
-
-    def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, int8 per row ({self.act_dtype})"
 
 
 @dataclass
@@ -180,7 +88,7 @@ class GGUFLoadReport:
 
 def _can_pack(module: torch.nn.Module) -> bool:
     return (isinstance(module, torch.nn.Linear) and module.bias is None and module.out_features % 16 == 0
-            and _inner_k_tiles(module.in_features) is not None)
+            and inner_k_tiles(module.in_features) is not None)
 
 
 def _processor(config, architecture: str):
@@ -329,41 +237,6 @@ def _plan_fusion(model: torch.nn.Module, tensors, names: dict[str, str], rows_on
             into.update({t.name: (fused, offsets[part]) for t, part in zip(found, parts, strict=True)})
             groups += 1
     return into, groups
-
-
-class GGUFRows:
-    """Rows of a GGUF tensor decoded on demand from the memory-mapped file, in float32: the
-    values of `gguf`'s own dequantization (for a head's rescored rows; a few per token)."""
-
-    def __init__(self, tensor, cols: int):
-        self.data, self.kind, self.cols = tensor.data, tensor.tensor_type, cols
-
-    def __call__(self, rows: torch.Tensor) -> torch.Tensor:
-        import gguf
-
-        unique, back = torch.unique(rows, return_inverse=True)
-        part = gguf.quants.dequantize(self.data[unique.numpy()], self.kind)
-        values = torch.from_numpy(np.asarray(part, dtype=np.float32).reshape(-1, self.cols))
-        return values[back]
-
-
-class GGUFEmbedding(torch.nn.Module):
-    """The token embedding read from the file: a lookup needs only the rows of the ids it is
-    given, so the table never loads (the demo's is 113 MB in float32, a Llama 3 8B's 2.1 GB);
-    the OS keeps the pages it reads in its file cache, and may drop them."""
-
-    def __init__(self, rows: GGUFRows, num_embeddings: int, dtype: torch.dtype):
-        super().__init__()
-        self.rows, self.num_embeddings, self.embedding_dim, self.dtype = rows, num_embeddings, rows.cols, dtype
-
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        flat = input_ids.reshape(-1)
-        if flat.numel() and (int(flat.min()) < 0 or int(flat.max()) >= self.num_embeddings):
-            raise IndexError(f"token id out of range for an embedding of {self.num_embeddings} rows")
-        return self.rows(flat).to(self.dtype).reshape(*input_ids.shape, self.embedding_dim)
-
-    def extra_repr(self) -> str:
-        return f"{self.num_embeddings}, {self.embedding_dim}, {self.rows.kind.name} rows read from the file"
 
 
 def _screened_from_file(tensor, rows: int, cols: int) -> ScreenedHead:

@@ -6,6 +6,7 @@ import argparse
 import errno
 import sys
 
+from app.engine.backends.base import COMPILE_CHOICES
 from app.engine.events import Finished, Notice, PromptTooLongError, Round
 from app.engine.sampling import SamplingParams
 from app.models.errors import ModelFileError
@@ -46,6 +47,8 @@ def _draft_tokens(value: str) -> int | None:
     return k
 
 
+COMPILE_HELP = ("how a PyTorch target decodes: auto (compiled where that measured faster; so far nowhere), "
+                "on (compiled decoder layers, checked against eager at load), off (eager)")
 PRECISION_CHOICES = ["auto", "float32", "bfloat16", "float16", "int4", "int4-bf16-head", "int4-head", "gguf"]
 
 
@@ -128,7 +131,7 @@ def cmd_generate(args) -> int:
         messages.append({"role": "system", "content": system})
     messages.append({"role": "user", "content": prompt})
     runner = Runner()
-    loaded = runner.load(args.model, args.backend, draft=args.draft, precision=args.precision,
+    loaded = runner.load(args.model, args.backend, draft=args.draft, precision=args.precision, compile=args.compile,
                          progress=_progress)
     _progress(f"Loaded {loaded.describe()} in {loaded.load_s:.1f}s")
     request = ChatRequest(tuple(messages), max_tokens=args.max_tokens, params=params,
@@ -197,7 +200,8 @@ def cmd_bench(args) -> int:
     params = _sampling(args)
     prompts = load_suite(args.suite, prompts=args.prompts, max_tokens=args.max_tokens, quick=args.quick)
     runner = Runner()
-    loaded = runner.load(args.model, args.backend, draft=args.draft, precision=args.precision, progress=_progress)
+    loaded = runner.load(args.model, args.backend, draft=args.draft, precision=args.precision, progress=_progress,
+                         compile=args.compile)
     _progress(f"Loaded {loaded.describe()} in {loaded.load_s:.1f}s")
     methods = build_methods(runner, ks=args.ks, anchors=not args.no_anchors, progress=_progress)
     bench = run_bench(runner, prompts, methods, params=params, repeats=args.repeats,
@@ -250,6 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
                      choices=PRECISION_CHOICES,
                      help="the target's precision: auto (its weights' own), a float type, int4 weight-only, "
                           "or gguf (a .gguf file's own: its 4-bit tensors stay 4-bit; PyTorch on the CPU)")
+    gen.add_argument("--compile", choices=COMPILE_CHOICES, default="auto", help=COMPILE_HELP)
     gen.add_argument("--draft-tokens", type=_draft_tokens, default=None, metavar="auto|N",
                      help="draft length: auto (adaptive, the default) or a fixed N")
     gen.add_argument("--show-rounds", action="store_true",
@@ -269,6 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--draft", default="auto",
                        help='draft model, "self:<precision>", "ngram", or "auto" (as for generate)')
     bench.add_argument("--precision", default="auto", choices=PRECISION_CHOICES)
+    bench.add_argument("--compile", choices=COMPILE_CHOICES, default="auto", help=COMPILE_HELP)
     bench.add_argument("--backend", choices=["mlx", "torch"], default=None)
     bench.add_argument("--temperature", type=float, default=0.0)
     bench.add_argument("--top-p", type=float, default=1.0)

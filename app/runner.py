@@ -194,10 +194,11 @@ class Runner:
                                fits_with_draft=DRAFT_LOOKUP if same_draft else None)
 
     def load(self, spec: str | Path, backend: str | None = None, draft: str | Path = DRAFT_NONE,
-             precision: str = "auto", progress=print) -> LoadedModel:
+             precision: str = "auto", progress=print, compile: str = "auto") -> LoadedModel:
         """Load a target (folder, .gguf, or "demo") at `precision` and a draft ("none", "ngram",
         "self:<precision>" for a copy of the target's weights, or a model). Everything is checked
-        before anything replaces the current pair."""
+        before anything replaces the current pair. `compile` ("auto", "on", "off") is how the
+        PyTorch target decodes (app/engine/backends/compile_torch.py)."""
         from app.models.transformers_tokenizer import ChatTokenizer
 
         backend = backend or default_backend()
@@ -235,7 +236,8 @@ class Runner:
             raise self._smaller_offer(exc, models, config, file_bytes, backend, device, precision, folder,
                                       draft_precision) from exc
         progress(f"Loading {display_name(folder)} with {'MLX' if backend == 'mlx' else 'PyTorch'} ...")
-        target = load_backend(folder, backend, precision=precision)
+        options = {"compile": compile, "progress": progress} if backend == "torch" else {}
+        target = load_backend(folder, backend, precision=precision, **options)
         # Padded embeddings (e.g. 151936 rows for 151665 tokens): every drafter, and the target
         # alone, sample and compare over the tokenizer's real vocabulary only.
         target.vocab_limit = min(len(tokenizer), target.vocab_size or len(tokenizer))

@@ -122,3 +122,19 @@ def tiny_pair(tmp_path_factory, tiny_fields) -> dict[str, Path]:
         out = import_gguf(path, root / role, mlx_variants=("mlx",))
         folders[role], folders[f"{role}_mlx"] = out["hf"], out["mlx"]
     return folders
+
+
+@pytest.fixture(scope="session")
+def tiny_q4(tmp_path_factory, tiny_fields):
+    """A tiny Llama written as llama.cpp's Q4 files are: linear weights Q4_0, the embedding Q8_0.
+    (import folder, what was written)"""
+    import gguf
+
+    from app.models.gguf_import import import_gguf
+    from tests.factories import tiny_llama, write_gguf
+
+    q = gguf.GGMLQuantizationType
+    root = tmp_path_factory.mktemp("q4")
+    written = write_gguf(tiny_llama(seed=21), root / "m.gguf", tiny_fields, q.Q4_0, embedding_qtype=q.Q8_0)
+    folders = import_gguf(root / "m.gguf", root / "import", mlx_variants=())
+    return folders["hf"], written

@@ -75,17 +75,6 @@ def test_the_int4_kernel_computes_with_the_gguf_weights():
     assert (wrong(x) - expected).abs().max() > 0.1 * expected.abs().max()  # the check can fail
 
 
-@pytest.fixture(scope="module")
-def tiny_q4(tmp_path_factory, tiny_fields):
-    """A tiny Llama written as llama.cpp's Q4 files are: linear weights Q4_0, the embedding Q8_0."""
-    from app.models.gguf_import import import_gguf
-
-    root = tmp_path_factory.mktemp("q4")
-    written = write_gguf(tiny_llama(seed=21), root / "m.gguf", tiny_fields, Q.Q4_0, embedding_qtype=Q.Q8_0)
-    folders = import_gguf(root / "m.gguf", root / "import", mlx_variants=())
-    return folders["hf"], written
-
-
 def test_a_q4_gguf_loads_at_its_own_precisions_and_agrees_with_its_dequantized_weights(tiny_q4):
     from app.engine.backends.torch_backend import TorchBackend
     from app.models.gguf_layers_torch import GGUFInt4Linear
@@ -291,7 +280,7 @@ def test_a_dropped_gguf_on_pytorch_is_read_in_place_at_its_own_precisions(tmp_pa
         TorchBackend(folder, precision="float32")
     float32 = Runner().load(tmp_path / "Tiny-Q4_0.gguf", "torch", draft="none", precision="float32",
                             progress=lambda m: None)
-    assert float32.folder.name == "hf" and float32.dtype == "float32"
+    assert float32.folder.name == "hf" and float32.dtype.split(" (")[0] == "float32"
 
 
 def test_models_info_says_what_runs_and_check_measures_it(tiny_q4, capsys):
@@ -387,5 +376,5 @@ def test_the_demo_defaults_to_its_gguf_with_prompt_lookup_and_keeps_its_float32_
     fast = Runner().load("demo", "torch", draft="auto", progress=lambda m: None)
     assert fast.folder.name == "gguf" and fast.dtype.startswith("4-bit GGUF") and fast.draft == "ngram"
     reference = Runner().load(DEMO_REFERENCE, "torch", draft="auto", progress=lambda m: None)
-    assert reference.folder == demo["hf"] and reference.dtype == "float32"
+    assert reference.folder == demo["hf"] and reference.dtype.split(" (")[0] == "float32"
     assert reference.draft.startswith("self-draft int4")

@@ -15,6 +15,10 @@ from pathlib import Path
 
 from app.engine.sampling import SamplingParams
 
+# How a PyTorch target decodes: compiled decoder layers, eager, or the measured choice per device
+# (app/engine/backends/compile_torch.py). Here, free of torch, for the CLI's choices.
+COMPILE_CHOICES = ("auto", "on", "off")
+
 
 def entropy_seed() -> int:
     """A seed from the operating system's entropy: unseeded sampling differs on every run."""

@@ -64,9 +64,9 @@ class BlockGrownLayer(DynamicLayer):
         super().reset()
 
 
-def block_grown_cache(config) -> DynamicCache:
-    """transformers' DynamicCache for `config`, its plain attention layers grown in blocks (sliding
-    windows and recurrent layers keep transformers' own classes)."""
-    cache = DynamicCache(config=config)
+def block_grown_cache(config, cache_class: type[DynamicCache] = DynamicCache) -> DynamicCache:
+    """transformers' DynamicCache (or `cache_class`, a subclass) for `config`, its plain attention
+    layers grown in blocks (sliding windows and recurrent layers keep transformers' own classes)."""
+    cache = cache_class(config=config)
     cache.layers = [BlockGrownLayer() if type(layer) is DynamicLayer else layer for layer in cache.layers]
     return cache

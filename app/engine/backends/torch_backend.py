@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM
 from transformers.utils import logging as transformers_logging
-from transformers.cache_utils import DynamicSlidingWindowLayer, LinearAttentionCacheLayerMixin
+from transformers.cache_utils import DynamicCache, DynamicSlidingWindowLayer, LinearAttentionCacheLayerMixin
 
 from app.engine.backends.base import ModelBackend, Verdict, entropy_seed
+from app.engine.backends.compile_torch import (StepCache, agree, compile_layers, decide, decoder_layers,
+                                               uncompile_layers, warm_up)
 from app.engine.backends.kv_cache_torch import block_grown_cache
 from app.engine.sampling import SamplingParams
 from app.models.folder import check_model_folder, context_length_of
 from app.models.torch_quantize import quiet_torchao_logs
 
 quiet_torchao_logs()
+log = logging.getLogger(__name__)
 transformers_logging.disable_progress_bar()  # the window and the CLI report loading themselves
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -53,6 +57,18 @@ def pick_dtype(stored: str | None, device: torch.device) -> torch.dtype:
     if device.type == "mps" and dtype == torch.bfloat16 and not torch.backends.mps.is_macos_or_newer(14, 0):
         return torch.float16
     return dtype
+
+
+def _with_compile_state(precision: str, compiled: bool, eager_reason: str) -> str:
+    """The precision words with how it decodes: ", compiled" in the short part the status bar
+    shows; why it runs eagerly, where compiling was asked for, in the detail tooltips show."""
+    short, _, detail = precision.partition(" (")
+    detail = detail.removesuffix(")")
+    if compiled:
+        short += ", compiled"
+    elif eager_reason:
+        detail = f"{detail}; eager: {eager_reason}" if detail else f"eager: {eager_reason}"
+    return f"{short} ({detail})" if detail else short
 
 
 def probs_from_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
@@ -113,7 +129,8 @@ def rejection_verdict(q_all: torch.Tensor, p_all: torch.Tensor, drafts: torch.Te
 class TorchBackend(ModelBackend):
     name = "torch"
 
-    def __init__(self, folder: Path, device: str | None = None, precision: str = "auto"):
+    def __init__(self, folder: Path, device: str | None = None, precision: str = "auto",
+                 compile: str = "off", progress: Callable[[str], None] | None = None):
         config = check_model_folder(folder)
         if precision not in PRECISIONS:
             raise ValueError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
@@ -165,7 +182,41 @@ class TorchBackend(ModelBackend):
                                  for t in [*self.model.parameters(), *self.model.buffers()])
         self._generator = torch.Generator(device=self._device)
         self._generator.manual_seed(entropy_seed())  # never torch's fixed default seed
+        self.compiled = False
         self.reset()
+        want, self.compile_note = decide(compile, self._device)
+        if want:
+            self.compile_note = self._compile(progress or (lambda message: None))
+        self.dtype = self.precision = _with_compile_state(self.precision, self.compiled,
+                                                          "" if compile == "off" else self.compile_note)
+
+    def _compile(self, progress: Callable[[str], None]) -> str:
+        """Compile the decoder layers (compile_torch.py) and build their graphs now, checked
+        against eager logits; "" when compiled, else why it runs eagerly (and it then does)."""
+        if decoder_layers(self.model) is None:
+            return f"{self.model_type} has no decoder layer list to compile"
+
+        def forward(ids: list[int], keep: int) -> torch.Tensor:
+            with torch.inference_mode():
+                return self._forward(self._ids(ids), keep)
+
+        ids = [(11 + 37 * i) % self.vocab_size for i in range(10)]
+        eager = warm_up(forward, self.reset, ids)
+        progress("Compiling the decoder layers (about a minute; longer the first time) ...")
+        self.compiled = True  # reset() now makes the cache the compiled layers expect
+        try:
+            compile_layers(self.model)
+            compiled = warm_up(forward, self.reset, ids)
+            reason = next((why for c, e in zip(compiled, eager, strict=True) if (why := agree(c, e))), "")
+        except Exception as exc:  # no C++ compiler, an unsupported op: eager still works
+            first = (str(exc).strip() or "no message").splitlines()[0][:160]
+            reason = f"compiling failed ({type(exc).__name__}: {first})"
+        if reason:
+            log.warning("decoding eagerly: %s", reason)
+            uncompile_layers(self.model)
+            self.compiled = False
+            self.reset()
+        return reason
 
     def _load_gguf(self, folder: Path):
         """The weights straight from the GGUF the folder was imported from, at its own precisions
@@ -195,7 +246,7 @@ class TorchBackend(ModelBackend):
             head.limit = limit
 
     def reset(self) -> None:
-        self.cache = block_grown_cache(self.model.config)
+        self.cache = block_grown_cache(self.model.config, StepCache if self.compiled else DynamicCache)
 
     @property
     def cache_len(self) -> int:

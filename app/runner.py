@@ -302,8 +302,9 @@ class Runner:
         prompt = self.tokenizer.render_chat(list(messages) or [{"role": "user", "content": "Hello!"}])
         prompt = prompt[-(self.target.context_length - tokens - 1):]
         finished = None
+        # with the conversation's cache: only what the last answer did not leave there is prefilled
         for event in generate(self.target, self.tokenizer.decode, prompt, drafter=None, max_tokens=tokens,
-                              should_stop=cancelled):
+                              should_stop=cancelled, reuse_cache=True):
             if isinstance(event, Finished):
                 finished = event
         stats = finished.stats
@@ -324,6 +325,7 @@ class Runner:
                 params=request.params, stop_strings=request.stop_strings,
                 draft_tokens=request.draft_tokens, should_stop=lambda: request.cancel.cancelled,
                 controller=None if request.draft_tokens else self._controller(request.drafter),
+                reuse_cache=True,  # a follow-up turn prefills only its new tokens
             )
         finally:
             self._running = None

@@ -155,6 +155,12 @@ def test_a_message_renders_markdown_and_copies_code_and_text(qtbot):
     assert "def add(a, b):" in widget.body.toPlainText()
     assert "**" not in widget.body.toPlainText()
     assert widget.stats_label.text() == "12 tokens · 30.5 tok/s · 70% of drafts accepted"
+    follow_up = MessageWidget("assistant", MarkdownRenderer())
+    qtbot.addWidget(follow_up)
+    follow_up.finish("Yes.", "complete", {"tokens": 2, "tokens_per_s": 20.0, "prefill_s": 0.051,
+                                          "prompt_tokens": 1480, "reused_tokens": 1466})
+    assert follow_up.stats_label.text() == ("2 tokens · 20.0 tok/s · first token in 0.05s, "
+                                            "1,466 of 1,480 prompt tokens kept")
     widget.body.anchorClicked.emit(QUrl("copy:0"))
     assert QGuiApplication.clipboard().text() == "def add(a, b):\n    return a + b"
     widget.copy_message()

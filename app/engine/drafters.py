@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from app.engine.backends.base import ModelBackend
+from app.engine.reuse import remember, start_cache
 from app.engine.sampling import SamplingParams
 
 
@@ -51,8 +52,12 @@ class Drafter(ABC):
     name: str = "drafter"
     wants_target_state: bool = False
 
-    def start(self, prompt_ids: Sequence[int], seed: int | None = None) -> None:
-        """A new generation begins after `prompt_ids`; `seed` is the user's (None: unseeded)."""
+    def start(self, prompt_ids: Sequence[int], seed: int | None = None, reuse: bool = False) -> None:
+        """A new generation begins after `prompt_ids`; `seed` is the user's (None: unseeded);
+        `reuse`: a cache may keep what it holds of the prompt (app/engine/reuse.py)."""
+
+    def finish(self, committed: Sequence[int] | None) -> None:
+        """The generation ended with `committed` (None: a pass failed, caches are unknown)."""
 
     @abstractmethod
     def propose(self, committed: Sequence[int], k: int, params: SamplingParams,
@@ -80,10 +85,13 @@ class ModelDrafter(Drafter):
         self.backend = backend
         self.name = f"draft model {backend.folder.name}"
 
-    def start(self, prompt_ids: Sequence[int], seed: int | None = None) -> None:
-        self.backend.reset()
+    def start(self, prompt_ids: Sequence[int], seed: int | None = None, reuse: bool = False) -> None:
+        kept = start_cache(self.backend, prompt_ids, reuse)
         self.backend.seed(draft_seed(seed))
-        self.backend.prefill(prompt_ids)  # with the target's prefill, not in round 1's draft time
+        self.backend.prefill(prompt_ids[kept:])  # with the target's prefill, not in round 1's draft time
+
+    def finish(self, committed: Sequence[int] | None) -> None:
+        remember(self.backend, committed)  # the draft's cache holds a prefix of it (see accepted)
 
     def propose(self, committed: Sequence[int], k: int, params: SamplingParams,
                 should_stop: Callable[[], bool] | None = None) -> Proposal:
@@ -107,7 +115,8 @@ class ModelDrafter(Drafter):
         self.backend.truncate(min(self.backend.cache_len, len(committed) - 1))
 
     def can_speculate(self) -> str | None:
-        self.backend.reset()  # decide on a fresh cache, not on the previous answer's
+        if self.backend.rollback_room() is not None:
+            self.backend.reset()  # a window's room: decide on a fresh cache, not the previous answer's
         if not self.backend.can_trim():
             return self.backend.no_rollback_reason().replace("the target", "the draft model", 1)
         return None
@@ -159,8 +168,11 @@ class LookupThenModelDrafter(Drafter):
     def backend(self) -> ModelBackend:
         return self.model.backend
 
-    def start(self, prompt_ids: Sequence[int], seed: int | None = None) -> None:
-        self.model.start(prompt_ids, seed)
+    def start(self, prompt_ids: Sequence[int], seed: int | None = None, reuse: bool = False) -> None:
+        self.model.start(prompt_ids, seed, reuse)
+
+    def finish(self, committed: Sequence[int] | None) -> None:
+        self.model.finish(committed)
 
     def propose(self, committed: Sequence[int], k: int, params: SamplingParams,
                 should_stop: Callable[[], bool] | None = None) -> Proposal:

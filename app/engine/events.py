@@ -40,6 +40,9 @@ class GenerationStats:
     drafted_by_position: tuple[int, ...] = field(default=())
     # rounds that drafted position i with every earlier draft accepted: a_i = accepted / reached
     reached_by_position: tuple[int, ...] = field(default=())
+    # prompt tokens the target's cache already held from the previous turn (app/engine/reuse.py):
+    # the prefill passed only prompt_tokens - reused_tokens
+    reused_tokens: int = 0
 
     @property
     def acceptance_rate(self) -> float:
@@ -56,7 +59,8 @@ class GenerationStats:
 
     def summary(self) -> str:
         line = (f"{self.tokens} tokens in {self.decode_s:.2f}s = {self.tokens_per_s:.1f} tok/s, "
-                f"prefill {self.prompt_tokens} tokens in {self.prefill_s:.2f}s, "
+                f"prefill {self.prompt_tokens - self.reused_tokens} tokens in {self.prefill_s:.2f}s"
+                f"{f' ({self.reused_tokens} reused)' if self.reused_tokens else ''}, "
                 f"{self.rounds} target passes ({self.tokens_per_round:.2f} tokens/pass)")
         if self.drafted:
             line += f", acceptance {self.acceptance_rate:.0%} ({self.accepted}/{self.drafted})"

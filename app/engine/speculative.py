@@ -22,6 +22,7 @@ from app.engine.backends.base import ModelBackend, Verdict
 from app.engine.drafters import Drafter, Proposal
 from app.engine.events import EmptyPromptError, Finished, GenerationStats, Notice, PromptTooLongError, Round
 from app.engine.output import AnswerStream
+from app.engine.reuse import remember, start_cache
 from app.engine.sampling import SamplingParams
 
 NO_PROPOSAL = Proposal((), ())
@@ -106,11 +107,44 @@ def speculative_round(target: ModelBackend, drafter: Drafter, committed: list[in
     return proposal, verdict, verify_s
 
 
-def generate(
+class _Committed:
+    """What an answer has committed so far (None until the prefill is done): the caches hold a
+    prefix of it whenever the answer is paused at a yield."""
+
+    tokens: list[int] | None = None
+
+
+def generate(target: ModelBackend, decode: Callable[[list[int]], str], prompt_ids: Sequence[int], *,
+             drafter: Drafter | None = None, reuse_cache: bool = False,
+             **options) -> Iterator[Round | Notice | Finished]:
+    """Stream an answer to `prompt_ids` (options: see _generate). With `reuse_cache` the caches
+    keep what they already hold of this prompt (app/engine/reuse.py) and prefill only the rest.
+    Whatever way the answer ends, each cache's contents are recorded for the next one; a pass
+    that failed midway leaves them unknown, so the next answer starts from empty caches."""
+    committed = _Committed()
+    failed = False
+    try:
+        yield from _generate(target, decode, prompt_ids, drafter=drafter, reuse_cache=reuse_cache,
+                             record=committed, **options)
+    except GeneratorExit:  # the consumer stopped reading, at a yield: the caches are whole
+        raise
+    except BaseException:
+        failed = True
+        raise
+    finally:
+        tokens = None if failed else committed.tokens
+        remember(target, tokens)
+        if drafter is not None:
+            drafter.finish(tokens)
+
+
+def _generate(
     target: ModelBackend,
     decode: Callable[[list[int]], str],
     prompt_ids: Sequence[int],
     *,
+    record: _Committed,
+    reuse_cache: bool,
     drafter: Drafter | None = None,
     stop_ids: frozenset[int] = frozenset(),
     max_tokens: int = 256,
@@ -133,17 +167,18 @@ def generate(
     drafted_at, accepted_at, reached_at = [0] * max_k, [0] * max_k, [0] * max_k
 
     start = time.perf_counter()
-    target.reset()
+    reused = start_cache(target, prompt_ids, reuse_cache)
     target.seed(params.seed)
-    reason = why_not_speculate(target, drafter)  # on the fresh caches this answer will use
+    reason = why_not_speculate(target, drafter)  # on the caches this answer will use
     if reason:
         yield Notice(f"Decoding without a draft: {reason}.")
         drafter = None
     if drafter is not None:
-        drafter.start(prompt_ids, params.seed)
-    first = target.next_token(prompt_ids, params)  # prefill
+        drafter.start(prompt_ids, params.seed, reuse=reuse_cache)
+    first = target.next_token(prompt_ids[reused:], params)  # prefill what the cache lacks
     prefill_s = time.perf_counter() - start
     committed = [*prompt_ids, first]
+    record.tokens = committed  # the same list, extended as the answer goes
     kept, text = answer.take((first,))
     yield Round(index=0, drafted=(), accepted=0, emitted=kept, text=text, verify_s=prefill_s)
 
@@ -211,6 +246,6 @@ def generate(
         decode_tokens=decode_tokens, drafted=sum(drafted_at), accepted=sum(accepted_at),
         prefill_s=prefill_s, decode_s=decode_s, finish_reason=answer.finish,
         accepted_by_position=tuple(accepted_at), drafted_by_position=tuple(drafted_at),
-        reached_by_position=tuple(reached_at),
+        reached_by_position=tuple(reached_at), reused_tokens=reused,
     )
     yield Finished(stats=stats, text=answer.text)

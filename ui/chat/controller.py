@@ -492,4 +492,5 @@ def stats_record(stats: GenerationStats) -> dict:
         "acceptance": round(stats.acceptance_rate, 4), "tokens_per_s": round(stats.tokens_per_s, 2),
         "tokens_per_round": round(stats.tokens_per_round, 3), "prefill_s": round(stats.prefill_s, 4),
         "decode_s": round(stats.decode_s, 4), "finish_reason": stats.finish_reason,
+        "reused_tokens": stats.reused_tokens,
     }

@@ -43,6 +43,8 @@ class ModelBackend(ABC):
     weights_bytes: int
     vocab_limit: int  # logits are cut to the tokenizer's real vocabulary (padded embeddings)
     device_note: str = ""  # why it runs where it runs, when a user would expect otherwise
+    # The token ids in the cache as the engine last left it (app/engine/reuse.py); () when unknown.
+    held: tuple[int, ...] = ()
 
     @abstractmethod
     def reset(self) -> None:

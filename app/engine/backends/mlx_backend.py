@@ -122,6 +122,7 @@ class MLXBackend(ModelBackend):
 
     def reset(self) -> None:
         self.cache = make_prompt_cache(self.model)
+        self.held = ()
 
     @property
     def cache_len(self) -> int:

@@ -247,6 +247,7 @@ class TorchBackend(ModelBackend):
 
     def reset(self) -> None:
         self.cache = block_grown_cache(self.model.config, StepCache if self.compiled else DynamicCache)
+        self.held = ()
 
     @property
     def cache_len(self) -> int:

@@ -19,6 +19,7 @@ from pathlib import Path
 from app.engine.adaptive import DraftLengthController
 from app.engine.backends import default_backend, load_backend
 from app.engine.backends.base import ModelBackend
+from app.engine.kept_caches import KeptCaches, default_budget
 from app.engine.drafters import Drafter, LookupThenModelDrafter, ModelDrafter, PromptLookupDrafter
 from app.engine.events import Finished, Notice, Round
 from app.engine.sampling import SamplingParams
@@ -77,6 +78,8 @@ class ChatRequest:
     # "pair": the loaded draft (a draft model works with prompt lookup); "model": the draft model
     # alone; "ngram": prompt lookup alone; "none": the target alone
     drafter: str = "pair"
+    # whose caches to answer from (app/engine/kept_caches.py): a chat's id; "" for a one-off
+    conversation: str = ""
     cancel: CancelToken = field(default_factory=CancelToken, compare=False, repr=False)
 
     @property
@@ -129,6 +132,10 @@ class Runner:
         self._controllers: dict[str, DraftLengthController] = {}
         self._running: CancelToken | None = None  # the token of the request being answered
         self.free_memory = free_memory  # (backend, device) -> (bytes, name); tests may simulate less
+        import psutil
+
+        # other conversations' caches, set aside within a budget (the one answered last stays in the models)
+        self.kept = KeptCaches(default_budget(psutil.virtual_memory().total))
 
     def _device(self, backend: str) -> str:
         if backend == "mlx":
@@ -235,6 +242,7 @@ class Runner:
         except NotEnoughMemory as exc:
             raise self._smaller_offer(exc, models, config, file_bytes, backend, device, precision, folder,
                                       draft_precision) from exc
+        self.kept.forget()  # the old pair's set-aside caches: their memory is the new pair's now
         progress(f"Loading {display_name(folder)} with {'MLX' if backend == 'mlx' else 'PyTorch'} ...")
         options = {"compile": compile, "progress": progress} if backend == "torch" else {}
         target = load_backend(folder, backend, precision=precision, **options)
@@ -279,6 +287,11 @@ class Runner:
         if running is not None:
             running.cancel()
 
+    def _backends(self) -> list[ModelBackend]:
+        """The models whose caches a conversation keeps: the target, and the draft model if any."""
+        draft = getattr(self.drafter, "backend", None)
+        return [self.target] if draft is None else [self.target, draft]
+
     def _controller(self, choice: str) -> DraftLengthController:
         return self._controllers.setdefault(choice, DraftLengthController())
 
@@ -316,6 +329,7 @@ class Runner:
         if self.target is None:
             raise RuntimeError("No model is loaded.")
         prompt_ids = self.tokenizer.render_chat(list(request.messages))
+        self.kept.switch(request.conversation, self._backends())
         self._running = request.cancel
         try:
             yield from generate(

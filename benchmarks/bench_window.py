@@ -1,5 +1,6 @@
 """The real main window for the benchmark scripts: offscreen unless a display is set, on a
-fresh history and settings, greedy, and a way to wait while its event loop runs."""
+fresh history, settings and recent pairs (the user's own are never written), greedy, and a way
+to wait while its event loop runs."""
 
 from __future__ import annotations
 
@@ -36,6 +37,11 @@ def open_window(args: argparse.Namespace):
     from ui.main_window import MainWindow
 
     root = tempfile.mkdtemp(prefix="tandem-bench-")
+    # the user's data (recent pairs, history) stays untouched; the models come from their cache
+    from app.paths import cache_dir
+
+    os.environ.setdefault("TANDEM_CACHE", str(cache_dir()))
+    os.environ["TANDEM_HOME"] = root
     window = MainWindow(model=args.model, backend=args.backend, draft=args.draft,
                         history_path=Path(root) / "history.sqlite3",
                         settings=QSettings(f"{root}/settings.ini", QSettings.Format.IniFormat),

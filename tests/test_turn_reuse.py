@@ -173,3 +173,64 @@ def test_the_runner_answers_a_follow_up_from_its_kept_caches(tiny_pair):
     assert second.stats.reused_tokens < second.stats.prompt_tokens
     alone = chat(fresh, turn_2)
     assert alone.stats.reused_tokens == 0 and alone.text == second.text
+
+
+# --- several conversations (app/engine/kept_caches.py) ------------------------------------------
+
+def _turn(runner, conversation, messages):
+    from app.runner import ChatRequest
+
+    return list(runner.chat(ChatRequest(tuple(messages), max_tokens=8, conversation=conversation)))[-1]
+
+
+@pytest.fixture
+def runner_pair(tiny_pair):
+    from app.runner import Runner
+
+    runners = Runner(), Runner()
+    for r in runners:
+        r.load(tiny_pair["target"], "torch", draft=str(tiny_pair["near"]), progress=lambda m: None)
+    return runners
+
+
+def test_going_back_to_an_earlier_chat_finds_its_caches(runner_pair):
+    runner, fresh = runner_pair
+    a = [{"role": "user", "content": "Name three rivers."}]
+    b = [{"role": "user", "content": "Write a short poem about the sea, please."}]
+    first_a = _turn(runner, "chat 1", a)
+    _turn(runner, "chat 2", b)  # chat 1's caches are set aside
+    assert runner.kept.conversations == ["chat 1"] and runner.kept.set_aside_bytes > 0
+    assert runner.kept.summary().startswith("1 other chat kept, ")
+    a2 = [*a, {"role": "assistant", "content": first_a.text}, {"role": "user", "content": "And lakes?"}]
+    again = _turn(runner, "chat 1", a2)
+    assert again.stats.reused_tokens >= first_a.stats.prompt_tokens  # chat 1 came back whole
+    assert runner.kept.conversations == ["chat 2"]
+    assert again.text == _turn(fresh, "", a2).text
+    assert _turn(runner, "a new chat", b).stats.reused_tokens == 0  # never seen: empty caches
+    _turn(runner, "", b)  # a one-off (the pair trial, the CLI) ...
+    _turn(runner, "chat 1", a2)
+    assert "" not in runner.kept.conversations  # ... is not kept as a chat to come back to
+
+
+def test_the_least_recently_used_chat_leaves_first_when_the_budget_is_spent(runner_pair):
+    runner, _ = runner_pair
+    chats = {name: [{"role": "user", "content": f"Tell me about {name}."}] for name in ("rivers", "lakes", "seas")}
+    _turn(runner, "rivers", chats["rivers"])
+    _turn(runner, "lakes", chats["lakes"])
+    one_chat = runner.kept.set_aside_bytes
+    runner.kept.budget = one_chat + one_chat // 2  # room for one set-aside chat, not two
+    _turn(runner, "seas", chats["seas"])  # lakes set aside: rivers, the older, goes
+    assert runner.kept.conversations == ["lakes"]
+    assert runner.kept.set_aside_bytes <= runner.kept.budget
+    assert _turn(runner, "lakes", chats["lakes"]).stats.reused_tokens > 0
+    assert _turn(runner, "rivers", chats["rivers"]).stats.reused_tokens == 0
+
+
+def test_a_new_pair_keeps_nothing_of_the_old_one(runner_pair, tiny_pair):
+    runner, _ = runner_pair
+    _turn(runner, "chat 1", [{"role": "user", "content": "Hello there."}])
+    _turn(runner, "chat 2", [{"role": "user", "content": "Hi."}])
+    assert runner.kept.conversations
+    runner.load(tiny_pair["target"], "torch", draft="ngram", progress=lambda m: None)
+    assert runner.kept.conversations == [] and runner.kept.summary() == ""
+    assert _turn(runner, "chat 1", [{"role": "user", "content": "Hello there."}]).stats.reused_tokens == 0

@@ -171,6 +171,7 @@ class MainWindow(QMainWindow):
         worker, controller = self.worker, self.controller
         worker.progress.connect(self._on_progress)
         worker.loaded.connect(self._on_loaded)
+        worker.caches_kept.connect(self.status.show_kept)
         worker.load_failed.connect(self._on_load_failed)
         worker.smaller_offered.connect(self._on_smaller_offered)
         worker.unloaded.connect(self._on_unloaded)
@@ -515,7 +516,7 @@ class MainWindow(QMainWindow):
         self.controller.finish_on_quit()
         for signal in (self.worker.text, self.worker.notice, self.worker.finished, self.worker.failed,
                        self.worker.loaded, self.worker.load_failed, self.worker.progress, self.worker.paired,
-                       self.worker.trial_done):
+                       self.worker.trial_done, self.worker.caches_kept):
             try:
                 signal.disconnect()  # a worker that outlived the wait must not write to a closed history
             except (RuntimeError, TypeError):

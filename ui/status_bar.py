@@ -52,13 +52,17 @@ class StatusBar(QStatusBar):
         self.device = QLabel("")
         self.last_answer = QLabel("")
         self.memory = QLabel("")
+        self.kept = QLabel("")  # other chats whose caches are kept, so going back to one starts fast
+        self.kept.setToolTip(wrap_tip("Going back to one of these chats reads only its new message: their caches "
+                                      "are kept within this memory budget, the least recently used going first"))
+        self.kept.hide()
         self.memory.setToolTip("Memory this process uses (resident set), models included")
         self.last_answer.setToolTip(wrap_tip("The last answer of this chat: decode speed and how many draft tokens "
                                              "the target accepted"))
         for label in (self.pair, self.device):
             label.setMinimumWidth(label.fontMetrics().averageCharWidth() * 6)  # clipped, never widening the window
         # all permanent: a message (loading steps, "Copied …") hides normal widgets, or is drawn under them
-        for widget in (self.loading, self.pair, self.device, self.last_answer, self.memory):
+        for widget in (self.loading, self.pair, self.device, self.last_answer, self.kept, self.memory):
             self.addPermanentWidget(widget)
         self.loaded: LoadedModel | None = None
         self._process = psutil.Process()
@@ -77,6 +81,7 @@ class StatusBar(QStatusBar):
 
     def show_loaded(self, info: LoadedModel) -> None:
         self.loaded = info
+        self.show_kept("")  # a new pair keeps nothing of the old one
         self.loading.hide()
         self.showMessage(f"Loaded in {info.load_s:.1f}s", 5000)
         draft, detail = draft_label(info.draft)
@@ -111,6 +116,10 @@ class StatusBar(QStatusBar):
         if stats.get("drafted") and isinstance(acceptance, (int, float)):
             text += f" · {acceptance:.0%} accepted"
         self.last_answer.setText(text)
+
+    def show_kept(self, words: str) -> None:
+        self.kept.setText(words)
+        self.kept.setVisible(bool(words))
 
     def refresh_memory(self) -> None:
         try:

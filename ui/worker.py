@@ -87,6 +87,7 @@ class EngineWorker(QObject):
     baseline = Signal(object)  # app.chat.baseline.Baseline: the target alone's timings so far
     answering = Signal(object)  # app.runner.LoadedModel: the pair that writes the answer starting now
     race_done = Signal(object)  # RaceResult
+    caches_kept = Signal(str)  # other chats' caches set aside, in words ("" for none)
     race_text = Signal(int, str)  # side (0: the target alone, 1: speculative), coalesced text deltas
     race_side_done = Signal(int, object)  # side, its app.engine.events.Finished
     race_failed = Signal(str)
@@ -241,6 +242,7 @@ class EngineWorker(QObject):
                 elif isinstance(event, Finished):
                     flush()
                     self.finished.emit(event)
+                    self.caches_kept.emit(self.runner.kept.summary())
         except ContextOverflowError as exc:
             self.failed.emit(str(exc))
         except Exception as exc:

@@ -161,7 +161,8 @@ class ChatController(QObject):
     def _request(self, history: list[dict]) -> ChatRequest:
         s = self.settings
         return ChatRequest(tuple(history), max_tokens=s.max_tokens, params=s.sampling(),
-                           draft_tokens=s.draft_tokens, drafter=s.drafter)
+                           draft_tokens=s.draft_tokens, drafter=s.drafter,
+                           conversation=f"chat {self.current.id}" if self.current is not None else "")
 
     # Opening chats
 

@@ -50,6 +50,21 @@ class ModelBackend(ABC):
     def reset(self) -> None:
         """Start a new, empty cache."""
 
+    def park(self) -> object:
+        """Hand over the cache, with what it holds, and start an empty one (a conversation set
+        aside keeps its cache: app/engine/kept_caches.py)."""
+        state = (self.cache, self.held)
+        self.reset()
+        return state
+
+    def restore(self, state: object) -> None:
+        """Put back a cache that park() handed over."""
+        self.cache, self.held = state
+
+    @abstractmethod
+    def cache_bytes(self) -> int:
+        """Memory the cache holds (its buffers, spare room included)."""
+
     @property
     @abstractmethod
     def cache_len(self) -> int:

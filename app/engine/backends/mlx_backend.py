@@ -128,6 +128,9 @@ class MLXBackend(ModelBackend):
     def cache_len(self) -> int:
         return int(self.cache[0].offset) if self.cache else 0
 
+    def cache_bytes(self) -> int:
+        return sum(int(getattr(layer, "nbytes", 0)) for layer in self.cache)
+
     def rollback_room(self) -> int | None:
         room = None
         for layer in self.cache:

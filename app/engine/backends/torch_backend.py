@@ -253,6 +253,15 @@ class TorchBackend(ModelBackend):
     def cache_len(self) -> int:
         return int(self.cache.get_seq_length())
 
+    def cache_bytes(self) -> int:
+        storages = {}  # by storage, so that views of a buffer count once
+        for layer in self.cache.layers:
+            for value in vars(layer).values():
+                if isinstance(value, torch.Tensor):
+                    storage = value.untyped_storage()
+                    storages[storage.data_ptr()] = storage.nbytes()
+        return sum(storages.values())
+
     def rollback_room(self) -> int | None:
         # Recurrent layers (Mamba, linear attention) keep state that crop() cannot rewind, and
         # transformers' sliding-window layers drop what a rollback would need as they go.

@@ -13,9 +13,10 @@ import gc
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from app.chat.context import fit_messages
 from app.engine.adaptive import DraftLengthController
 from app.engine.backends import default_backend, load_backend
 from app.engine.backends.base import ModelBackend
@@ -325,9 +326,33 @@ class Runner:
             return None
         return stats.decode_s / stats.decode_tokens, len(prompt) + tokens
 
+    def fit(self, request: ChatRequest) -> tuple[ChatRequest, str]:
+        """The request with its oldest turns left out where the chat outgrows the context (never
+        the system prompt or the last message; app/chat/context.py), and the notice that says so
+        ("" when nothing was). A ContextOverflowError when even those do not fit."""
+        if self.loaded is None or self.tokenizer is None:
+            raise RuntimeError("No model is loaded.")
+        # Room kept for the answer: what was asked for, but never more than half the context, so
+        # a large "max new tokens" does not refuse every message; the answer then ends at the
+        # context's end instead.
+        context = self.loaded.context_length
+        room = min(request.max_tokens, context // 2)
+        messages, dropped = fit_messages(list(request.messages), lambda chunk: len(self.tokenizer.render_chat(chunk)),
+                                         context - room)
+        if not dropped:
+            return request, ""
+        noun = "message was" if dropped == 1 else "messages were"
+        notice = f"{dropped} earlier {noun} left out to fit the model's context."
+        return replace(request, messages=tuple(messages)), notice
+
     def chat(self, request: ChatRequest) -> Iterator[Round | Notice | Finished]:
+        """Answer `request`: fitted to the context (a Notice says what was left out), from the
+        caches its conversation left (app/engine/reuse.py, kept_caches.py)."""
         if self.target is None:
             raise RuntimeError("No model is loaded.")
+        request, left_out = self.fit(request)
+        if left_out:
+            yield Notice(left_out)
         prompt_ids = self.tokenizer.render_chat(list(request.messages))
         self.kept.switch(request.conversation, self._backends())
         self._running = request.cancel

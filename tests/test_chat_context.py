@@ -104,3 +104,26 @@ def test_a_message_too_long_for_the_context_is_refused_with_the_numbers():
     text = str(error)
     assert "514" in text and "256" in text and "system prompt takes 12" in text
     assert "Shorten it" in text and "new chat" in text
+
+
+def test_the_runner_fits_a_long_chat_itself_and_says_what_it_left_out(tiny_pair):
+    """Every client gets the fitting (the CLI and the pair trial too, not only the window): the
+    oldest turns go, a Notice says so, and a message that cannot fit is refused in words."""
+    from app.engine.events import Finished, Notice
+    from app.runner import ChatRequest, Runner
+
+    runner = Runner()
+    loaded = runner.load(tiny_pair["target"], "torch", draft="ngram", progress=lambda m: None)
+    chat = []
+    for n in range(40):  # far more than the tiny model's 512 positions
+        chat += [{"role": "user", "content": f"Question {n}: tell me about rivers and lakes."},
+                 {"role": "assistant", "content": f"Answer {n}: rivers flow into lakes and seas."}]
+    chat.append({"role": "user", "content": "And the last question?"})
+    events = list(runner.chat(ChatRequest(tuple(chat), max_tokens=16)))
+    assert isinstance(events[0], Notice) and "earlier messages were left out" in events[0].message
+    left_out = int(events[0].message.split()[0])
+    assert left_out % 2 == 0 and 0 < left_out < len(chat)  # whole turns
+    finished = events[-1]
+    assert isinstance(finished, Finished) and finished.stats.prompt_tokens <= loaded.context_length - 16
+    with pytest.raises(ContextOverflowError, match=f"context holds {loaded.context_length - 16}"):
+        list(runner.chat(ChatRequest(({"role": "user", "content": "word " * 2000},), max_tokens=16)))

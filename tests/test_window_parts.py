@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QApplication, QLineEdit, QMessageBox  # noqa: E402
 from app.chat.history import HistoryStore  # noqa: E402
 from app.chat.markdown import MarkdownRenderer  # noqa: E402
 from app.chat.settings import ChatSettings  # noqa: E402
-from app.engine.events import Finished, GenerationStats, Round  # noqa: E402
+from app.engine.events import Finished, GenerationStats, Notice, Round  # noqa: E402
 from app.runner import ChatRequest  # noqa: E402
 
 CODE_ANSWER = "Here you go:\n\n```python\ndef add(a, b):\n    return a + b\n```\n\nDone. <b>not bold</b>"
@@ -444,10 +444,23 @@ class _FakeRunner:
         yield Finished(GenerationStats(1, 1, 1, 1, 0, 0, 0.0, 0.1, "stop"), "ok")
 
 
-def test_the_worker_leaves_out_the_oldest_turns_and_says_so(qtbot):
+class _FittingRunner(_FakeRunner):
+    """Fits as the real runner does (Runner.fit, tested in test_chat_context.py) over the fake
+    tokenizer: a Notice for what it left out, ContextOverflowError for what cannot fit."""
+
+    def chat(self, request):
+        from app.runner import Runner
+
+        request, left_out = Runner.fit(self, request)
+        if left_out:
+            yield Notice(left_out)
+        yield from super().chat(request)
+
+
+def test_the_worker_passes_on_what_the_runner_left_out(qtbot):
     from ui.worker import EngineWorker
 
-    runner = _FakeRunner()
+    runner = _FittingRunner()
     worker = EngineWorker(runner)
     notices = []
     worker.notice.connect(notices.append)
@@ -467,7 +480,7 @@ def test_the_worker_leaves_out_the_oldest_turns_and_says_so(qtbot):
 def test_the_worker_reports_a_message_that_cannot_fit(qtbot):
     from ui.worker import EngineWorker
 
-    worker = EngineWorker(_FakeRunner())
+    worker = EngineWorker(_FittingRunner())
     with qtbot.waitSignal(worker.failed) as blocker:
         worker.generate(ChatRequest(({"role": "user", "content": "w " * 200},), max_tokens=20))
     assert "context holds" in blocker.args[0]

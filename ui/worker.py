@@ -2,8 +2,7 @@
 
 All model work (MLX included) happens on this one thread for the life of the loaded models.
 Text is coalesced so the GUI repaints at most ~30 times a second whatever the token rate.
-Fitting a conversation into the context happens here too, because counting tokens needs the
-tokenizer, which belongs to the runner.
+The runner fits a conversation into the context itself (its events say when turns were left out).
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from dataclasses import dataclass, replace
 from PySide6.QtCore import QObject, Signal, Slot
 
 from app.chat.baseline import Baseline
-from app.chat.context import ContextOverflowError, fit_messages
+from app.chat.context import ContextOverflowError
 from app.chat.trace import RoundTrace, trace_round
 from app.engine.events import Finished, Notice, Round
 from app.models.pairing import PairingError
@@ -226,8 +225,7 @@ class EngineWorker(QObject):
             last_emit = time.perf_counter()
 
         try:
-            request = self._fit(request)
-            self.answering.emit(self.runner.loaded)
+            self.answering.emit(self.runner.loaded)  # the runner fits the chat to the context and says so
             for event in self.runner.chat(request):
                 if isinstance(event, Round):
                     now = time.perf_counter()
@@ -256,7 +254,9 @@ class EngineWorker(QObject):
         side's text streams out as it is written (race_text), so a race of minutes is watched,
         not waited for; Stop (or cancelling the request) ends it between rounds."""
         try:
-            request = self._fit(request)
+            request, left_out = self.runner.fit(request)  # once for both sides
+            if left_out:
+                self.notice.emit(left_out)
             runs = []
             for side, drafter in enumerate((DRAFT_NONE, request.drafter)):
                 finished = self._race_side(side, replace(request, drafter=drafter, draft_tokens=None))
@@ -288,21 +288,3 @@ class EngineWorker(QObject):
         if pending:
             self.race_text.emit(side, "".join(pending))
         return finished
-
-    def _fit(self, request: ChatRequest) -> ChatRequest:
-        """Drop the oldest turns (never the system prompt) when the chat outgrows the context."""
-        loaded, tokenizer = self.runner.loaded, self.runner.tokenizer
-        if loaded is None or tokenizer is None:
-            return request  # runner.chat says that no model is loaded
-        # Room kept for the answer: what was asked for, but never more than half the context, so
-        # a large "max new tokens" does not refuse every message; the answer then ends at the
-        # context's end instead.
-        room = min(request.max_tokens, loaded.context_length // 2)
-        messages, dropped = fit_messages(
-            list(request.messages), lambda chunk: len(tokenizer.render_chat(chunk)), loaded.context_length - room
-        )
-        if not dropped:
-            return request
-        noun = "message was" if dropped == 1 else "messages were"
-        self.notice.emit(f"{dropped} earlier {noun} left out to fit the model's context.")
-        return replace(request, messages=tuple(messages))

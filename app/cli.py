@@ -49,6 +49,8 @@ def _draft_tokens(value: str) -> int | None:
 
 COMPILE_HELP = ("how a PyTorch target decodes: auto (compiled where that measured faster; so far nowhere), "
                 "on (compiled decoder layers, checked against eager at load), off (eager)")
+CONTEXT_HELP = ("the most tokens a chat may hold (default: the model's own, or less where memory holds less); "
+                "longer chats leave out their oldest turns")
 PRECISION_CHOICES = ["auto", "float32", "bfloat16", "float16", "int4", "int4-bf16-head", "int4-head", "gguf"]
 
 
@@ -132,7 +134,7 @@ def cmd_generate(args) -> int:
     messages.append({"role": "user", "content": prompt})
     runner = Runner()
     loaded = runner.load(args.model, args.backend, draft=args.draft, precision=args.precision, compile=args.compile,
-                         progress=_progress)
+                         progress=_progress, context=args.context)
     _progress(f"Loaded {loaded.describe()} in {loaded.load_s:.1f}s")
     request = ChatRequest(tuple(messages), max_tokens=args.max_tokens, params=params,
                           draft_tokens=args.draft_tokens)
@@ -201,7 +203,7 @@ def cmd_bench(args) -> int:
     prompts = load_suite(args.suite, prompts=args.prompts, max_tokens=args.max_tokens, quick=args.quick)
     runner = Runner()
     loaded = runner.load(args.model, args.backend, draft=args.draft, precision=args.precision, progress=_progress,
-                         compile=args.compile)
+                         compile=args.compile, context=args.context)
     _progress(f"Loaded {loaded.describe()} in {loaded.load_s:.1f}s")
     methods = build_methods(runner, ks=args.ks, anchors=not args.no_anchors, progress=_progress)
     bench = run_bench(runner, prompts, methods, params=params, repeats=args.repeats,
@@ -255,6 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="the target's precision: auto (its weights' own), a float type, int4 weight-only, "
                           "or gguf (a .gguf file's own: its 4-bit tensors stay 4-bit; PyTorch on the CPU)")
     gen.add_argument("--compile", choices=COMPILE_CHOICES, default="auto", help=COMPILE_HELP)
+    gen.add_argument("--context", type=at_least_one("context token"), default=None, metavar="N", help=CONTEXT_HELP)
     gen.add_argument("--draft-tokens", type=_draft_tokens, default=None, metavar="auto|N",
                      help="draft length: auto (adaptive, the default) or a fixed N")
     gen.add_argument("--show-rounds", action="store_true",
@@ -275,6 +278,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help='draft model, "self:<precision>", "ngram", or "auto" (as for generate)')
     bench.add_argument("--precision", default="auto", choices=PRECISION_CHOICES)
     bench.add_argument("--compile", choices=COMPILE_CHOICES, default="auto", help=COMPILE_HELP)
+    bench.add_argument("--context", type=at_least_one("context token"), default=None, metavar="N",
+                       help=CONTEXT_HELP)
     bench.add_argument("--backend", choices=["mlx", "torch"], default=None)
     bench.add_argument("--temperature", type=float, default=0.0)
     bench.add_argument("--top-p", type=float, default=1.0)

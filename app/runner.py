@@ -28,7 +28,7 @@ from app.engine.speculative import generate
 from app.models.architecture import check_architecture
 from app.models.folder import check_model_folder
 from app.models.integrity import check_weights
-from app.models.memory import MemoryEstimate, NotEnoughMemory, check_fits, estimate, free_memory
+from app.models.memory import MemoryEstimate, NotEnoughMemory, check_fits, estimate, free_memory, longest_chat
 from app.models.pairing import check_tokenizers
 from app.models.resolve import display_name, resolve_model
 
@@ -145,13 +145,14 @@ class Runner:
 
         return torch_device()
 
-    def _check_memory(self, models: list[MemoryEstimate], backend: str, progress) -> str:
-        """A warning (or "") when the pair fits; NotEnoughMemory when it cannot. When it fits
-        only without the pair in use, that pair is unloaded first: every other check has passed."""
+    def _check_memory(self, models: list[MemoryEstimate], backend: str, progress) -> tuple[str, int | None]:
+        """(a warning or "", the longest chat memory holds where that is less than planned) when
+        the pair fits; NotEnoughMemory when it cannot. When it fits only without the pair in use,
+        that pair is unloaded first: every other check has passed."""
         device = self._device(backend)
         free, where = self.free_memory(backend, device)
         try:
-            return check_fits(models, free, where) or ""
+            return check_fits(models, free, where) or "", longest_chat(models, free)
         except NotEnoughMemory:
             held = self._held_bytes()
             if not held:
@@ -161,7 +162,7 @@ class Runner:
             self.target = self.drafter = self.tokenizer = self.loaded = None
             self._controllers.clear()
             gc.collect()
-            return warning
+            return warning, longest_chat(models, free + held)
 
     def _held_bytes(self) -> int:
         """The weights of the pair in use, which a new pair replaces (and may unload to make room)."""
@@ -202,11 +203,15 @@ class Runner:
                                fits_with_draft=DRAFT_LOOKUP if same_draft else None)
 
     def load(self, spec: str | Path, backend: str | None = None, draft: str | Path = DRAFT_NONE,
-             precision: str = "auto", progress=print, compile: str = "auto") -> LoadedModel:
+             precision: str = "auto", progress=print, compile: str = "auto",
+             context: int | None = None) -> LoadedModel:
         """Load a target (folder, .gguf, or "demo") at `precision` and a draft ("none", "ngram",
         "self:<precision>" for a copy of the target's weights, or a model). Everything is checked
         before anything replaces the current pair. `compile` ("auto", "on", "off") is how the
-        PyTorch target decodes (app/engine/backends/compile_torch.py)."""
+        PyTorch target decodes (app/engine/backends/compile_torch.py). `context`: the most tokens
+        a chat may hold (None: the model's own), never more than the model's or than memory holds."""
+        if context is not None and context < 2:
+            raise ValueError(f"A context of {context} tokens cannot hold a message and an answer; ask for more.")
         from app.models.transformers_tokenizer import ChatTokenizer
 
         backend = backend or default_backend()
@@ -238,8 +243,10 @@ class Runner:
             check_tokenizers(tokenizer, draft_tokenizer)  # before any weights load
             models.append(estimate("draft", draft_config, draft_bytes, backend, device,
                                    loaded_bytes=_gguf_loaded_bytes(draft_folder, backend, "auto")))
+        if context is not None:  # the memory check plans for the context asked for
+            models = [replace(m, context=min(m.context, context)) for m in models]
         try:
-            notice = self._check_memory(models, backend, progress)
+            notice, memory_cap = self._check_memory(models, backend, progress)
         except NotEnoughMemory as exc:
             raise self._smaller_offer(exc, models, config, file_bytes, backend, device, precision, folder,
                                       draft_precision) from exc
@@ -247,6 +254,12 @@ class Runner:
         progress(f"Loading {display_name(folder)} with {'MLX' if backend == 'mlx' else 'PyTorch'} ...")
         options = {"compile": compile, "progress": progress} if backend == "torch" else {}
         target = load_backend(folder, backend, precision=precision, **options)
+        # The context chats are fitted to: the model's own, or less where asked or where memory
+        # holds less (fitting then leaves out old turns before the KV cache can outgrow memory).
+        own = target.context_length
+        target.context_length = min(own, context or own, memory_cap or own)
+        if target.context_length < own and memory_cap is not None and target.context_length == memory_cap:
+            progress(f"Chats are kept within {memory_cap:,} tokens, what memory holds (the model reads {own:,}).")
         # Padded embeddings (e.g. 151936 rows for 151665 tokens): every drafter, and the target
         # alone, sample and compare over the tokenizer's real vocabulary only.
         target.vocab_limit = min(len(tokenizer), target.vocab_size or len(tokenizer))

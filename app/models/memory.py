@@ -122,14 +122,24 @@ def check_fits(models: list[MemoryEstimate], free: int, where: str) -> str | Non
             f"This pair does not fit: {parts} at {planned:,} tokens of context, and even a {least:,}-token "
             f"chat needs {_size(short)}, but only {_size(free)} of {where} is free. {TOO_LARGE_ADVICE}")
     if need > free:
-        per_token = sum(m.kv_per_token for m in models)
-        fits = int((free - short) / per_token) + least if per_token else planned
-        return (f"This pair fits in {where} only for chats up to about {fits:,} tokens ({_size(free)} free; "
-                f"{planned:,} tokens would need {_size(need)}). Longer chats may run out of memory.")
+        return (f"This pair fits in {where} only for chats up to about {longest_chat(models, free):,} tokens "
+                f"({_size(free)} free; {planned:,} tokens would need {_size(need)}): Tandem keeps chats within that.")
     if need > WARN_FRACTION * free:
         return (f"This pair needs about {_size(need)} of the {_size(free)} of {where} that is free: other apps "
                 "may slow down or the system may swap.")
     return None
+
+
+def longest_chat(models: list[MemoryEstimate], free: int) -> int | None:
+    """The most tokens of context whose KV caches fit in `free` beside the weights, when fewer
+    than the planned context do (None when that fits)."""
+    planned = min(PLANNED_CONTEXT, max(m.context for m in models))
+    if sum(m.total(planned) for m in models) <= free:
+        return None
+    least = min(MIN_CONTEXT, planned)
+    per_token = sum(m.kv_per_token for m in models)
+    short = sum(m.total(least) for m in models)
+    return min(planned, max(least, int((free - short) / per_token) + least)) if per_token else planned
 
 
 def parse_bytes(text: str) -> int:

@@ -167,8 +167,8 @@ class Runner:
     def _held_bytes(self) -> int:
         """The weights of the pair in use, which a new pair replaces (and may unload to make room)."""
         held = self.target.weights_bytes if self.target is not None else 0
-        draft = getattr(getattr(self.drafter, "model", self.drafter), "backend", None)
-        return held + (getattr(draft, "weights_bytes", 0) if draft is not self.target else 0)
+        draft = self._draft_backend()
+        return held + (draft.weights_bytes if draft is not None and draft is not self.target else 0)
 
     def _smaller_offer(self, refused: NotEnoughMemory, models: list[MemoryEstimate], config: dict, file_bytes: int,
                        backend: str, device: str, precision: str, folder: Path,
@@ -257,8 +257,9 @@ class Runner:
         # The context chats are fitted to: the model's own, or less where asked or where memory
         # holds less (fitting then leaves out old turns before the KV cache can outgrow memory).
         own = target.context_length
-        target.context_length = min(own, context or own, memory_cap or own)
-        if target.context_length < own and memory_cap is not None and target.context_length == memory_cap:
+        asked = min(own, context or own)
+        target.context_length = min(asked, memory_cap or asked)
+        if memory_cap is not None and memory_cap <= asked and memory_cap < own:  # memory, not the ask, binds
             progress(f"Chats are kept within {memory_cap:,} tokens, what memory holds (the model reads {own:,}).")
         # Padded embeddings (e.g. 151936 rows for 151665 tokens): every drafter, and the target
         # alone, sample and compare over the tokenizer's real vocabulary only.
@@ -301,9 +302,14 @@ class Runner:
         if running is not None:
             running.cancel()
 
+    def _draft_backend(self) -> ModelBackend | None:
+        """The draft model's backend (ModelDrafter, and LookupThenModelDrafter through its model),
+        or None for prompt lookup and no draft."""
+        return getattr(self.drafter, "backend", None)
+
     def _backends(self) -> list[ModelBackend]:
         """The models whose caches a conversation keeps: the target, and the draft model if any."""
-        draft = getattr(self.drafter, "backend", None)
+        draft = self._draft_backend()
         return [self.target] if draft is None else [self.target, draft]
 
     def _controller(self, choice: str) -> DraftLengthController:

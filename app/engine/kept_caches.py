@@ -42,12 +42,10 @@ class KeptCaches:
         if conversation == self.current:
             return True
         kept = self._aside.pop(conversation, None)  # before evicting: the chat asked for stays
-        if self.current is not None:
+        if self.current:  # a one-off request ("": the pair trial, the CLI) is not a chat anyone returns to
             size = sum(b.cache_bytes() for b in backends)
-            states = [b.park() for b in backends]
-            # a one-off request ("": the pair trial, the CLI) is not a chat anyone returns to
-            if self.current and size and size <= self.budget:
-                self._aside[self.current] = _SetAside(states, size)
+            if size and size <= self.budget:
+                self._aside[self.current] = _SetAside([b.park() for b in backends], size)
                 self._evict()
         if kept is not None:
             for backend, state in zip(backends, kept.states, strict=True):

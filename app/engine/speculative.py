@@ -122,20 +122,18 @@ def generate(target: ModelBackend, decode: Callable[[list[int]], str], prompt_id
     Whatever way the answer ends, each cache's contents are recorded for the next one; a pass
     that failed midway leaves them unknown, so the next answer starts from empty caches."""
     committed = _Committed()
-    failed = False
     try:
         yield from _generate(target, decode, prompt_ids, drafter=drafter, reuse_cache=reuse_cache,
                              record=committed, **options)
     except GeneratorExit:  # the consumer stopped reading, at a yield: the caches are whole
         raise
     except BaseException:
-        failed = True
+        committed.tokens = None  # a pass may have stopped halfway through the caches
         raise
     finally:
-        tokens = None if failed else committed.tokens
-        remember(target, tokens)
+        remember(target, committed.tokens)
         if drafter is not None:
-            drafter.finish(tokens)
+            drafter.finish(committed.tokens)
 
 
 def _generate(

@@ -51,11 +51,9 @@ class ModelBackend(ABC):
         """Start a new, empty cache."""
 
     def park(self) -> object:
-        """Hand over the cache, with what it holds, and start an empty one (a conversation set
-        aside keeps its cache: app/engine/kept_caches.py)."""
-        state = (self.cache, self.held)
-        self.reset()
-        return state
+        """The cache with what it holds, for restore() to put back later (a conversation set aside
+        keeps its cache: app/engine/kept_caches.py); the caller then restores another or resets."""
+        return self.cache, self.held
 
     def restore(self, state: object) -> None:
         """Put back a cache that park() handed over."""

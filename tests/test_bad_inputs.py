@@ -308,6 +308,9 @@ CLI_VALUES = {
     "prompt not UTF-8": (["--prompt", b"\xff\xfe caf\xe9".decode("utf-8", "surrogateescape")], "--prompt"),
     "system not UTF-8": (["--system", b"r\xe9sum\xe9".decode("utf-8", "surrogateescape")], "--system"),
     "precision unknown": (["--precision", "int3"], "--precision"),
+    "compile unknown": (["--compile", "always"], "--compile"),
+    "context 0": (["--context", "0"], "--context"),
+    "context a word": (["--context", "long"], "--context"),
 }
 
 

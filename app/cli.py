@@ -122,7 +122,8 @@ def _show_round(event: Round, token_text) -> None:
 
 
 def cmd_generate(args) -> int:
-    from app.runner import ChatRequest, Runner
+    from app.runner import ChatRequest
+    from app.service import RunnerService, Traced
 
     params = _sampling(args)
     system, prompt = _text("--system", args.system), _text("--prompt", args.prompt)
@@ -132,23 +133,57 @@ def cmd_generate(args) -> int:
     if system:
         messages.append({"role": "system", "content": system})
     messages.append({"role": "user", "content": prompt})
-    runner = Runner()
-    loaded = runner.load(args.model, args.backend, draft=args.draft, precision=args.precision, compile=args.compile,
-                         progress=_progress, context=args.context)
-    _progress(f"Loaded {loaded.describe()} in {loaded.load_s:.1f}s")
-    request = ChatRequest(tuple(messages), max_tokens=args.max_tokens, params=params,
-                          draft_tokens=args.draft_tokens)
-    for event in runner.chat(request):
-        if isinstance(event, Notice):
-            _progress(event.message)
-        elif isinstance(event, Round):
-            if args.show_rounds:
-                _show_round(event, runner.tokenizer.token_text)
-            sys.stdout.write(event.text)
-            sys.stdout.flush()
-        elif isinstance(event, Finished):
-            sys.stdout.write("\n")
-            print(event.stats.summary(), file=sys.stderr)
+    service = RunnerService()  # the same service the window and the server are clients of
+    try:
+        loaded = service.load(args.model, args.backend, draft=args.draft, precision=args.precision,
+                              compile=args.compile, progress=_progress, context=args.context).result()
+        _progress(f"Loaded {loaded.describe()} in {loaded.load_s:.1f}s")
+        request = ChatRequest(tuple(messages), max_tokens=args.max_tokens, params=params,
+                              draft_tokens=args.draft_tokens)
+        handle = service.submit(request, client="cli")
+        try:
+            for event in handle.events():
+                if isinstance(event, Notice):
+                    _progress(event.message)
+                elif isinstance(event, Traced):
+                    if args.show_rounds:
+                        _show_round(event.round, service.runner.tokenizer.token_text)
+                    sys.stdout.write(event.round.text)
+                    sys.stdout.flush()
+                elif isinstance(event, Finished):
+                    sys.stdout.write("\n")
+                    print(event.stats.summary(), file=sys.stderr)
+        except KeyboardInterrupt:
+            handle.cancel()
+            raise
+    finally:
+        service.close()
+    return 0
+
+
+def cmd_serve(args) -> int:
+    """The loaded pair over an OpenAI-compatible API until Ctrl+C."""
+    from app.server.host import ApiServer, ServerError, api_key_from
+    from app.service import RunnerService
+
+    _check_link(args.model)
+    _check_link(args.draft)
+    service = RunnerService()
+    try:
+        try:  # the address first: a port in use or a missing key costs no loading time
+            server = ApiServer(service, args.host, args.port, api_key=api_key_from(args.api_key))
+        except ServerError as exc:
+            raise ValueError(str(exc)) from None
+        loaded = service.load(args.model, args.backend, draft=args.draft, precision=args.precision,
+                              compile=args.compile, progress=_progress, context=args.context).result()
+        from app.server.openai_api import model_id
+
+        _progress(f"Loaded {loaded.describe()} in {loaded.load_s:.1f}s")
+        _progress(f"Serving '{model_id(service)}' on {server.url} (OpenAI API"
+                  f"{', API key required' if server.api_key else ''}); Ctrl+C stops.")
+        server.serve_forever()
+    finally:
+        service.close()
     return 0
 
 
@@ -296,6 +331,22 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", default=None, metavar="OUT", help="write every figure to this file")
     bench.add_argument("--verbose", action="store_true", help="print each run as it finishes")
     bench.set_defaults(func=cmd_bench)
+
+    serve = sub.add_parser("serve", help="serve the pair over an OpenAI-compatible API (/v1/chat/completions)")
+    serve.add_argument("--model", "--target", dest="model", default="demo",
+                       help='model folder, .gguf file, or "demo" (default)')
+    serve.add_argument("--draft", default="auto", help='draft model, "self:<precision>", "ngram", "none" or "auto"')
+    serve.add_argument("--precision", default="auto", choices=PRECISION_CHOICES)
+    serve.add_argument("--compile", choices=COMPILE_CHOICES, default="auto", help=COMPILE_HELP)
+    serve.add_argument("--context", type=at_least_one("context token"), default=None, metavar="N",
+                       help="the most tokens a request may hold (default: the model's own, or what memory holds)")
+    serve.add_argument("--backend", choices=["mlx", "torch"], default=None)
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="the address to serve on (default 127.0.0.1, this computer only; any other needs a key)")
+    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("--api-key", default=None,
+                       help="a key every request must send as 'Authorization: Bearer KEY' (default: $TANDEM_API_KEY)")
+    serve.set_defaults(func=cmd_serve)
 
     models = sub.add_parser("models", help="what a model file holds and what runs of it")
     models_sub = models.add_subparsers(dest="models_command", required=True)

@@ -81,6 +81,11 @@ class ChatRequest:
     drafter: str = "pair"
     # whose caches to answer from (app/engine/kept_caches.py): a chat's id; "" for a one-off
     conversation: str = ""
+    tools: tuple[dict, ...] = ()  # function tools, rendered by the chat template in its own format
+    prompt: str | None = None  # a raw prompt (a completion, no chat template): `messages` unused
+    # fit a chat that outgrows the context by leaving out old turns (the window); False: refuse
+    # it (an API client is told, as OpenAI's API does, and shortens it itself)
+    fit: bool = True
     cancel: CancelToken = field(default_factory=CancelToken, compare=False, repr=False)
 
     @property
@@ -345,6 +350,13 @@ class Runner:
             return None
         return stats.decode_s / stats.decode_tokens, len(prompt) + tokens
 
+    def prompt_ids(self, request: ChatRequest) -> list[int]:
+        """The request's prompt as token ids: its chat through the template (with its tools), or
+        its raw prompt."""
+        if request.prompt is not None:
+            return self.tokenizer.encode(request.prompt)
+        return self.tokenizer.render_chat(list(request.messages), tools=list(request.tools) or None)
+
     def fit(self, request: ChatRequest) -> tuple[ChatRequest, str]:
         """The request with its oldest turns left out where the chat outgrows the context (never
         the system prompt or the last message; app/chat/context.py), and the notice that says so
@@ -354,9 +366,13 @@ class Runner:
         # Room kept for the answer: what was asked for, but never more than half the context, so
         # a large "max new tokens" does not refuse every message; the answer then ends at the
         # context's end instead.
+        if request.prompt is not None or not request.fit:
+            return request, ""  # the engine refuses a prompt that leaves no room to answer
         context = self.loaded.context_length
         room = min(request.max_tokens, context // 2)
-        messages, dropped = fit_messages(list(request.messages), lambda chunk: len(self.tokenizer.render_chat(chunk)),
+        tools = list(request.tools) or None
+        messages, dropped = fit_messages(list(request.messages),
+                                         lambda chunk: len(self.tokenizer.render_chat(chunk, tools=tools)),
                                          context - room)
         if not dropped:
             return request, ""
@@ -372,7 +388,7 @@ class Runner:
         request, left_out = self.fit(request)
         if left_out:
             yield Notice(left_out)
-        prompt_ids = self.tokenizer.render_chat(list(request.messages))
+        prompt_ids = self.prompt_ids(request)
         self.kept.switch(request.conversation, self._backends())
         self._running = request.cancel
         try:

@@ -32,7 +32,7 @@ from app.engine.events import Finished, GenerationStats, Notice, Round
 from app.runner import ChatRequest, LoadedModel, Runner
 
 log = logging.getLogger(__name__)
-_END = object()
+END = object()  # after a request's last event (a listener's cue to read `error`)
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,8 @@ def cancelled_before_start(prompt_tokens: int = 0) -> Finished:
 class RequestHandle:
     """One request's own view of the service: its events, in order, and its cancel."""
 
-    def __init__(self, service: RunnerService, request: ChatRequest, client: str, number: int):
+    def __init__(self, service: RunnerService, request: ChatRequest, client: str, number: int,
+                 listener: Callable[[object], None] | None = None):
         self.request = request
         self.client = client
         self.number = number
@@ -71,6 +72,9 @@ class RequestHandle:
         self.done = threading.Event()
         self._service = service
         self._events: queue.SimpleQueue = queue.SimpleQueue()
+        # called on the service's thread with each event, then END (an asyncio client hands them
+        # to its loop); with a listener, `events()` is not used
+        self._listener = listener
 
     def __repr__(self) -> str:
         return f"<request {self.number} of {self.client}>"
@@ -89,7 +93,7 @@ class RequestHandle:
         here, in the client's thread. `timeout`: the longest wait for one event (queue.Empty)."""
         while True:
             item = self._events.get(timeout=timeout)
-            if item is _END:
+            if item is END:
                 if self.error is not None:
                     raise self.error
                 return
@@ -108,12 +112,23 @@ class RequestHandle:
     def _put(self, item) -> None:
         if isinstance(item, Finished):
             self.finished = item
-        self._events.put(item)
+        self._deliver(item)
+        for watcher in self._service.watchers:
+            try:
+                watcher(self, item)
+            except Exception:  # noqa: BLE001 - a watcher's fault must not end the request
+                log.exception("a watcher of the engine failed")
 
     def _end(self, error: BaseException | None = None) -> None:
         self.error = error
-        self._events.put(_END)
         self.done.set()
+        self._deliver(END)
+
+    def _deliver(self, item) -> None:
+        if self._listener is not None:
+            self._listener(item)
+        else:
+            self._events.put(item)
 
 
 @dataclass
@@ -139,14 +154,21 @@ class RunnerService:
         self._numbers = itertools.count(1)
         self._closed = False
         self.served = 0  # requests answered (or ended) so far
+        # watcher(handle, event) sees every request's events, on the service's thread: the
+        # window shows the server's traffic in its side panel this way
+        self.watchers: list[Callable[[RequestHandle, object], None]] = []
+        # the status bar's words for the caches set aside, taken on the service's thread after
+        # each answer (a client reading KeptCaches while the service changes it could see it torn)
+        self.kept_summary = ""
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._thread.start()
 
     # clients' side
 
-    def submit(self, request: ChatRequest, client: str = "cli") -> RequestHandle:
-        """Queue a chat request; its handle streams the answer."""
-        handle = RequestHandle(self, request, client, next(self._numbers))
+    def submit(self, request: ChatRequest, client: str = "cli",
+               listener: Callable[[object], None] | None = None) -> RequestHandle:
+        """Queue a chat request; its handle streams the answer (to `listener` where given)."""
+        handle = RequestHandle(self, request, client, next(self._numbers), listener)
         self._queue(_Job(client, handle=handle))
         return handle
 
@@ -267,6 +289,8 @@ class RunnerService:
                     self._answer(job.handle)
                 else:
                     self._run_call(job)
+            except BaseException:  # the thread serves on whatever one job did
+                log.exception("the engine's job failed")
             finally:
                 with self._lock:
                     self._running = None
@@ -289,10 +313,10 @@ class RunnerService:
             handle._end()
             return
         handle._put(Started(runner.loaded, time.perf_counter() - handle.queued_at))
-        token_text = runner.tokenizer.token_text if runner.tokenizer is not None else str
         first_token_at = None
         error = None
         try:
+            token_text = getattr(runner.tokenizer, "token_text", str)
             for event in runner.chat(handle.request):
                 if isinstance(event, Round):
                     now = time.perf_counter()
@@ -306,6 +330,8 @@ class RunnerService:
         finally:
             self.served += 1
             handle._end(error)
+            kept = getattr(runner, "kept", None)
+            self.kept_summary = kept.summary() if kept is not None else ""
 
 
 def _count(handles: list[RequestHandle]) -> str:

@@ -78,18 +78,52 @@ def test_a_timing_that_gives_way_yields_no_sample(runner):
     assert seconds > 0 and context > 8
 
 
-def test_the_worker_finishes_a_trial_only_when_the_chat_is_idle(runner, qapp):
+def test_the_worker_finishes_a_trial_only_when_the_chat_is_idle(runner, qtbot):
+    from ui.worker import EngineWorker, PairRequest
+
+    worker = EngineWorker(runner)
+    done = []  # Qt delivers the report on this thread, from its event loop (qtbot's waits run it)
+    worker.trial_done.connect(lambda request, result: done.append(result))
+    try:
+        worker.set_engine_wanted(True)  # a message was sent before the trial could start
+        worker.trial(PairRequest("tiny"))
+        qtbot.wait(500)
+        assert done == []  # it waits: the message goes first
+        worker.set_engine_wanted(False)
+        worker.resume_background()
+        qtbot.waitUntil(lambda: bool(done), timeout=120_000)  # the service runs it in the background
+        assert len(done) == 1 and done[0] is not None and done[0].tokens > 0
+    finally:
+        worker.close()
+
+
+def test_the_trial_gives_way_to_another_clients_request_too(runner, qtbot):
+    """A server request arriving mid-trial goes first; the trial finishes when the chat is idle."""
     from ui.worker import EngineWorker, PairRequest
 
     worker = EngineWorker(runner)
     done = []
     worker.trial_done.connect(lambda request, result: done.append(result))
-    worker.set_engine_wanted(True)  # a message was sent before the trial could start
-    worker.trial(PairRequest("tiny"))
-    assert done == []  # it waits: the message goes first
-    worker.set_engine_wanted(False)
-    worker.resume_background()
-    assert len(done) == 1 and done[0] is not None and done[0].tokens > 0
+    chat, served = runner.chat, []
+
+    def chat_then_a_server_request(request):
+        if not served:  # the trial's first request: another client asks meanwhile
+            served.append(worker.service.submit(ChatRequest(ASK, max_tokens=4), client="server"))
+        return chat(request)
+
+    runner.chat = chat_then_a_server_request
+    try:
+        worker.trial(PairRequest("tiny"))
+        qtbot.waitUntil(lambda: bool(served), timeout=60_000)
+        assert served[0].result(120).stats.finish_reason in ("length", "stop")
+        qtbot.wait(500)
+        assert done == []  # it gave way, and waits for the chat to be idle
+        worker.resume_background()
+        qtbot.waitUntil(lambda: bool(done), timeout=120_000)
+        assert done[0] is not None and done[0].tokens > 0
+    finally:
+        runner.chat = chat
+        worker.close()
 
 
 def test_every_drafter_samples_over_the_real_vocabulary(tiny_pair, tmp_path):

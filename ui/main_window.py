@@ -510,6 +510,7 @@ class MainWindow(QMainWindow):
         self.worker.stop()
         self.thread.quit()
         self.thread.wait(QUIT_WAIT_MS)
+        self.worker.close()  # the engine's own thread: every other client's request ends too
         # The worker's last reports (the Finished of a stopped answer) are queued for this thread:
         # deliver them now, so the answer is stored as the worker ended it.
         QCoreApplication.sendPostedEvents(None, QEvent.Type.MetaCall)

@@ -1,8 +1,13 @@
-"""The worker: hosts the Qt-free runner on its own QThread and turns its events into signals.
+"""The worker: the window's client of the runner service (app/service.py), turning its events
+into Qt signals.
 
-All model work (MLX included) happens on this one thread for the life of the loaded models.
-Text is coalesced so the GUI repaints at most ~30 times a second whatever the token rate.
-The runner fits a conversation into the context itself (its events say when turns were left out).
+The service's own thread does all model work (MLX included) for the life of the loaded pair, for
+every client alike (the local server too). This worker lives on a QThread of its own and waits
+there for the window's requests; background work (the pair trial, re-timing the target alone)
+is handed to the service and reports through signals when done, so a message is never stuck
+behind it. Text is coalesced so the GUI repaints at most ~30 times a second whatever the token
+rate. The runner fits a conversation into the context itself (its events say when turns were
+left out).
 """
 
 from __future__ import annotations
@@ -10,17 +15,19 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, replace
 
 from PySide6.QtCore import QObject, Signal, Slot
 
 from app.chat.baseline import Baseline
 from app.chat.context import ContextOverflowError
-from app.chat.trace import RoundTrace, trace_round
-from app.engine.events import Finished, Notice, Round
+from app.chat.trace import RoundTrace
+from app.engine.events import Finished, Notice
 from app.models.pairing import PairingError
 from app.pair_trial import TrialProgress, run_trial
 from app.runner import BASELINE_TOKENS, DRAFT_AUTO, DRAFT_LOOKUP, DRAFT_NONE, ChatRequest, Runner
+from app.service import RequestHandle, RunnerService, Started, Traced
 
 REPAINT_INTERVAL_S = 1 / 30
 log = logging.getLogger(__name__)
@@ -94,19 +101,33 @@ class EngineWorker(QObject):
     pair_notice = Signal(str)  # about the pair, not an answer: shown as a banner
     trial_done = Signal(object, object)  # PairRequest, app.models.pair_memory.TrialResult or None (interrupted)
 
-    def __init__(self, runner: Runner | None = None):
+    CLIENT = "window"  # the service's name for this client (its turns, its requests)
+
+    def __init__(self, runner: Runner | None = None, service: RunnerService | None = None):
         super().__init__()
-        self.runner = runner or Runner()
+        self.service = service or RunnerService(runner)
         # Set (from the GUI thread) while a real request waits or runs: background work on the
         # engine (the pair trial, re-timing the target alone) gives way at once and resumes later.
+        # (The service also makes it give way to any other client's request.)
         self._engine_wanted = threading.Event()
         self._trial: tuple[PairRequest, TrialProgress] | None = None  # a trial still to finish
+        self._trial_running = False  # a part of it is with the service now
+        self._handle: RequestHandle | None = None  # the window's request being answered
+        self._racing: ChatRequest | None = None  # a race's request: Stop also reaches it between its sides
         self.timings: Baseline | None = None  # of the pair loaded now
 
+    @property
+    def runner(self) -> Runner:
+        return self.service.runner
+
     def stop(self) -> None:
-        """Called from the GUI thread: the request running now stops between rounds or draft
-        steps. (A client that made the request cancels its own token instead.)"""
-        self.runner.cancel()
+        """Called from the GUI thread: the window's request running now stops between rounds or
+        draft steps (a server request running beside it is not touched)."""
+        handle, racing = self._handle, self._racing
+        if handle is not None:
+            handle.cancel()
+        if racing is not None:
+            racing.cancel.cancel()
 
     def set_engine_wanted(self, wanted: bool) -> None:
         """Called from the GUI thread: a real request is queued or running (True), or the chat
@@ -119,27 +140,36 @@ class EngineWorker(QObject):
     def interrupt_trial(self) -> None:
         """Called from the GUI thread when quitting: background work ends after its round."""
         self._engine_wanted.set()
-        self.runner.cancel()
+        self.stop()
+
+    def close(self) -> None:
+        """When quitting, after the worker's thread has ended: the service stops too."""
+        self.service.close()
+
+    def _give_way(self, service_wants: callable) -> callable:
+        return lambda: self._engine_wanted.is_set() or service_wants()
 
     @Slot()
     def resume_background(self) -> None:
         """The chat is idle: finish a pair trial that gave way to a message."""
-        if self._trial is not None and not self._engine_wanted.is_set():
+        if self._trial is not None and not self._trial_running and not self._engine_wanted.is_set():
             self._continue_trial()
+
+    def _load(self, request: PairRequest, draft: str):
+        return self.service.load(request.target, request.backend or None, draft=draft, precision=request.precision,
+                                 client=self.CLIENT, progress=self.progress.emit).result()
 
     @Slot(object)
     def load_pair(self, request: PairRequest) -> None:
         """Load a pair; on any failure the current pair stays loaded and load_failed says why."""
         try:
             try:
-                info = self.runner.load(request.target, request.backend or None, draft=request.draft,
-                                        precision=request.precision, progress=self.progress.emit)
+                info = self._load(request, request.draft)
             except PairingError as exc:
                 if not request.keep_draft:
                     raise
                 draft_name = request.named()[1]
-                info = self.runner.load(request.target, request.backend or None, draft=DRAFT_LOOKUP,
-                                        precision=request.precision, progress=self.progress.emit)
+                info = self._load(request, DRAFT_LOOKUP)
                 request = replace(request, draft=DRAFT_LOOKUP, draft_name=DRAFT_LOOKUP)
                 self.pair_notice.emit(f"The draft {draft_name} does not fit this target, so it drafts with prompt "
                                  f"lookup for now. {exc} Drop a draft of the target's family on the Draft slot.")
@@ -171,16 +201,31 @@ class EngineWorker(QObject):
             self._continue_trial()
 
     def _continue_trial(self) -> None:
-        request, progress = self._trial
-        try:
-            result = run_trial(self.runner, self._engine_wanted.is_set, progress=progress)
-        except Exception:  # a trial is a bonus: its failure must not look like a broken pair
-            log.exception("pair trial failed")
-            result, progress.gave_way = None, False
-        if progress.gave_way:
-            return  # resume_background goes on from the next prompt
-        self._trial = None
-        self.trial_done.emit(request, result)
+        """Hand the rest of the trial to the service, in the background; it reports when done."""
+        trial = self._trial
+        request, progress = trial
+        self._trial_running = True
+
+        def run(runner: Runner, service_wants) -> object:
+            return run_trial(runner, self._give_way(service_wants), progress=progress)
+
+        def done(future: Future) -> None:  # on the service's thread
+            self._trial_running = False
+            if future.cancelled():
+                return
+            try:
+                result = future.result()
+            except Exception:  # a trial is a bonus: its failure must not look like a broken pair
+                log.exception("pair trial failed")
+                result, progress.gave_way = None, False
+            if self._trial is not trial:
+                return  # a new pair was loaded meanwhile
+            if progress.gave_way:
+                return  # resume_background goes on from the next prompt
+            self._trial = None
+            self.trial_done.emit(request, result)
+
+        self.service.call(run, client=self.CLIENT, background=True).add_done_callback(done)
 
     @Slot(str, str, str)
     def load(self, spec: str, backend: str, draft: str = DRAFT_AUTO) -> None:
@@ -189,30 +234,43 @@ class EngineWorker(QObject):
     @Slot(object)
     def measure_baseline(self, messages) -> None:
         """Time the target alone (the speedup's yardstick) after `messages`, or a short chat.
-        Between answers (`messages` given) it gives way to a waiting request: no sample then."""
-        give_way = self._engine_wanted.is_set if messages else (lambda: False)
-        if give_way():
+        Between answers (`messages` given) it is background work that gives way to a waiting
+        request (no sample then); after a load it runs in the window's turn."""
+        messages = tuple(messages)
+        if messages and self._engine_wanted.is_set():
             return
-        try:
-            timing = self.runner.time_target_alone(tuple(messages), cancelled=give_way)
-        except Exception as exc:  # no baseline: the panel says so rather than guess
-            log.warning("timing the target alone failed: %s", exc)
-            return
-        if timing is None:
-            return
-        seconds, context = timing
-        tokens = BASELINE_TOKENS
-        self.timings = (Baseline.first(seconds, context, tokens) if self.timings is None
-                        else self.timings.add(seconds, context, tokens))
-        self.baseline.emit(self.timings)
+
+        def run(runner: Runner, service_wants=None):
+            give_way = self._give_way(service_wants) if service_wants is not None else (lambda: False)
+            return runner.time_target_alone(messages, cancelled=give_way)
+
+        def done(future: Future) -> None:  # on the service's thread
+            if future.cancelled():
+                return
+            try:
+                timing = future.result()
+            except Exception as exc:  # no baseline: the panel says so rather than guess
+                log.warning("timing the target alone failed: %s", exc)
+                return
+            if timing is None:
+                return
+            seconds, context = timing
+            tokens = BASELINE_TOKENS
+            self.timings = (Baseline.first(seconds, context, tokens) if self.timings is None
+                            else self.timings.add(seconds, context, tokens))
+            self.baseline.emit(self.timings)
+
+        self.service.call(run, client=self.CLIENT, background=bool(messages)).add_done_callback(done)
+
+    def _submit(self, request: ChatRequest) -> RequestHandle:
+        self._handle = self.service.submit(request, client=self.CLIENT)
+        return self._handle
 
     @Slot(object)
     def generate(self, request: ChatRequest) -> None:
         pending_text: list[str] = []
         pending_rounds: list[RoundTrace] = []
         last_emit = time.perf_counter()
-        first_token_at = None
-        token_text = self.runner.tokenizer.token_text if self.runner.tokenizer else str
 
         def flush() -> None:
             nonlocal last_emit
@@ -225,36 +283,39 @@ class EngineWorker(QObject):
             last_emit = time.perf_counter()
 
         try:
-            self.answering.emit(self.runner.loaded)  # the runner fits the chat to the context and says so
-            for event in self.runner.chat(request):
-                if isinstance(event, Round):
-                    now = time.perf_counter()
-                    first_token_at = first_token_at or now  # round 0 ends with the first token
-                    pending_rounds.append(trace_round(event, token_text, now - first_token_at))
-                    if event.text:
-                        pending_text.append(event.text)
+            for event in self._submit(request).events():
+                if isinstance(event, Traced):
+                    pending_rounds.append(event.trace)
+                    if event.round.text:
+                        pending_text.append(event.round.text)
                     if time.perf_counter() - last_emit >= REPAINT_INTERVAL_S:
                         flush()
+                elif isinstance(event, Started):
+                    self.answering.emit(event.loaded)  # the pair that answers: a load may have come first
                 elif isinstance(event, Notice):
                     self.notice.emit(event.message)
                 elif isinstance(event, Finished):
                     flush()
                     self.finished.emit(event)
-                    self.caches_kept.emit(self.runner.kept.summary())
+                    self.caches_kept.emit(self.service.kept_summary)
         except ContextOverflowError as exc:
             self.failed.emit(str(exc))
         except Exception as exc:
             log.exception("generation failed")
             flush()
             self.failed.emit(f"The answer failed: {exc}")
+        finally:
+            self._handle = None
 
     @Slot(object)
     def race(self, request: ChatRequest) -> None:
         """The same request with the target alone, then speculatively, one after the other. Each
         side's text streams out as it is written (race_text), so a race of minutes is watched,
         not waited for; Stop (or cancelling the request) ends it between rounds."""
+        self._racing = request
         try:
-            request, left_out = self.runner.fit(request)  # once for both sides
+            fitted = self.service.call(lambda runner: runner.fit(request), client=self.CLIENT)
+            request, left_out = fitted.result()  # once for both sides
             if left_out:
                 self.notice.emit(left_out)
             runs = []
@@ -269,6 +330,8 @@ class EngineWorker(QObject):
             log.exception("race failed")
             self.race_failed.emit(f"The race failed: {exc}")
             return
+        finally:
+            self._racing = None
         self.race_done.emit(RaceResult(runs[0], runs[1], request.params.greedy))
 
     def _race_side(self, side: int, request: ChatRequest) -> Finished | None:
@@ -276,15 +339,18 @@ class EngineWorker(QObject):
         pending: list[str] = []
         last_emit = time.perf_counter()
         finished = None
-        for event in self.runner.chat(request):
-            if isinstance(event, Round) and event.text:
-                pending.append(event.text)
-                if time.perf_counter() - last_emit >= REPAINT_INTERVAL_S:
-                    self.race_text.emit(side, "".join(pending))
-                    pending.clear()
-                    last_emit = time.perf_counter()
-            elif isinstance(event, Finished):
-                finished = event
+        try:
+            for event in self._submit(request).events():
+                if isinstance(event, Traced) and event.round.text:
+                    pending.append(event.round.text)
+                    if time.perf_counter() - last_emit >= REPAINT_INTERVAL_S:
+                        self.race_text.emit(side, "".join(pending))
+                        pending.clear()
+                        last_emit = time.perf_counter()
+                elif isinstance(event, Finished):
+                    finished = event
+        finally:
+            self._handle = None
         if pending:
             self.race_text.emit(side, "".join(pending))
         return finished

@@ -54,13 +54,25 @@ class ChatTokenizer:
         """The text one token stands for, as the side panel shows it."""
         return self.decode([token_id])
 
-    def render_chat(self, messages: list[dict], add_generation_prompt: bool = True) -> list[int]:
-        """Token ids of `messages` ({"role", "content"}) through the model's chat template."""
+    @property
+    def chat_template(self) -> str:
+        template = getattr(self._tok, "chat_template", None) or ""
+        return template if isinstance(template, str) else "\n".join(str(t) for t in dict(template).values())
+
+    @property
+    def supports_tools(self) -> bool:
+        """The chat template renders a `tools` list (one that never reads it would drop them)."""
+        return "tools" in self.chat_template
+
+    def render_chat(self, messages: list[dict], add_generation_prompt: bool = True,
+                    tools: list[dict] | None = None) -> list[int]:
+        """Token ids of `messages` ({"role", "content"}, and a tool-aware template's tool_calls
+        and tool results) through the model's chat template, with `tools` in its own format."""
         if not self.has_chat_template:
-            text = "\n\n".join(m["content"] for m in messages)
+            text = "\n\n".join(m.get("content") or "" for m in messages)
             return self.encode(text)
         rendered = self._tok.apply_chat_template(
-            messages, add_generation_prompt=add_generation_prompt, tokenize=False
+            messages, add_generation_prompt=add_generation_prompt, tokenize=False, tools=tools or None
         )
         return self.encode(rendered)
 

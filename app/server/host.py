@@ -1,0 +1,103 @@
+"""Serving the API on uvicorn: on 127.0.0.1 by default; any other address only with an API key.
+
+`ApiServer` runs uvicorn on a thread of its own (the window's switch, the tests) or in the
+foreground (`tandem-cli serve`). It binds its socket itself, before uvicorn starts, so a port in
+use is a clear error at once and port 0 gets a free port whose number is known.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import socket
+import threading
+
+import uvicorn
+
+from app.server.openai_api import MAX_BODY_BYTES, create_app
+from app.service import RunnerService
+
+DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8080
+API_KEY_VARIABLE = "TANDEM_API_KEY"
+MAX_CONNECTIONS = 64  # beyond this uvicorn answers 503 at once rather than queue without end
+log = logging.getLogger(__name__)
+
+
+class ServerError(RuntimeError):
+    """The server cannot start as asked: the message says why and what to do."""
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def api_key_from(given: str | None) -> str | None:
+    """The key given, else the environment's ($TANDEM_API_KEY); None for none."""
+    key = given if given is not None else os.environ.get(API_KEY_VARIABLE)
+    return key or None
+
+
+class ApiServer:
+    def __init__(self, service: RunnerService, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
+                 api_key: str | None = None, max_body: int = MAX_BODY_BYTES):
+        if not is_loopback(host) and not api_key:
+            raise ServerError(f"Serving on {host} lets other machines use this model: set an API key first "
+                              f"(--api-key KEY, or ${API_KEY_VARIABLE}), or serve on 127.0.0.1.")
+        if not 0 <= port <= 65535:
+            raise ServerError(f"The port must be from 1 to 65535 (0 picks a free one), not {port}.")
+        self.service, self.host, self.api_key = service, host, api_key
+        self.socket = self._bind(host, port)
+        self.port = self.socket.getsockname()[1]
+        config = uvicorn.Config(create_app(service, api_key, max_body), log_level="warning",
+                                limit_concurrency=MAX_CONNECTIONS, timeout_graceful_shutdown=5)
+        self._server = uvicorn.Server(config)
+        self._thread: threading.Thread | None = None
+
+    @staticmethod
+    def _bind(host: str, port: int) -> socket.socket:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            sock.close()
+            raise ServerError(f"Cannot serve on {host}:{port}: {exc.strerror or exc}. "
+                              "Another program may use that port: choose another with --port.") from exc
+        sock.listen(128)
+        return sock
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/v1"
+
+    def serve_forever(self) -> None:
+        """In the foreground, until Ctrl+C."""
+        self._server.run(sockets=[self.socket])
+
+    def start(self) -> None:
+        """On a thread of its own; returns once it accepts connections."""
+        self._thread = threading.Thread(target=self.serve_forever, name="tandem-api", daemon=True)
+        self._thread.start()
+        while not self._server.started:
+            if not self._thread.is_alive():
+                raise ServerError(f"The server on {self.url} stopped as it started (see the log).")
+            self._thread.join(0.02)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop accepting, end the requests in flight (each within one round), close the socket."""
+        self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout)
+        self.socket.close()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()

@@ -1,0 +1,287 @@
+"""The OpenAI-compatible HTTP API over the runner service: /v1/models, /v1/chat/completions and
+/v1/completions, streamed (server-sent events) or not, on FastAPI.
+
+Every request is one more client of the service (app/service.py), so the window and the server
+take fair turns on the one loaded pair. A client that disconnects cancels its request: the engine
+stops within one round. Errors are OpenAI's error object with the status OpenAI uses. Each answer
+carries its speculative figures in an extra `tandem` field.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.engine.events import Finished, Notice
+from app.models.resolve import display_name
+from app.runner import ChatRequest
+from app.server.requests import ApiError, ChatBody, CompletionBody, parse_body
+from app.server.tool_calls import ToolCallSplitter, tool_format
+from app.service import END, RequestHandle, RunnerService, Traced
+
+CLIENT = "server"  # the service's name for this client
+MAX_BODY_BYTES = 16 * 1024 * 1024  # an agent's whole repository in context is far less
+DISCONNECT_POLL_S = 0.25
+FINISH_REASONS = {"stop": "stop", "stop_string": "stop", "length": "length", "context": "length",
+                  "cancelled": "stop"}
+
+
+def model_id(service: RunnerService) -> str | None:
+    loaded = service.runner.loaded
+    return None if loaded is None else display_name(loaded.folder)
+
+
+def create_app(service: RunnerService, api_key: str | None = None, max_body: int = MAX_BODY_BYTES) -> FastAPI:
+    """The API app. With `api_key`, every request needs `Authorization: Bearer <key>`."""
+    app = FastAPI(title="Tandem", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.service = service
+
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return exc.response()
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        kind = "not_found" if exc.status_code == 404 else None
+        return ApiError(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", code=kind).response()
+
+    @app.middleware("http")
+    async def authorize(request: Request, call_next):
+        if api_key is not None:
+            given = request.headers.get("authorization", "")
+            scheme, _, token = given.partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), api_key.encode()):
+                return ApiError(401, "This server needs an API key: send it as 'Authorization: Bearer <key>' "
+                                     "(the key given to tandem-cli serve --api-key, or TANDEM_API_KEY).",
+                                code="invalid_api_key").response()
+        return await call_next(request)
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        name = model_id(service)
+        data = [] if name is None else [{"id": name, "object": "model", "created": 0, "owned_by": "tandem"}]
+        return {"object": "list", "data": data}
+
+    @app.get("/v1/models/{name:path}")
+    async def one_model(name: str) -> dict:
+        _check_model(service, name)
+        return {"id": name, "object": "model", "created": 0, "owned_by": "tandem"}
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        body = parse_body(await _read_body(request, max_body), ChatBody)
+        return await _answer(request, service, body, chat=True)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        body = parse_body(await _read_body(request, max_body), CompletionBody)
+        return await _answer(request, service, body, chat=False)
+
+    return app
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The body, refused past `limit` bytes before it is all read (a length header can lie or be absent)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise _too_large(limit)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _too_large(limit: int) -> ApiError:
+    return ApiError(413, f"The request body is over {limit // (1024 * 1024)} MiB, this server's limit: "
+                         "send a shorter conversation.", code="request_too_large")
+
+
+def _check_model(service: RunnerService, name: str) -> str:
+    loaded = model_id(service)
+    if loaded is None:
+        raise ApiError(503, "No model is loaded: load one in Tandem's window, or name one to tandem-cli serve.",
+                       type_="server_error", code="model_not_loaded")
+    if name != loaded:
+        raise ApiError(404, f"The model '{name}' is not loaded here: this server answers with '{loaded}' "
+                            "(GET /v1/models lists it).", param="model", code="model_not_found")
+    return loaded
+
+
+async def _answer(http: Request, service: RunnerService, body: ChatBody | CompletionBody, chat: bool):
+    name = _check_model(service, body.model)
+    runner = service.runner
+    fmt = tool_format(runner.tokenizer.chat_template) if chat and body.tools else None
+    if chat and body.tools and body.tool_choice != "none" and fmt is None:
+        raise ApiError(400, f"{name}'s chat template has no format for tools, so it cannot call them: "
+                            "send the request without `tools`, or load a model whose template has them.",
+                       param="tools")
+    request = body.to_request(runner.loaded.context_length, with_tools=fmt is not None)
+    prompt = await run_in_threadpool(runner.prompt_ids, request)
+    context = runner.loaded.context_length
+    if len(prompt) >= context:
+        raise ApiError(400, f"The prompt is {len(prompt):,} tokens but {name}'s context holds {context:,}: "
+                            "shorten the conversation.", param="messages" if chat else "prompt",
+                       code="context_length_exceeded")
+    stream = _Stream(service, request, len(prompt))
+    started = _Started(kind="chat.completion" if chat else "text_completion", model=name)
+    if body.stream:
+        include_usage = bool((body.stream_options or {}).get("include_usage"))
+        return StreamingResponse(_sse(http, stream, started, fmt, chat, include_usage),
+                                 media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+    text, finished = await stream.whole(http)
+    return _whole_response(started, text, finished, fmt, chat, len(prompt))
+
+
+class _Started:
+    def __init__(self, kind: str, model: str):
+        prefix = "chatcmpl" if kind == "chat.completion" else "cmpl"
+        self.id = f"{prefix}-{uuid.uuid4().hex}"
+        self.kind, self.model, self.created = kind, model, int(time.time())
+
+
+class _Stream:
+    """One request's events, handed from the service's thread to this event loop."""
+
+    def __init__(self, service: RunnerService, request: ChatRequest, prompt_tokens: int):
+        self.loop = asyncio.get_running_loop()
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.prompt_tokens = prompt_tokens
+        self.handle: RequestHandle = service.submit(request, client=CLIENT, listener=self._hand_over)
+
+    def _hand_over(self, item) -> None:  # on the service's thread
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+
+    async def events(self, http: Request | None = None) -> AsyncIterator[object]:
+        """The request's events; a client that went away cancels it (within one round). With
+        `http`, disconnects are polled for (a streamed response learns of them from Starlette,
+        which cancels the generator: the `finally` below)."""
+        try:
+            while True:
+                try:
+                    item = await asyncio.wait_for(self.queue.get(), DISCONNECT_POLL_S if http else None)
+                except TimeoutError:
+                    if await http.is_disconnected():
+                        self.handle.cancel()
+                        return
+                    continue
+                if item is END:
+                    if self.handle.error is not None:
+                        raise _engine_error(self.handle.error)
+                    return
+                yield item
+        finally:
+            if not self.handle.done.is_set():
+                self.handle.cancel()  # the client went away mid-stream: nothing runs on for nobody
+
+    async def whole(self, http: Request) -> tuple[str, Finished | None]:
+        parts, finished = [], None
+        async for item in self.events(http):
+            if isinstance(item, Traced):
+                parts.append(item.round.text)
+            elif isinstance(item, Finished):
+                finished = item
+        return "".join(parts), finished
+
+
+def _engine_error(exc: BaseException) -> ApiError:
+    if isinstance(exc, ValueError):  # the prompt, the context: the request's fault
+        return ApiError(400, str(exc), code="context_length_exceeded" if "context" in str(exc) else None)
+    return ApiError(500, f"The answer failed: {exc}", type_="server_error")
+
+
+def _stats(finished: Finished | None, prompt_tokens: int) -> tuple[dict, dict]:
+    """(OpenAI's usage, Tandem's speculative figures) of an answer."""
+    if finished is None:
+        return {"prompt_tokens": prompt_tokens, "completion_tokens": 0, "total_tokens": prompt_tokens}, {}
+    s = finished.stats
+    usage = {"prompt_tokens": s.prompt_tokens, "completion_tokens": s.tokens,
+             "total_tokens": s.prompt_tokens + s.tokens}
+    figures = {"tokens_per_s": round(s.tokens_per_s, 2), "target_passes": s.rounds,
+               "tokens_per_pass": round(s.tokens_per_round, 3), "drafted": s.drafted, "accepted": s.accepted,
+               "acceptance": round(s.acceptance_rate, 4), "prefill_s": round(s.prefill_s, 4),
+               "decode_s": round(s.decode_s, 4), "reused_prompt_tokens": s.reused_tokens,
+               "finish": s.finish_reason}
+    return usage, figures
+
+
+def _finish_reason(finished: Finished | None, calls: list) -> str:
+    if calls:
+        return "tool_calls"
+    return FINISH_REASONS.get(finished.stats.finish_reason, "stop") if finished is not None else "stop"
+
+
+def _whole_response(started: _Started, text: str, finished: Finished | None, fmt, chat: bool,
+                    prompt_tokens: int) -> dict:
+    usage, figures = _stats(finished, prompt_tokens)
+    if chat:
+        splitter = ToolCallSplitter(fmt)
+        content = splitter.feed(text)
+        rest, calls = splitter.finish()
+        message = {"role": "assistant", "content": (content + rest) or (None if calls else "")}
+        if calls:
+            message["tool_calls"] = [c.to_openai() for c in calls]
+        choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": _finish_reason(finished, calls)}
+    else:
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": _finish_reason(finished, [])}
+    return {"id": started.id, "object": started.kind, "created": started.created, "model": started.model,
+            "choices": [choice], "usage": usage, "tandem": figures}
+
+
+def _chunk(started: _Started, chat: bool, delta: dict | str | None, finish: str | None = None, **extra) -> str:
+    if chat:
+        choice = {"index": 0, "delta": delta or {}, "logprobs": None, "finish_reason": finish}
+        kind = "chat.completion.chunk"
+    else:
+        choice = {"index": 0, "text": delta or "", "logprobs": None, "finish_reason": finish}
+        kind = "text_completion"
+    payload = {"id": started.id, "object": kind, "created": started.created, "model": started.model,
+               "choices": [choice], **extra}
+    return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
+
+
+async def _sse(http: Request, stream: _Stream, started: _Started, fmt, chat: bool,
+               include_usage: bool) -> AsyncIterator[str]:
+    splitter = ToolCallSplitter(fmt)
+    finished = None
+    if chat:
+        yield _chunk(started, chat, {"role": "assistant", "content": ""})
+    try:
+        async for item in stream.events():
+            if isinstance(item, Traced) and item.round.text:
+                content = splitter.feed(item.round.text) if chat else item.round.text
+                if content:
+                    yield _chunk(started, chat, {"content": content} if chat else content)
+            elif isinstance(item, Finished):
+                finished = item
+            elif isinstance(item, Notice):
+                continue  # the window's words (e.g. why it decodes plainly); an API answer has no place for them
+    except ApiError as exc:  # after the stream began: the error goes in it, as OpenAI's does
+        yield f"data: {json.dumps(exc.body(), ensure_ascii=False)}\n\n"
+        yield "data: [DONE]\n\n"
+        return
+    calls = []
+    if chat:
+        rest, calls = splitter.finish()
+        if rest:
+            yield _chunk(started, chat, {"content": rest})
+        if calls:
+            yield _chunk(started, chat, {"tool_calls": [c.to_openai(i) for i, c in enumerate(calls)]})
+    usage, figures = _stats(finished, stream.prompt_tokens)
+    yield _chunk(started, chat, {} if chat else "", _finish_reason(finished, calls), tandem=figures)
+    if include_usage:
+        payload = {"id": started.id, "object": "chat.completion.chunk" if chat else "text_completion",
+                   "created": started.created, "model": started.model, "choices": [], "usage": usage}
+        yield f"data: {json.dumps(payload)}\n\n"
+    yield "data: [DONE]\n\n"

@@ -113,16 +113,20 @@ class RequestHandle:
         if isinstance(item, Finished):
             self.finished = item
         self._deliver(item)
-        for watcher in self._service.watchers:
-            try:
-                watcher(self, item)
-            except Exception:  # noqa: BLE001 - a watcher's fault must not end the request
-                log.exception("a watcher of the engine failed")
+        self._tell_watchers(item)
 
     def _end(self, error: BaseException | None = None) -> None:
         self.error = error
         self.done.set()
         self._deliver(END)
+        self._tell_watchers(END)
+
+    def _tell_watchers(self, item) -> None:
+        for watcher in list(self._service.watchers):
+            try:
+                watcher(self, item)
+            except Exception:  # noqa: BLE001 - a watcher's fault must not end the request
+                log.exception("a watcher of the engine failed")
 
     def _deliver(self, item) -> None:
         if self._listener is not None:
@@ -154,8 +158,8 @@ class RunnerService:
         self._numbers = itertools.count(1)
         self._closed = False
         self.served = 0  # requests answered (or ended) so far
-        # watcher(handle, event) sees every request's events, on the service's thread: the
-        # window shows the server's traffic in its side panel this way
+        # watcher(handle, event) sees every request's events, then END, on the service's thread:
+        # the window shows the server's traffic in its side panel this way
         self.watchers: list[Callable[[RequestHandle, object], None]] = []
         # the status bar's words for the caches set aside, taken on the service's thread after
         # each answer (a client reading KeptCaches while the service changes it could see it torn)

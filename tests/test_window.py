@@ -268,6 +268,56 @@ def test_settings_belong_to_each_chat(window, qtbot):
     assert window.settings_drawer.values().draft_tokens == 4
 
 
+def test_the_server_switch_serves_the_pair_and_the_panel_shows_its_traffic(window, qtbot):
+    import threading
+
+    import openai
+
+    window.app_settings.setValue("server/port", 0)  # a free port
+    switch, panel = window.server_switch, window.draft_panel
+    switch.action.setChecked(True)
+    assert switch.server is not None and switch.server.running and switch.label.isVisible()
+    client = openai.OpenAI(base_url=switch.server.url, api_key="unused", max_retries=0, timeout=120)
+    model = client.models.list().data[0].id
+    answers = []
+    asking = threading.Thread(target=lambda: answers.append(client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "Hi"}], temperature=0, max_tokens=8)))
+    asking.start()
+    qtbot.waitUntil(lambda: "API request" in panel.source_label.text() and panel.source_label.isVisible(),
+                    timeout=ANSWER_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: switch.served == 1, timeout=ANSWER_TIMEOUT_MS)
+    asking.join(60)
+    (answer,) = answers
+    # the panel drew the API answer's rounds: every token the client got
+    assert sum(r.tokens for r in panel.trace.rounds) == answer.usage.completion_tokens
+    assert "".join(r.text for r in panel.trace.rounds) == answer.choices[0].message.content
+    assert switch.label.text() == f"API on :{switch.server.port} · 1 served"
+    # a message of the window's own takes the panel back
+    answered(window, qtbot, lambda: window.send("Hello"))
+    assert not panel.source_label.isVisible()
+    url = switch.server.url
+    switch.action.setChecked(False)
+    assert switch.server is None and not switch.label.isVisible()
+    with pytest.raises(openai.APIConnectionError):
+        openai.OpenAI(base_url=url, api_key="unused", max_retries=0, timeout=5).models.list()
+
+
+def test_a_port_in_use_is_a_clear_banner_and_the_switch_stays_off(window, qtbot):
+    import socket
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    try:
+        window.app_settings.setValue("server/port", taken.getsockname()[1])
+        window.server_switch.action.setChecked(True)
+        assert window.server_switch.server is None and not window.server_switch.action.isChecked()
+        assert any("Another program may use that port" in text for text in window.banners.texts())
+    finally:
+        taken.close()
+        window.app_settings.setValue("server/port", 0)
+
+
 @pytest.fixture(scope="module")
 def quit_mid_answer(session):
     """Close the shared window while it writes an answer, as quitting the app does."""

@@ -31,6 +31,7 @@ from ui.pairing.controller import PairController
 from ui.pairing.downloads import DownloadStrip
 from ui.pairing.drop import mime_texts
 from ui.pairing.slot_menu import ask_token, build_slot_menu
+from ui.server_switch import ServerSwitch
 from ui.panel.race_dialog import RaceDialog
 from ui.side_panel import SidePanelHost
 from ui.status_bar import StatusBar, loading_words, ready_words
@@ -129,7 +130,7 @@ class MainWindow(QMainWindow):
 
     def _start_worker(self) -> None:
         self.thread = QThread(self)
-        self.thread.setObjectName("tandem-engine")
+        self.thread.setObjectName("tandem-worker")
         self.worker = EngineWorker()
         self.worker.moveToThread(self.thread)
         self.pairing.request_pair.connect(self.worker.load_pair)
@@ -149,6 +150,8 @@ class MainWindow(QMainWindow):
 
         bar = self.menuBar()
         file_menu, chat_menu, view_menu = bar.addMenu("&File"), bar.addMenu("&Chat"), bar.addMenu("&View")
+        self.server_switch = ServerSwitch(self.worker, self.draft_panel, self.status, self.banners, self.app_settings,
+                                          bar.addMenu("&Server"), lambda: self.controller.pending is not None)
         self.new_action = action(file_menu, "New chat", self.new_chat, QKeySequence.StandardKey.New)
         action(file_menu, "Rename chat", self.rename_current, Qt.Key.Key_F2)
         action(file_menu, "Delete chat…", lambda: self.delete_conversation(self._current_id()))
@@ -510,6 +513,7 @@ class MainWindow(QMainWindow):
         self.worker.stop()
         self.thread.quit()
         self.thread.wait(QUIT_WAIT_MS)
+        self.server_switch.stop()  # the API's requests in flight end within a round
         self.worker.close()  # the engine's own thread: every other client's request ends too
         # The worker's last reports (the Finished of a stopped answer) are queued for this thread:
         # deliver them now, so the answer is stored as the worker ended it.

@@ -27,7 +27,7 @@ from app.engine.events import Finished, Notice
 from app.models.pairing import PairingError
 from app.pair_trial import TrialProgress, run_trial
 from app.runner import BASELINE_TOKENS, DRAFT_AUTO, DRAFT_LOOKUP, DRAFT_NONE, ChatRequest, Runner
-from app.service import RequestHandle, RunnerService, Started, Traced
+from app.service import END, RequestHandle, RunnerService, Started, Traced
 
 REPAINT_INTERVAL_S = 1 / 30
 log = logging.getLogger(__name__)
@@ -100,6 +100,10 @@ class EngineWorker(QObject):
     paired = Signal(object, object)  # the PairRequest as loaded (its draft may have fallen back), LoadedModel
     pair_notice = Signal(str)  # about the pair, not an answer: shown as a banner
     trial_done = Signal(object, object)  # PairRequest, app.models.pair_memory.TrialResult or None (interrupted)
+    # other clients' requests (the local server), so the side panel shows their rounds too:
+    traffic_started = Signal(int, str)  # the request's number, its client
+    traffic_rounds = Signal(int, list)  # number, coalesced RoundTrace
+    traffic_finished = Signal(int, object)  # number, its Finished (None when it failed)
 
     CLIENT = "window"  # the service's name for this client (its turns, its requests)
 
@@ -115,6 +119,29 @@ class EngineWorker(QObject):
         self._handle: RequestHandle | None = None  # the window's request being answered
         self._racing: ChatRequest | None = None  # a race's request: Stop also reaches it between its sides
         self.timings: Baseline | None = None  # of the pair loaded now
+        self._traffic: dict[int, tuple[list[RoundTrace], float]] = {}  # other clients' answers: rounds unsent
+        self.service.watchers.append(self._watch)
+
+    def _watch(self, handle: RequestHandle, event) -> None:
+        """On the service's thread: another client's request, passed on as the window's own are
+        (rounds coalesced to ~30 updates a second)."""
+        if handle.client == self.CLIENT:
+            return
+        number = handle.number
+        if isinstance(event, Started):
+            self._traffic[number] = ([], time.perf_counter())
+            self.traffic_started.emit(number, handle.client)
+        elif isinstance(event, Traced) and number in self._traffic:
+            pending, last = self._traffic[number]
+            pending.append(event.trace)
+            if time.perf_counter() - last >= REPAINT_INTERVAL_S:
+                self.traffic_rounds.emit(number, list(pending))
+                self._traffic[number] = ([], time.perf_counter())
+        elif (isinstance(event, Finished) or event is END) and number in self._traffic:
+            pending, _ = self._traffic.pop(number)
+            if pending:
+                self.traffic_rounds.emit(number, pending)
+            self.traffic_finished.emit(number, event if isinstance(event, Finished) else None)
 
     @property
     def runner(self) -> Runner:

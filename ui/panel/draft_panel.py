@@ -98,6 +98,9 @@ class DraftPanel(QWidget):
         self._tile_grid = QGridLayout()
         self._tile_grid.setSpacing(6)
         self._tile_columns = 0
+        self.source_label = QLabel("")  # whose answer is shown when it is not the chat's (an API request)
+        self.source_label.setObjectName("mutedLabel")
+        self.source_label.hide()
         self.baseline_label = QLabel("Target alone: not measured yet")
         self.baseline_label.setObjectName("mutedLabel")
         self.baseline_label.setWordWrap(True)
@@ -156,6 +159,7 @@ class DraftPanel(QWidget):
         column = QVBoxLayout(content)
         column.setContentsMargins(0, 0, 0, 0)
         column.setSpacing(6)
+        column.addWidget(self.source_label)
         column.addWidget(self.baseline_label)
         column.addLayout(self._controls)
         column.addWidget(self.empty_state)
@@ -279,8 +283,14 @@ class DraftPanel(QWidget):
         self.body.setVisible(not empty)
         self.export_button.setEnabled(not empty)
 
-    def begin(self, trace: TurnTrace) -> None:
-        """A new answer begins; its owner (the chat controller) adds rounds to `trace`."""
+    def _show_source(self, source: str) -> None:
+        self.source_label.setText(f"Showing {source}")
+        self.source_label.setVisible(bool(source))
+
+    def begin(self, trace: TurnTrace, source: str = "") -> None:
+        """A new answer begins; its owner (the chat controller, or the server switch for an API
+        request: `source` names it) adds rounds to `trace`."""
+        self._show_source(source)
         self._graph_timer.stop()
         self._unshown = []
         self.trace = trace
@@ -313,6 +323,7 @@ class DraftPanel(QWidget):
     def show_trace(self, trace: TurnTrace | None) -> None:
         """An answer from the history (or none): its rounds, figures and graphs as they ended,
         against the baseline it was measured with."""
+        self._show_source("")
         self._graph_timer.stop()
         self._unshown = []
         self.trace = trace or TurnTrace(baseline=self.baseline)

@@ -122,8 +122,9 @@ def _show_round(event: Round, token_text) -> None:
 
 
 def cmd_generate(args) -> int:
+    from app.chat.thinking import THINKING
     from app.runner import ChatRequest
-    from app.service import RunnerService, Traced
+    from app.service import RunnerService, Text, Traced
 
     params = _sampling(args)
     system, prompt = _text("--system", args.system), _text("--prompt", args.prompt)
@@ -145,10 +146,12 @@ def cmd_generate(args) -> int:
             for event in handle.events():
                 if isinstance(event, Notice):
                     _progress(event.message)
-                elif isinstance(event, Traced):
-                    if args.show_rounds:
+                elif isinstance(event, (Traced, Text)):
+                    if args.show_rounds and isinstance(event, Traced):
                         _show_round(event.round, service.runner.tokenizer.token_text)
-                    sys.stdout.write(event.round.text)
+                    # a reasoning model's thinking goes to stderr: stdout holds the answer alone
+                    for kind, text in event.pieces:
+                        (sys.stderr if kind == THINKING else sys.stdout).write(text)
                     sys.stdout.flush()
                 elif isinstance(event, Finished):
                     sys.stdout.write("\n")

@@ -86,6 +86,7 @@ class ChatRequest:
     # fit a chat that outgrows the context by leaving out old turns (the window); False: refuse
     # it (an API client is told, as OpenAI's API does, and shortens it itself)
     fit: bool = True
+    thinking: bool | None = None  # a reasoning template's switch (None: the template's default)
     cancel: CancelToken = field(default_factory=CancelToken, compare=False, repr=False)
 
     @property
@@ -107,6 +108,7 @@ class LoadedModel:
     notice: str = ""  # what the user should know about this pair (it fits memory only tightly)
     draft_bytes: int = 0  # the draft model's weights (0 for prompt lookup and none)
     device_note: str = ""  # e.g. "no NVIDIA GPU or driver found" when a CUDA build runs on the CPU
+    reasoning: str = ""  # the model thinks before answering: "switch" (its template turns it off), "always", ""
 
     def describe(self) -> str:
         pair = f" + {self.draft}" if self.draft != DRAFT_NONE else ""
@@ -289,7 +291,8 @@ class Runner:
                                   target.context_length, target.weights_bytes,
                                   time.perf_counter() - start, draft_name, notice,
                                   draft_backend.weights_bytes if draft_folder is not None else 0,
-                                  target.device_note)
+                                  target.device_note,
+                                  "switch" if tokenizer.thinking_switch else "always" if tokenizer.thinks else "")
         return self.loaded
 
     @staticmethod
@@ -355,7 +358,20 @@ class Runner:
         its raw prompt."""
         if request.prompt is not None:
             return self.tokenizer.encode(request.prompt)
-        return self.tokenizer.render_chat(list(request.messages), tools=list(request.tools) or None)
+        return self.tokenizer.render_chat(list(request.messages), tools=list(request.tools) or None,
+                                          thinking=request.thinking)
+
+    def starts_thinking(self, request: ChatRequest) -> bool | None:
+        """None for a model that does not think; else whether its answer begins inside the
+        thinking block (the prompt opened it) rather than with the answer or the opening tag."""
+        from app.chat.thinking import starts_thinking
+
+        if self.tokenizer is None or not self.tokenizer.thinks:
+            return None
+        if request.prompt is not None:
+            return starts_thinking(request.prompt)
+        return starts_thinking(self.tokenizer.render_text(list(request.messages), tools=list(request.tools) or None,
+                                                          thinking=request.thinking))
 
     def fit(self, request: ChatRequest) -> tuple[ChatRequest, str]:
         """The request with its oldest turns left out where the chat outgrows the context (never
@@ -371,9 +387,10 @@ class Runner:
         context = self.loaded.context_length
         room = min(request.max_tokens, context // 2)
         tools = list(request.tools) or None
-        messages, dropped = fit_messages(list(request.messages),
-                                         lambda chunk: len(self.tokenizer.render_chat(chunk, tools=tools)),
-                                         context - room)
+        messages, dropped = fit_messages(
+            list(request.messages),
+            lambda chunk: len(self.tokenizer.render_chat(chunk, tools=tools, thinking=request.thinking)),
+            context - room)
         if not dropped:
             return request, ""
         noun = "message was" if dropped == 1 else "messages were"

@@ -25,8 +25,9 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from app.chat.thinking import ANSWER, THINKING, ThinkingSplitter
 from app.chat.trace import RoundTrace, trace_round
 from app.engine.events import Finished, GenerationStats, Notice, Round
 from app.runner import ChatRequest, LoadedModel, Runner
@@ -45,10 +46,27 @@ class Started:
 
 @dataclass(frozen=True)
 class Traced:
-    """One round of the answer, with what the side panel draws of it (its token chips)."""
+    """One round of the answer, with what the side panel draws of it (its token chips), and its
+    text by part: ("answer", text), and ("thinking", text) for a reasoning model's thinking block
+    (app/chat/thinking.py; the tags are left out)."""
 
     round: Round
     trace: RoundTrace
+    pieces: tuple[tuple[str, str], ...] = ()
+
+    def part(self, which: str) -> str:
+        return "".join(text for kind, text in self.pieces if kind == which)
+
+
+@dataclass(frozen=True)
+class Text:
+    """Text the answer ends with that no round carried (the start of a tag held back, which
+    turned out not to be one), by part as in Traced; just before Finished."""
+
+    pieces: tuple[tuple[str, str], ...]
+
+    def part(self, which: str) -> str:
+        return "".join(text for kind, text in self.pieces if kind == which)
 
 
 def cancelled_before_start(prompt_tokens: int = 0) -> Finished:
@@ -88,8 +106,8 @@ class RequestHandle:
     def cancelled(self) -> bool:
         return self.request.cancel.cancelled
 
-    def events(self, timeout: float | None = None) -> Iterator[Started | Notice | Traced | Finished]:
-        """Started, Notices, Traced rounds, then one Finished; the request's error is raised
+    def events(self, timeout: float | None = None) -> Iterator[Started | Notice | Traced | Text | Finished]:
+        """Started, Notices, Traced rounds, Text, then one Finished; the request's error is raised
         here, in the client's thread. `timeout`: the longest wait for one event (queue.Empty)."""
         while True:
             item = self._events.get(timeout=timeout)
@@ -321,11 +339,25 @@ class RunnerService:
         error = None
         try:
             token_text = getattr(runner.tokenizer, "token_text", str)
+            starts = runner.starts_thinking(handle.request) if hasattr(runner, "starts_thinking") else None
+            splitter = ThinkingSplitter(starts) if starts is not None else None
             for event in runner.chat(handle.request):
                 if isinstance(event, Round):
                     now = time.perf_counter()
                     first_token_at = first_token_at or now  # round 0 ends with the first token
-                    event = Traced(event, trace_round(event, token_text, now - first_token_at))
+                    trace = trace_round(event, token_text, now - first_token_at)
+                    if splitter is None:
+                        event = Traced(event, trace, ((ANSWER, event.text),) if event.text else ())
+                    else:
+                        thinking = splitter.phase == THINKING  # it began in the block, or opened it
+                        pieces = tuple(splitter.feed(event.text))
+                        thinking = thinking or any(kind == THINKING for kind, _ in pieces)
+                        answer = "".join(text for kind, text in pieces if kind == ANSWER)
+                        event = Traced(event, replace(trace, text=answer, thinking=thinking), pieces)
+                elif isinstance(event, Finished) and splitter is not None:
+                    rest = splitter.finish()
+                    if rest:
+                        handle._put(Text(tuple(rest)))
                 handle._put(event)
         except Exception as exc:  # noqa: BLE001 - the client reports it; the service serves on
             if not isinstance(exc, ValueError):

@@ -456,6 +456,7 @@ class MainWindow(QMainWindow):
         self.header.show_loaded(info)
         self.status.show_loaded(info)
         self.settings_drawer.set_pair_draft(draft_label(info.draft)[0])
+        self.settings_drawer.set_thinking_switch(info.reasoning)
         self.composer.set_ready(True)
         self.draft_panel.set_available(not self.controller.busy)
         self.chat_view.set_greeting_hint(

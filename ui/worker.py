@@ -27,7 +27,8 @@ from app.engine.events import Finished, Notice
 from app.models.pairing import PairingError
 from app.pair_trial import TrialProgress, run_trial
 from app.runner import BASELINE_TOKENS, DRAFT_AUTO, DRAFT_LOOKUP, DRAFT_NONE, ChatRequest, Runner
-from app.service import END, RequestHandle, RunnerService, Started, Traced
+from app.chat.thinking import THINKING
+from app.service import END, RequestHandle, RunnerService, Started, Text, Traced
 
 REPAINT_INTERVAL_S = 1 / 30
 log = logging.getLogger(__name__)
@@ -87,6 +88,7 @@ class EngineWorker(QObject):
     unloaded = Signal()  # no pair is loaded any more (before a load_failed)
     notice = Signal(str)  # something the user should know about this answer (context fitting, plain decoding)
     text = Signal(str)  # coalesced text deltas of the answer being written
+    thinking = Signal(str)  # coalesced deltas of a reasoning model's thinking, before the answer
     rounds = Signal(list)  # coalesced app.chat.trace.RoundTrace, for the side panel
     finished = Signal(object)  # app.engine.events.Finished
     failed = Signal(str)  # a message for the user; nothing was generated after it
@@ -296,11 +298,16 @@ class EngineWorker(QObject):
     @Slot(object)
     def generate(self, request: ChatRequest) -> None:
         pending_text: list[str] = []
+        pending_thinking: list[str] = []
         pending_rounds: list[RoundTrace] = []
+        answer: list[str] = []  # the answer's text without the thinking: what the history stores
         last_emit = time.perf_counter()
 
         def flush() -> None:
             nonlocal last_emit
+            if pending_thinking:
+                self.thinking.emit("".join(pending_thinking))
+                pending_thinking.clear()
             if pending_text:
                 self.text.emit("".join(pending_text))
                 pending_text.clear()
@@ -311,10 +318,13 @@ class EngineWorker(QObject):
 
         try:
             for event in self._submit(request).events():
-                if isinstance(event, Traced):
-                    pending_rounds.append(event.trace)
-                    if event.round.text:
-                        pending_text.append(event.round.text)
+                if isinstance(event, (Traced, Text)):
+                    if isinstance(event, Traced):
+                        pending_rounds.append(event.trace)
+                    for kind, text in event.pieces:
+                        (pending_thinking if kind == THINKING else pending_text).append(text)
+                        if kind != THINKING:
+                            answer.append(text)
                     if time.perf_counter() - last_emit >= REPAINT_INTERVAL_S:
                         flush()
                 elif isinstance(event, Started):
@@ -323,7 +333,7 @@ class EngineWorker(QObject):
                     self.notice.emit(event.message)
                 elif isinstance(event, Finished):
                     flush()
-                    self.finished.emit(event)
+                    self.finished.emit(replace(event, text="".join(answer)))
                     self.caches_kept.emit(self.service.kept_summary)
         except ContextOverflowError as exc:
             self.failed.emit(str(exc))

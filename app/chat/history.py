@@ -75,8 +75,11 @@ class Message:
     created: float
     version: int = 0  # an answer: which of its versions this is (1-based); 0 for a user's message
     versions: int = 0  # an answer: how many versions it has
+    thinking: str = ""  # a reasoning model's thinking before the answer (shown folded)
 
     def as_chat(self) -> dict:
+        """The message as the model reads it again: the answer, not the thinking (reasoning
+        templates leave earlier turns' thinking out as well)."""
         return {"role": self.role, "content": self.content}
 
 
@@ -92,6 +95,7 @@ class AnswerVersion:
     stats: dict | None
     trace: Any
     created: float
+    thinking: str = ""
 
 
 def _migrate_to_v1(db: sqlite3.Connection) -> None:
@@ -143,8 +147,14 @@ def _migrate_to_v2(db: sqlite3.Connection) -> None:
     db.execute("UPDATE messages SET version = 1 WHERE role = 'assistant'")
 
 
+def _migrate_to_v3(db: sqlite3.Connection) -> None:
+    """Reasoning models: an answer keeps the thinking written before it."""
+    db.execute("ALTER TABLE messages ADD COLUMN thinking TEXT NOT NULL DEFAULT ''")
+    db.execute("ALTER TABLE answer_versions ADD COLUMN thinking TEXT NOT NULL DEFAULT ''")
+
+
 # MIGRATIONS[i] brings a database from user_version i to i + 1. Append steps; never edit a shipped one.
-MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_migrate_to_v1, _migrate_to_v2)
+MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_migrate_to_v1, _migrate_to_v2, _migrate_to_v3)
 
 
 def default_path() -> Path:
@@ -292,8 +302,9 @@ class HistoryStore:
         return answer_id
 
     def finish_answer(self, answer_id: int, text: str, status: str, settings=None, stats=None, trace=None,
-                      version: int | None = None) -> Message:
-        """Write version `version` of an answer (by default the one on screen)."""
+                      version: int | None = None, thinking: str = "") -> Message:
+        """Write version `version` of an answer (by default the one on screen), with the thinking
+        a reasoning model wrote before it."""
         _check_status(status)
         with self._write():
             row = self._db.execute(
@@ -303,7 +314,7 @@ class HistoryStore:
                 raise HistoryError(f"There is no answer {answer_id} in the chat history to finish.")
             number = row["version"] if version is None else version
             self._touch(row["conversation_id"])
-            self._write_version(answer_id, number, (text, status, settings, stats, trace))
+            self._write_version(answer_id, number, (text, status, settings, stats, trace), thinking)
         return self._get_message(answer_id)
 
     def add_answer_version(
@@ -429,20 +440,20 @@ class HistoryStore:
             (answer_id, number, text, status, _dump(settings), _dump(stats), _dump(trace), self._clock()),
         )
 
-    def _write_version(self, answer_id: int, number: int, body: tuple) -> None:
+    def _write_version(self, answer_id: int, number: int, body: tuple, thinking: str = "") -> None:
         """Write one version; the answer's row follows when that version is the one on screen."""
         text, status, settings, stats, trace = body
         cursor = self._db.execute(
-            "UPDATE answer_versions SET content = ?, status = ?, settings = ?, stats = ?, trace = ?, created = ? "
-            "WHERE message_id = ? AND number = ?",
-            (text, status, _dump(settings), _dump(stats), _dump(trace), self._clock(), answer_id, number),
+            "UPDATE answer_versions SET content = ?, status = ?, settings = ?, stats = ?, trace = ?, created = ?, "
+            "thinking = ? WHERE message_id = ? AND number = ?",
+            (text, status, _dump(settings), _dump(stats), _dump(trace), self._clock(), thinking, answer_id, number),
         )
         if cursor.rowcount == 0:
             raise HistoryError(f"Answer {answer_id} has no version {number} in the chat history to write.")
         self._db.execute(
-            "UPDATE messages SET content = ?, status = ?, settings = ?, stats = ?, trace = ?, created = ? "
-            "WHERE id = ? AND version = ?",
-            (text, status, _dump(settings), _dump(stats), _dump(trace), self._clock(), answer_id, number),
+            "UPDATE messages SET content = ?, status = ?, settings = ?, stats = ?, trace = ?, created = ?, "
+            "thinking = ? WHERE id = ? AND version = ?",
+            (text, status, _dump(settings), _dump(stats), _dump(trace), self._clock(), thinking, answer_id, number),
         )
 
     def _show_version(self, answer_id: int, number: int) -> None:
@@ -452,9 +463,10 @@ class HistoryStore:
         if v is None:
             raise HistoryError(f"Answer {answer_id} has no version {number} in the chat history.")
         self._db.execute(
-            "UPDATE messages SET version = ?, content = ?, status = ?, settings = ?, stats = ?, trace = ?, created = ? "
-            "WHERE id = ?",
-            (number, v["content"], v["status"], v["settings"], v["stats"], v["trace"], v["created"], answer_id),
+            "UPDATE messages SET version = ?, content = ?, status = ?, settings = ?, stats = ?, trace = ?, "
+            "created = ?, thinking = ? WHERE id = ?",
+            (number, v["content"], v["status"], v["settings"], v["stats"], v["trace"], v["created"], v["thinking"],
+             answer_id),
         )
 
     def _get_message(self, message_id: int) -> Message:
@@ -636,12 +648,12 @@ def _message(row: sqlite3.Row) -> Message:
     return Message(
         row["id"], row["conversation_id"], row["position"], row["role"], row["content"], row["status"],
         _load(row["settings"]), _load(row["stats"]), _load(row["trace"]), row["created"],
-        row["version"], row["version_count"],
+        row["version"], row["version_count"], row["thinking"],
     )
 
 
 def _version(row: sqlite3.Row) -> AnswerVersion:
     return AnswerVersion(
         row["message_id"], row["number"], row["content"], row["status"], _load(row["settings"]),
-        _load(row["stats"]), _load(row["trace"]), row["created"],
+        _load(row["stats"]), _load(row["trace"]), row["created"], row["thinking"],
     )

@@ -23,12 +23,17 @@ class ChatSettings:
     max_tokens: int = 1024
     draft_tokens: int | None = None  # None: adapts to the measured acceptance
     drafter: str = "pair"
+    # a reasoning model's thinking block, where its template has a switch (Qwen3.x); others
+    # think always or never, whatever this says
+    thinking: bool = True
 
     def __post_init__(self):
         if self.max_tokens < 1:
             raise ValueError(f"max new tokens must be at least 1, got {self.max_tokens}")
         if self.draft_tokens is not None and not 1 <= self.draft_tokens <= MAX_DRAFT_TOKENS:
             raise ValueError(f"draft tokens must be auto or 1 to {MAX_DRAFT_TOKENS}, got {self.draft_tokens}")
+        if not isinstance(self.thinking, bool):
+            raise ValueError(f"thinking must be true or false, got {self.thinking!r}")
         if self.drafter not in DRAFTERS:
             raise ValueError(f"drafter must be one of {', '.join(DRAFTERS)}, got {self.drafter!r}")
         self.sampling()  # SamplingParams checks temperature, top-p and top-k

@@ -19,8 +19,10 @@ from app.chat.baseline import Baseline, Speedup
 from app.engine.events import Round
 
 ACCEPTED, REJECTED, TARGET = "accepted", "rejected", "target"
-TRACE_VERSION = 2  # 2: the baseline's samples (version 1 stored one number, baseline_s_per_token)
-READABLE_VERSIONS = (1, 2)
+# 2: the baseline's samples (version 1 stored one number, baseline_s_per_token); 3: each round
+# says whether it was thinking (a reasoning model's block before the answer)
+TRACE_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,9 @@ class RoundTrace:
     at: float  # seconds from the first token to the end of this round (wall clock)
     draft_s: float = 0.0
     verify_s: float = 0.0
+    # a reasoning model's round inside its thinking block: `text` then holds only what of the
+    # round was answer (the thinking is shown apart, folded)
+    thinking: bool = False
 
     def count(self, kind: str) -> int:
         return sum(chip.kind == kind for chip in self.chips)
@@ -172,7 +177,7 @@ class TurnTrace:
     def to_dict(self) -> dict:
         return {"version": TRACE_VERSION, "baseline": self.baseline.to_dict() if self.baseline else None,
                 "rounds": [[r.index, r.k, r.source, r.text, r.own_chars, round(r.at, 6), round(r.draft_s, 6),
-                            round(r.verify_s, 6), [[c.token, c.text, c.kind, c.p, c.q] for c in r.chips]]
+                            round(r.verify_s, 6), [[c.token, c.text, c.kind, c.p, c.q] for c in r.chips], r.thinking]
                            for r in self.rounds]}
 
     @classmethod
@@ -183,8 +188,8 @@ class TurnTrace:
         try:
             rounds = [RoundTrace(int(i), int(k), str(src),
                                  tuple(Chip(int(t), str(s), str(kind), p, q) for t, s, kind, p, q in chips),
-                                 str(text), int(own), float(at), float(ds), float(vs))
-                      for i, k, src, text, own, at, ds, vs, chips in data["rounds"]]
+                                 str(text), int(own), float(at), float(ds), float(vs), bool(rest and rest[0]))
+                      for i, k, src, text, own, at, ds, vs, chips, *rest in data["rounds"]]
         except (KeyError, TypeError, ValueError):
             return None
         stored = data.get("baseline") if data["version"] >= 2 else data.get("baseline_s_per_token")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from functools import cached_property
 from pathlib import Path
 
 from transformers import AutoTokenizer
@@ -64,17 +65,35 @@ class ChatTokenizer:
         """The chat template renders a `tools` list (one that never reads it would drop them)."""
         return "tools" in self.chat_template
 
-    def render_chat(self, messages: list[dict], add_generation_prompt: bool = True,
-                    tools: list[dict] | None = None) -> list[int]:
-        """Token ids of `messages` ({"role", "content"}, and a tool-aware template's tool_calls
-        and tool results) through the model's chat template, with `tools` in its own format."""
+    @cached_property
+    def thinks(self) -> bool:
+        """A reasoning model: it writes a thinking block before the answer (app/chat/thinking.py)."""
+        from app.chat.thinking import thinks
+
+        return thinks(self.chat_template, self._tok.get_vocab())
+
+    @cached_property
+    def thinking_switch(self) -> bool:
+        """The template turns the thinking block on and off (Qwen3.x's enable_thinking)."""
+        from app.chat.thinking import SWITCH
+
+        return SWITCH in self.chat_template
+
+    def render_text(self, messages: list[dict], add_generation_prompt: bool = True,
+                    tools: list[dict] | None = None, thinking: bool | None = None) -> str:
+        """`messages` ({"role", "content"}, and a tool-aware template's tool_calls and tool
+        results) through the model's chat template, with `tools` in its own format and its
+        thinking switch set where `thinking` is not None and the template has one."""
         if not self.has_chat_template:
-            text = "\n\n".join(m.get("content") or "" for m in messages)
-            return self.encode(text)
-        rendered = self._tok.apply_chat_template(
-            messages, add_generation_prompt=add_generation_prompt, tokenize=False, tools=tools or None
-        )
-        return self.encode(rendered)
+            return "\n\n".join(m.get("content") or "" for m in messages)
+        options = {"enable_thinking": thinking} if thinking is not None and self.thinking_switch else {}
+        return self._tok.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=False,
+                                             tools=tools or None, **options)
+
+    def render_chat(self, messages: list[dict], add_generation_prompt: bool = True,
+                    tools: list[dict] | None = None, thinking: bool | None = None) -> list[int]:
+        """Token ids of render_text's prompt."""
+        return self.encode(self.render_text(messages, add_generation_prompt, tools, thinking))
 
     def vocab(self) -> dict[str, int]:
         return self._tok.get_vocab()

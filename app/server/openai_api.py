@@ -26,7 +26,8 @@ from app.models.resolve import display_name
 from app.runner import ChatRequest
 from app.server.requests import ApiError, ChatBody, CompletionBody, parse_body
 from app.server.tool_calls import ToolCallSplitter, tool_format
-from app.service import END, RequestHandle, RunnerService, Traced
+from app.chat.thinking import ANSWER, THINKING
+from app.service import END, RequestHandle, RunnerService, Text, Traced
 
 CLIENT = "server"  # the service's name for this client
 MAX_BODY_BYTES = 16 * 1024 * 1024  # an agent's whole repository in context is far less
@@ -140,8 +141,8 @@ async def _answer(http: Request, service: RunnerService, body: ChatBody | Comple
         include_usage = bool((body.stream_options or {}).get("include_usage"))
         return StreamingResponse(_sse(http, stream, started, fmt, chat, include_usage),
                                  media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-    text, finished = await stream.whole(http)
-    return _whole_response(started, text, finished, fmt, chat, len(prompt))
+    text, thinking, finished = await stream.whole(http)
+    return _whole_response(started, text, thinking, finished, fmt, chat, len(prompt))
 
 
 class _Started:
@@ -185,14 +186,16 @@ class _Stream:
             if not self.handle.done.is_set():
                 self.handle.cancel()  # the client went away mid-stream: nothing runs on for nobody
 
-    async def whole(self, http: Request) -> tuple[str, Finished | None]:
-        parts, finished = [], None
+    async def whole(self, http: Request) -> tuple[str, str, Finished | None]:
+        """(the answer, a reasoning model's thinking, the Finished)."""
+        answer, thinking, finished = [], [], None
         async for item in self.events(http):
-            if isinstance(item, Traced):
-                parts.append(item.round.text)
+            if isinstance(item, (Traced, Text)):
+                answer.append(item.part(ANSWER))
+                thinking.append(item.part(THINKING))
             elif isinstance(item, Finished):
                 finished = item
-        return "".join(parts), finished
+        return "".join(answer), "".join(thinking), finished
 
 
 def _engine_error(exc: BaseException) -> ApiError:
@@ -222,7 +225,7 @@ def _finish_reason(finished: Finished | None, calls: list) -> str:
     return FINISH_REASONS.get(finished.stats.finish_reason, "stop") if finished is not None else "stop"
 
 
-def _whole_response(started: _Started, text: str, finished: Finished | None, fmt, chat: bool,
+def _whole_response(started: _Started, text: str, thinking: str, finished: Finished | None, fmt, chat: bool,
                     prompt_tokens: int) -> dict:
     usage, figures = _stats(finished, prompt_tokens)
     if chat:
@@ -230,6 +233,8 @@ def _whole_response(started: _Started, text: str, finished: Finished | None, fmt
         content = splitter.feed(text)
         rest, calls = splitter.finish()
         message = {"role": "assistant", "content": (content + rest) or (None if calls else "")}
+        if thinking:  # the field DeepSeek's API, vLLM and LM Studio use for a reasoning model's thinking
+            message["reasoning_content"] = thinking
         if calls:
             message["tool_calls"] = [c.to_openai() for c in calls]
         choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": _finish_reason(finished, calls)}
@@ -259,10 +264,16 @@ async def _sse(http: Request, stream: _Stream, started: _Started, fmt, chat: boo
         yield _chunk(started, chat, {"role": "assistant", "content": ""})
     try:
         async for item in stream.events():
-            if isinstance(item, Traced) and item.round.text:
-                content = splitter.feed(item.round.text) if chat else item.round.text
-                if content:
-                    yield _chunk(started, chat, {"content": content} if chat else content)
+            if isinstance(item, (Traced, Text)):
+                for kind, text in item.pieces:
+                    if kind == THINKING and chat:
+                        yield _chunk(started, chat, {"reasoning_content": text})
+                    elif kind == THINKING:  # a completion has one text: the thinking is part of it
+                        yield _chunk(started, chat, text)
+                    else:
+                        content = splitter.feed(text) if chat else text
+                        if content:
+                            yield _chunk(started, chat, {"content": content} if chat else content)
             elif isinstance(item, Finished):
                 finished = item
             elif isinstance(item, Notice):

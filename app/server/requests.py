@@ -82,6 +82,8 @@ class ChatBody(_Body):
     max_completion_tokens: int | None = Field(None, ge=1)
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict | None = None
+    # vLLM's and SGLang's way to set a template's switches: {"enable_thinking": false} for Qwen3.x
+    chat_template_kwargs: dict[str, Any] | None = None
 
     @field_validator("messages")
     @classmethod
@@ -105,7 +107,12 @@ class ChatBody(_Body):
         tools = self._chosen_tools() if with_tools else ()
         # "developer" is OpenAI's newer name for the system role; templates know "system"
         messages = [{**m, "role": "system"} if m.get("role") == "developer" else m for m in self.messages]
-        return self._request(context, messages=tuple(messages_for_template(messages)), tools=tools)
+        thinking = (self.chat_template_kwargs or {}).get("enable_thinking")
+        if thinking is not None and not isinstance(thinking, bool):
+            raise ApiError(400, "chat_template_kwargs.enable_thinking must be true or false.",
+                           param="chat_template_kwargs")
+        return self._request(context, messages=tuple(messages_for_template(messages)), tools=tools,
+                             thinking=thinking)
 
     def _chosen_tools(self) -> tuple[dict, ...]:
         """The tools the template renders: all of them, none for "none", the named one alone.

@@ -47,6 +47,7 @@ class _Pending:
     record: dict  # the settings it is made with, stored with it
     trace: TurnTrace  # its rounds, for the side panel and the history
     text: str = ""
+    thinking: str = ""  # a reasoning model's thinking before the answer
     widget: MessageWidget | None = None  # None while its chat is not on screen
     discarded: bool = False  # its chat was deleted: nothing to store
     version: int | None = None  # which version of the answer this is (None: the one on screen)
@@ -64,6 +65,7 @@ class _Unsaved:
     record: dict
     stats: dict
     trace: dict | None
+    thinking: str = ""
 
 
 RETRY_INTERVAL_MS = 3000  # an unsaved answer is tried again this often
@@ -105,6 +107,7 @@ class ChatController(QObject):
         self.closing = False  # the window is quitting: an answer cut now is 'interrupted', not 'stopped'
         self.request_generate.connect(worker.generate)
         worker.text.connect(self._on_text)
+        worker.thinking.connect(self._on_thinking)
         worker.rounds.connect(self._on_rounds)
         worker.baseline.connect(self._on_baseline)
         self.request_baseline.connect(worker.measure_baseline)
@@ -161,7 +164,7 @@ class ChatController(QObject):
     def _request(self, history: list[dict]) -> ChatRequest:
         s = self.settings
         return ChatRequest(tuple(history), max_tokens=s.max_tokens, params=s.sampling(),
-                           draft_tokens=s.draft_tokens, drafter=s.drafter,
+                           draft_tokens=s.draft_tokens, drafter=s.drafter, thinking=s.thinking,
                            conversation=f"chat {self.current.id}" if self.current is not None else "")
 
     # Opening chats
@@ -213,6 +216,8 @@ class ChatController(QObject):
                                        spans=trace.spans() if trace else None)
         widget.message_id = message.id
         widget.set_versions(message.version, message.versions)
+        if message.thinking:
+            widget.set_thinking(message.thinking, done=True)
         return widget
 
     def _as_shown(self, message: Message) -> Message:
@@ -221,7 +226,7 @@ class ChatController(QObject):
         if unsaved is None:
             return message
         return replace(message, content=unsaved.text, status=unsaved.status, settings=unsaved.record,
-                       stats=unsaved.stats, trace=unsaved.trace)
+                       stats=unsaved.stats, trace=unsaved.trace, thinking=unsaved.thinking)
 
     # Versions of an answer
 
@@ -237,6 +242,7 @@ class ChatController(QObject):
         trace = TurnTrace.from_dict(message.trace)
         error = (message.stats or {}).get("error", "") if message.status == "error" else ""
         widget.set_spans(trace.spans() if trace else [])
+        widget.set_thinking(message.thinking, done=True)  # each version has its own (or none)
         widget.finish(message.content, message.status, message.stats, error)
         widget.set_versions(message.version, message.versions)
         self.trace_shown.emit(trace)
@@ -246,6 +252,7 @@ class ChatController(QObject):
         self.pending.widget = widget
         widget.set_stats(None)
         widget.set_status("complete")
+        widget.set_thinking(self.pending.thinking, done=False)
         widget.set_text(self.pending.text)
         widget.set_streaming()
 
@@ -367,6 +374,12 @@ class ChatController(QObject):
             self.pending.record |= {"target": target_text(info)[0], "draft": draft_text(info)[0],
                                     "backend": info.backend, "device": info.device}
 
+    def _on_thinking(self, delta: str) -> None:
+        if self.pending is not None:
+            self.pending.thinking += delta
+            if self.pending.widget is not None:
+                self.pending.widget.stream_thinking(delta)
+
     def _on_text(self, delta: str) -> None:
         if self.pending is not None:
             self.pending.text += delta
@@ -412,7 +425,7 @@ class ChatController(QObject):
             trace = pending.trace.to_dict() if pending.trace.rounds else None
             if not pending.discarded:
                 self._store_answer(_Unsaved(pending.conv_id, pending.answer_id, pending.version, text, status,
-                                            pending.record, stats, trace))
+                                            pending.record, stats, trace, pending.thinking))
             if pending.widget is not None:
                 pending.widget.set_spans(pending.trace.spans())
                 pending.widget.finish(text, status, stats, error)
@@ -434,7 +447,7 @@ class ChatController(QObject):
 
     def _save(self, answer: _Unsaved) -> None:
         self.store.finish_answer(answer.answer_id, answer.text, answer.status, answer.record, answer.stats,
-                                 answer.trace, version=answer.version)
+                                 answer.trace, version=answer.version, thinking=answer.thinking)
 
     def save_unsaved(self, wait_s: float = RETRY_WAIT_S) -> bool:
         """Try again to store the answers the history refused; True when none is left."""

@@ -18,6 +18,7 @@ from PySide6.QtGui import QDesktopServices, QGuiApplication
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QTextBrowser, QToolButton, QVBoxLayout, QWidget
 
 from app.chat.markdown import COPY_SCHEME, MarkdownRenderer, Tint, plain_to_html
+from ui.chat.thinking_block import ThinkingBlock
 from ui.panel.colors import chip_colors
 
 MIN_RENDER_INTERVAL_S = 1 / 30  # the worker's coalesced rate
@@ -98,6 +99,7 @@ class MessageWidget(QFrame):
         self.status_tag = QLabel()
         self.status_tag.setObjectName("statusTag")
         self.status_tag.hide()
+        self.thinking = ThinkingBlock()  # a reasoning model's thinking, folded (hidden for others)
         self.body = MessageText()
         self.body.anchorClicked.connect(self._link_clicked)
         self.error_label = QLabel()
@@ -146,6 +148,7 @@ class MessageWidget(QFrame):
         layout.setContentsMargins(14, 10, 14, 6)
         layout.setSpacing(4)
         layout.addLayout(top)
+        layout.addWidget(self.thinking)
         layout.addWidget(self.body)
         layout.addWidget(self.error_label)
         layout.addLayout(actions)
@@ -179,11 +182,19 @@ class MessageWidget(QFrame):
         else:
             self._render_timer.start(math.ceil(wait * 1000))
 
+    def set_thinking(self, text: str, done: bool = True) -> None:
+        self.thinking.set_text(text, done)
+
+    def stream_thinking(self, delta: str) -> None:
+        self.thinking.stream(delta)
+
     def finish(self, text: str, status: str, stats: dict | None = None, error: str = "") -> None:
         self._render_timer.stop()
         self._text = text
         self._streaming = False
         self._render()
+        if self.thinking.text:
+            self.thinking.set_text(self.thinking.text, done=True)
         self.set_status(status, error)
         self.set_stats(stats)
 

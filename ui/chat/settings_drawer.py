@@ -7,8 +7,8 @@ the chat); the system prompt is announced when typing pauses.
 from __future__ import annotations
 
 from PySide6.QtCore import QTimer, Signal
-from PySide6.QtWidgets import (QComboBox, QDoubleSpinBox, QFormLayout, QFrame, QGridLayout, QLabel, QPlainTextEdit,
-                               QPushButton, QSpinBox, QWidget)
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout, QFrame, QGridLayout, QLabel,
+                               QPlainTextEdit, QPushButton, QSpinBox, QWidget)
 
 from app.chat.settings import MAX_DRAFT_TOKENS, ChatSettings
 from ui.tips import wrap_tip
@@ -30,6 +30,8 @@ TIPS = {
                     "accepts; a fixed number is for experiments.",
     "drafter": "Where the proposed tokens come from. The target checks every one of them, so the answer "
                "is the same either way; only the speed differs.",
+    "thinking": "Reasoning models (Qwen3 and others whose template has the switch) write their thinking first, "
+                "folded above the answer. Off, they answer at once: faster, often less careful.",
 }
 
 
@@ -61,6 +63,8 @@ class SettingsDrawer(QFrame):
         self.drafter.addItem("Draft model only", "model")
         self.drafter.addItem("Prompt lookup (n-gram)", "ngram")
         self.drafter.addItem("None: the target alone", "none")
+        self.thinking = QCheckBox("Think before answering")
+        self.thinking.setEnabled(False)  # until a model whose template has the switch is loaded
         self.reset_button = QPushButton("Defaults")
         self.reset_button.setToolTip(wrap_tip("Put the generation settings back to Tandem's defaults"))
         self.reset_button.clicked.connect(lambda: self.set_values(self.defaults, self.system_prompt.toPlainText(),
@@ -73,6 +77,7 @@ class SettingsDrawer(QFrame):
         for widget in (self.temperature, self.top_p, self.top_k, self.max_tokens, self.draft_tokens):
             widget.valueChanged.connect(self._edited)
         self.drafter.currentIndexChanged.connect(self._edited)
+        self.thinking.toggled.connect(self._edited)
         self._layout()
         self.set_values(ChatSettings(), "")
 
@@ -92,6 +97,8 @@ class SettingsDrawer(QFrame):
             label.setToolTip(wrap_tip(TIPS[key]))
             widget.setToolTip(wrap_tip(TIPS[key]))
             form.addRow(label, widget)
+        self.thinking.setToolTip(wrap_tip(TIPS["thinking"]))
+        right.addRow("", self.thinking)
         grid = QGridLayout(self)
         grid.setContentsMargins(16, 10, 16, 12)
         grid.setHorizontalSpacing(20)
@@ -112,12 +119,19 @@ class SettingsDrawer(QFrame):
         else:
             self.drafter.insertItem(0, text, "pair")
 
+    def set_thinking_switch(self, reasoning: str) -> None:
+        """The loaded model's thinking: "switch" (its template turns it on and off), "always", or ""."""
+        self.thinking.setEnabled(reasoning == "switch")
+        self.thinking.setToolTip(wrap_tip(TIPS["thinking"] if reasoning == "switch" else
+                                          "This model always thinks before it answers: its template has no switch"
+                                          if reasoning == "always" else "This model does not think before answering"))
+
     def values(self) -> ChatSettings:
         draft_tokens = self.draft_tokens.value()
         return ChatSettings(
             temperature=round(self.temperature.value(), 2), top_p=round(self.top_p.value(), 2),
             top_k=self.top_k.value(), max_tokens=self.max_tokens.value(),
-            draft_tokens=draft_tokens or None, drafter=self.drafter.currentData(),
+            draft_tokens=draft_tokens or None, drafter=self.drafter.currentData(), thinking=self.thinking.isChecked(),
         )
 
     def set_values(self, settings: ChatSettings, system_prompt: str, announce: bool = False) -> None:
@@ -130,6 +144,7 @@ class SettingsDrawer(QFrame):
             self.max_tokens.setValue(settings.max_tokens)
             self.draft_tokens.setValue(settings.draft_tokens or 0)
             self.drafter.setCurrentIndex(max(0, self.drafter.findData(settings.drafter)))
+            self.thinking.setChecked(settings.thinking)
             if self.system_prompt.toPlainText() != system_prompt:
                 self.system_prompt.setPlainText(system_prompt)
             self._prompt_timer.stop()

@@ -20,6 +20,8 @@ LIGHT = {ACCEPTED: ChipColors("#d3f0dc", "#14532d"), REJECTED: ChipColors("#fbd5
 DARK = {ACCEPTED: ChipColors("#1f4d33", "#c6f6d5"), REJECTED: ChipColors("#5c2326", "#fecaca"),
         TARGET: ChipColors("#273a6b", "#dbe4ff")}
 LABELS = {ACCEPTED: "accepted draft", REJECTED: "rejected draft", TARGET: "target's own"}
+# the band behind a round written inside a reasoning model's thinking block (the chat folds that text)
+THINKING_ROW = {False: "#efe8fb", True: "#2f2641"}
 
 
 def chip_colors(dark: bool) -> dict[str, ChipColors]:

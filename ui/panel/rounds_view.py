@@ -11,7 +11,7 @@ from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPen
 from PySide6.QtWidgets import QAbstractItemView, QListView, QStyledItemDelegate, QToolTip
 
 from app.chat.trace import REJECTED, Chip, RoundTrace
-from ui.panel.colors import LABELS, chip_colors, visible
+from ui.panel.colors import LABELS, THINKING_ROW, chip_colors, visible
 
 TRACE_ROLE = Qt.ItemDataRole.UserRole
 GUTTER_CHARS = 5  # "1234" and a gap
@@ -111,6 +111,8 @@ class ChipDelegate(QStyledItemDelegate):
         rects, _ = self.layout(r, self._view.viewport().width())
         painter.save()
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        if r.thinking:  # written inside the thinking block: its own colour, as in the chat it is folded apart
+            painter.fillRect(rect.adjusted(0, 1, 0, -1), QColor(THINKING_ROW[self.dark]))
         font = self._font()
         painter.setFont(font)
         muted = option.palette.color(option.palette.ColorRole.PlaceholderText)
@@ -167,6 +169,11 @@ def chip_tip(chip: Chip) -> str:
 
 
 def round_tip(r: RoundTrace) -> str:
+    thinking = " (thinking: the model's reasoning before its answer)" if r.thinking else ""
+    return _round_tip(r) + thinking
+
+
+def _round_tip(r: RoundTrace) -> str:
     if r.index == 0:
         return "Round 0: the prompt's pass (prefill) wrote the first token"
     source = {"lookup": "prompt lookup", "model": "the draft model"}.get(r.source, "")

@@ -6,7 +6,6 @@ its output scripted, stands in."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import sqlite3
 
@@ -193,5 +192,5 @@ def test_the_window_folds_the_thinking_above_the_answer_and_stores_both(thinking
     with qtbot.waitSignal(window.controller.busy_changed, check_params_cb=lambda busy: not busy, timeout=60_000):
         window.send("Hi again")
     assert prompts[-1].endswith("<think>\n\n</think>\n\n") and not window.chat_view.last_message().thinking.isVisible()
-    assert json.loads(json.dumps(window.store.get_conversation(window.controller.current.id).settings))["thinking"] is False
+    assert window.store.get_conversation(window.controller.current.id).settings["thinking"] is False  # per chat
     window.close()

@@ -351,7 +351,7 @@ class RunnerService:
                     else:
                         thinking = splitter.phase == THINKING  # it began in the block, or opened it
                         pieces = tuple(splitter.feed(event.text))
-                        thinking = thinking or any(kind == THINKING for kind, _ in pieces)
+                        thinking = thinking or splitter.phase == THINKING or any(k == THINKING for k, _ in pieces)
                         answer = "".join(text for kind, text in pieces if kind == ANSWER)
                         event = Traced(event, replace(trace, text=answer, thinking=thinking), pieces)
                 elif isinstance(event, Finished) and splitter is not None:

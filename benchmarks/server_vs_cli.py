@@ -1,8 +1,9 @@
-"""The local server's tokens/s next to the CLI's, same pair, same prompts, same process.
+"""The local server's tokens/s next to the CLI's: the same pair, the same prompts, one run.
 
 The CLI path is what `tandem-cli generate` does: a request to the runner service, its events read
-on the client's thread. The server path is the official `openai` client streaming a chat
-completion from `tandem-cli serve`'s app on a loopback port. Each is timed as its client sees it:
+on the client's thread, in the one process. The server path is what an editor does: the official
+`openai` client, in a process of its own, streaming a chat completion from `tandem-cli serve`'s
+app on a loopback port. Each is timed as its client sees it:
 answer tokens after the first over the wall clock from the first token to the last (the decode
 rate the bench and the panel report), plus time to first token. Both answer from the server's
 kept caches. The two alternate, prompt by prompt, so a slow moment of the machine falls on both.
@@ -60,6 +61,36 @@ def _server(client, model, messages, max_tokens):
     return first - start, (tokens - 1) / (last - first) if last > first else 0.0, "".join(parts)
 
 
+def _client_loop(url: str) -> None:
+    """The server's client, in its own process: one JSON request per stdin line, one result line back."""
+    import sys
+
+    import openai
+
+    client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0, timeout=600)
+    for line in sys.stdin:
+        ask = json.loads(line)
+        print(json.dumps(_server(client, ask["model"], ask["messages"], ask["max_tokens"])), flush=True)
+
+
+class _ClientProcess:
+    def __init__(self, url: str):
+        import subprocess
+        import sys
+
+        self.process = subprocess.Popen([sys.executable, __file__, "--client", url], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, text=True)
+
+    def ask(self, model, messages, max_tokens):
+        self.process.stdin.write(json.dumps({"model": model, "messages": messages, "max_tokens": max_tokens}) + "\n")
+        self.process.stdin.flush()
+        return tuple(json.loads(self.process.stdout.readline()))
+
+    def close(self):
+        self.process.stdin.close()
+        self.process.wait(30)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="demo")
@@ -69,9 +100,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--client", default=None, help=argparse.SUPPRESS)  # the child process's role
     args = parser.parse_args()
-
-    import openai
+    if args.client:
+        _client_loop(args.client)
+        return
 
     from app.server.host import ApiServer
     from app.server.openai_api import model_id
@@ -81,19 +114,19 @@ def main() -> None:
     loaded = service.load(args.model, args.backend, draft=args.draft, progress=lambda m: None).result()
     server = ApiServer(service, "127.0.0.1", 0)
     server.start()
-    client = openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0, timeout=600)
+    client = _ClientProcess(server.url)
     prompts = json.loads(SUITE.read_text())["prompts"][: args.prompts]
     rows = []
     try:
         _cli(service, [{"role": "user", "content": "Hello"}], 8)  # warm both paths once
-        _server(client, model_id(service), [{"role": "user", "content": "Hello"}], 8)
+        client.ask(model_id(service), [{"role": "user", "content": "Hello"}], 8)
         for prompt in prompts:
             messages = [{"role": "user", "content": prompt["user"]}]
             runs = {"cli": [], "server": []}
             _cli(service, messages, args.max_tokens)  # untimed: every timed run then reuses the same prefix
             for _ in range(args.repeats):
                 runs["cli"].append(_cli(service, messages, args.max_tokens))
-                runs["server"].append(_server(client, model_id(service), messages, args.max_tokens))
+                runs["server"].append(client.ask(model_id(service), messages, args.max_tokens))
             same = len({r[2] for side in runs.values() for r in side}) == 1
             row = {"prompt": prompt["name"], "identical": same}
             for side, results in runs.items():
@@ -105,6 +138,7 @@ def main() -> None:
                   f"= {row['ratio']:.3f}x  ttft {row['cli_ttft_s'] * 1000:.0f} / {row['server_ttft_s'] * 1000:.0f} ms"
                   f"  identical: {same}", flush=True)
     finally:
+        client.close()
         server.stop()
         service.close()
     ratio = statistics.median(r["ratio"] for r in rows)

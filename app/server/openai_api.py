@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.engine.events import Finished, Notice
+from app.engine.events import Finished
 from app.models.resolve import display_name
 from app.runner import ChatRequest
 from app.server.requests import ApiError, ChatBody, CompletionBody, parse_body
@@ -262,22 +262,38 @@ async def _sse(http: Request, stream: _Stream, started: _Started, fmt, chat: boo
     finished = None
     if chat:
         yield _chunk(started, chat, {"role": "assistant", "content": ""})
+    pending: list[tuple[str, str]] = []  # text not sent yet, by part
+
+    def flush():
+        merged: list[tuple[str, str]] = []
+        for kind, text in pending:
+            if merged and merged[-1][0] == kind:
+                merged[-1] = (kind, merged[-1][1] + text)
+            else:
+                merged.append((kind, text))
+        pending.clear()
+        for kind, text in merged:
+            if kind == THINKING and chat:
+                yield _chunk(started, chat, {"reasoning_content": text})
+            elif kind == THINKING:  # a completion has one text: the thinking is part of it
+                yield _chunk(started, chat, text)
+            else:
+                content = splitter.feed(text) if chat else text
+                if content:
+                    yield _chunk(started, chat, {"content": content} if chat else content)
+
     try:
         async for item in stream.events():
             if isinstance(item, (Traced, Text)):
-                for kind, text in item.pieces:
-                    if kind == THINKING and chat:
-                        yield _chunk(started, chat, {"reasoning_content": text})
-                    elif kind == THINKING:  # a completion has one text: the thinking is part of it
-                        yield _chunk(started, chat, text)
-                    else:
-                        content = splitter.feed(text) if chat else text
-                        if content:
-                            yield _chunk(started, chat, {"content": content} if chat else content)
+                pending.extend(item.pieces)
+                if not stream.queue.empty():
+                    continue  # more rounds wait already (a slow client): one chunk carries them all
             elif isinstance(item, Finished):
                 finished = item
-            elif isinstance(item, Notice):
-                continue  # the window's words (e.g. why it decodes plainly); an API answer has no place for them
+            for chunk in flush():
+                yield chunk
+        for chunk in flush():
+            yield chunk
     except ApiError as exc:  # after the stream began: the error goes in it, as OpenAI's does
         yield f"data: {json.dumps(exc.body(), ensure_ascii=False)}\n\n"
         yield "data: [DONE]\n\n"

@@ -109,6 +109,7 @@ class LoadedModel:
     draft_bytes: int = 0  # the draft model's weights (0 for prompt lookup and none)
     device_note: str = ""  # e.g. "no NVIDIA GPU or driver found" when a CUDA build runs on the CPU
     reasoning: str = ""  # the model thinks before answering: "switch" (its template turns it off), "always", ""
+    own_context: int = 0  # what the model itself reads (context_length is what chats are kept within)
 
     def describe(self) -> str:
         pair = f" + {self.draft}" if self.draft != DRAFT_NONE else ""
@@ -292,7 +293,8 @@ class Runner:
                                   time.perf_counter() - start, draft_name, notice,
                                   draft_backend.weights_bytes if draft_folder is not None else 0,
                                   target.device_note,
-                                  "switch" if tokenizer.thinking_switch else "always" if tokenizer.thinks else "")
+                                  "switch" if tokenizer.thinking_switch else "always" if tokenizer.thinks else "",
+                                  own)
         return self.loaded
 
     @staticmethod

@@ -138,3 +138,17 @@ def tiny_q4(tmp_path_factory, tiny_fields):
     written = write_gguf(tiny_llama(seed=21), root / "m.gguf", tiny_fields, q.Q4_0, embedding_qtype=q.Q8_0)
     folders = import_gguf(root / "m.gguf", root / "import", mlx_variants=())
     return folders["hf"], written
+
+
+@pytest.fixture(scope="module")
+def service(tiny_pair):
+    """The runner service (app/service.py) over the tiny target, its noisy copy drafting, on
+    PyTorch: one per test module, closed after it."""
+    from app.runner import Runner
+    from app.service import RunnerService
+
+    runner = Runner()
+    runner.load(tiny_pair["target"], "torch", draft=tiny_pair["near"], progress=lambda message: None)
+    service = RunnerService(runner)
+    yield service
+    service.close()

@@ -25,15 +25,6 @@ QUESTION = "tell me about the sea"
 
 
 @pytest.fixture(scope="module")
-def service(tiny_pair):
-    runner = Runner()
-    runner.load(tiny_pair["target"], "torch", draft=tiny_pair["near"], **QUIET)
-    service = RunnerService(runner)
-    yield service
-    service.close()
-
-
-@pytest.fixture(scope="module")
 def server(service):
     server = ApiServer(service, "127.0.0.1", 0)
     server.start()
@@ -185,6 +176,23 @@ def test_32_streams_at_once_all_complete_whole_and_unmixed(service, server, clie
     assert results == [expected[questions[i % 4]] for i in range(32)]
     assert service.pending() == 0
     assert client.chat.completions.create(**_chat(service)).choices[0].message.content  # and it serves on
+
+
+def test_each_named_user_answers_from_caches_of_its_own(service, client):
+    """Two agents that send `user` keep a conversation each: the second one's follow-up prefills
+    only its new tokens although the other agent asked in between."""
+    model = model_id(service)
+    first = [{"role": "user", "content": "tell me about the sea"}]
+    answer = client.chat.completions.create(model=model, messages=first, temperature=0, max_tokens=8, user="agent-a")
+    client.chat.completions.create(model=model, temperature=0, max_tokens=8, user="agent-b",
+                                   messages=[{"role": "user", "content": "write a list of fruit"}])
+    assert service.runner.kept.current == "server agent-b" and "server agent-a" in service.runner.kept.conversations
+    follow_up = first + [{"role": "assistant", "content": answer.choices[0].message.content},
+                         {"role": "user", "content": "and the mountains?"}]
+    again = client.chat.completions.create(model=model, messages=follow_up, temperature=0, max_tokens=8,
+                                           user="agent-a")
+    reused = again.model_extra["tandem"]["reused_prompt_tokens"]
+    assert reused >= answer.usage.prompt_tokens  # agent-a's first turn was kept while agent-b asked
 
 
 def test_off_loopback_the_server_needs_a_key(service):

@@ -351,3 +351,30 @@ def test_a_new_target_of_another_family_keeps_the_target_and_drafts_by_lookup(pa
     wait_until(lambda: window.pairing.current.target == str(other_vocab), LOAD_TIMEOUT_MS)
     assert window.controller.model.draft == "ngram" and window.pairing.current.draft == "ngram"
     assert window.header.target_slot.name.text() == display_name(other_vocab)
+
+
+def test_the_context_length_is_a_setting_per_model_kept_across_loads(pairing_session, monkeypatch):
+    from PySide6.QtWidgets import QInputDialog
+
+    from ui.pairing.slot_menu import build_slot_menu
+
+    window = pairing_session.window
+    pairing = window.pairing
+    own = pairing.loaded.own_context
+    assert own == pairing.loaded.context_length == 512  # the tiny model's own, nothing chosen yet
+
+    def choose_in_menu(tokens: int) -> None:
+        monkeypatch.setattr(QInputDialog, "getInt", staticmethod(lambda *args: (tokens, True)))
+        menu = build_slot_menu("target", pairing, window)
+        next(a for a in menu.actions() if a.text().startswith("Context length")).trigger()
+
+    choose_in_menu(300)
+    wait_until(lambda: pairing.loaded.context_length == 300, LOAD_TIMEOUT_MS)
+    assert pairing.memory.context(pairing.current.named()[0]) == 300  # remembered for this model
+    assert window.worker.runner.loaded.context_length == 300  # what fitting and the engine use
+    pairing.choose("draft", "ngram")  # the same target loads again with another draft: it keeps its context
+    wait_until(lambda: pairing.current.draft == "ngram" and pairing.loaded.draft == "ngram", LOAD_TIMEOUT_MS)
+    assert pairing.loaded.context_length == 300
+    choose_in_menu(own)  # the model's own again: nothing is remembered
+    wait_until(lambda: pairing.loaded.context_length == own, LOAD_TIMEOUT_MS)
+    assert pairing.memory.context(pairing.current.named()[0]) is None

@@ -22,15 +22,6 @@ def _ask(text: str, tokens: int = 12, conversation: str = "") -> ChatRequest:
 
 
 @pytest.fixture(scope="module")
-def service(tiny_pair):
-    runner = Runner()
-    runner.load(tiny_pair["target"], "torch", draft=tiny_pair["near"], **QUIET)
-    service = RunnerService(runner)
-    yield service
-    service.close()
-
-
-@pytest.fixture(scope="module")
 def alone(service):
     """What the runner writes for a question when nothing else runs (temperature 0)."""
     answers = {}

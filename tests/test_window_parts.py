@@ -420,7 +420,7 @@ def test_the_side_panel_and_the_settings_drawer_toggle_and_stay_open(offline_win
 
 
 class _FakeTokenizer:
-    def render_chat(self, messages):
+    def render_chat(self, messages, tools=None, thinking=None):
         return [0] * sum(len(m["content"].split()) + 2 for m in messages)
 
     def token_text(self, token_id):
@@ -529,7 +529,7 @@ def test_the_first_start_names_the_model_and_its_draft_in_a_users_words(qtbot, t
     folder = tmp_path / "smollm2-135m-instruct" / "gguf"  # where app/models/demo.py imports the demo
     release = threading.Event()
 
-    def load(self, spec, backend=None, draft="none", precision="auto", progress=print):
+    def load(self, spec, backend=None, draft="none", precision="auto", progress=print, context=None):
         progress("Loading gguf on torch ...")  # what Runner.load reports for the demo
         release.wait(30)
         return LoadedModel(folder, "torch", "cpu", "4-bit GGUF (int4 g32 from Q4_1 x210; float32 from F32 x61)",
@@ -697,7 +697,7 @@ def test_a_pair_refused_for_memory_offers_to_load_in_4bit(qtbot, tmp_path, monke
 
     asked = []
 
-    def load(self, spec, backend=None, draft="none", precision="auto", progress=print):
+    def load(self, spec, backend=None, draft="none", precision="auto", progress=print, context=None):
         asked.append(precision)
         if precision == "auto":
             raise NotEnoughMemory("This pair does not fit: ... In 4-bit the pair fits.", fits_at="int4")

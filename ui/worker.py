@@ -75,6 +75,7 @@ class PairRequest:
     # target with prompt lookup (and say so) instead of refusing the target the user asked for.
     keep_draft: bool = False
     precision: str = "auto"  # the target's ("int4" when the user took a refusal's offer to load it in 4-bit)
+    context: int | None = None  # the most tokens a chat may hold (None: the model's own, or what memory holds)
 
     def named(self) -> tuple[str, str]:
         return self.target_name or self.target, self.draft_name or self.draft
@@ -186,7 +187,7 @@ class EngineWorker(QObject):
 
     def _load(self, request: PairRequest, draft: str):
         return self.service.load(request.target, request.backend or None, draft=draft, precision=request.precision,
-                                 client=self.CLIENT, progress=self.progress.emit).result()
+                                 context=request.context, client=self.CLIENT, progress=self.progress.emit).result()
 
     @Slot(object)
     def load_pair(self, request: PairRequest) -> None:

@@ -36,6 +36,9 @@ class TrialResult:
         return f"accepts {self.acceptance:.0%}, {faster}"
 
 
+MIN_CONTEXT = 256  # the least context the window offers: a message and an answer of some length
+
+
 def pair_key(backend: str, target: str, draft: str) -> str:
     return f"{backend}|{target}|{draft}"
 
@@ -60,10 +63,14 @@ class PairMemory:
             data = {}
         recent = data.get("recent")
         trials = data.get("trials")
+        contexts = data.get("contexts")
         return {"recent": [entry for item in (recent if isinstance(recent, list) else [])
                            if (entry := _recent_entry(item)) is not None][:MAX_RECENT],
                 "trials": {key: value for key, value in (trials.items() if isinstance(trials, dict) else ())
-                           if isinstance(key, str) and isinstance(value, dict)}}
+                           if isinstance(key, str) and isinstance(value, dict)},
+                "contexts": {key: value for key, value in (contexts.items() if isinstance(contexts, dict) else ())
+                             if isinstance(key, str) and isinstance(value, int) and not isinstance(value, bool)
+                             and value >= MIN_CONTEXT}}
 
     def _set_aside(self) -> None:
         try:
@@ -119,6 +126,18 @@ class PairMemory:
         kept = [r for r in self._data["recent"]
                 if (r.get("backend"), *same_pair(r.get("target"), r.get("draft"), r.get("backend"))) != (backend, *key)]
         self._data["recent"] = [entry, *kept][:MAX_RECENT]
+        return self._write()
+
+    def context(self, target: str) -> int | None:
+        """The context length chosen for a model (None: its own, or what memory holds)."""
+        return self._data["contexts"].get(target)
+
+    def set_context(self, target: str, tokens: int | None) -> str | None:
+        """None once saved, else why it could not be (see _write). None forgets the choice."""
+        if tokens is None:
+            self._data["contexts"].pop(target, None)
+        else:
+            self._data["contexts"][target] = int(tokens)
         return self._write()
 
     def trial(self, backend: str, target: str, draft: str) -> TrialResult | None:

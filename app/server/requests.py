@@ -46,6 +46,9 @@ class _Body(BaseModel):
     stop: str | list[str] | None = None
     seed: int | None = Field(None, ge=0, lt=2**63)
     n: int = 1
+    # OpenAI's end-user id: here, whose kept caches answer (one slot per user, so two agents that
+    # name themselves do not evict each other's conversation)
+    user: str | None = Field(None, max_length=256)
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
 
@@ -74,7 +77,8 @@ class _Body(BaseModel):
     def _request(self, context: int, **fields) -> ChatRequest:
         params = SamplingParams(temperature=self.temperature, top_p=self.top_p, seed=self.seed)
         return ChatRequest(max_tokens=min(self.max_tokens or DEFAULT_MAX_TOKENS, context), params=params,
-                           stop_strings=tuple(self.stop or ()), conversation="server", fit=False, **fields)
+                           stop_strings=tuple(self.stop or ()), fit=False,
+                           conversation=f"server {self.user}" if self.user else "server", **fields)
 
 
 class ChatBody(_Body):

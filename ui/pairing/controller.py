@@ -197,7 +197,19 @@ class PairController(QObject):
         draft, draft_name = resolved.get("draft", (current.draft, current.named()[1]))
         # A new target alone keeps the draft model in use only when their tokenizers agree.
         keep_draft = "target" in resolved and "draft" not in resolved
-        self.request_pair.emit(PairRequest(target, draft, self.backend, target_name, draft_name, keep_draft))
+        self.request_pair.emit(PairRequest(target, draft, self.backend, target_name, draft_name, keep_draft,
+                                           context=self.memory.context(target_name)))
+
+    def set_context(self, tokens: int | None) -> None:
+        """A context length for the loaded target (None: its own), remembered for that model; the
+        pair loads again with it (the memory check plans for it)."""
+        if self.current is None:
+            return
+        target_name = self.current.named()[0]
+        problem = self.memory.set_context(target_name, tokens)
+        if problem:
+            self.error.emit(problem)
+        self.request_pair.emit(replace(self.current, keep_draft=False, context=tokens))
 
     # What the worker reported
 

@@ -27,6 +27,9 @@ def build_slot_menu(role: str, pairing: PairController, parent: QWidget) -> QMen
     menu.addAction("Model folder…", lambda: _choose_folder(role, pairing, parent))
     menu.addAction(".gguf file…", lambda: _choose_gguf(role, pairing, parent))
     menu.addAction("Hugging Face model…", lambda: _enter_repo(role, pairing, parent))
+    if role == "target" and pairing.loaded is not None:
+        menu.addAction(f"Context length ({pairing.loaded.context_length:,} tokens)…",
+                       lambda: _choose_context(pairing, parent))
     if role == "draft":
         menu.addSeparator()
         for text, keyword in DRAFT_CHOICES:
@@ -51,6 +54,23 @@ def build_slot_menu(role: str, pairing: PairController, parent: QWidget) -> QMen
     menu.setToolTipsVisible(True)
     menu.setObjectName(f"{noun}Menu")
     return menu
+
+
+def _choose_context(pairing: PairController, parent: QWidget) -> None:
+    """How many tokens a chat may hold with this model: up to what it reads (what memory holds is
+    checked when it loads again, and the load says so if that is less)."""
+    from app.models.pair_memory import MIN_CONTEXT
+
+    loaded = pairing.loaded
+    own = loaded.own_context or loaded.context_length
+    tokens, ok = QInputDialog.getInt(
+        parent, "Context length",
+        f"The most tokens a chat may hold with {pairing.current.named()[0] if pairing.current else 'this model'}.\n"
+        f"The model reads up to {own:,}; longer chats leave out their oldest turns. Less context takes\n"
+        "less memory. The pair loads again with it.",
+        loaded.context_length, MIN_CONTEXT, max(own, MIN_CONTEXT), 1024)
+    if ok and tokens != loaded.context_length:
+        pairing.set_context(None if tokens >= own else tokens)
 
 
 def _free_for(pairing: PairController) -> tuple[int, str]:

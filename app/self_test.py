@@ -12,10 +12,11 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from app.engine.events import Finished, Round
+from app.engine.events import Finished
 from app.engine.sampling import SamplingParams
 from app.models.demo import DEMO_REFERENCE
 from app.runner import DRAFT_NONE, ChatRequest, Runner
+from app.service import RunnerService, Traced
 
 SELF_TEST_PROMPT = "Write a Python function that checks whether a number is prime."
 SELF_TEST_TOKENS = 16
@@ -45,16 +46,17 @@ def first_difference(a: tuple[int, ...], b: tuple[int, ...]) -> int:
     return min(len(a), len(b))
 
 
-def decode(runner: Runner, drafter: str, prompt: str = SELF_TEST_PROMPT,
+def decode(service: RunnerService, drafter: str, prompt: str = SELF_TEST_PROMPT,
            tokens: int = SELF_TEST_TOKENS) -> Decoded:
-    """Greedy answer to `prompt`; `drafter` is "none" (the target alone) or "pair"."""
+    """Greedy answer to `prompt` through the runner service, as every client asks; `drafter` is
+    "none" (the target alone) or "pair"."""
     request = ChatRequest(({"role": "user", "content": prompt},), max_tokens=tokens,
                           params=SamplingParams(temperature=0.0), drafter=drafter)
     ids: list[int] = []
     finished = None
-    for event in runner.chat(request):
-        if isinstance(event, Round):
-            ids.extend(event.emitted)
+    for event in service.submit(request, client="self-test").events():
+        if isinstance(event, Traced):
+            ids.extend(event.round.emitted)
         elif isinstance(event, Finished):
             finished = event
     if finished is None:
@@ -79,19 +81,23 @@ def self_test(model: str = DEMO_REFERENCE, backend: str | None = None, draft: st
     with `compare`, print one line through `out` (stdout by default). Returns 0 when they agree."""
     out = out or (lambda line: print(line, flush=True))
     progress = progress or (lambda message: None)
-    runner = Runner()
+    service = RunnerService()
+    runner = service.runner
     try:
-        runner.load(model, backend or None, draft=draft, progress=progress)
-    except Exception as exc:  # one line and exit 1 whatever went wrong: that is the test's whole job
-        out(f"{PREFIX} FAILED, the model did not load: {exc}")
-        return 1
-    where = _where(runner, model)
-    try:
-        alone = decode(runner, DRAFT_NONE, prompt, tokens)
-        speculative = decode(runner, "pair", prompt, tokens)
-    except Exception as exc:
-        out(f"{PREFIX} FAILED, decoding raised {type(exc).__name__}: {exc} ({where})")
-        return 1
+        try:
+            service.load(model, backend or None, draft=draft, progress=progress).result()
+        except Exception as exc:  # one line and exit 1 whatever went wrong: that is the test's whole job
+            out(f"{PREFIX} FAILED, the model did not load: {exc}")
+            return 1
+        where = _where(runner, model)
+        try:
+            alone = decode(service, DRAFT_NONE, prompt, tokens)
+            speculative = decode(service, "pair", prompt, tokens)
+        except Exception as exc:
+            out(f"{PREFIX} FAILED, decoding raised {type(exc).__name__}: {exc} ({where})")
+            return 1
+    finally:
+        service.close()
     if not compare(alone, speculative):
         at = first_difference(alone.ids, speculative.ids)
         out(f"{PREFIX} FAILED, speculative output differs from the target alone at token {at} "

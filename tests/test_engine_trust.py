@@ -76,6 +76,59 @@ def test_mlx_sliding_window_decision_is_taken_on_the_fresh_cache(sliding_mlx):
     assert not any(isinstance(e, Notice) and "recurrent" in e.message for e in events)
 
 
+# --- sliding windows on PyTorch (transformers' DynamicSlidingWindowLayer) ----------------------
+
+def _tiny_mistral(folder, tokenizer_from, seed: int, noise: float = 0.0):
+    """A tiny Mistral, every layer attending over a 16-token window, with the tiny pair's tokenizer
+    (`noise`: a noisy copy of seed's weights, a draft that is often accepted)."""
+    import torch
+    from transformers import MistralConfig, MistralForCausalLM
+
+    torch.manual_seed(seed)
+    config = MistralConfig(vocab_size=1024, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                           sliding_window=WINDOW, tie_word_embeddings=True, bos_token_id=1, eos_token_id=2)
+    model = MistralForCausalLM(config)
+    with torch.no_grad():
+        for p in model.parameters():
+            if noise and p.dim() == 2:
+                p.add_(torch.randn_like(p) * noise * p.std())
+    model.save_pretrained(folder)
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        if (tokenizer_from / name).exists():
+            shutil.copy(tokenizer_from / name, folder / name)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def sliding_torch(tiny_pair, tmp_path_factory):
+    root = tmp_path_factory.mktemp("sliding-torch")
+    target = _tiny_mistral(root / "target", tiny_pair["target"], seed=5)
+    near = _tiny_mistral(root / "near", tiny_pair["target"], seed=5, noise=0.3)
+    return {"target": load_backend(target, "torch"), "near": load_backend(near, "torch"),
+            "reference": load_backend(target, "torch")}  # decodes plainly only
+
+
+def test_torch_sliding_window_speculates_until_the_window_fills_and_stays_exact(sliding_torch):
+    """transformers drops a sliding layer's oldest keys once it holds window - 1: until then a
+    rejected draft cuts back exactly, so the engine speculates there and decodes plainly after
+    (it used to refuse any sliding-window model outright on PyTorch)."""
+    target = sliding_torch["target"]
+    assert target.rollback_room() == WINDOW - 1  # empty: a pass may append up to window - 1
+    plain, _ = _run(sliding_torch["reference"])
+    assert len(plain) == 40  # the context passes the 16-token window by far
+    for k in (2, 4, 6):
+        spec, events = _run(target, drafter=PromptLookupDrafter(), draft_tokens=k)
+        assert spec == plain, f"prompt lookup, k={k}"
+        assert any(isinstance(e, Round) and e.drafted for e in events)  # it did speculate first
+        notices = [e.message for e in events if isinstance(e, Notice)]
+        assert notices and "sliding window of 16 tokens, which is full" in notices[-1], notices
+    spec, events = _run(target, drafter=ModelDrafter(sliding_torch["near"]), draft_tokens=4)
+    assert spec == plain, "noisy-copy draft"
+    assert any(isinstance(e, Round) and e.drafted for e in events)
+    assert target.rollback_room() == 0  # full after the answer: the next one starts from a fresh cache
+
+
 # --- random streams ---------------------------------------------------------------------------
 
 T1 = SamplingParams(temperature=1.0)

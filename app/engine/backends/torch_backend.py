@@ -263,18 +263,27 @@ class TorchBackend(ModelBackend):
         return sum(storages.values())
 
     def rollback_room(self) -> int | None:
-        # Recurrent layers (Mamba, linear attention) keep state that crop() cannot rewind, and
-        # transformers' sliding-window layers drop what a rollback would need as they go.
-        limited = any(isinstance(layer, (LinearAttentionCacheLayerMixin, DynamicSlidingWindowLayer))
-                      for layer in self.cache.layers)
-        return 0 if limited else None
+        room = None
+        for layer in self.cache.layers:
+            if isinstance(layer, LinearAttentionCacheLayerMixin):
+                return 0  # recurrent state (Mamba, linear attention) that crop() cannot rewind
+            if isinstance(layer, DynamicSlidingWindowLayer):
+                # transformers keeps the last window - 1 positions and drops older ones as a pass
+                # appends; until then the layer is a plain one and cuts back exactly. So a verify
+                # pass may append only what keeps it within window - 1 (the same rule as MLX's
+                # rotating caches, app/engine/backends/mlx_backend.py).
+                layer_room = max(layer.sliding_window - 1 - layer.get_seq_length(), 0)
+                room = layer_room if room is None else min(room, layer_room)
+        return room
 
     def no_rollback_reason(self) -> str:
         if any(isinstance(layer, LinearAttentionCacheLayerMixin) for layer in self.cache.layers):
             return (f"the target ({self.model_type}) has recurrent layers whose state cannot be rolled "
                     "back after a rejected draft")
-        return (f"the target ({self.model_type}) has sliding-window attention, whose cache cannot be "
-                "rolled back on PyTorch yet")
+        window = min(layer.sliding_window for layer in self.cache.layers
+                     if isinstance(layer, DynamicSlidingWindowLayer))
+        return (f"the target ({self.model_type}) attends over a sliding window of {window:,} tokens, "
+                "which is full: its cache cannot be rolled back past the window")
 
     def seed(self, seed: int | None) -> None:
         self._generator.manual_seed(entropy_seed() if seed is None else seed)

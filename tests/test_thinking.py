@@ -186,11 +186,13 @@ def test_the_window_folds_the_thinking_above_the_answer_and_stores_both(thinking
     answer = window.store.messages(window.controller.current.id)[-1]
     assert (answer.content, answer.thinking) == (ANSWERED, THOUGHT)
     assert window.draft_panel.trace.rounds[0].thinking
+    assert "thinking&nbsp;rounds" in window.draft_panel.legend.text()  # the band's key, for this answer
     # the switch off, for this chat: the template writes the empty block
     window.settings_drawer.thinking.setChecked(False)
     runner.chat = _scripted(runner, ["Hello again."], prompts)
     with qtbot.waitSignal(window.controller.busy_changed, check_params_cb=lambda busy: not busy, timeout=60_000):
         window.send("Hi again")
     assert prompts[-1].endswith("<think>\n\n</think>\n\n") and not window.chat_view.last_message().thinking.isVisible()
+    assert "thinking&nbsp;rounds" not in window.draft_panel.legend.text()  # an answer without thinking
     assert window.store.get_conversation(window.controller.current.id).settings["thinking"] is False  # per chat
     window.close()

@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (QCheckBox, QFileDialog, QFrame, QGridLayout, QLab
 
 from app.chat.baseline import METHOD, Baseline, Speedup
 from app.chat.trace import ACCEPTED, REJECTED, TARGET, Figures, RoundTrace, TurnTrace
-from ui.panel.colors import LABELS, chip_colors
+from ui.panel.colors import LABELS, THINKING_ROW, chip_colors
 from ui.panel.graphs import LiveGraphs
 from ui.panel.rounds_view import RoundsView
 
@@ -249,8 +249,10 @@ class DraftPanel(QWidget):
             c = colors[kind]
             return f'<span style="background-color:{c.background}; color:{c.text};">&nbsp;{text}&nbsp;</span>'
 
-        self.legend.setText(" ".join(key(kind, LABELS[kind].replace(" ", "&nbsp;"))
-                                     for kind in (ACCEPTED, REJECTED, TARGET)))
+        self._dark = dark
+        self._legend_keys = " ".join(key(kind, LABELS[kind].replace(" ", "&nbsp;"))
+                                     for kind in (ACCEPTED, REJECTED, TARGET))
+        self._show_legend()
         self.empty_state.setText(
             "Each answer's rounds appear here: one row per pass of the target, one chip per token, "
             f"{key(ACCEPTED, 'green')} = draft accepted, {key(REJECTED, 'red')} = draft rejected, "
@@ -283,6 +285,14 @@ class DraftPanel(QWidget):
         self.body.setVisible(not empty)
         self.export_button.setEnabled(not empty)
 
+    def _show_legend(self) -> None:
+        """The chips' keys, and the thinking rounds' band when the answer shown has any."""
+        text = self._legend_keys
+        if any(r.thinking for r in self.trace.rounds):
+            text += (f' <span style="background-color:{THINKING_ROW[self._dark]};">&nbsp;thinking&nbsp;rounds'
+                     '&nbsp;</span>')
+        self.legend.setText(text)
+
     def _show_source(self, source: str) -> None:
         self.source_label.setText(f"Showing {source}")
         self.source_label.setVisible(bool(source))
@@ -294,6 +304,7 @@ class DraftPanel(QWidget):
         self._graph_timer.stop()
         self._unshown = []
         self.trace = trace
+        self._show_legend()
         self._set_empty(False)
         self.rounds_view.set_rounds(trace.rounds)
         self.graphs.clear()
@@ -310,6 +321,8 @@ class DraftPanel(QWidget):
         """New rows, figures and graphs of the live answer (figures and graphs walk every round)."""
         rounds, self._unshown = self._unshown, []
         self.rounds_view.append(rounds)
+        if any(r.thinking for r in rounds):
+            self._show_legend()
         self._show_figures(self.trace.figures())
         self._refreshes += 1
         if graphs or self._refreshes % GRAPH_EVERY == 0:
@@ -327,6 +340,7 @@ class DraftPanel(QWidget):
         self._graph_timer.stop()
         self._unshown = []
         self.trace = trace or TurnTrace(baseline=self.baseline)
+        self._show_legend()
         self._set_empty(not self.trace.rounds)
         self.rounds_view.set_rounds(self.trace.rounds)
         self.graphs.show_trace(self.trace) if trace else self.graphs.clear()

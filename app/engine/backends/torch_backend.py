@@ -280,9 +280,10 @@ class TorchBackend(ModelBackend):
         if any(isinstance(layer, LinearAttentionCacheLayerMixin) for layer in self.cache.layers):
             return (f"the target ({self.model_type}) has recurrent layers whose state cannot be rolled "
                     "back after a rejected draft")
-        window = min(layer.sliding_window for layer in self.cache.layers
-                     if isinstance(layer, DynamicSlidingWindowLayer))
-        return (f"the target ({self.model_type}) attends over a sliding window of {window:,} tokens, "
+        windows = [layer.sliding_window for layer in self.cache.layers if isinstance(layer, DynamicSlidingWindowLayer)]
+        if not windows:
+            return f"the target's ({self.model_type}) cache cannot be rolled back after a rejected draft"
+        return (f"the target ({self.model_type}) attends over a sliding window of {min(windows):,} tokens, "
                 "which is full: its cache cannot be rolled back past the window")
 
     def seed(self, seed: int | None) -> None:

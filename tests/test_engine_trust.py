@@ -50,18 +50,25 @@ def sliding_mlx(tiny_pair, tmp_path_factory):
             "reference": load_backend(folders["target"], "mlx")}  # decodes plainly only
 
 
+def _exact_past_the_window(models: dict) -> None:
+    """Prompt lookup at k 2/4/6 and a noisy-copy draft write what plain decoding writes, 40 tokens
+    from an 11-token prompt (far past the 16-token window); each speculated first, then said the
+    window is full."""
+    target = models["target"]
+    plain, _ = _run(models["reference"])
+    assert len(plain) == 40
+    runs = {f"prompt lookup, k={k}": (PromptLookupDrafter(), k) for k in (2, 4, 6)}
+    runs["noisy-copy draft"] = (ModelDrafter(models["near"]), 4)
+    for name, (drafter, k) in runs.items():
+        spec, events = _run(target, drafter=drafter, draft_tokens=k)
+        assert spec == plain, name
+        assert any(isinstance(e, Round) and e.drafted for e in events), name  # it did speculate first
+        notices = [e.message for e in events if isinstance(e, Notice)]
+        assert notices and "sliding window of 16 tokens, which is full" in notices[-1], (name, notices)
+
+
 def test_mlx_sliding_window_stays_exact_past_the_window(sliding_mlx):
-    target = sliding_mlx["target"]
-    plain, _ = _run(sliding_mlx["reference"])
-    assert len(plain) == 40  # the context passes the 16-token window by far
-    for k in (2, 4, 6):
-        spec, events = _run(target, drafter=PromptLookupDrafter(), draft_tokens=k)
-        assert spec == plain, f"prompt lookup, k={k}"
-        assert any(isinstance(e, Round) and e.drafted for e in events)  # it did speculate first
-    spec, events = _run(target, drafter=ModelDrafter(sliding_mlx["near"]), draft_tokens=4)
-    assert spec == plain, "noisy-copy draft"
-    notices = [e.message for e in events if isinstance(e, Notice)]
-    assert notices and "sliding window of 16" in notices[-1], notices
+    _exact_past_the_window(sliding_mlx)
 
 
 def test_mlx_sliding_window_decision_is_taken_on_the_fresh_cache(sliding_mlx):
@@ -114,18 +121,9 @@ def test_torch_sliding_window_speculates_until_the_window_fills_and_stays_exact(
     rejected draft cuts back exactly, so the engine speculates there and decodes plainly after
     (it used to refuse any sliding-window model outright on PyTorch)."""
     target = sliding_torch["target"]
+    target.reset()
     assert target.rollback_room() == WINDOW - 1  # empty: a pass may append up to window - 1
-    plain, _ = _run(sliding_torch["reference"])
-    assert len(plain) == 40  # the context passes the 16-token window by far
-    for k in (2, 4, 6):
-        spec, events = _run(target, drafter=PromptLookupDrafter(), draft_tokens=k)
-        assert spec == plain, f"prompt lookup, k={k}"
-        assert any(isinstance(e, Round) and e.drafted for e in events)  # it did speculate first
-        notices = [e.message for e in events if isinstance(e, Notice)]
-        assert notices and "sliding window of 16 tokens, which is full" in notices[-1], notices
-    spec, events = _run(target, drafter=ModelDrafter(sliding_torch["near"]), draft_tokens=4)
-    assert spec == plain, "noisy-copy draft"
-    assert any(isinstance(e, Round) and e.drafted for e in events)
+    _exact_past_the_window(sliding_torch)
     assert target.rollback_room() == 0  # full after the answer: the next one starts from a fresh cache
 
 

@@ -165,3 +165,60 @@ def write_gguf(model: LlamaForCausalLM, path: Path, fields: dict,
     writer.write_tensors_to_file()
     writer.close()
     return written
+
+
+def tiny_qwen35(seed: int, vocab: int = TINY_VOCAB, hidden: int = 64, layers: int = 4, scale: float = 16.0,
+                context: int = 512):
+    """A tiny Qwen3.5 hybrid from transformers' own classes: Gated DeltaNet (linear attention with
+    a recurrent state) in three layers of four, full attention in the fourth, random weights."""
+    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+
+    torch.manual_seed(seed)
+    config = Qwen3_5TextConfig(
+        vocab_size=vocab, hidden_size=hidden, intermediate_size=hidden * 2, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, linear_num_value_heads=4,
+        linear_num_key_heads=2, linear_key_head_dim=16, linear_value_head_dim=16, linear_conv_kernel_dim=4,
+        full_attention_interval=4, max_position_embeddings=context, tie_word_embeddings=True,
+        bos_token_id=1, eos_token_id=2, pad_token_id=2)
+    model = Qwen3_5ForCausalLM(config).eval()
+    with torch.no_grad():  # larger weights than the init, so greedy choices are not near-ties
+        for name, p in model.named_parameters():
+            if p.dim() == 2 and "linear_attn" not in name:
+                p.mul_(scale)
+    return model
+
+
+def add_noise(model, amount: float, seed: int):
+    """The same model with noise on its matrices: a draft the target often, not always, accepts."""
+    with torch.no_grad():
+        torch.manual_seed(seed)
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.add_(torch.randn_like(p) * amount * p.std())
+    return model
+
+
+def save_qwen35(model, folder: Path, tokenizer_from: Path | None = None) -> Path:
+    """Write a tiny Qwen3.5 as the real checkpoints are laid out (model_type "qwen3_5", the text
+    model's config under text_config, weights named model.language_model.*), which both
+    transformers and mlx-lm load; the tokenizer files copied from `tokenizer_from`."""
+    import json
+    import shutil
+
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    text = model.config.to_dict()
+    config = {"model_type": "qwen3_5", "architectures": ["Qwen3_5ForConditionalGeneration"],
+              "text_config": text, "tie_word_embeddings": text["tie_word_embeddings"],
+              "vision_config": {"depth": 1, "hidden_size": 32, "num_heads": 2, "out_hidden_size": text["hidden_size"],
+                                "intermediate_size": 64},
+              "dtype": "float32"}
+    (folder / "config.json").write_text(json.dumps(config, indent=1))
+    weights = {(k.replace("model.", "model.language_model.", 1) if k.startswith("model.") else k): v.contiguous()
+               for k, v in model.state_dict().items() if not (k == "lm_head.weight" and text["tie_word_embeddings"])}
+    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json"):
+        if tokenizer_from is not None and (tokenizer_from / name).exists():
+            shutil.copy(tokenizer_from / name, folder / name)
+    return folder

@@ -199,14 +199,24 @@ def test_the_demo_at_gguf_precision_speculates_what_it_would_write_alone(demo):
             assert gap < GGUF_TIE_GAP, f"token {position} differs from the target alone with a top-2 gap of {gap:.3f}"
 
 
-def test_the_exactness_check_catches_a_wrong_rollback(demo, monkeypatch):
-    """The same check on an engine whose verify keeps rejected drafts in the cache must fail."""
+def test_the_exactness_check_catches_a_kept_rejected_draft(demo, monkeypatch):
+    """The same check on an engine that keeps the first rejected draft of a round (in the answer
+    and in the cache, as a rollback one position short would) must fail."""
+    from app.engine.backends.base import Verdict
     from app.engine.backends.torch_backend import TorchBackend
     from app.runner import Runner
 
+    real_verify = TorchBackend.verify
+
+    def keeps_one_rejected(self, ids, proposal, params):
+        verdict = real_verify(self, ids, proposal, params)
+        if verdict.accepted < len(proposal.ids):
+            return Verdict(verdict.accepted + 1, verdict.token, verdict.q)
+        return verdict
+
     runner = Runner()
     runner.load(demo["hf"], "torch", draft="ngram", precision="gguf", progress=lambda m: None)
-    monkeypatch.setattr(TorchBackend, "truncate", lambda self, n: None)
+    monkeypatch.setattr(TorchBackend, "verify", keeps_one_rejected)
     answers = _speculative_answers(runner, [SUITE[6]], max_tokens=96)  # a copy prompt: many rounds
     monkeypatch.undo()
     gaps = [gap for prompt_ids, tokens in answers for _, gap in _disagreements(runner.target.model, prompt_ids, tokens)]

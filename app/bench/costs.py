@@ -22,7 +22,7 @@ def measure_target_costs(target: ModelBackend, context: Sequence[int], widths: S
     """Median seconds of one target pass of each width, widths interleaved so drift cancels."""
     target.reset()
     target.prefill(context[:-1])
-    base, pending = target.cache_len, context[-1]
+    mark, pending = target.checkpoint(), context[-1]
     filler = list(context[: max(widths)])  # real tokens as drafts: verification does its usual work
     samples: dict[int, list[float]] = {w: [] for w in widths}
     for repeat in range(repeats + 1):
@@ -34,7 +34,7 @@ def measure_target_costs(target: ModelBackend, context: Sequence[int], widths: S
             else:
                 target.verify([pending, *drafts], Proposal(drafts, (1.0,) * len(drafts)), GREEDY)
             seconds = time.perf_counter() - start
-            target.truncate(base)
+            target.rewind(mark, mark.length)
             if repeat:  # the first sweep warms caches and allocators up
                 samples[width].append(seconds)
     target.reset()
@@ -45,13 +45,13 @@ def measure_draft_cost(draft: ModelBackend, context: Sequence[int], repeats: int
     """Median seconds for the draft model to propose one token."""
     draft.reset()
     draft.prefill(context[:-1])
-    base = draft.cache_len
+    mark = draft.checkpoint()
     samples = []
     for repeat in range(repeats + 1):
         start = time.perf_counter()
         draft.draft([context[-1]], 1, GREEDY)
         seconds = time.perf_counter() - start
-        draft.truncate(base)
+        draft.rewind(mark, mark.length)
         if repeat:
             samples.append(seconds)
     draft.reset()

@@ -57,9 +57,18 @@ def summarize(bench: BenchRun, divergences: list[Divergence], config: dict) -> d
             # the loop's own time: the wall clock of decoding less the drafter's and the target's
             # passes (sampling, verification, bookkeeping, the consumer between rounds)
             decode = sum(r.decode_s for r in runs)
-            outside = decode - sum(r.draft_s + r.verify_s for r in runs)
+            outside = decode - sum(r.draft_s + r.verify_s + r.rollback_s for r in runs)
             entry["outside_passes"] = {"ms_per_round": outside / rounds * 1000,
                                        "share_of_decode": outside / decode if decode > 0 else None}
+        if rounds and method.family == "tandem":
+            # the target's checkpoint before each verify pass and its rewind after (a copy of
+            # recurrent state and a replay of the kept tokens on hybrid models), against the
+            # round's time: drafting, the pass, the rollback
+            rollback = sum(r.rollback_s for r in runs)
+            round_s = sum(r.draft_s + r.verify_s + r.rollback_s for r in runs)
+            entry["rollback"] = {"ms_per_round": rollback / rounds * 1000,
+                                 "share_of_round": rollback / round_s if round_s > 0 else None,
+                                 "replayed_per_round": sum(r.replayed for r in runs) / rounds}
         if method.family == "tandem":
             width = max(len(r.accepted_by_position) for r in runs)
             acc = [sum(r.accepted_by_position[i] for r in runs if i < len(r.accepted_by_position))
@@ -169,6 +178,12 @@ def format_table(summary: dict) -> str:
                if m.get("outside_passes") and m["outside_passes"]["share_of_decode"] is not None]
     if outside:
         lines.append("  time outside the model passes, per round (share of decoding): " + "; ".join(outside))
+    rollback = [f"{m['name']} {m['rollback']['ms_per_round']:.3f} ms ({m['rollback']['share_of_round']:.1%}"
+                f"{f', {r:.2f} tokens replayed' if (r := m['rollback']['replayed_per_round']) else ''})"
+                for m in summary["methods"] if m.get("rollback") and m["rollback"]["share_of_round"] is not None]
+    if rollback:
+        lines.append("  the target's rollback (checkpoint, rewind, replay), per round (share of round time): "
+                     + "; ".join(rollback))
     costs = summary["costs"]
     lines.append("  target pass (ms) by width: " + " ".join(
         f"{w}:{s * 1000:.0f}" for w, s in sorted(costs["target_s_by_width"].items())))

@@ -25,6 +25,8 @@ class RunResult:
     reached_by_position: tuple[int, ...] = ()
     draft_s: float = 0.0  # time the drafter spent (Tandem only)
     verify_s: float = 0.0  # time in the target's passes after the prefill (Tandem only)
+    rollback_s: float = 0.0  # the target's checkpoints and rewinds, replays included (Tandem only)
+    replayed: int = 0  # tokens the target passed again after recurrent state went back (Tandem only)
     extra: dict = field(default_factory=dict)
 
     @property
@@ -65,7 +67,7 @@ def run_tandem(target, decode, prompt_ids: Sequence[int], drafter: Drafter | Non
                params: SamplingParams, stop_ids: frozenset[int], draft_tokens: int | None,
                controller: DraftLengthController | None = None) -> RunResult:
     tokens: list[int] = []
-    draft_s = verify_s = 0.0
+    draft_s = verify_s = rollback_s = 0.0
     for event in generate(target, decode, prompt_ids, drafter=drafter, stop_ids=stop_ids,
                           max_tokens=max_tokens, params=params, draft_tokens=draft_tokens,
                           controller=controller):
@@ -73,9 +75,10 @@ def run_tandem(target, decode, prompt_ids: Sequence[int], drafter: Drafter | Non
             tokens.extend(event.emitted)
             draft_s += event.draft_s
             verify_s += event.verify_s if event.index > 0 else 0.0  # round 0 is the prefill
+            rollback_s += event.rollback_s
         elif isinstance(event, Finished):
             s = event.stats
             return RunResult(tokens, s.decode_tokens, s.decode_s, s.rounds, s.drafted, s.accepted,
                              s.accepted_by_position, s.reached_by_position, draft_s, verify_s,
-                             {"finish": s.finish_reason})
+                             rollback_s, s.replayed, {"finish": s.finish_reason})
     raise RuntimeError("the engine ended without a Finished event")

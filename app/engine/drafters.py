@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from app.engine.backends.base import ModelBackend
+from app.engine.cache import Checkpoint
 from app.engine.reuse import remember, start_cache
 from app.engine.sampling import SamplingParams
 
@@ -84,6 +85,7 @@ class ModelDrafter(Drafter):
     def __init__(self, backend: ModelBackend):
         self.backend = backend
         self.name = f"draft model {backend.folder.name}"
+        self._mark: Checkpoint | None = None  # the draft's cache before its last proposal
 
     def start(self, prompt_ids: Sequence[int], seed: int | None = None, reuse: bool = False) -> None:
         kept = start_cache(self.backend, prompt_ids, reuse)
@@ -96,8 +98,9 @@ class ModelDrafter(Drafter):
     def propose(self, committed: Sequence[int], k: int, params: SamplingParams,
                 should_stop: Callable[[], bool] | None = None) -> Proposal:
         start = time.perf_counter()
+        self._mark = self.backend.checkpoint()  # where a draft with recurrent layers goes back to
         # Catch up on what the draft has not seen (the last committed token, and after a fully
-        # accepted round also its own last draft), then draft k tokens.
+        # accepted round also its own last draft, or a lookup round's tokens), then draft k tokens.
         catch_up = list(committed[self.backend.cache_len :])
         ids, p, probs, ids_array = self.backend.draft(catch_up, k, params, should_stop)
         return Proposal(ids, p, probs, ids_array, time.perf_counter() - start, "model")
@@ -112,7 +115,15 @@ class ModelDrafter(Drafter):
     def accepted(self, committed, proposal, n_accepted, state=None) -> None:
         # The draft cache holds the old committed tokens + proposal[:k-1], and the new committed
         # sequence is old + proposal[:n] + one target token: the common prefix is what stays.
-        self.backend.truncate(min(self.backend.cache_len, len(committed) - 1))
+        keep = min(self.backend.cache_len, len(committed) - 1)
+        mark, self._mark = self._mark, None
+        if mark is None:  # a lookup round: the model drafted nothing, so its cache is unchanged
+            self.backend.truncate(keep)
+            return
+        held = self.backend.rewind(mark, keep)
+        # Recurrent state went back to before this round's catch-up: read the kept tokens again
+        # now, or the catch-up would grow with every rejected round.
+        self.backend.prefill(committed[held:keep])
 
     def can_speculate(self) -> str | None:
         if self.backend.rollback_room() is not None:

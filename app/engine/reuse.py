@@ -5,9 +5,9 @@ the engine). The next turn's prompt repeats all of that and adds the new message
 common token prefix of `held` and the new prompt stays in the cache and only the rest is
 prefilled (mlx-lm's server and LM Studio do the same). An edit or a regenerate shares a shorter
 prefix: the cache is cut back to it. Only caches that cut back exactly take part (plain attention
-layers; not sliding windows or recurrent state), and anything that changed the cache behind the
-engine's back (a reset, another caller's pass) makes `held` disagree with the cache's length,
-which voids it.
+layers; not sliding windows; recurrent state only where nothing needs cutting), and anything
+that changed the cache behind the engine's back (a reset, another caller's pass) makes `held`
+disagree with the cache's length, which voids it.
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ def reusable(backend: ModelBackend, prompt_ids: Sequence[int]) -> int:
     same = 0
     while same < limit and held[same] == prompt_ids[same]:
         same += 1
+    if same < len(held) and backend.cache.recurrent:
+        return 0  # recurrent state cannot be cut back without a checkpoint there: start afresh
     return same
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from app.engine.adaptive import MAX_DRAFT, DraftLengthController
 from app.engine.backends.base import ModelBackend, Verdict
@@ -47,8 +47,10 @@ def why_not_speculate(target: ModelBackend, drafter: Drafter | None) -> str | No
 
 def rollback_limit(target: ModelBackend, drafter: Drafter, committed: Sequence[int]) -> int | None:
     """The longest draft both caches can take and still cut back exactly (None: no limit). A
-    verify pass appends the pending token and the k drafts to the target's cache."""
-    limits = [room - 1 for room in (target.rollback_room(),) if room is not None]
+    verify pass appends what the target's cache lacks of `committed` (the pending token, and
+    after a rollback of recurrent state the tokens accepted since) and the k drafts."""
+    catch_up = len(committed) - target.cache_len
+    limits = [room - catch_up for room in (target.rollback_room(),) if room is not None]
     limits += [room for room in (drafter.room(committed),) if room is not None]
     return max(min(limits), 0) if limits else None
 
@@ -72,39 +74,59 @@ def cut_proposal(proposal: Proposal, n: int) -> Proposal:
                    ids_array=None if proposal.ids_array is None else proposal.ids_array[:n])
 
 
-def verify_round(target: ModelBackend, pending: int, proposal: Proposal,
-                 params: SamplingParams) -> tuple[Verdict, float]:
-    """One target pass over [pending, *drafts]; the cache keeps pending + the accepted drafts."""
-    base = target.cache_len
-    verdict = None
+@dataclass(frozen=True)
+class Verified:
+    verdict: Verdict
+    seconds: float  # the target's pass and the decision
+    rollback_s: float  # the checkpoint before the pass and the rewind after it, replay included
+    replayed: int  # tokens passed again to rebuild recurrent state (0 on attention-only caches)
+
+
+def verify_round(target: ModelBackend, committed: Sequence[int], proposal: Proposal,
+                 params: SamplingParams) -> Verified:
+    """One target pass over what its cache lacks of `committed` (the pending token) and the
+    drafts; the cache then keeps the committed tokens and the accepted drafts. Recurrent state
+    (app/engine/cache.py) goes back to the checkpoint taken before the pass and reads the kept
+    tokens again: the cost of a rejection on a hybrid model, part of the round's rollback time."""
     start = time.perf_counter()
+    mark = target.checkpoint()
+    catch_up = list(committed[mark.length:])
+    verdict = None
+    passed = time.perf_counter()
     try:
-        verdict = target.verify([pending, *proposal.ids], proposal, params)
+        verdict = target.verify([*catch_up, *proposal.ids], proposal, params)
     finally:
         # Roll back even when cancelled or failed, so the cache never holds rejected tokens.
-        keep = base + 1 + verdict.accepted if verdict is not None else base
-        target.truncate(keep)
-    return verdict, time.perf_counter() - start
+        kept = [*catch_up, *proposal.ids[:verdict.accepted]] if verdict is not None else []
+        rewind_start = time.perf_counter()
+        held = target.rewind(mark, mark.length + len(kept))
+    if held > mark.length + len(kept):  # never decode on after rejected drafts: say so loudly
+        raise RuntimeError(f"the target's cache kept {held - mark.length - len(kept)} rejected draft positions")
+    replay = kept[held - mark.length:]
+    target.prefill(replay)
+    end = time.perf_counter()
+    return Verified(verdict, rewind_start - passed, (passed - start) + (end - rewind_start), len(replay))
 
 
 def speculative_round(target: ModelBackend, drafter: Drafter, committed: list[int], k: int,
                       params: SamplingParams, stop_ids: frozenset[int] = frozenset(),
                       should_stop: Callable[[], bool] = lambda: False,
-                      ) -> tuple[Proposal, Verdict | None, float]:
-    """Draft up to k tokens and verify them. Verdict None: the drafter proposed nothing, or Stop
-    was pressed while it drafted (then nothing is verified)."""
-    proposal, verdict, verify_s = NO_PROPOSAL, None, 0.0
+                      ) -> tuple[Proposal, Verified | None]:
+    """Draft up to k tokens and verify them. None: the drafter proposed nothing, or Stop was
+    pressed while it drafted (then nothing is verified)."""
+    proposal, verified = NO_PROPOSAL, None
     try:
         proposal = drafter.propose(committed, k, params, should_stop)
         proposal = cut_proposal(proposal, proposal_end(proposal, stop_ids, target.vocab_limit))
         if proposal.ids and not should_stop():
-            verdict, verify_s = verify_round(target, committed[-1], proposal, params)
+            verified = verify_round(target, committed, proposal, params)
     finally:
         # The draft keeps only what is now committed, also when the round failed or was cut.
+        verdict = verified.verdict if verified is not None else None
         accepted = verdict.accepted if verdict is not None else 0
         tail = (*proposal.ids[:accepted], verdict.token) if verdict is not None else ()
         drafter.accepted([*committed, *tail], proposal, accepted)
-    return proposal, verdict, verify_s
+    return proposal, verified
 
 
 class _Committed:
@@ -180,7 +202,8 @@ def _generate(
     kept, text = answer.take((first,))
     yield Round(index=0, drafted=(), accepted=0, emitted=kept, text=text, verify_s=prefill_s)
 
-    rounds = decode_tokens = 0
+    rounds = decode_tokens = replayed_total = 0
+    rollback_total = 0.0
     # Throughput is wall clock, not the sum of model calls: the loop's own overhead (and the
     # consumer's, between yields) is part of what a user waits for.
     decode_start = time.perf_counter()
@@ -202,20 +225,21 @@ def _generate(
                        else "the draft model's sliding window is full")
                 yield Notice(f"Decoding without a draft from here: {why}.")
                 drafter = None
-        proposal, verdict, verify_s = NO_PROPOSAL, None, 0.0
+        proposal, verified, verify_s, rollback_s, replayed = NO_PROPOSAL, None, 0.0, 0.0, 0
         if k:
-            proposal, verdict, verify_s = speculative_round(target, drafter, committed, k, params,
-                                                            stop_ids, should_stop)
-        if verdict is not None:
+            proposal, verified = speculative_round(target, drafter, committed, k, params, stop_ids, should_stop)
+        verdict = verified.verdict if verified is not None else None
+        if verified is not None:
+            verify_s, rollback_s, replayed = verified.seconds, verified.rollback_s, verified.replayed
             accepted = verdict.accepted
             emitted = (*proposal.ids[:accepted], verdict.token)
-            controller.record_round(len(proposal.ids), accepted, proposal.seconds, verify_s)
+            controller.record_round(len(proposal.ids), accepted, proposal.seconds, verify_s + rollback_s)
         elif should_stop():  # Stop pressed while drafting: nothing was verified
             answer.finish = "cancelled"
             break
         else:  # plain step: k = 0, or the drafter had nothing to offer
             step = time.perf_counter()
-            emitted, accepted = (target.next_token((committed[-1],), params),), 0
+            emitted, accepted = (target.next_token(committed[target.cache_len:], params),), 0
             verify_s = time.perf_counter() - step
             if drafter is not None:
                 controller.record_plain(verify_s)
@@ -234,7 +258,10 @@ def _generate(
         yield Round(index=rounds, drafted=drafted, accepted=accepted, emitted=kept,
                     text=text, draft_p=proposal.p[:len(drafted)],
                     target_q=verdict.q[:len(drafted)] if verdict else (),
-                    draft_s=proposal.seconds, verify_s=verify_s, k=k, source=proposal.source)
+                    draft_s=proposal.seconds, verify_s=verify_s, k=k, source=proposal.source,
+                    rollback_s=rollback_s, replayed=replayed)
+        rollback_total += rollback_s
+        replayed_total += replayed
     decode_s = time.perf_counter() - decode_start
     tail = answer.close()
     if tail:
@@ -245,5 +272,6 @@ def _generate(
         prefill_s=prefill_s, decode_s=decode_s, finish_reason=answer.finish,
         accepted_by_position=tuple(accepted_at), drafted_by_position=tuple(drafted_at),
         reached_by_position=tuple(reached_at), reused_tokens=reused,
+        rollback_s=rollback_total, replayed=replayed_total,
     )
     yield Finished(stats=stats, text=answer.text)

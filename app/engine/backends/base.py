@@ -1,8 +1,8 @@
 """What the engine needs from a loaded model, whatever the array library.
 
-A backend owns one model and its KV cache. Positions in the cache are the committed tokens; the
-engine appends with forward passes and rolls back with `trim` (mlx-lm's cache protocol:
-`offset`, `trim(n)`, `is_trimmable()`). Arrays never cross this interface except as Python ints.
+A backend owns one model and its cache (app/engine/cache.py). Positions in the cache are the
+committed tokens; the engine appends with forward passes and rolls back to a checkpoint taken
+before a pass that may be rejected. Arrays never cross this interface except as Python ints.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.engine.cache import Checkpoint, ModelCache
 from app.engine.sampling import SamplingParams
 
 # How a PyTorch target decodes: compiled decoder layers, eager, or the measured choice per device
@@ -45,6 +46,7 @@ class ModelBackend(ABC):
     device_note: str = ""  # why it runs where it runs, when a user would expect otherwise
     # The token ids in the cache as the engine last left it (app/engine/reuse.py); () when unknown.
     held: tuple[int, ...] = ()
+    cache: ModelCache  # what the model holds of the tokens it has read (app/engine/cache.py)
 
     @abstractmethod
     def reset(self) -> None:
@@ -59,26 +61,47 @@ class ModelBackend(ABC):
         """Put back a cache that park() handed over."""
         self.cache, self.held = state
 
-    @abstractmethod
     def cache_bytes(self) -> int:
         """Memory the cache holds (its buffers, spare room included)."""
+        return self.cache.nbytes()
 
     @property
-    @abstractmethod
     def cache_len(self) -> int:
         """How many positions the cache holds."""
+        return self.cache.length
 
-    @abstractmethod
     def rollback_room(self) -> int | None:
         """How many more positions the cache can take and still be cut back exactly: None when
-        any number can, 0 when none can (recurrent state; a sliding window that is full)."""
+        any number can, 0 when none can (a sliding window that is full)."""
+        return self.cache.rollback_room()
 
-    @abstractmethod
     def no_rollback_reason(self) -> str:
         """Why `rollback_room()` is limited, in a user's words (the kind of layer that limits it)."""
+        if self.cache.blocked:
+            return (f"the target's ({self.model_type}) cache cannot be rolled back after a rejected draft: "
+                    f"{self.cache.blocked}")
+        windows = self.cache.sliding_windows()
+        if not windows:
+            return f"the target's ({self.model_type}) cache cannot be rolled back after a rejected draft"
+        return (f"the target ({self.model_type}) attends over a sliding window of {min(windows):,} tokens, "
+                "which is full: its cache cannot be rolled back past the window")
 
     def can_trim(self) -> bool:
         return self.rollback_room() != 0
+
+    def checkpoint(self) -> Checkpoint:
+        """Mark the cache before a pass that may be rejected (app/engine/cache.py)."""
+        return self.cache.checkpoint()
+
+    def rewind(self, mark: Checkpoint, length: int) -> int:
+        """Cut back to `length` positions after a pass taken at `mark`; returns the positions now
+        held (fewer where recurrent state went back to the checkpoint: the next pass catches up)."""
+        return self.cache.rewind(mark, length)
+
+    def truncate(self, length: int) -> None:
+        """Keep the first `length` positions where no checkpoint is needed: attention layers,
+        layer by layer (a pass that failed midway may have extended only some)."""
+        self.cache.cut(length)
 
     @abstractmethod
     def seed(self, seed: int | None) -> None:
@@ -86,11 +109,6 @@ class ModelBackend(ABC):
         repeated seed repeats the answer), otherwise from the operating system's entropy. Each
         backend has its own stream: a draft must never reuse the target's noise (the
         Leviathan/Chen proof needs the draft's sample independent of the acceptance test's)."""
-
-    @abstractmethod
-    def truncate(self, length: int) -> None:
-        """Keep the first `length` positions of every layer's cache (a pass that failed midway
-        may have extended only some layers, so this works layer by layer)."""
 
     @abstractmethod
     def top2_gap(self, ids: Sequence[int]) -> float:
@@ -118,7 +136,8 @@ class ModelBackend(ABC):
 
     @abstractmethod
     def verify(self, ids: Sequence[int], proposal, params: SamplingParams) -> "Verdict":
-        """Append `ids` (the pending token + the k drafts) in one forward pass and decide.
+        """Append `ids` (what the cache lacks of the committed tokens, then the k drafts) in one
+        forward pass and decide from the logits of its last k + 1 positions.
 
         Greedy: accept while the draft equals the target's argmax. Sampling: the Leviathan/Chen
         rule. Returns a Verdict; the caller trims the rejected positions from the cache.

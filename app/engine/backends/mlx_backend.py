@@ -10,10 +10,11 @@ from pathlib import Path
 
 import mlx.core as mx
 from mlx.utils import tree_flatten
-from mlx_lm.models.cache import RotatingKVCache, make_prompt_cache
+from mlx_lm.models.cache import make_prompt_cache
 from mlx_lm.utils import load_model
 
 from app.engine.backends.base import ModelBackend, Verdict, entropy_seed
+from app.engine.backends.mlx_cache import MLXCache
 from app.engine.sampling import SamplingParams
 from app.models.folder import check_model_folder, context_length_of
 
@@ -121,39 +122,8 @@ class MLXBackend(ModelBackend):
         self.reset()
 
     def reset(self) -> None:
-        self.cache = make_prompt_cache(self.model)
+        self.cache = MLXCache(make_prompt_cache(self.model))
         self.held = ()
-
-    @property
-    def cache_len(self) -> int:
-        return int(self.cache[0].offset) if self.cache else 0
-
-    def cache_bytes(self) -> int:
-        return sum(int(getattr(layer, "nbytes", 0)) for layer in self.cache)
-
-    def rollback_room(self) -> int | None:
-        room = None
-        for layer in self.cache:
-            if isinstance(layer, RotatingKVCache):
-                # A ring buffer cuts back exactly only while nothing has been overwritten: the
-                # positions it holds plus those a pass appends must stay within the window (a
-                # multi-token append past it drops the oldest keys, a trim then leaves rejected
-                # drafts' keys inside the window).
-                layer_room = max(layer.max_size - layer.offset, 0)
-            elif layer.is_trimmable():
-                continue
-            else:  # recurrent state (ArraysCache, Mamba): no rollback at all
-                layer_room = 0
-            room = layer_room if room is None else min(room, layer_room)
-        return room
-
-    def no_rollback_reason(self) -> str:
-        if any(not isinstance(layer, RotatingKVCache) and not layer.is_trimmable() for layer in self.cache):
-            return (f"the target ({self.model_type}) has recurrent layers whose state cannot be rolled "
-                    "back after a rejected draft")
-        window = min(layer.max_size for layer in self.cache if isinstance(layer, RotatingKVCache))
-        return (f"the target ({self.model_type}) attends over a sliding window of {window:,} tokens, "
-                "which is full: its cache cannot be rolled back past the window")
 
     def seed(self, seed: int | None) -> None:
         self._key = mx.random.key(entropy_seed() if seed is None else seed)
@@ -162,15 +132,11 @@ class MLXBackend(ModelBackend):
         self._key, key = mx.random.split(self._key)
         return key
 
-    def truncate(self, length: int) -> None:
-        for layer in self.cache:
-            extra = layer.offset - length
-            if extra > 0:
-                layer.trim(extra)
-
     def _forward(self, ids: mx.array) -> mx.array:
         """Append ids (1, n) to the cache; logits of every new position (n, V') float32."""
-        return self.model(ids, cache=self.cache)[0, :, : self.vocab_limit].astype(mx.float32)
+        logits = self.model(ids, cache=self.cache.layers)
+        self.cache.appended(ids.shape[1])
+        return logits[0, :, : self.vocab_limit].astype(mx.float32)
 
     def forward_last(self, ids: Sequence[int]) -> mx.array:
         """Logits of the last position after appending `ids`. (V,) float32."""
@@ -223,7 +189,8 @@ class MLXBackend(ModelBackend):
 
     def verify(self, ids: Sequence[int], proposal, params: SamplingParams) -> Verdict:
         k = len(proposal.ids)
-        logits = self._forward(mx.array([list(ids)]))  # (k+1, V): position i predicts draft i+1
+        # (k+1, V): position i predicts draft i+1 (ids may start with tokens the cache lacked)
+        logits = self._forward(mx.array([list(ids)]))[-(k + 1):]
         drafts = proposal.ids_array
         if drafts is None:
             drafts = mx.array(proposal.ids, dtype=mx.int32)

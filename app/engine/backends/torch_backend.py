@@ -9,12 +9,13 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM
 from transformers.utils import logging as transformers_logging
-from transformers.cache_utils import DynamicCache, DynamicSlidingWindowLayer, LinearAttentionCacheLayerMixin
+from transformers.cache_utils import DynamicCache
 
 from app.engine.backends.base import ModelBackend, Verdict, entropy_seed
 from app.engine.backends.compile_torch import (StepCache, agree, compile_layers, decide, decoder_layers,
                                                uncompile_layers, warm_up)
 from app.engine.backends.kv_cache_torch import block_grown_cache
+from app.engine.backends.torch_cache import TorchCache
 from app.engine.sampling import SamplingParams
 from app.models.folder import check_model_folder, context_length_of
 from app.models.torch_quantize import quiet_torchao_logs
@@ -246,59 +247,17 @@ class TorchBackend(ModelBackend):
             head.limit = limit
 
     def reset(self) -> None:
-        self.cache = block_grown_cache(self.model.config, StepCache if self.compiled else DynamicCache)
+        self.cache = TorchCache(block_grown_cache(self.model.config, StepCache if self.compiled else DynamicCache))
         self.held = ()
-
-    @property
-    def cache_len(self) -> int:
-        return int(self.cache.get_seq_length())
-
-    def cache_bytes(self) -> int:
-        storages = {}  # by storage, so that views of a buffer count once
-        for layer in self.cache.layers:
-            for value in vars(layer).values():
-                if isinstance(value, torch.Tensor):
-                    storage = value.untyped_storage()
-                    storages[storage.data_ptr()] = storage.nbytes()
-        return sum(storages.values())
-
-    def rollback_room(self) -> int | None:
-        room = None
-        for layer in self.cache.layers:
-            if isinstance(layer, LinearAttentionCacheLayerMixin):
-                return 0  # recurrent state (Mamba, linear attention) that crop() cannot rewind
-            if isinstance(layer, DynamicSlidingWindowLayer):
-                # transformers keeps the last window - 1 positions and drops older ones as a pass
-                # appends; until then the layer is a plain one and cuts back exactly. So a verify
-                # pass may append only what keeps it within window - 1 (the same rule as MLX's
-                # rotating caches, app/engine/backends/mlx_backend.py).
-                layer_room = max(layer.sliding_window - 1 - layer.get_seq_length(), 0)
-                room = layer_room if room is None else min(room, layer_room)
-        return room
-
-    def no_rollback_reason(self) -> str:
-        if any(isinstance(layer, LinearAttentionCacheLayerMixin) for layer in self.cache.layers):
-            return (f"the target ({self.model_type}) has recurrent layers whose state cannot be rolled "
-                    "back after a rejected draft")
-        windows = [layer.sliding_window for layer in self.cache.layers if isinstance(layer, DynamicSlidingWindowLayer)]
-        if not windows:
-            return f"the target's ({self.model_type}) cache cannot be rolled back after a rejected draft"
-        return (f"the target ({self.model_type}) attends over a sliding window of {min(windows):,} tokens, "
-                "which is full: its cache cannot be rolled back past the window")
 
     def seed(self, seed: int | None) -> None:
         self._generator.manual_seed(entropy_seed() if seed is None else seed)
 
-    def truncate(self, length: int) -> None:
-        for layer in self.cache.layers:
-            extra = layer.get_seq_length() - length
-            if extra > 0:
-                layer.crop(-extra)  # transformers 5: a negative count removes that many
-
     def _forward(self, input_ids: torch.Tensor, keep: int) -> torch.Tensor:
         """Append input_ids (1, n) to the cache; logits of the last `keep` positions (keep, V')."""
-        out = self.model(input_ids=input_ids, past_key_values=self.cache, use_cache=True,
+        out = self.model(input_ids=input_ids, cache=self.cache.store, use_cache=True,
                          logits_to_keep=keep)
+        self.cache.appended(input_ids.shape[1])
         return out.logits[0, :, : self.vocab_limit].float()
 
     def _ids(self, ids: Sequence[int]) -> torch.Tensor:
@@ -361,7 +320,8 @@ class TorchBackend(ModelBackend):
     @torch.inference_mode()
     def verify(self, ids: Sequence[int], proposal, params: SamplingParams) -> Verdict:
         k = len(proposal.ids)
-        logits = self._forward(self._ids(ids), k + 1)  # (k+1, V): position i predicts draft i+1
+        # (k+1, V): position i predicts draft i+1 (ids may start with tokens the cache lacked)
+        logits = self._forward(self._ids(ids), k + 1)
         drafts = proposal.ids_array
         if drafts is None:
             drafts = torch.tensor(proposal.ids, dtype=torch.long, device=self._device)

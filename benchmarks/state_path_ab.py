@@ -24,7 +24,7 @@ def trim_only_rollback():
     from app.engine import drafters, speculative
     from app.engine.speculative import Verified
 
-    def verify_round(target, committed, proposal, params):
+    def verify_round(target, committed, proposal, params, want_state=False):
         base = target.cache_len
         verdict = None
         start = time.perf_counter()

@@ -116,15 +116,44 @@ def sliding_torch(tiny_pair, tmp_path_factory):
             "reference": load_backend(target, "torch")}  # decodes plainly only
 
 
-def test_torch_sliding_window_speculates_until_the_window_fills_and_stays_exact(sliding_torch):
-    """transformers drops a sliding layer's oldest keys once it holds window - 1: until then a
-    rejected draft cuts back exactly, so the engine speculates there and decodes plainly after
-    (it used to refuse any sliding-window model outright on PyTorch)."""
+def test_torch_sliding_window_speculates_past_the_full_window_and_stays_exact(sliding_torch):
+    """transformers' sliding layers record what a pass appends (`activate_past_recording`) until
+    the next checkpoint restricts them to window - 1 again, so a rejected draft cuts back exactly
+    even after the window is full: the engine speculates all the way (it used to stop at the
+    window, and before that refused any sliding-window model on PyTorch)."""
     target = sliding_torch["target"]
-    target.reset()
-    assert target.rollback_room() == WINDOW - 1  # empty: a pass may append up to window - 1
-    _exact_past_the_window(sliding_torch)
-    assert target.rollback_room() == 0  # full after the answer: the next one starts from a fresh cache
+    plain, _ = _run(sliding_torch["reference"])
+    assert len(plain) == 40
+    runs = {f"prompt lookup, k={k}": (PromptLookupDrafter(), k) for k in (2, 4, 6)}
+    runs["noisy-copy draft"] = (ModelDrafter(sliding_torch["near"]), 4)
+    late_rejections = 0
+    for name, (drafter, k) in runs.items():
+        spec, events = _run(target, drafter=drafter, draft_tokens=k)
+        assert spec == plain, name
+        assert not [e for e in events if isinstance(e, Notice)], name
+        late = [e for e in events if isinstance(e, Round) and e.drafted and e.index > WINDOW]
+        assert late, name  # it drafted past the window
+        late_rejections += sum(e.accepted < len(e.drafted) for e in late)
+    assert late_rejections > 5  # and rolled back there
+    layer = next(layer for layer in target.cache.store.layers if hasattr(layer, "sliding_window"))
+    assert layer.cumulative_length > 3 * WINDOW and layer.keys.shape[-2] < 2 * WINDOW  # memory stays bounded
+
+
+def test_a_torch_sliding_window_follow_up_keeps_what_its_window_still_holds(sliding_torch):
+    """A follow-up that extends the whole answer keeps the cache; an edit far back, past what the
+    window holds, starts afresh; both write what a fresh cache writes."""
+    target, reference = sliding_torch["target"], sliding_torch["reference"]
+    answer, _ = _run(target, drafter=PromptLookupDrafter(), draft_tokens=4, max_tokens=30)
+    follow_up = [*PROMPT, *answer, 198, 1, 520, 198]
+    want, _ = _run(reference, follow_up, max_tokens=20)
+    got, events = _run(target, follow_up, drafter=PromptLookupDrafter(), draft_tokens=4, max_tokens=20,
+                       reuse_cache=True)
+    assert got == want and events[-1].stats.reused_tokens == len(PROMPT) + len(answer) - 1
+    edited = [*PROMPT[:4], 700, 701, 702, 198]
+    want, _ = _run(reference, edited, max_tokens=20)
+    got, events = _run(target, edited, drafter=PromptLookupDrafter(), draft_tokens=4, max_tokens=20,
+                       reuse_cache=True)
+    assert got == want and events[-1].stats.reused_tokens == 0
 
 
 # --- random streams ---------------------------------------------------------------------------

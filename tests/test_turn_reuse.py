@@ -144,12 +144,21 @@ def test_a_reader_that_stops_midway_leaves_a_whole_cache_to_reuse(models):
     assert tokens == _run(fresh, TURN_1, max_tokens=10)[0]
 
 
-def test_a_sliding_window_cache_is_never_reused(tiny_pair, tmp_path):
+def test_an_mlx_sliding_window_cache_is_reused_only_where_nothing_is_cut(tiny_pair, tmp_path):
+    """mlx-lm's ring buffer cannot be cut back once it has wrapped, but a follow-up that extends
+    all it holds appends to it as mlx-lm's own chunked prefill does: the same tokens as fresh."""
     pytest.importorskip("mlx_lm")
-    target = load_backend(_with_sliding_window(tiny_pair["target_mlx"], tmp_path / "sliding"), "mlx")
-    first, _ = _run(target, TURN_1, max_tokens=6, reuse_cache=True)
+    folder = _with_sliding_window(tiny_pair["target_mlx"], tmp_path / "sliding")
+    target, fresh = load_backend(folder, "mlx"), load_backend(folder, "mlx")
+    first, _ = _run(target, TURN_1, max_tokens=12, reuse_cache=True)
     turn_2 = [*TURN_1, *first, *NEW_MESSAGE]
-    assert _finished(_run(target, turn_2, max_tokens=4, reuse_cache=True)[1]).stats.reused_tokens == 0
+    tokens, events = _run(target, turn_2, max_tokens=8, reuse_cache=True)
+    assert _finished(events).stats.reused_tokens == len(TURN_1) + len(first) - 1
+    assert tokens == _run(fresh, turn_2, max_tokens=8)[0]
+    edited = [*TURN_1[:3], *NEW_MESSAGE]  # shares less than it holds: it would need a cut
+    tokens, events = _run(target, edited, max_tokens=8, reuse_cache=True)
+    assert _finished(events).stats.reused_tokens == 0
+    assert tokens == _run(fresh, edited, max_tokens=8)[0]
 
 
 def test_the_runner_answers_a_follow_up_from_its_kept_caches(tiny_pair):

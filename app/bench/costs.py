@@ -22,12 +22,13 @@ def measure_target_costs(target: ModelBackend, context: Sequence[int], widths: S
     """Median seconds of one target pass of each width, widths interleaved so drift cancels."""
     target.reset()
     target.prefill(context[:-1])
-    mark, pending = target.checkpoint(), context[-1]
+    pending = context[-1]
     filler = list(context[: max(widths)])  # real tokens as drafts: verification does its usual work
     samples: dict[int, list[float]] = {w: [] for w in widths}
     for repeat in range(repeats + 1):
         for width in widths:
             drafts = tuple(filler[: width - 1])
+            mark = target.checkpoint()  # each pass is rolled back to the same length
             start = time.perf_counter()
             if width == 1:
                 target.next_token([pending], GREEDY)
@@ -45,9 +46,9 @@ def measure_draft_cost(draft: ModelBackend, context: Sequence[int], repeats: int
     """Median seconds for the draft model to propose one token."""
     draft.reset()
     draft.prefill(context[:-1])
-    mark = draft.checkpoint()
     samples = []
     for repeat in range(repeats + 1):
+        mark = draft.checkpoint()
         start = time.perf_counter()
         draft.draft([context[-1]], 1, GREEDY)
         seconds = time.perf_counter() - start

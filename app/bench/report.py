@@ -61,9 +61,9 @@ def summarize(bench: BenchRun, divergences: list[Divergence], config: dict) -> d
             entry["outside_passes"] = {"ms_per_round": outside / rounds * 1000,
                                        "share_of_decode": outside / decode if decode > 0 else None}
         if rounds and method.family == "tandem":
-            # the target's checkpoint before each verify pass and its rewind after (a copy of
-            # recurrent state and a replay of the kept tokens on hybrid models), against the
-            # round's time: drafting, the pass, the rollback
+            # both caches' rollback (the target's checkpoint before each verify pass and rewind
+            # after, the draft's own; on hybrid models a copy of recurrent state and a replay of
+            # the kept tokens), against the round's time: drafting, the pass, the rollback
             rollback = sum(r.rollback_s for r in runs)
             round_s = sum(r.draft_s + r.verify_s + r.rollback_s for r in runs)
             entry["rollback"] = {"ms_per_round": rollback / rounds * 1000,
@@ -182,7 +182,7 @@ def format_table(summary: dict) -> str:
                 f"{f', {r:.2f} tokens replayed' if (r := m['rollback']['replayed_per_round']) else ''})"
                 for m in summary["methods"] if m.get("rollback") and m["rollback"]["share_of_round"] is not None]
     if rollback:
-        lines.append("  the target's rollback (checkpoint, rewind, replay), per round (share of round time): "
+        lines.append("  rollback of both caches (checkpoint, rewind, replay), per round (share of round time): "
                      + "; ".join(rollback))
     costs = summary["costs"]
     lines.append("  target pass (ms) by width: " + " ".join(

@@ -4,7 +4,8 @@ mlx-lm's per-layer caches are the model (`offset`, `trim(n)`, `is_trimmable()`),
 idea for the models of 2026: a cache may mix three kinds of layer.
 
 - attention layers keep keys and values per position: trimming cuts them back exactly;
-- sliding-window layers do the same while nothing has been overwritten (`rollback_room`);
+- sliding-window layers do the same while they still hold the positions to cut (on PyTorch they
+  record what each pass appends; MLX's ring buffers only until they wrap: `rollback_room`);
 - recurrent layers (Gated DeltaNet in Qwen3.5/3.6, Mamba in Nemotron-H) keep one state for the
   whole sequence, which no trim can rewind: only a checkpoint taken before can put it back.
 
@@ -88,12 +89,16 @@ class ModelCache(ABC):
         self.trim(mark.length)
         return mark.length
 
+    def can_cut(self, length: int) -> bool:
+        """Whether `cut(length)` can go back to `length` exactly (a follow-up turn's shared prefix)."""
+        return length >= self.length or (not self.recurrent and self.rollback_room() is None)
+
     def cut(self, length: int) -> None:
         """Cut back to `length` positions where that needs no checkpoint: always for attention
         layers, and for recurrent ones only when nothing is cut."""
         if length >= self.length:
             return
-        if self.recurrent:
-            raise ValueError(f"recurrent state cannot be cut from {self.length} to {length} positions "
-                             "without a checkpoint")
+        if not self.can_cut(length):
+            raise ValueError(f"this cache cannot be cut from {self.length} to {length} positions without a "
+                             "checkpoint (recurrent state, or a sliding window past what it holds)")
         self.trim(length)

@@ -4,8 +4,9 @@
 A drafter proposes up to k tokens after the committed sequence and is told how many the target
 accepted, so it can roll its own state back. Drafters that condition on the target's hidden
 states or read its KV cache (MTP heads, EAGLE-3, DFlash, Gemma 4 assistants) set
-`wants_target_state` and receive the verify pass's `TargetState` in `accepted()`: one more class,
-not a redesign.
+`wants_target_state` and receive, in `accepted()` after every target pass (the prefill, each
+verify pass, each plain step), a `TargetState` with the final hidden states of the positions
+that pass committed: one more class, not a redesign. Only then does the target keep them.
 """
 
 from __future__ import annotations
@@ -35,10 +36,14 @@ class Proposal:
 
 @dataclass(frozen=True)
 class TargetState:
-    """What a verify pass can hand a drafter that conditions on the target (planned interface)."""
+    """What the target's passes hand a drafter that conditions on them (MTP heads, EAGLE, Gemma 4
+    assistants), asked for with `wants_target_state`: the last hidden state (the final norm's
+    output, what the head reads) of each position a pass committed, and the target itself for
+    read access to its cache."""
 
-    hidden: Any = None  # (n_accepted + 1, hidden) last hidden states of the verified positions
-    backend: ModelBackend | None = None  # read access to the target's cache
+    hidden: Any  # (n, hidden) on the device: positions start .. start + n - 1
+    start: int  # the position of hidden's first row in the committed sequence
+    backend: ModelBackend | None = None
 
 
 def draft_seed(seed: int | None) -> int | None:
@@ -72,7 +77,10 @@ class Drafter(ABC):
 
     def accepted(self, committed: Sequence[int], proposal: Proposal, n_accepted: int,
                  state: TargetState | None = None) -> None:
-        """The target accepted `n_accepted` of `proposal`; `committed` is the new sequence."""
+        """The target accepted `n_accepted` of `proposal`; `committed` is the new sequence. A
+        drafter that `wants_target_state` is called after every target pass (the prefill and
+        plain steps too, with an empty proposal) with the hidden states of the positions that
+        pass committed, so it sees each committed position exactly once."""
 
     def can_speculate(self) -> str | None:
         """None when speculation is possible; otherwise the reason it is not."""

@@ -22,8 +22,9 @@ class Round:
     verify_s: float = 0.0
     k: int = 0  # draft length asked for this round (0: plain decoding)
     source: str = ""  # who drafted: "model", "lookup" ("" when nothing was drafted)
-    # The target's checkpoint before the verify pass and its rewind after (app/engine/cache.py):
-    # a copy of recurrent state on hybrid models, next to nothing on attention-only ones.
+    # Both caches' rollback (app/engine/cache.py): the target's checkpoint before the verify pass
+    # and rewind after, and the drafter's own; on hybrid models a copy of recurrent state and a
+    # replay of the kept tokens, next to nothing on attention-only ones.
     rollback_s: float = 0.0
     replayed: int = 0  # committed tokens this pass read again: recurrent state went back a round
 
@@ -47,7 +48,7 @@ class GenerationStats:
     # prompt tokens the target's cache already held from the previous turn (app/engine/reuse.py):
     # the prefill passed only prompt_tokens - reused_tokens
     reused_tokens: int = 0
-    rollback_s: float = 0.0  # the target's checkpoints and rewinds, all rounds (Round.rollback_s)
+    rollback_s: float = 0.0  # both caches' checkpoints and rewinds, all rounds (Round.rollback_s)
     replayed: int = 0  # committed tokens passes read again after recurrent state went back
 
     @property

@@ -4,10 +4,11 @@ After an answer, a backend's cache holds the prompt and the answer so far (`held
 the engine). The next turn's prompt repeats all of that and adds the new message, so the longest
 common token prefix of `held` and the new prompt stays in the cache and only the rest is
 prefilled (mlx-lm's server and LM Studio do the same). An edit or a regenerate shares a shorter
-prefix: the cache is cut back to it. Only caches that cut back exactly take part (plain attention
-layers; not sliding windows; recurrent state only where nothing needs cutting), and anything
-that changed the cache behind the engine's back (a reset, another caller's pass) makes `held`
-disagree with the cache's length, which voids it.
+prefix: the cache is cut back to it where that is exact (`ModelCache.can_cut`: attention layers
+always, sliding windows while they hold the prefix's last window, recurrent state only where
+nothing needs cutting) and starts empty elsewhere. Anything that changed the cache behind the
+engine's back (a reset, another caller's pass) makes `held` disagree with the cache's length,
+which voids it.
 """
 
 from __future__ import annotations
@@ -21,14 +22,14 @@ def reusable(backend: ModelBackend, prompt_ids: Sequence[int]) -> int:
     """How many leading positions of `backend`'s cache `prompt_ids` can keep (at least one token
     of the prompt is always passed again: its logits pick the first answer token)."""
     held = backend.held
-    if not held or backend.rollback_room() is not None or len(held) != backend.cache_len:
+    if not held or len(held) != backend.cache_len:
         return 0
     limit = min(len(held), len(prompt_ids) - 1)
     same = 0
     while same < limit and held[same] == prompt_ids[same]:
         same += 1
-    if same < len(held) and backend.cache.recurrent:
-        return 0  # recurrent state cannot be cut back without a checkpoint there: start afresh
+    if not backend.cache.can_cut(same):
+        return 0  # recurrent state, or a sliding window that no longer holds it: start afresh
     return same
 
 

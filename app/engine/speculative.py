@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 
 from app.engine.adaptive import MAX_DRAFT, DraftLengthController
 from app.engine.backends.base import ModelBackend, Verdict
-from app.engine.drafters import Drafter, Proposal
+from app.engine.drafters import Drafter, Proposal, TargetState
 from app.engine.events import EmptyPromptError, Finished, GenerationStats, Notice, PromptTooLongError, Round
 from app.engine.output import AnswerStream
 from app.engine.reuse import remember, start_cache
@@ -78,12 +78,15 @@ def cut_proposal(proposal: Proposal, n: int) -> Proposal:
 class Verified:
     verdict: Verdict
     seconds: float  # the target's pass and the decision
-    rollback_s: float  # the checkpoint before the pass and the rewind after it, replay included
+    # the target's checkpoint before the pass and rewind after it, and the drafter's own rollback
+    # (a draft model's trim, or its restore and replay), replays included
+    rollback_s: float
     replayed: int  # tokens passed again to rebuild recurrent state (0 on attention-only caches)
+    state: TargetState | None = None  # the committed positions' hidden states, when asked for
 
 
 def verify_round(target: ModelBackend, committed: Sequence[int], proposal: Proposal,
-                 params: SamplingParams) -> Verified:
+                 params: SamplingParams, want_state: bool = False) -> Verified:
     """One target pass over what its cache lacks of `committed` (the pending token) and the
     drafts; the cache then keeps the committed tokens and the accepted drafts. Recurrent state
     (app/engine/cache.py) goes back to the checkpoint taken before the pass and reads the kept
@@ -102,10 +105,12 @@ def verify_round(target: ModelBackend, committed: Sequence[int], proposal: Propo
         held = target.rewind(mark, mark.length + len(kept))
     if held > mark.length + len(kept):  # never decode on after rejected drafts: say so loudly
         raise RuntimeError(f"the target's cache kept {held - mark.length - len(kept)} rejected draft positions")
+    # the kept positions' rows, taken before a replay's pass replaces them
+    state = TargetState(target.last_hidden()[:len(kept)], mark.length, target) if want_state else None
     replay = kept[held - mark.length:]
     target.prefill(replay)
     end = time.perf_counter()
-    return Verified(verdict, rewind_start - passed, (passed - start) + (end - rewind_start), len(replay))
+    return Verified(verdict, rewind_start - passed, (passed - start) + (end - rewind_start), len(replay), state)
 
 
 def speculative_round(target: ModelBackend, drafter: Drafter, committed: list[int], k: int,
@@ -119,13 +124,16 @@ def speculative_round(target: ModelBackend, drafter: Drafter, committed: list[in
         proposal = drafter.propose(committed, k, params, should_stop)
         proposal = cut_proposal(proposal, proposal_end(proposal, stop_ids, target.vocab_limit))
         if proposal.ids and not should_stop():
-            verified = verify_round(target, committed, proposal, params)
+            verified = verify_round(target, committed, proposal, params, drafter.wants_target_state)
     finally:
         # The draft keeps only what is now committed, also when the round failed or was cut.
         verdict = verified.verdict if verified is not None else None
         accepted = verdict.accepted if verdict is not None else 0
         tail = (*proposal.ids[:accepted], verdict.token) if verdict is not None else ()
-        drafter.accepted([*committed, *tail], proposal, accepted)
+        kept = time.perf_counter()
+        drafter.accepted([*committed, *tail], proposal, accepted, verified.state if verified else None)
+        if verified is not None:  # the draft's own rollback belongs to the round's rollback time
+            verified = replace(verified, rollback_s=verified.rollback_s + time.perf_counter() - kept)
     return proposal, verified
 
 
@@ -144,6 +152,7 @@ def generate(target: ModelBackend, decode: Callable[[list[int]], str], prompt_id
     Whatever way the answer ends, each cache's contents are recorded for the next one; a pass
     that failed midway leaves them unknown, so the next answer starts from empty caches."""
     committed = _Committed()
+    wants_state = drafter is not None and drafter.wants_target_state
     try:
         yield from _generate(target, decode, prompt_ids, drafter=drafter, reuse_cache=reuse_cache,
                              record=committed, **options)
@@ -156,6 +165,8 @@ def generate(target: ModelBackend, decode: Callable[[list[int]], str], prompt_id
         remember(target, committed.tokens)
         if drafter is not None:
             drafter.finish(committed.tokens)
+        if wants_state:
+            target.capture_hidden(False)
 
 
 def _generate(
@@ -190,6 +201,8 @@ def _generate(
     reused = start_cache(target, prompt_ids, reuse_cache)
     target.seed(params.seed)
     reason = why_not_speculate(target, drafter)  # on the caches this answer will use
+    if not reason and drafter is not None and drafter.wants_target_state:
+        reason = target.capture_hidden(True)  # the drafter reads the target's hidden states
     if reason:
         yield Notice(f"Decoding without a draft: {reason}.")
         drafter = None
@@ -198,6 +211,8 @@ def _generate(
     first = target.next_token(prompt_ids[reused:], params)  # prefill what the cache lacks
     prefill_s = time.perf_counter() - start
     committed = [*prompt_ids, first]
+    if drafter is not None and drafter.wants_target_state:  # what the prefill read, for the drafter
+        drafter.accepted(committed, NO_PROPOSAL, 0, TargetState(target.last_hidden(), reused, target))
     record.tokens = committed  # the same list, extended as the answer goes
     kept, text = answer.take((first,))
     yield Round(index=0, drafted=(), accepted=0, emitted=kept, text=text, verify_s=prefill_s)
@@ -239,8 +254,12 @@ def _generate(
             break
         else:  # plain step: k = 0, or the drafter had nothing to offer
             step = time.perf_counter()
-            emitted, accepted = (target.next_token(committed[target.cache_len:], params),), 0
+            held = target.cache_len
+            emitted, accepted = (target.next_token(committed[held:], params),), 0
             verify_s = time.perf_counter() - step
+            if drafter is not None and drafter.wants_target_state:
+                state = TargetState(target.last_hidden(), held, target)
+                drafter.accepted([*committed, *emitted], NO_PROPOSAL, 0, state)
             if drafter is not None:
                 controller.record_plain(verify_s)
         rounds += 1

@@ -104,6 +104,16 @@ class ModelBackend(ABC):
         self.cache.cut(length)
 
     @abstractmethod
+    def capture_hidden(self, on: bool) -> str:
+        """On: every pass keeps the last hidden state of each position it reads (the final norm's
+        output, what the head reads) for `last_hidden`, for drafters that condition on the target;
+        off: nothing is kept (plain pairs pay nothing). Returns "" or why it cannot."""
+
+    @abstractmethod
+    def last_hidden(self):
+        """(n, hidden) on the device: the last pass's positions, in order (None when off)."""
+
+    @abstractmethod
     def seed(self, seed: int | None) -> None:
         """Start this generation's random stream: from `seed` when one is given (every time, so a
         repeated seed repeats the answer), otherwise from the operating system's entropy. Each

@@ -91,6 +91,19 @@ def _quantize_int4(model, include_head: bool) -> str:
     return f"int4 (affine, g{INT4_GROUP}, {'int4' if include_head else 'float'} head)"
 
 
+class _KeepsOutput:
+    """Stands in for a model's final norm and keeps its last output: the hidden states the head
+    reads. A plain callable, not an nn.Module, so it adds nothing to the parameter tree."""
+
+    def __init__(self, norm):
+        self.norm = norm
+        self.last = None
+
+    def __call__(self, x):
+        self.last = self.norm(x)
+        return self.last
+
+
 class MLXBackend(ModelBackend):
     name = "mlx"
 
@@ -131,6 +144,23 @@ class MLXBackend(ModelBackend):
     def _next_key(self) -> mx.array:
         self._key, key = mx.random.split(self._key)
         return key
+
+    def capture_hidden(self, on: bool) -> str:
+        inner = getattr(self.model, "model", None)
+        norm = getattr(inner, "norm", None)
+        if isinstance(norm, _KeepsOutput) and not on:
+            inner.norm = norm.norm
+        elif not isinstance(norm, _KeepsOutput) and on:
+            if norm is None:
+                return f"{self.model_type} has no final norm to read its hidden states from"
+            inner.norm = _KeepsOutput(norm)
+        elif isinstance(norm, _KeepsOutput):
+            norm.last = None
+        return ""
+
+    def last_hidden(self) -> mx.array | None:
+        norm = getattr(getattr(self.model, "model", None), "norm", None)
+        return norm.last[0] if isinstance(norm, _KeepsOutput) and norm.last is not None else None
 
     def _forward(self, ids: mx.array) -> mx.array:
         """Append ids (1, n) to the cache; logits of every new position (n, V') float32."""

@@ -184,6 +184,7 @@ class TorchBackend(ModelBackend):
         self._generator = torch.Generator(device=self._device)
         self._generator.manual_seed(entropy_seed())  # never torch's fixed default seed
         self.compiled = False
+        self._hidden_hook = self._hidden = None
         self.reset()
         want, self.compile_note = decide(compile, self._device)
         if want:
@@ -252,6 +253,26 @@ class TorchBackend(ModelBackend):
 
     def seed(self, seed: int | None) -> None:
         self._generator.manual_seed(entropy_seed() if seed is None else seed)
+
+    def capture_hidden(self, on: bool) -> str:
+        hook = getattr(self, "_hidden_hook", None)
+        if hook is not None:
+            hook.remove()
+        self._hidden_hook, self._hidden = None, None
+        if not on:
+            return ""
+        norm = getattr(getattr(self.model, "model", None), "norm", None)
+        if not isinstance(norm, torch.nn.Module):
+            return f"{self.model_type} has no final norm to read its hidden states from"
+
+        def keep(module, inputs, output):
+            self._hidden = output
+
+        self._hidden_hook = norm.register_forward_hook(keep)
+        return ""
+
+    def last_hidden(self) -> torch.Tensor | None:
+        return None if self._hidden is None else self._hidden[0]
 
     def _forward(self, input_ids: torch.Tensor, keep: int) -> torch.Tensor:
         """Append input_ids (1, n) to the cache; logits of the last `keep` positions (keep, V')."""

@@ -1,7 +1,9 @@
 """The cache protocol (app/engine/cache.py) over transformers' DynamicCache and its layers.
 
-Attention layers are cut back with their own `crop`; sliding-window layers too while they hold
-fewer than window - 1 positions (transformers drops older keys past that). Recurrent layers
+Attention layers are cut back with their own `crop`. Sliding-window layers record their past
+(transformers' `activate_past_recording`, which its assisted generation uses): a pass keeps every
+position it appends until the next checkpoint restricts the layer to its window - 1 again, so a
+rollback past a full window is exact too. Recurrent layers
 (`LinearAttentionCacheLayerMixin`: Gated DeltaNet, Mamba, short convolutions) update their conv
 and recurrent states in place, so a snapshot clones them and a restore copies them back into the
 same tensors (their addresses stay what a compiled graph may have captured).
@@ -43,6 +45,10 @@ class TorchCache(ModelCache):
         self.store = store
         self._recurrent = [layer for layer in store.layers if isinstance(layer, LinearAttentionCacheLayerMixin)]
         self._attention = [layer for layer in store.layers if isinstance(layer, CacheLayerMixin)]
+        self._sliding = [layer for layer in self._attention if isinstance(layer, DynamicSlidingWindowLayer)]
+        for layer in self._sliding:
+            layer.activate_past_recording()
+        self._recording = False  # between a checkpoint and its rewind: passes are kept whole
         self.counted = 0  # positions, where no attention layer counts them (a model of recurrent layers only)
 
     @property
@@ -56,18 +62,43 @@ class TorchCache(ModelCache):
     def appended(self, n: int) -> None:
         """The backend's forward pass added `n` positions."""
         self.counted += n
+        if not self._recording:
+            self._restrict()  # no rollback can come: nothing to keep past the window
+
+    def _restrict(self) -> None:
+        """Full sliding layers back to their window - 1 positions."""
+        for layer in self._sliding:
+            if layer.is_initialized and layer.cumulative_length >= layer.sliding_window:
+                layer.crop(0)
 
     def rollback_room(self) -> int | None:
-        room = None
-        for layer in self._attention:
-            if isinstance(layer, DynamicSlidingWindowLayer):
-                # transformers keeps the last window - 1 positions and drops older ones as a pass
-                # appends; until then the layer is a plain one and cuts back exactly. So a pass
-                # may append only what keeps it within window - 1 (the same rule as MLX's
-                # rotating caches, app/engine/backends/mlx_cache.py).
-                layer_room = max(layer.sliding_window - 1 - layer.get_seq_length(), 0)
-                room = layer_room if room is None else min(room, layer_room)
-        return room
+        return None  # sliding layers record what each pass appends until the next checkpoint
+
+    def checkpoint(self):
+        # What the sliding layers recorded is committed now; the passes to come are recorded
+        # whole until the rewind.
+        self._restrict()
+        self._recording = True
+        return super().checkpoint()
+
+    def rewind(self, mark, length: int) -> int:
+        held = super().rewind(mark, length)
+        self._recording = False
+        self._restrict()
+        return held
+
+    def can_cut(self, length: int) -> bool:
+        if length >= self.length:
+            return True
+        if self.recurrent:
+            return False
+        for layer in self._sliding:  # after the cut it must still hold its last window - 1 positions
+            if not layer.is_initialized:
+                continue
+            first_held = layer.cumulative_length - layer.keys.shape[-2]
+            if first_held > max(0, length - (layer.sliding_window - 1)):
+                return False
+        return True
 
     def sliding_windows(self) -> list[int]:
         return [layer.sliding_window for layer in self._attention if isinstance(layer, DynamicSlidingWindowLayer)]

@@ -46,18 +46,19 @@ def small_pair(tmp_path_factory):
     return _small_model(21, root / "target"), _small_model(22, root / "draft")
 
 
-def _exact_marginals(folder, params: SamplingParams, depth: int = 3) -> list[np.ndarray]:
-    """P(t_i) for i = 1..depth under the target alone, by enumeration."""
-    model = LlamaForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
+def exact_marginals(model, prompt: list[int], params: SamplingParams, depth: int = 3,
+                    vocab: int = VOCAB) -> list[np.ndarray]:
+    """P(t_i) for i = 1..depth under `model` (a transformers model, run on whole sequences, no
+    cache) alone, by enumeration."""
 
     def next_probs(prefix):
         with torch.no_grad():
-            logits = model(torch.tensor([PROMPT + list(prefix)])).logits[0, -1]
+            logits = model(torch.tensor([prompt + list(prefix)])).logits[0, -1]
         return tb.probs_from_logits(logits, params).double().numpy()
 
     marginals, frontier = [], {(): 1.0}
     for _ in range(depth):
-        dist, nxt = np.zeros(VOCAB), {}
+        dist, nxt = np.zeros(vocab), {}
         for prefix, weight in frontier.items():
             probs = next_probs(prefix)
             dist += weight * probs
@@ -66,6 +67,11 @@ def _exact_marginals(folder, params: SamplingParams, depth: int = 3) -> list[np.
         marginals.append(dist)
         frontier = nxt
     return marginals
+
+
+def _exact_marginals(folder, params: SamplingParams, depth: int = 3) -> list[np.ndarray]:
+    model = LlamaForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
+    return exact_marginals(model, PROMPT, params, depth)
 
 
 def _speculative_samples(small_pair, params, n=SAMPLES, backend="torch", lookup=False):

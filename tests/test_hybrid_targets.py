@@ -267,41 +267,17 @@ def small_hybrids(tmp_path_factory):
             save_qwen35(tiny_qwen35(22, vocab=VOCAB, hidden=32, scale=3.0, context=64), root / "draft"))
 
 
-def _exact_marginals(folder, params, depth):
-    """P(t_i) for i = 1..depth under the hybrid target alone, by enumeration (transformers'
-    model on whole sequences, no cache)."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    from app.engine.backends import torch_backend as tb
-
-    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
-
-    def next_probs(prefix):
-        with torch.no_grad():
-            logits = model(torch.tensor([SMALL_PROMPT + list(prefix)])).logits[0, -1]
-        return tb.probs_from_logits(logits, params).double().numpy()
-
-    marginals, frontier = [], {(): 1.0}
-    for _ in range(depth):
-        dist, nxt = np.zeros(VOCAB), {}
-        for prefix, weight in frontier.items():
-            probs = next_probs(prefix)
-            dist += weight * probs
-            for t in np.nonzero(probs > 1e-4)[0]:
-                nxt[prefix + (int(t),)] = weight * probs[t]
-        marginals.append(dist)
-        frontier = nxt
-    return marginals
-
-
 def test_hybrid_speculative_sampling_matches_the_target(small_hybrids):
     """Tokens 2 and 3 of answers drafted one token a round by another hybrid: where round 1
     rejects its draft, token 3 is sampled from a state that was rolled back and replayed."""
-    from tests.test_engine_sampling import ALPHA, _p_value
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from tests.test_engine_sampling import ALPHA, _p_value, exact_marginals
 
     params = SamplingParams(temperature=1.0, seed=7)
-    exact = _exact_marginals(small_hybrids[0], params, depth=3)
+    model = AutoModelForCausalLM.from_pretrained(str(small_hybrids[0]), dtype=torch.float32).eval()
+    exact = exact_marginals(model, SMALL_PROMPT, params, depth=3, vocab=VOCAB)
     target, draft = load_backend(small_hybrids[0], "torch"), load_backend(small_hybrids[1], "torch")
     drafter = ModelDrafter(draft)
     counts, replayed = np.zeros((3, VOCAB)), 0

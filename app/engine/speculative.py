@@ -47,8 +47,8 @@ def why_not_speculate(target: ModelBackend, drafter: Drafter | None) -> str | No
 
 def rollback_limit(target: ModelBackend, drafter: Drafter, committed: Sequence[int]) -> int | None:
     """The longest draft both caches can take and still cut back exactly (None: no limit). A
-    verify pass appends what the target's cache lacks of `committed` (the pending token, and
-    after a rollback of recurrent state the tokens accepted since) and the k drafts."""
+    verify pass appends what the target's cache lacks of `committed` (the pending token) and
+    the k drafts."""
     catch_up = len(committed) - target.cache_len
     limits = [room - catch_up for room in (target.rollback_room(),) if room is not None]
     limits += [room for room in (drafter.room(committed),) if room is not None]

@@ -95,7 +95,8 @@ class ModelBackend(ABC):
 
     def rewind(self, mark: Checkpoint, length: int) -> int:
         """Cut back to `length` positions after a pass taken at `mark`; returns the positions now
-        held (fewer where recurrent state went back to the checkpoint: the next pass catches up)."""
+        held (fewer where recurrent state went back to the checkpoint: the caller passes the
+        tokens in between again)."""
         return self.cache.rewind(mark, length)
 
     def truncate(self, length: int) -> None:

@@ -25,7 +25,7 @@ class RunResult:
     reached_by_position: tuple[int, ...] = ()
     draft_s: float = 0.0  # time the drafter spent (Tandem only)
     verify_s: float = 0.0  # time in the target's passes after the prefill (Tandem only)
-    rollback_s: float = 0.0  # the target's checkpoints and rewinds, replays included (Tandem only)
+    rollback_s: float = 0.0  # both caches' checkpoints and rewinds, replays included (Tandem only)
     replayed: int = 0  # tokens the target passed again after recurrent state went back (Tandem only)
     extra: dict = field(default_factory=dict)
 

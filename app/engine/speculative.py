@@ -130,10 +130,11 @@ def speculative_round(target: ModelBackend, drafter: Drafter, committed: list[in
         verdict = verified.verdict if verified is not None else None
         accepted = verdict.accepted if verdict is not None else 0
         tail = (*proposal.ids[:accepted], verdict.token) if verdict is not None else ()
-        kept = time.perf_counter()
+        draft_rollback_start = time.perf_counter()
         drafter.accepted([*committed, *tail], proposal, accepted, verified.state if verified else None)
         if verified is not None:  # the draft's own rollback belongs to the round's rollback time
-            verified = replace(verified, rollback_s=verified.rollback_s + time.perf_counter() - kept)
+            draft_rollback_s = time.perf_counter() - draft_rollback_start
+            verified = replace(verified, rollback_s=verified.rollback_s + draft_rollback_s)
     return proposal, verified
 
 

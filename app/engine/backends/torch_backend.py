@@ -255,9 +255,8 @@ class TorchBackend(ModelBackend):
         self._generator.manual_seed(entropy_seed() if seed is None else seed)
 
     def capture_hidden(self, on: bool) -> str:
-        hook = getattr(self, "_hidden_hook", None)
-        if hook is not None:
-            hook.remove()
+        if self._hidden_hook is not None:
+            self._hidden_hook.remove()
         self._hidden_hook, self._hidden = None, None
         if not on:
             return ""

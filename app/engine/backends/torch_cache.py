@@ -101,7 +101,7 @@ class TorchCache(ModelCache):
         return True
 
     def sliding_windows(self) -> list[int]:
-        return [layer.sliding_window for layer in self._attention if isinstance(layer, DynamicSlidingWindowLayer)]
+        return [layer.sliding_window for layer in self._sliding]
 
     def trim(self, length: int) -> None:
         for layer in self._attention:

@@ -38,6 +38,16 @@ def cmd_import(args) -> int:
     return 0
 
 
+def draft_choice(text: str):
+    """--draft's type: the edge where its text becomes a DraftChoice (app/draft_choice.py)."""
+    from app.draft_choice import DraftChoice, DraftChoiceError
+
+    try:
+        return DraftChoice.parse_loadable(text)
+    except DraftChoiceError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _draft_tokens(value: str) -> int | None:
     if value == "auto":
         return None
@@ -129,7 +139,7 @@ def cmd_generate(args) -> int:
     params = _sampling(args)
     system, prompt = _text("--system", args.system), _text("--prompt", args.prompt)
     _check_link(args.model)
-    _check_link(args.draft)
+    _check_link(args.draft.source)
     messages = []
     if system:
         messages.append({"role": "system", "content": system})
@@ -170,7 +180,7 @@ def cmd_serve(args) -> int:
     from app.service import RunnerService
 
     _check_link(args.model)
-    _check_link(args.draft)
+    _check_link(args.draft.source)
     service = RunnerService()
     try:
         try:  # the address first: a port in use or a missing key costs no loading time
@@ -247,7 +257,7 @@ def cmd_bench(args) -> int:
     bench = run_bench(runner, prompts, methods, params=params, repeats=args.repeats,
                       progress=_progress if args.verbose else (lambda message: None))
     divergences = find_divergences(bench, runner.target) if params.greedy else []
-    config = {"target": str(args.model), "target_precision": runner.target.dtype, "draft": loaded.draft,
+    config = {"target": str(args.model), "target_precision": runner.target.dtype, "draft": loaded.draft_words()[0],
               "backend": loaded.backend, "device": loaded.device, "temperature": args.temperature,
               "top_p": args.top_p, "top_k": args.top_k, "repeats": args.repeats, "prompts": len(prompts),
               "max_tokens": max(p.max_tokens for p in prompts), "ks": list(args.ks),
@@ -286,7 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen = sub.add_parser("generate", help="stream an answer to one prompt")
     gen.add_argument("--model", "--target", dest="model", default="demo",
                      help='model folder, .gguf file, or "demo" (default)')
-    gen.add_argument("--draft", default="auto",
+    gen.add_argument("--draft", type=draft_choice, default="auto",
                      help='draft model folder or .gguf, "self:int4" / "self:int4-head" / "self:bfloat16" '
                           '(a copy of the target at that precision), "ngram" (prompt lookup), "none", or '
                           '"auto" (default: the demo\'s measured best draft, else prompt lookup)')
@@ -312,7 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="measure Tandem against the target alone and the anchors")
     bench.add_argument("--model", "--target", dest="model", default="demo")
-    bench.add_argument("--draft", default="auto",
+    bench.add_argument("--draft", type=draft_choice, default="auto",
                        help='draft model, "self:<precision>", "ngram", or "auto" (as for generate)')
     bench.add_argument("--precision", default="auto", choices=PRECISION_CHOICES)
     bench.add_argument("--compile", choices=COMPILE_CHOICES, default="auto", help=COMPILE_HELP)
@@ -338,7 +348,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="serve the pair over an OpenAI-compatible API (/v1/chat/completions)")
     serve.add_argument("--model", "--target", dest="model", default="demo",
                        help='model folder, .gguf file, or "demo" (default)')
-    serve.add_argument("--draft", default="auto", help='draft model, "self:<precision>", "ngram", "none" or "auto"')
+    serve.add_argument("--draft", type=draft_choice, default="auto",
+                       help='draft model, "self:<precision>", "ngram", "none" or "auto"')
     serve.add_argument("--precision", default="auto", choices=PRECISION_CHOICES)
     serve.add_argument("--compile", choices=COMPILE_CHOICES, default="auto", help=COMPILE_HELP)
     serve.add_argument("--context", type=at_least_one("context token"), default=None, metavar="N",

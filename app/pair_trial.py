@@ -9,10 +9,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from app.draft_choice import NO_DRAFT, PAIR_DRAFT
 from app.engine.events import Finished
 from app.engine.sampling import SamplingParams
 from app.models.pair_memory import TrialResult
-from app.runner import DRAFT_NONE, CancelToken, ChatRequest, Runner
+from app.runner import CancelToken, ChatRequest, Runner
 
 # Short, varied asks: code, a list, an explanation. Speculation gains differ by kind of text.
 TRIAL_PROMPTS = (
@@ -54,7 +55,7 @@ def run_trial(runner: Runner, cancelled: Callable[[], bool] = lambda: False,
     for prompt in prompts[progress.done:]:
         messages = ({"role": "user", "content": prompt},)
         measured = []
-        for drafter in (DRAFT_NONE, "pair"):
+        for drafter in (NO_DRAFT, PAIR_DRAFT):
             if cancelled():
                 progress.gave_way = True
                 return None

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from app.chat.context import fit_messages
+from app.draft_choice import NO_DRAFT, PAIR_DRAFT, PROMPT_LOOKUP, DraftChoice, DraftKind
 from app.engine.adaptive import DraftLengthController
 from app.engine.backends import default_backend, load_backend
 from app.engine.backends.base import ModelBackend
@@ -32,12 +33,10 @@ from app.models.memory import MemoryEstimate, NotEnoughMemory, check_fits, estim
 from app.models.pairing import check_tokenizers
 from app.models.resolve import display_name, resolve_model
 
-DRAFT_NONE, DRAFT_LOOKUP, SELF_DRAFT, DRAFT_AUTO = "none", "ngram", "self:", "auto"
 BASELINE_TOKENS = 32  # about 2 s on the demo: long enough that one noisy moment does not set it
-DRAFT_MODEL_ONLY = "model"  # a request's drafter: the pair's draft model without prompt lookup
 
 
-def auto_draft(spec: str | Path, backend: str | None = None, precision: str = "auto") -> str:
+def auto_draft(spec: str | Path, backend: str | None = None, precision: str = "auto") -> DraftChoice:
     """What "auto" pairs a target with: the demo's measured best draft (app/models/demo.py); for
     other targets prompt lookup, which costs no memory and which adaptive k turns off where it does
     not pay."""
@@ -45,13 +44,7 @@ def auto_draft(spec: str | Path, backend: str | None = None, precision: str = "a
 
     if str(spec) in DEMO_SPECS:
         return demo_draft(str(spec), backend or default_backend(), precision)
-    return DRAFT_LOOKUP
-
-
-def self_draft_precision(draft: str | Path) -> str | None:
-    """"self:int4" -> "int4": a draft made from the target's own weights at a lower precision."""
-    text = str(draft)
-    return text[len(SELF_DRAFT):] if text.startswith(SELF_DRAFT) else None
+    return PROMPT_LOOKUP
 
 
 class CancelToken:
@@ -76,9 +69,9 @@ class ChatRequest:
     params: SamplingParams = SamplingParams()
     stop_strings: tuple[str, ...] = ()
     draft_tokens: int | None = None  # None: adaptive
-    # "pair": the loaded draft (a draft model works with prompt lookup); "model": the draft model
-    # alone; "ngram": prompt lookup alone; "none": the target alone
-    drafter: str = "pair"
+    # one of REQUEST_CHOICES (app/draft_choice.py): the pair's draft as loaded (a draft model
+    # works with prompt lookup), its draft model alone, prompt lookup alone, the target alone
+    drafter: DraftChoice = PAIR_DRAFT
     # whose caches to answer from (app/engine/kept_caches.py): a chat's id; "" for a one-off
     conversation: str = ""
     tools: tuple[dict, ...] = ()  # function tools, rendered by the chat template in its own format
@@ -91,7 +84,7 @@ class ChatRequest:
 
     @property
     def use_draft(self) -> bool:
-        return self.drafter != DRAFT_NONE
+        return self.drafter.kind is not DraftKind.NONE
 
 
 @dataclass(frozen=True)
@@ -104,15 +97,20 @@ class LoadedModel:
     context_length: int
     weights_bytes: int
     load_s: float
-    draft: str = DRAFT_NONE  # "none", "ngram", or the draft folder's name
+    draft: DraftChoice = NO_DRAFT  # what drafts for it ("auto" decided; a draft model by its folder)
     notice: str = ""  # what the user should know about this pair (it fits memory only tightly)
     draft_bytes: int = 0  # the draft model's weights (0 for prompt lookup and none)
     device_note: str = ""  # e.g. "no NVIDIA GPU or driver found" when a CUDA build runs on the CPU
     reasoning: str = ""  # the model thinks before answering: "switch" (its template turns it off), "always", ""
     own_context: int = 0  # what the model itself reads (context_length is what chats are kept within)
+    draft_dtype: str = ""  # a draft model's as loaded ("int4 (g32, float32 head)"), "" for none and lookup
+
+    def draft_words(self) -> tuple[str, str]:
+        """The draft's (label, detail) for the window: a self-draft at the precision it loaded at."""
+        return self.draft.words(self.draft_dtype if self.draft.kind is DraftKind.SELF else "")
 
     def describe(self) -> str:
-        pair = f" + {self.draft}" if self.draft != DRAFT_NONE else ""
+        pair = f" + {self.draft_words()[0]}" if self.draft != NO_DRAFT else ""
         return f"{display_name(self.folder)}{pair} ({self.model_type}, {self.dtype}) on {self.backend}/{self.device}"
 
 
@@ -208,13 +206,13 @@ class Runner:
                  f"instead of {size_text(models[0].weights)}, and {fits}: load it in 4-bit (tandem-cli: {flags}). "
                  "Answers then come from the 4-bit model.")
         return NotEnoughMemory(str(refused).replace(TOO_LARGE_ADVICE, offer), fits_at="int4",
-                               fits_with_draft=DRAFT_LOOKUP if same_draft else None)
+                               fits_with_draft=PROMPT_LOOKUP if same_draft else None)
 
-    def load(self, spec: str | Path, backend: str | None = None, draft: str | Path = DRAFT_NONE,
+    def load(self, spec: str | Path, backend: str | None = None, draft: DraftChoice = NO_DRAFT,
              precision: str = "auto", progress=print, compile: str = "auto",
              context: int | None = None) -> LoadedModel:
-        """Load a target (folder, .gguf, or "demo") at `precision` and a draft ("none", "ngram",
-        "self:<precision>" for a copy of the target's weights, or a model). Everything is checked
+        """Load a target (folder, .gguf, or "demo") at `precision` and its draft (none, prompt
+        lookup, a self-draft: a copy of the target's weights, a draft model, or auto). Everything is checked
         before anything replaces the current pair. `compile` ("auto", "on", "off") is how the
         PyTorch target decodes (app/engine/backends/compile_torch.py). `context`: the most tokens
         a chat may hold (None: the model's own), never more than the model's or than memory holds."""
@@ -226,7 +224,11 @@ class Runner:
         if precision == "gguf" and backend != "torch":  # before anything loads
             raise ValueError("precision gguf (a GGUF file's own 4-bit layers) runs on PyTorch only; on MLX "
                              "choose int4 (MLX's own 4-bit) or float32.")
-        if str(draft) == DRAFT_AUTO:
+        if not isinstance(draft, DraftChoice):  # the clients parse text at their edges
+            raise TypeError(f"draft must be a DraftChoice (app/draft_choice.py), not {type(draft).__name__}")
+        if draft.kind is DraftKind.PAIR:
+            raise ValueError(f"“{draft}” is a request's choice among the loaded pair's drafters, not a draft to load.")
+        if draft.kind is DraftKind.AUTO:
             draft = auto_draft(spec, backend, precision)
         start = time.perf_counter()
         folder = resolve_model(spec, backend, progress, precision)
@@ -236,16 +238,16 @@ class Runner:
         models = [estimate("target", config, file_bytes, backend, device, precision,
                            _gguf_loaded_bytes(folder, backend, precision))]
         draft_folder = draft_tokenizer = None
-        draft_precision = self_draft_precision(draft)
-        if draft_precision is not None and draft_precision == precision:
+        if draft.kind is DraftKind.SELF and draft.precision == precision:
             # a copy of the target at the target's own precision is the target: nothing to gain
             progress(f"The draft would be the target itself ({precision}): drafting with prompt lookup instead.")
-            draft, draft_precision = DRAFT_LOOKUP, None
-        if draft_precision is not None:
+            draft = PROMPT_LOOKUP
+        draft_precision = draft.precision or None  # a self-draft's
+        if draft.kind is DraftKind.SELF:
             draft_folder = folder  # same weights, same tokenizer: nothing to check
             models.append(estimate("draft", config, file_bytes, backend, device, draft_precision))
-        elif str(draft) not in (DRAFT_NONE, DRAFT_LOOKUP):
-            draft_folder = resolve_model(draft, backend, progress)
+        elif draft.kind is DraftKind.MODEL:
+            draft_folder = resolve_model(draft.source, backend, progress)
             draft_config, draft_bytes = self._check_files(draft_folder, backend)
             draft_tokenizer = ChatTokenizer(draft_folder)
             check_tokenizers(tokenizer, draft_tokenizer)  # before any weights load
@@ -273,6 +275,7 @@ class Runner:
         # alone, sample and compare over the tokenizer's real vocabulary only.
         target.vocab_limit = min(len(tokenizer), target.vocab_size or len(tokenizer))
         drafter: Drafter | None = None
+        draft_dtype = ""
         if draft_folder is not None:
             which = f"the same model in {draft_precision}" if draft_precision else display_name(draft_folder)
             progress(f"Loading draft {which} ...")
@@ -280,21 +283,20 @@ class Runner:
             limit = min(target.vocab_limit, draft_backend.vocab_size)
             target.vocab_limit = draft_backend.vocab_limit = limit
             drafter = LookupThenModelDrafter(ModelDrafter(draft_backend))
-            draft_name = (f"self-draft {draft_backend.dtype}" if draft_precision
-                          else display_name(draft_folder))
-        elif str(draft) == DRAFT_LOOKUP:
-            drafter, draft_name = PromptLookupDrafter(), DRAFT_LOOKUP
-        else:
-            draft_name = DRAFT_NONE
+            draft_dtype = draft_backend.dtype
+            if draft.kind is DraftKind.MODEL:  # named by the folder loaded (a .gguf's import, a hub cache)
+                draft = DraftChoice.model(str(draft_folder))
+        elif draft.kind is DraftKind.LOOKUP:
+            drafter = PromptLookupDrafter()
         self.target, self.drafter, self.tokenizer = target, drafter, tokenizer
         self._controllers.clear()
         self.loaded = LoadedModel(folder, backend, target.device, target.dtype, target.model_type,
                                   target.context_length, target.weights_bytes,
-                                  time.perf_counter() - start, draft_name, notice,
+                                  time.perf_counter() - start, draft, notice,
                                   draft_backend.weights_bytes if draft_folder is not None else 0,
                                   target.device_note,
                                   "switch" if tokenizer.thinking_switch else "always" if tokenizer.thinks else "",
-                                  own)
+                                  own, draft_dtype)
         return self.loaded
 
     @staticmethod
@@ -322,15 +324,20 @@ class Runner:
         draft = self._draft_backend()
         return [self.target] if draft is None else [self.target, draft]
 
-    def _controller(self, choice: str) -> DraftLengthController:
+    def _controller(self, choice: DraftChoice) -> DraftLengthController:
         return self._controllers.setdefault(choice, DraftLengthController())
 
-    def _drafter_for(self, choice: str) -> Drafter | None:
-        if choice == DRAFT_NONE:
+    def _drafter_for(self, choice: DraftChoice) -> Drafter | None:
+        """The drafter a request's choice (one of REQUEST_CHOICES) takes from the loaded pair."""
+        if choice.kind is DraftKind.NONE:
             return None
-        if choice == DRAFT_LOOKUP and not isinstance(self.drafter, PromptLookupDrafter):
-            return self._lookup  # stateless between generations: one instance serves every request
-        if choice == DRAFT_MODEL_ONLY and isinstance(self.drafter, LookupThenModelDrafter):
+        if choice.kind is DraftKind.LOOKUP:
+            # stateless between generations: one instance serves every request
+            return self.drafter if isinstance(self.drafter, PromptLookupDrafter) else self._lookup
+        if choice.kind is not DraftKind.PAIR:
+            raise ValueError(f"A request drafts with the loaded pair, prompt lookup or none, not “{choice}”: load "
+                             "that draft first.")
+        if not choice.lookup and isinstance(self.drafter, LookupThenModelDrafter):
             return self.drafter.model
         return self.drafter
 

@@ -12,10 +12,11 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from app.draft_choice import AUTO_DRAFT, NO_DRAFT, PAIR_DRAFT, DraftChoice
 from app.engine.events import Finished
 from app.engine.sampling import SamplingParams
 from app.models.demo import DEMO_REFERENCE
-from app.runner import DRAFT_NONE, ChatRequest, Runner
+from app.runner import ChatRequest, Runner
 from app.service import RunnerService, Traced
 
 SELF_TEST_PROMPT = "Write a Python function that checks whether a number is prime."
@@ -46,10 +47,10 @@ def first_difference(a: tuple[int, ...], b: tuple[int, ...]) -> int:
     return min(len(a), len(b))
 
 
-def decode(service: RunnerService, drafter: str, prompt: str = SELF_TEST_PROMPT,
+def decode(service: RunnerService, drafter: DraftChoice, prompt: str = SELF_TEST_PROMPT,
            tokens: int = SELF_TEST_TOKENS) -> Decoded:
     """Greedy answer to `prompt` through the runner service, as every client asks; `drafter` is
-    "none" (the target alone) or "pair"."""
+    NO_DRAFT (the target alone) or PAIR_DRAFT."""
     request = ChatRequest(({"role": "user", "content": prompt},), max_tokens=tokens,
                           params=SamplingParams(temperature=0.0), drafter=drafter)
     ids: list[int] = []
@@ -73,7 +74,7 @@ def _where(runner: Runner, model: str) -> str:
     return f"{loaded.backend}/{loaded.device}{note}, {pair}"
 
 
-def self_test(model: str = DEMO_REFERENCE, backend: str | None = None, draft: str = "auto",
+def self_test(model: str = DEMO_REFERENCE, backend: str | None = None, draft: DraftChoice = AUTO_DRAFT,
               tokens: int = SELF_TEST_TOKENS, prompt: str = SELF_TEST_PROMPT,
               compare: Callable[[Decoded, Decoded], bool] = same_output,
               out: Callable[[str], None] | None = None, progress: Callable[[str], None] | None = None) -> int:
@@ -91,8 +92,8 @@ def self_test(model: str = DEMO_REFERENCE, backend: str | None = None, draft: st
             return 1
         where = _where(runner, model)
         try:
-            alone = decode(service, DRAFT_NONE, prompt, tokens)
-            speculative = decode(service, "pair", prompt, tokens)
+            alone = decode(service, NO_DRAFT, prompt, tokens)
+            speculative = decode(service, PAIR_DRAFT, prompt, tokens)
         except Exception as exc:
             out(f"{PREFIX} FAILED, decoding raised {type(exc).__name__}: {exc} ({where})")
             return 1

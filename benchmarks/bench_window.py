@@ -32,6 +32,7 @@ def open_window(args: argparse.Namespace):
     from PySide6.QtWidgets import QApplication
 
     from app.chat.settings import ChatSettings
+    from app.draft_choice import DraftChoice
 
     app = QApplication.instance() or QApplication([])
     from ui.main_window import MainWindow
@@ -42,7 +43,7 @@ def open_window(args: argparse.Namespace):
 
     os.environ.setdefault("TANDEM_CACHE", str(cache_dir()))
     os.environ["TANDEM_HOME"] = root
-    window = MainWindow(model=args.model, backend=args.backend, draft=args.draft,
+    window = MainWindow(model=args.model, backend=args.backend, draft=DraftChoice.parse_loadable(args.draft),
                         history_path=Path(root) / "history.sqlite3",
                         settings=QSettings(f"{root}/settings.ini", QSettings.Format.IniFormat),
                         chat_defaults=ChatSettings(temperature=0.0, max_tokens=args.max_tokens))

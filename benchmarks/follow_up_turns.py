@@ -56,11 +56,13 @@ def main() -> int:
     parser.add_argument("--max-tokens", type=int, default=64, help="each earlier answer's length")
     args = parser.parse_args()
 
+    from app.draft_choice import DraftChoice
     from app.runner import Runner
 
     prompts = [p["user"] for p in json.loads(SUITE.read_text())["prompts"]]
     runner = Runner()
-    loaded = runner.load(args.model, args.backend, draft=args.draft, progress=lambda m: None)
+    draft = DraftChoice.parse_loadable(args.draft)
+    loaded = runner.load(args.model, args.backend, draft=draft, progress=lambda m: None)
     print(f"{loaded.describe()}")
     messages = []
     for turn in range(args.turns - 1):

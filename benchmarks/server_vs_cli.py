@@ -106,12 +106,14 @@ def main() -> None:
         _client_loop(args.client)
         return
 
+    from app.draft_choice import DraftChoice
     from app.server.host import ApiServer
     from app.server.openai_api import model_id
     from app.service import RunnerService
 
     service = RunnerService()
-    loaded = service.load(args.model, args.backend, draft=args.draft, progress=lambda m: None).result()
+    draft = DraftChoice.parse_loadable(args.draft)
+    loaded = service.load(args.model, args.backend, draft=draft, progress=lambda m: None).result()
     server = ApiServer(service, "127.0.0.1", 0)
     server.start()
     client = _ClientProcess(server.url)

@@ -79,10 +79,11 @@ def main() -> int:
     args = parser.parse_args()
 
     from app.bench.suite import load_suite
+    from app.draft_choice import DraftChoice
     from app.runner import Runner
 
     runner = Runner()
-    loaded = runner.load(args.model, args.backend, draft=args.draft, progress=print)
+    loaded = runner.load(args.model, args.backend, draft=DraftChoice.parse_loadable(args.draft), progress=print)
     print(f"target {loaded.folder.name} ({loaded.dtype}), draft {runner.drafter.name if runner.drafter else 'none'}")
     prompts = [runner.tokenizer.render_chat(list(p.messages)) for p in load_suite(prompts=args.prompts)]
     _decode(runner, prompts[0], 8)  # warm-up

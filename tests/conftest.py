@@ -144,11 +144,13 @@ def tiny_q4(tmp_path_factory, tiny_fields):
 def service(tiny_pair):
     """The runner service (app/service.py) over the tiny target, its noisy copy drafting, on
     PyTorch: one per test module, closed after it."""
+    from app.draft_choice import DraftChoice
     from app.runner import Runner
     from app.service import RunnerService
 
     runner = Runner()
-    runner.load(tiny_pair["target"], "torch", draft=tiny_pair["near"], progress=lambda message: None)
+    runner.load(tiny_pair["target"], "torch", draft=DraftChoice.model(tiny_pair["near"]),
+                progress=lambda message: None)
     service = RunnerService(runner)
     yield service
     service.close()

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from app.draft_choice import NO_DRAFT, PROMPT_LOOKUP
+
 pytest.importorskip("pytestqt")
 
 RAW_EXCEPTION = re.compile(r"^[A-Za-z_.]*(Error|Exception|Warning|Interrupt)\b:?")
@@ -408,9 +410,10 @@ def test_pairs_json_variants_keep_every_good_entry(content, kept, tmp_path):
     path = tmp_path / "pairs.json"
     path.write_text(json.dumps(content))
     memory = PairMemory(path)
+    kept = [{**entry, "draft": PROMPT_LOOKUP} for entry in kept]  # read typed (app/draft_choice.py)
     assert memory.recent() == kept
-    assert memory.trial("torch", "/models/a", "ngram") is None
-    assert memory.add_recent("torch", "/models/b", "none", "b + none") is None
+    assert memory.trial("torch", "/models/a", PROMPT_LOOKUP) is None
+    assert memory.add_recent("torch", "/models/b", NO_DRAFT, "b + none") is None
     assert PairMemory(path).recent()[1:] == kept  # the new entry first, every good one kept
 
 
@@ -425,7 +428,7 @@ def test_a_damaged_pairs_json_is_set_aside_whole_and_started_afresh(raw, tmp_pat
     assert memory.recent() == []
     aside = list(tmp_path.glob("pairs.damaged-*"))
     assert len(aside) == 1 and aside[0].read_bytes() == raw  # nothing lost: the bytes are kept
-    assert memory.add_recent("torch", "/models/b", "none", "b") is None
+    assert memory.add_recent("torch", "/models/b", NO_DRAFT, "b") is None
 
 
 # Texts and links dropped on a model slot: refused in words, the pair in use and the recents kept

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from app.draft_choice import PROMPT_LOOKUP
 from app.chat.context import ContextOverflowError, fit_messages
 
 OVERHEAD = 2  # tokens a chat template adds around each message
@@ -113,7 +114,7 @@ def test_the_runner_fits_a_long_chat_itself_and_says_what_it_left_out(tiny_pair)
     from app.runner import ChatRequest, Runner
 
     runner = Runner()
-    loaded = runner.load(tiny_pair["target"], "torch", draft="ngram", progress=lambda m: None)
+    loaded = runner.load(tiny_pair["target"], "torch", draft=PROMPT_LOOKUP, progress=lambda m: None)
     chat = []
     for n in range(40):  # far more than the tiny model's 512 positions
         chat += [{"role": "user", "content": f"Question {n}: tell me about rivers and lakes."},

@@ -16,6 +16,7 @@ pytest.importorskip("pytestqt")
 
 from PySide6.QtCore import QSettings, Qt  # noqa: E402
 
+from app.draft_choice import NO_DRAFT, PROMPT_LOOKUP, DraftChoice  # noqa: E402
 from app.chat.history import HistoryStore  # noqa: E402
 from app.chat.trace import TurnTrace, trace_round  # noqa: E402
 from app.engine.events import Finished, GenerationStats, Round  # noqa: E402
@@ -23,11 +24,11 @@ from app.runner import LoadedModel  # noqa: E402
 from tests.faults import FailingWrites  # noqa: E402
 
 
-def pair(name: str, draft: str = "ngram") -> LoadedModel:
+def pair(name: str, draft: DraftChoice = PROMPT_LOOKUP) -> LoadedModel:
     return LoadedModel(Path(f"/models/{name}"), "torch", "cpu", "float32", "llama", 8192, 10**9, 1.0, draft)
 
 
-OLD_PAIR, NEW_PAIR = pair("old-target"), pair("new-target", draft="none")
+OLD_PAIR, NEW_PAIR = pair("old-target"), pair("new-target", draft=NO_DRAFT)
 
 
 def second_half(text: str) -> str:

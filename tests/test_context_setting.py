@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from app.draft_choice import PROMPT_LOOKUP, DraftChoice
 from app.chat.context import ContextOverflowError
 from app.engine.events import Finished, Notice
 from app.models.memory import MIN_CONTEXT, MemoryEstimate, longest_chat
@@ -21,7 +22,7 @@ def _long_chat(turns: int) -> list[dict]:
 
 def test_a_context_asked_for_bounds_every_chat(tiny_pair):
     runner = Runner()
-    loaded = runner.load(tiny_pair["target"], "torch", draft=str(tiny_pair["near"]), context=128,
+    loaded = runner.load(tiny_pair["target"], "torch", draft=DraftChoice.model(tiny_pair["near"]), context=128,
                          progress=lambda m: None)
     assert loaded.context_length == runner.target.context_length == 128
     events = list(runner.chat(ChatRequest(tuple(_long_chat(6)), max_tokens=16)))
@@ -31,14 +32,14 @@ def test_a_context_asked_for_bounds_every_chat(tiny_pair):
         list(runner.chat(ChatRequest(({"role": "user", "content": "word " * 200},), max_tokens=16)))
     # the same chat in the model's own 512 positions needs no fitting
     whole = Runner()
-    whole.load(tiny_pair["target"], "torch", draft="ngram", context=100_000, progress=lambda m: None)
+    whole.load(tiny_pair["target"], "torch", draft=PROMPT_LOOKUP, context=100_000, progress=lambda m: None)
     assert whole.loaded.context_length == 512  # never more than the model reads
     assert not isinstance(next(iter(whole.chat(ChatRequest(tuple(_long_chat(6)), max_tokens=16)))), Notice)
 
 
 def test_a_context_too_small_to_hold_anything_is_refused(tiny_pair):
     with pytest.raises(ValueError, match="cannot hold a message and an answer"):
-        Runner().load(tiny_pair["target"], "torch", draft="ngram", context=1, progress=lambda m: None)
+        Runner().load(tiny_pair["target"], "torch", draft=PROMPT_LOOKUP, context=1, progress=lambda m: None)
 
 
 def test_the_longest_chat_memory_holds():
@@ -62,12 +63,12 @@ def test_where_memory_holds_less_chats_are_kept_within_it(demo):
 
     runner._check_memory = spy
     runner.free_memory = lambda backend, device: (10**12, "RAM")  # first, to read the estimates
-    runner.load("demo", "torch", draft="ngram", progress=lambda m: None)
+    runner.load("demo", "torch", draft=PROMPT_LOOKUP, progress=lambda m: None)
     target = estimates[0]
     room = target.total(MIN_CONTEXT) + 2_000 * target.kv_per_token
     runner.free_memory = lambda backend, device: (room, "RAM")
     messages = []
-    loaded = runner.load("demo", "torch", draft="ngram", progress=messages.append)
+    loaded = runner.load("demo", "torch", draft=PROMPT_LOOKUP, progress=messages.append)
     assert loaded.context_length == MIN_CONTEXT + 2_000 == runner.target.context_length
     assert any("Chats are kept within 6,096 tokens, what memory holds (the model reads 8,192)" in m for m in messages)
     assert "only for chats up to about 6,096 tokens" in loaded.notice

@@ -7,6 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from app.draft_choice import PROMPT_LOOKUP
+
 pytest.importorskip("pytestqt")
 
 
@@ -20,7 +22,7 @@ def test_a_cuda_build_without_a_gpu_runs_on_the_cpu_and_says_why(cuda_build_with
     from app.runner import Runner
     from ui.status_bar import StatusBar
 
-    loaded = Runner().load(tiny_pair["target"], "torch", draft="ngram", progress=lambda m: None)
+    loaded = Runner().load(tiny_pair["target"], "torch", draft=PROMPT_LOOKUP, progress=lambda m: None)
     assert loaded.device == "cpu" and loaded.device_note == "no NVIDIA GPU or driver found"
     bar = StatusBar()
     qtbot.addWidget(bar)
@@ -40,6 +42,6 @@ def test_the_self_test_line_names_the_fallback(cuda_build_without_gpu, tiny_pair
     from app.self_test import self_test
 
     lines = []
-    assert self_test(str(tiny_pair["target"]), "torch", draft="ngram", tokens=8, out=lines.append,
+    assert self_test(str(tiny_pair["target"]), "torch", draft=PROMPT_LOOKUP, tokens=8, out=lines.append,
                      progress=lambda m: None) == 0
     assert "torch/cpu (no NVIDIA GPU or driver found)" in lines[0]

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from app.draft_choice import AUTO_DRAFT, NO_DRAFT, PROMPT_LOOKUP, DraftChoice
 from app.models.errors import ModelFileError
 from app.models.gguf_blocks import Int4Groups, int4_groups
 from app.models.gguf_torch import BATCHED_TIE_GAP as GGUF_TIE_GAP  # committed: derived once, see there
@@ -189,8 +190,8 @@ def test_the_demo_at_gguf_precision_speculates_what_it_would_write_alone(demo):
     # enough for the file's own precisions (95 MB): the memory check counts what will load
     runner.free_memory = lambda backend, device: (600_000_000, "RAM")
     with pytest.raises(NotEnoughMemory):
-        runner.load(demo["hf"], "torch", draft="ngram", precision="float32", progress=lambda m: None)
-    loaded = runner.load(demo["hf"], "torch", draft="ngram", precision="gguf", progress=lambda m: None)
+        runner.load(demo["hf"], "torch", draft=PROMPT_LOOKUP, precision="float32", progress=lambda m: None)
+    loaded = runner.load(demo["hf"], "torch", draft=PROMPT_LOOKUP, precision="gguf", progress=lambda m: None)
     assert "int4 g32 from Q4_1 x210" in loaded.dtype and loaded.weights_bytes < 100_000_000  # 95 MB
     answers = _speculative_answers(runner, SUITE[:5], max_tokens=128)
     assert sum(len(tokens) for _, tokens in answers) >= 500
@@ -215,7 +216,7 @@ def test_the_exactness_check_catches_a_kept_rejected_draft(demo, monkeypatch):
         return verdict
 
     runner = Runner()
-    runner.load(demo["hf"], "torch", draft="ngram", precision="gguf", progress=lambda m: None)
+    runner.load(demo["hf"], "torch", draft=PROMPT_LOOKUP, precision="gguf", progress=lambda m: None)
     monkeypatch.setattr(TorchBackend, "verify", keeps_one_rejected)
     answers = _speculative_answers(runner, [SUITE[6]], max_tokens=96)  # a copy prompt: many rounds
     monkeypatch.undo()
@@ -279,7 +280,7 @@ def test_a_dropped_gguf_on_pytorch_is_read_in_place_at_its_own_precisions(tmp_pa
     write_gguf(tiny_llama(seed=4), tmp_path / "Tiny-Q4_0.gguf", tiny_fields, Q.Q4_0, embedding_qtype=Q.Q8_0)
     runner = Runner()
     messages = []
-    loaded = runner.load(tmp_path / "Tiny-Q4_0.gguf", "torch", draft="ngram", progress=messages.append)
+    loaded = runner.load(tmp_path / "Tiny-Q4_0.gguf", "torch", draft=PROMPT_LOOKUP, progress=messages.append)
     folder = loaded.folder
     assert folder.name == "gguf" and not list(folder.glob("*.safetensors"))
     assert display_name(folder) == "Tiny-Q4_0"
@@ -288,7 +289,7 @@ def test_a_dropped_gguf_on_pytorch_is_read_in_place_at_its_own_precisions(tmp_pa
     assert sum(f.stat().st_size for f in (tmp_path / "cache").rglob("*") if f.is_file()) < 1_000_000
     with pytest.raises(ModelFileError, match="has no float32 weights to load.*open the .gguf file with that precision"):
         TorchBackend(folder, precision="float32")
-    float32 = Runner().load(tmp_path / "Tiny-Q4_0.gguf", "torch", draft="none", precision="float32",
+    float32 = Runner().load(tmp_path / "Tiny-Q4_0.gguf", "torch", draft=NO_DRAFT, precision="float32",
                             progress=lambda m: None)
     assert float32.folder.name == "hf" and float32.dtype.split(" (")[0] == "float32"
 
@@ -383,8 +384,8 @@ def test_the_demo_defaults_to_its_gguf_with_prompt_lookup_and_keeps_its_float32_
     from app.models.demo import DEMO_REFERENCE
     from app.runner import Runner
 
-    fast = Runner().load("demo", "torch", draft="auto", progress=lambda m: None)
-    assert fast.folder.name == "gguf" and fast.dtype.startswith("4-bit GGUF") and fast.draft == "ngram"
-    reference = Runner().load(DEMO_REFERENCE, "torch", draft="auto", progress=lambda m: None)
+    fast = Runner().load("demo", "torch", draft=AUTO_DRAFT, progress=lambda m: None)
+    assert fast.folder.name == "gguf" and fast.dtype.startswith("4-bit GGUF") and fast.draft == PROMPT_LOOKUP
+    reference = Runner().load(DEMO_REFERENCE, "torch", draft=AUTO_DRAFT, progress=lambda m: None)
     assert reference.folder == demo["hf"] and reference.dtype.split(" (")[0] == "float32"
-    assert reference.draft.startswith("self-draft int4")
+    assert reference.draft == DraftChoice.self_draft("int4") and reference.draft_dtype.startswith("int4")

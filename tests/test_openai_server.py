@@ -13,6 +13,7 @@ import time
 import httpx2 as httpx  # the HTTP client the openai package itself uses
 import pytest
 
+from app.draft_choice import NO_DRAFT
 from app.engine.events import Finished, GenerationStats, Round
 from app.runner import Runner
 from app.server.host import ApiServer, ServerError
@@ -267,7 +268,7 @@ def tool_server(tiny_pair, tmp_path_factory):
     shutil.copytree(tiny_pair["target"], folder)
     (folder / "chat_template.jinja").write_text(TOOL_TEMPLATE)  # transformers reads the template here
     runner = Runner()
-    runner.load(folder, "torch", draft="none", **QUIET)
+    runner.load(folder, "torch", draft=NO_DRAFT, **QUIET)
     prompts = []
 
     def scripted_chat(request):

@@ -8,6 +8,7 @@ import shutil
 
 import pytest
 
+from app.draft_choice import NO_DRAFT, PROMPT_LOOKUP, DraftChoice
 from app.engine.adaptive import DraftLengthController
 from app.engine.events import Finished, Notice, Round
 from app.models.pairing import PairingError
@@ -34,11 +35,11 @@ def _padded_copy(tiny_pair, tmp_path, rows=1088):
 def test_padded_embeddings_pair_and_stay_exact(tiny_pair, tmp_path):
     padded = _padded_copy(tiny_pair, tmp_path)
     runner = Runner()
-    runner.load(tiny_pair["target"], "torch", draft=padded, progress=lambda m: None)
+    runner.load(tiny_pair["target"], "torch", draft=DraftChoice.model(padded), progress=lambda m: None)
     assert runner.target.vocab_size == 1024 and runner.drafter.backend.vocab_size == 1088
     assert runner.target.vocab_limit == runner.drafter.backend.vocab_limit == 1024
     spec = list(runner.chat(ASK))
-    plain = list(runner.chat(ChatRequest(ASK.messages, max_tokens=30, drafter="none")))
+    plain = list(runner.chat(ChatRequest(ASK.messages, max_tokens=30, drafter=NO_DRAFT)))
     assert _tokens(spec) == _tokens(plain)
     assert max(_tokens(spec)) < 1024
 
@@ -51,7 +52,7 @@ def test_different_tokenizers_are_refused_before_loading(tiny_pair, demo, tmp_pa
     shutil.copy(tiny_pair["target"] / "model.safetensors", odd / "model.safetensors")
     runner = Runner()
     with pytest.raises(PairingError) as err:
-        runner.load(tiny_pair["target"], "torch", draft=odd, progress=lambda m: None)
+        runner.load(tiny_pair["target"], "torch", draft=DraftChoice.model(odd), progress=lambda m: None)
     message = str(err.value)
     assert "cannot be paired" in message and "1,024" in message and "49,152" in message
     assert runner.target is None  # nothing was replaced
@@ -59,18 +60,18 @@ def test_different_tokenizers_are_refused_before_loading(tiny_pair, demo, tmp_pa
 
 def test_prompt_lookup_and_plain_through_the_runner(tiny_pair):
     runner = Runner()
-    loaded = runner.load(tiny_pair["target"], "torch", draft="ngram", progress=lambda m: None)
-    assert loaded.draft == "ngram"
+    loaded = runner.load(tiny_pair["target"], "torch", draft=PROMPT_LOOKUP, progress=lambda m: None)
+    assert loaded.draft == PROMPT_LOOKUP
     spec = list(runner.chat(ASK))
-    plain = list(runner.chat(ChatRequest(ASK.messages, max_tokens=30, drafter="none")))
+    plain = list(runner.chat(ChatRequest(ASK.messages, max_tokens=30, drafter=NO_DRAFT)))
     assert _tokens(spec) == _tokens(plain)
     assert isinstance(spec[-1], Finished)
 
 
 def test_untrimmable_target_decodes_plainly_and_says_why(tiny_pair, monkeypatch):
     runner = Runner()
-    runner.load(tiny_pair["target"], "torch", draft=tiny_pair["near"], progress=lambda m: None)
-    plain = _tokens(runner.chat(ChatRequest(ASK.messages, max_tokens=30, drafter="none")))
+    runner.load(tiny_pair["target"], "torch", draft=DraftChoice.model(tiny_pair["near"]), progress=lambda m: None)
+    plain = _tokens(runner.chat(ChatRequest(ASK.messages, max_tokens=30, drafter=NO_DRAFT)))
     monkeypatch.setattr(runner.target, "can_trim", lambda: False)
     events = list(runner.chat(ASK))
     notices = [e for e in events if isinstance(e, Notice)]
@@ -166,12 +167,12 @@ def test_auto_draft_is_the_demo_default_or_prompt_lookup(tmp_path):
 
     # the demo's measured best: on PyTorch its GGUF at its own precisions with prompt lookup (no
     # draft model agrees with it more cheaply than itself); its 4-bit copy for the float32 models
-    assert auto_draft("demo", "torch") == "ngram"
-    assert auto_draft("demo", "torch", "gguf") == "ngram"
-    assert auto_draft("demo", "torch", "float32") == DEMO_DRAFT == "self:int4"
+    assert auto_draft("demo", "torch") == PROMPT_LOOKUP
+    assert auto_draft("demo", "torch", "gguf") == PROMPT_LOOKUP
+    assert auto_draft("demo", "torch", "float32") == DEMO_DRAFT == DraftChoice.self_draft("int4")
     assert auto_draft(DEMO_REFERENCE, "torch") == DEMO_DRAFT
     assert auto_draft("demo", "mlx") == DEMO_DRAFT
-    assert auto_draft(tmp_path, "torch") == auto_draft(tmp_path, "mlx") == "ngram"
+    assert auto_draft(tmp_path, "torch") == auto_draft(tmp_path, "mlx") == PROMPT_LOOKUP
 
 
 def test_one_slow_pass_does_not_rule_a_draft_length_out():

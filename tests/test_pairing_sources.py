@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from app.draft_choice import AUTO_DRAFT, DraftChoice
 from app.models.catalog import DEMO_PAIR, load_catalog
 from app.models.errors import ModelFileError
 from app.models.pair_memory import MAX_RECENT, PairMemory, TrialResult
@@ -63,10 +64,11 @@ def test_drag_verdict_is_empty_only_for_what_looks_usable(tmp_path):
 def test_catalog_pairs_per_backend_demo_first():
     for backend in ("mlx", "torch"):
         pairs = load_catalog(backend)
-        assert pairs[0] is DEMO_PAIR and pairs[0].specs == ("demo", "auto")
+        assert pairs[0] is DEMO_PAIR and pairs[0].specs == ("demo", AUTO_DRAFT)
         # PyTorch's float32 reference pair, one click from the fast default (MLX's demo is float32)
         reference = [p for p in pairs if p.id == "demo-float32"]
-        assert [p.specs for p in reference] == ([("demo:float32", "self:int4")] if backend == "torch" else [])
+        int4 = DraftChoice.self_draft("int4")
+        assert [p.specs for p in reference] == ([("demo:float32", int4)] if backend == "torch" else [])
         downloads = [p for p in pairs if not p.id.startswith("demo")]
         assert len(downloads) >= 3 and all(p.backend == backend for p in pairs[1:])
         for pair in downloads:
@@ -80,8 +82,8 @@ def test_catalog_pairs_per_backend_demo_first():
 def test_recent_pairs_newest_first_without_duplicates(tmp_path):
     memory = PairMemory(tmp_path / "pairs.json")
     for i in range(MAX_RECENT + 2):
-        memory.add_recent("torch", f"t{i}", "d", f"pair {i}")
-    memory.add_recent("torch", "t5", "d", "pair 5 again")
+        memory.add_recent("torch", f"t{i}", DraftChoice.model("d"), f"pair {i}")
+    memory.add_recent("torch", "t5", DraftChoice.model("d"), "pair 5 again")
     again = PairMemory(tmp_path / "pairs.json")  # read back from disk
     recent = again.recent("torch")
     assert len(recent) == MAX_RECENT and recent[0]["title"] == "pair 5 again"
@@ -93,13 +95,13 @@ def test_trial_results_are_kept_per_pair_and_a_damaged_file_is_set_aside(tmp_pat
     path = tmp_path / "pairs.json"
     memory = PairMemory(path)
     result = TrialResult(acceptance=0.71, speedup=2.14, tokens_per_pass=3.2, tokens=120, measured_at=1.0)
-    memory.set_trial("torch", "a", "b", result)
-    assert PairMemory(path).trial("torch", "a", "b") == result
-    assert PairMemory(path).trial("torch", "a", "c") is None
+    memory.set_trial("torch", "a", DraftChoice.model("b"), result)
+    assert PairMemory(path).trial("torch", "a", DraftChoice.model("b")) == result
+    assert PairMemory(path).trial("torch", "a", DraftChoice.model("c")) is None
     assert result.summary() == "accepts 71%, about 2.1x faster here"
     assert "slower" in TrialResult(0.1, 0.8, 1.1, 10, 1.0).summary()
     path.write_text("{not json")
     fresh = PairMemory(path)
     assert fresh.recent() == [] and list(tmp_path.glob("pairs.damaged-*"))
-    fresh.add_recent("torch", "x", "y", "x + y")
+    fresh.add_recent("torch", "x", DraftChoice.model("y"), "x + y")
     assert json.loads(path.read_text())["recent"][0]["target"] == "x"

@@ -18,6 +18,7 @@ from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl  # noqa: E402
 from PySide6.QtGui import QDragEnterEvent, QDropEvent  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
+from app.draft_choice import NO_DRAFT, PROMPT_LOOKUP, DraftChoice
 from app.models.resolve import display_name  # noqa: E402
 from tests.test_window import LOAD_TIMEOUT_MS, Session, greedy_answer, make_window, wait_until  # noqa: E402
 
@@ -42,7 +43,7 @@ def other_vocab(tiny_fields, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def pairing_session(qapp, tiny_pair, tmp_path_factory):
     session = Session(None, tmp_path_factory.mktemp("pairing"))
-    session.window = make_window(session, str(tiny_pair["target"]), draft="none")
+    session.window = make_window(session, str(tiny_pair["target"]), draft=NO_DRAFT)
     wait_until(session.window.composer.can_send, LOAD_TIMEOUT_MS)
     yield session
     session.window.close()
@@ -110,8 +111,8 @@ def _leave():
 def test_a_compatible_draft_dropped_on_its_slot_loads_drafts_and_is_tried(pairing_session, tiny_pair):
     window = pairing_session.window
     drop_on(window.header.draft_slot, [str(tiny_pair["near"])])
-    wait_until(lambda: window.controller.model.draft == display_name(tiny_pair["near"])
-               and window.pairing.current.draft == str(tiny_pair["near"]), LOAD_TIMEOUT_MS)
+    wait_until(lambda: window.controller.model.draft == DraftChoice.model(tiny_pair["near"])
+               and window.pairing.current.draft == DraftChoice.model(tiny_pair["near"]), LOAD_TIMEOUT_MS)
     assert window.header.draft_slot.name.text() == display_name(tiny_pair["near"])
     # the pair trial runs once and its measured result shows under the draft's name, remembered
     wait_until(lambda: "accepts" in window.header.draft_slot.detail.text(), LOAD_TIMEOUT_MS)
@@ -241,8 +242,8 @@ def test_a_hub_link_dropped_downloads_with_progress_then_pairs(pairing_session, 
         strip.total_bar.valueChanged.connect(lambda value: shown.append((strip.isVisible(), value)))
         drop_on(window.header.draft_slot, ["https://huggingface.co/tandem-tests/near"])
         # `loaded` then `paired` arrive from the worker: wait for both
-        wait_until(lambda: window.controller.model.draft == "tandem-tests/near"
-                   and window.pairing.current.named()[1] == "tandem-tests/near", LOAD_TIMEOUT_MS)
+        wait_until(lambda: window.controller.model.draft_words()[0] == "tandem-tests/near"
+                   and window.pairing.current.named()[1] == DraftChoice.model("tandem-tests/near"), LOAD_TIMEOUT_MS)
         window.pairing.endpoint = None
     assert shown and all(visible for visible, _ in shown)  # progress was on screen while it ran
     assert not strip.isVisible()  # and gone once done
@@ -342,14 +343,14 @@ def test_a_new_target_of_another_family_keeps_the_target_and_drafts_by_lookup(pa
                                                                             other_vocab):
     window = pairing_session.window
     drop_on(window.header.draft_slot, [str(tiny_pair["near"])])  # a draft model of the target's family
-    wait_until(lambda: window.pairing.current is not None and window.pairing.current.draft == str(tiny_pair["near"]),
-               LOAD_TIMEOUT_MS)
+    wait_until(lambda: window.pairing.current is not None
+               and window.pairing.current.draft == DraftChoice.model(tiny_pair["near"]), LOAD_TIMEOUT_MS)
     before = banner_count(window)
     drop_on(window.header.target_slot, [str(other_vocab)])  # (this module's last test: it changes the pair)
     message = wait_banner(window, before)
     assert "does not fit this target, so it drafts with prompt lookup" in message
     wait_until(lambda: window.pairing.current.target == str(other_vocab), LOAD_TIMEOUT_MS)
-    assert window.controller.model.draft == "ngram" and window.pairing.current.draft == "ngram"
+    assert window.controller.model.draft == PROMPT_LOOKUP and window.pairing.current.draft == PROMPT_LOOKUP
     assert window.header.target_slot.name.text() == display_name(other_vocab)
 
 
@@ -373,7 +374,7 @@ def test_the_context_length_is_a_setting_per_model_kept_across_loads(pairing_ses
     assert pairing.memory.context(pairing.current.named()[0]) == 300  # remembered for this model
     assert window.worker.runner.loaded.context_length == 300  # what fitting and the engine use
     pairing.choose("draft", "ngram")  # the same target loads again with another draft: it keeps its context
-    wait_until(lambda: pairing.current.draft == "ngram" and pairing.loaded.draft == "ngram", LOAD_TIMEOUT_MS)
+    wait_until(lambda: pairing.current.draft == PROMPT_LOOKUP == pairing.loaded.draft, LOAD_TIMEOUT_MS)
     assert pairing.loaded.context_length == 300
     choose_in_menu(own)  # the model's own again: nothing is remembered
     wait_until(lambda: pairing.loaded.context_length == own, LOAD_TIMEOUT_MS)

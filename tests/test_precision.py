@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from app.draft_choice import NO_DRAFT, PROMPT_LOOKUP, DraftChoice
 from app.engine.events import Finished, Round
 from app.runner import ChatRequest, Runner
 
@@ -21,12 +22,14 @@ def _run(runner, request):
 @pytest.mark.parametrize("backend, key", [("torch", "target"), ("mlx", "target_mlx")])
 def test_int4_self_draft_leaves_the_output_unchanged(tiny_pair, backend, key):
     runner = Runner()
-    loaded = runner.load(tiny_pair[key], backend, draft="self:int4", progress=lambda m: None)
+    loaded = runner.load(tiny_pair[key], backend, draft=DraftChoice.self_draft("int4"), progress=lambda m: None)
     draft = runner.drafter.backend
-    assert "int4" in draft.dtype and "int4" in loaded.draft
+    assert "int4" in draft.dtype and loaded.draft == DraftChoice.self_draft("int4")
+    assert loaded.draft_dtype == draft.dtype
+    assert loaded.draft_words()[0] == "the same model in 4-bit"
     assert draft.weights_bytes < 0.6 * runner.target.weights_bytes
     spec, stats = _run(runner, ChatRequest(ASK.messages, max_tokens=24, draft_tokens=4))
-    plain, _ = _run(runner, ChatRequest(ASK.messages, max_tokens=24, drafter="none"))
+    plain, _ = _run(runner, ChatRequest(ASK.messages, max_tokens=24, drafter=NO_DRAFT))
     assert spec == plain
     assert stats.drafted > 0 and stats.accepted > 0  # the quantized copy mostly agrees
 
@@ -65,10 +68,10 @@ def test_demo_float32_target_with_int4_self_draft_is_exact(demo):
     """The product's default demo pair on the real model: the float32 reference target and its
     int4 copy as the draft commit exactly the target's own greedy tokens."""
     runner = Runner()
-    runner.load(demo["hf"], "torch", draft="self:int4", progress=lambda m: None)
+    runner.load(demo["hf"], "torch", draft=DraftChoice.self_draft("int4"), progress=lambda m: None)
     request = ChatRequest(({"role": "user", "content": "Write a haiku about autumn."},), max_tokens=32)
     spec, stats = _run(runner, request)
-    plain, _ = _run(runner, ChatRequest(request.messages, max_tokens=32, drafter="none"))
+    plain, _ = _run(runner, ChatRequest(request.messages, max_tokens=32, drafter=NO_DRAFT))
     assert spec == plain
     assert stats.acceptance_rate > 0.8  # measured 0.99-1.00 on this model
 
@@ -82,19 +85,19 @@ def test_a_float_target_too_large_is_offered_in_4bit_with_the_figures(demo):
     runner = Runner()
     runner.free_memory = lambda backend, device: (500_000_000, "RAM")
     with pytest.raises(NotEnoughMemory) as refused:
-        runner.load(DEMO_REFERENCE, "torch", draft="none", progress=lambda m: None)
+        runner.load(DEMO_REFERENCE, "torch", draft=NO_DRAFT, progress=lambda m: None)
     message = str(refused.value)
     assert refused.value.fits_at == "int4"
     assert "This pair does not fit" in message and "In 4-bit" in message
     assert "instead of 538 MB" in message and "--precision int4" in message
-    loaded = runner.load(DEMO_REFERENCE, "torch", draft="none", precision="int4", progress=lambda m: None)
+    loaded = runner.load(DEMO_REFERENCE, "torch", draft=NO_DRAFT, precision="int4", progress=lambda m: None)
     assert loaded.dtype.startswith("int4")
 
     # too little even for 4 bits: the refusal offers nothing
     runner = Runner()
     runner.free_memory = lambda backend, device: (150_000_000, "RAM")
     with pytest.raises(NotEnoughMemory) as refused:
-        runner.load(DEMO_REFERENCE, "torch", draft="none", progress=lambda m: None)
+        runner.load(DEMO_REFERENCE, "torch", draft=NO_DRAFT, progress=lambda m: None)
     assert refused.value.fits_at is None and "In 4-bit" not in str(refused.value)
 
 
@@ -107,10 +110,11 @@ def test_a_4bit_offer_for_a_target_with_its_4bit_self_draft_drafts_by_lookup(dem
     runner = Runner()
     runner.free_memory = lambda backend, device: (500_000_000, "RAM")
     with pytest.raises(NotEnoughMemory) as refused:
-        runner.load(DEMO_REFERENCE, "torch", draft="self:int4", progress=lambda m: None)
+        runner.load(DEMO_REFERENCE, "torch", draft=DraftChoice.self_draft("int4"), progress=lambda m: None)
     assert refused.value.fits_at == "int4" and refused.value.fits_with_draft == "ngram"
     assert "prompt lookup as the draft" in str(refused.value) and "--draft ngram" in str(refused.value)
     said = []
-    loaded = runner.load(DEMO_REFERENCE, "torch", draft="self:int4", precision="int4", progress=said.append)
-    assert loaded.draft == "ngram" and loaded.draft_bytes == 0
+    loaded = runner.load(DEMO_REFERENCE, "torch", draft=DraftChoice.self_draft("int4"), precision="int4",
+                         progress=said.append)
+    assert loaded.draft == PROMPT_LOOKUP and loaded.draft_bytes == 0
     assert any("would be the target itself" in line for line in said)

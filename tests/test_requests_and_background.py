@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from app.draft_choice import NO_DRAFT, PROMPT_LOOKUP, DraftChoice
 from app.engine.events import Finished, Round
 from app.pair_trial import TRIAL_PROMPTS, TrialProgress, run_trial
 from app.runner import CancelToken, ChatRequest, Runner
@@ -18,7 +19,7 @@ QUIET = {"progress": lambda message: None}
 @pytest.fixture(scope="module")
 def runner(tiny_pair):
     runner = Runner()
-    runner.load(tiny_pair["target"], "torch", draft=tiny_pair["near"], **QUIET)
+    runner.load(tiny_pair["target"], "torch", draft=DraftChoice.model(tiny_pair["near"]), **QUIET)
     return runner
 
 
@@ -131,7 +132,7 @@ def test_every_drafter_samples_over_the_real_vocabulary(tiny_pair, tmp_path):
     logits only when a draft model was loaded, so the target alone and prompt lookup could pick
     a padding row."""
     padded = _padded_copy(tiny_pair, tmp_path)
-    for draft in ("none", "ngram"):
+    for draft in (NO_DRAFT, PROMPT_LOOKUP):
         runner = Runner()
         runner.load(padded, "torch", draft=draft, **QUIET)
         assert runner.target.vocab_size == 1088 and runner.target.vocab_limit == 1024, draft

@@ -256,6 +256,7 @@ GOOD = {"backend": "torch", "target": "/m/a", "draft": "ngram", "title": "a + pr
                                           (errno.EACCES, "no permission to write there")])
 def test_a_full_or_read_only_folder_at_the_pairs_json_write_is_reported_and_loses_nothing(code, reason, tmp_path,
                                                                                            monkeypatch):
+    from app.draft_choice import NO_DRAFT
     from app.models.pair_memory import PairMemory, TrialResult
 
     path = tmp_path / "pairs.json"
@@ -270,9 +271,9 @@ def test_a_full_or_read_only_folder_at_the_pairs_json_write_is_reported_and_lose
         return real_write(self, *args, **kwargs)
 
     monkeypatch.setattr(Path, "write_text", full)
-    message = memory.add_recent("torch", "/m/b", "none", "b")
+    message = memory.add_recent("torch", "/m/b", NO_DRAFT, "b")
     assert message.startswith(f"Tandem could not save its recent pairs to {path} ({reason}).")
-    assert memory.set_trial("torch", "/m/b", "none", TrialResult(0.5, 1.2, 2.0, 64, 0.0)).startswith(
+    assert memory.set_trial("torch", "/m/b", NO_DRAFT, TrialResult(0.5, 1.2, 2.0, 64, 0.0)).startswith(
         "Tandem could not save")
     assert [r["target"] for r in memory.recent()] == ["/m/b", "/m/a"]  # kept for this session
     assert path.read_text() == before and not path.with_suffix(".tmp").exists()

@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import pytest
 
+from app.draft_choice import NO_DRAFT, PROMPT_LOOKUP
 from app.chat.context import ContextOverflowError
 from app.engine.events import Finished, Notice
 from app.runner import ChatRequest, Runner
@@ -137,15 +138,15 @@ def test_the_rounds_carry_the_side_panels_chips(service):
 
 def test_loading_a_pair_ends_the_requests_of_the_old_one_and_says_which(tiny_pair):
     runner = Runner()
-    runner.load(tiny_pair["target"], "torch", draft="ngram", **QUIET)
+    runner.load(tiny_pair["target"], "torch", draft=PROMPT_LOOKUP, **QUIET)
     service = RunnerService(runner)
     try:
         release = _gate(service, "window")
         waiting = [service.submit(_ask("hi", 8), client=c) for c in ("server", "server", "cli")]
         said = []
-        loaded = service.load(tiny_pair["near"], "torch", draft="none", client="window", progress=said.append)
+        loaded = service.load(tiny_pair["near"], "torch", draft=NO_DRAFT, client="window", progress=said.append)
         release.set()
-        assert loaded.result(60).draft == "none" and service.runner.loaded.folder == tiny_pair["near"]
+        assert loaded.result(60).draft == NO_DRAFT and service.runner.loaded.folder == tiny_pair["near"]
         assert said[0] == "Stopped 3 requests (cli, server) to load the new pair."
         for handle in waiting:
             events = list(handle.events(timeout=5))

@@ -13,6 +13,7 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import QObject, Slot  # noqa: E402
 from PySide6.QtGui import QColor, QImage  # noqa: E402
 
+from app.draft_choice import DraftChoice
 from app.chat.trace import ACCEPTED, REJECTED, TARGET, TurnTrace, figures_from_csv, trace_round  # noqa: E402
 from app.engine.events import Round  # noqa: E402
 from tests.test_window import LOAD_TIMEOUT_MS, Session, greedy_answer, make_window, wait_until  # noqa: E402
@@ -23,7 +24,7 @@ ANSWER_TIMEOUT_MS = 120_000
 @pytest.fixture(scope="module")
 def panel_session(qapp, tiny_pair, tmp_path_factory):
     session = Session(None, tmp_path_factory.mktemp("panel"))
-    session.window = make_window(session, str(tiny_pair["target"]), draft=str(tiny_pair["near"]))
+    session.window = make_window(session, str(tiny_pair["target"]), draft=DraftChoice.model(tiny_pair["near"]))
     wait_until(session.window.composer.can_send, LOAD_TIMEOUT_MS)
     wait_until(lambda: session.window.draft_panel.baseline is not None, LOAD_TIMEOUT_MS)
     yield session

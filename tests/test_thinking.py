@@ -11,6 +11,7 @@ import sqlite3
 
 import pytest
 
+from app.draft_choice import NO_DRAFT
 from app.chat.thinking import ANSWER, THINKING, ThinkingSplitter, starts_thinking
 from app.engine.events import Finished, GenerationStats, Round
 from app.runner import ChatRequest, Runner
@@ -83,7 +84,7 @@ CHUNKS = ["<think>\nThe user", " greets me. I greet back.\n</th", "ink>\n\nHello
 @pytest.fixture(scope="module")
 def service(thinking_model):
     runner = Runner()
-    runner.load(thinking_model, "torch", draft="none", **QUIET)
+    runner.load(thinking_model, "torch", draft=NO_DRAFT, **QUIET)
     service = RunnerService(runner)
     yield service
     service.close()
@@ -163,7 +164,7 @@ def test_the_window_folds_the_thinking_above_the_answer_and_stores_both(thinking
     from app.chat.settings import ChatSettings
     from ui.main_window import MainWindow
 
-    window = MainWindow(model=str(thinking_model), backend="torch", draft="none",
+    window = MainWindow(model=str(thinking_model), backend="torch", draft=NO_DRAFT,
                         history_path=tmp_path / "history.sqlite3",
                         settings=QSettings(str(tmp_path / "t.ini"), QSettings.Format.IniFormat),
                         chat_defaults=ChatSettings(temperature=0.0, max_tokens=16))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from app.draft_choice import PROMPT_LOOKUP, DraftChoice
 from app.engine.backends import load_backend
 from app.engine.drafters import LookupThenModelDrafter, ModelDrafter, PromptLookupDrafter
 from app.engine.events import Finished
@@ -172,7 +173,7 @@ def test_the_runner_answers_a_follow_up_from_its_kept_caches(tiny_pair):
 
     runner, fresh = Runner(), Runner()
     for r in (runner, fresh):
-        r.load(tiny_pair["target"], "torch", draft=str(tiny_pair["near"]), progress=lambda m: None)
+        r.load(tiny_pair["target"], "torch", draft=DraftChoice.model(tiny_pair["near"]), progress=lambda m: None)
     turn_1 = [{"role": "user", "content": "Name three rivers."}]
     first = chat(runner, turn_1)
     assert first.stats.reused_tokens == 0
@@ -198,7 +199,7 @@ def runner_pair(tiny_pair):
 
     runners = Runner(), Runner()
     for r in runners:
-        r.load(tiny_pair["target"], "torch", draft=str(tiny_pair["near"]), progress=lambda m: None)
+        r.load(tiny_pair["target"], "torch", draft=DraftChoice.model(tiny_pair["near"]), progress=lambda m: None)
     return runners
 
 
@@ -240,6 +241,6 @@ def test_a_new_pair_keeps_nothing_of_the_old_one(runner_pair, tiny_pair):
     _turn(runner, "chat 1", [{"role": "user", "content": "Hello there."}])
     _turn(runner, "chat 2", [{"role": "user", "content": "Hi."}])
     assert runner.kept.conversations
-    runner.load(tiny_pair["target"], "torch", draft="ngram", progress=lambda m: None)
+    runner.load(tiny_pair["target"], "torch", draft=PROMPT_LOOKUP, progress=lambda m: None)
     assert runner.kept.conversations == [] and runner.kept.summary() == ""
     assert _turn(runner, "chat 1", [{"role": "user", "content": "Hello there."}]).stats.reused_tokens == 0

@@ -14,6 +14,7 @@ from PySide6.QtCore import QSettings, Qt, QTimer, QUrl  # noqa: E402
 from PySide6.QtGui import QGuiApplication  # noqa: E402
 from PySide6.QtWidgets import QApplication, QLineEdit, QMessageBox  # noqa: E402
 
+from app.draft_choice import NO_DRAFT, PROMPT_LOOKUP, DraftChoice
 from app.chat.history import HistoryStore  # noqa: E402
 from app.chat.markdown import MarkdownRenderer  # noqa: E402
 from app.chat.settings import ChatSettings  # noqa: E402
@@ -223,7 +224,7 @@ def test_enter_sends_and_shift_enter_starts_a_new_line(qtbot):
 
 
 def test_chat_settings_round_trip_and_survive_bad_stored_values():
-    settings = ChatSettings(temperature=0.3, top_p=0.9, top_k=0, max_tokens=64, draft_tokens=5, drafter="ngram")
+    settings = ChatSettings(temperature=0.3, top_p=0.9, top_k=0, max_tokens=64, draft_tokens=5, drafter=PROMPT_LOOKUP)
     assert ChatSettings.from_dict(settings.to_dict()) == settings
     damaged = ChatSettings.from_dict({"temperature": -1, "top_k": "many", "drafter": "magic", "unknown": 1})
     assert damaged == ChatSettings()
@@ -529,11 +530,11 @@ def test_the_first_start_names_the_model_and_its_draft_in_a_users_words(qtbot, t
     folder = tmp_path / "smollm2-135m-instruct" / "gguf"  # where app/models/demo.py imports the demo
     release = threading.Event()
 
-    def load(self, spec, backend=None, draft="none", precision="auto", progress=print, context=None):
+    def load(self, spec, backend=None, draft=NO_DRAFT, precision="auto", progress=print, context=None):
         progress("Loading gguf on torch ...")  # what Runner.load reports for the demo
         release.wait(30)
         return LoadedModel(folder, "torch", "cpu", "4-bit GGUF (int4 g32 from Q4_1 x210; float32 from F32 x61)",
-                           "llama", 8192, 208_000_000, 1.2, "ngram", "", 0)
+                           "llama", 8192, 208_000_000, 1.2, PROMPT_LOOKUP, "", 0)
 
     monkeypatch.setattr(Runner, "load", load)
     window = MainWindow(model="demo", backend="torch", history_path=tmp_path / "history.sqlite3",
@@ -672,7 +673,7 @@ def test_recent_pairs_are_named_as_a_user_knows_them_once_each(offline_window, q
     for target, draft in (("demo:float32", "auto"), ("demo", "auto"), ("Qwen/Qwen2.5-0.5B-Instruct", "ngram"),
                           (llama, "none"), (reference, "self:int4"),  # the float32 reference again, by its folder
                           (demo_folder, "ngram")):  # the demo again, named by its folder
-        memory.add_recent("torch", target, draft, f"{target} + {draft}")
+        memory.add_recent("torch", target, DraftChoice.parse(draft), f"{target} + {draft}")
     window = offline_window()
     window.pairing.memory = PairMemory(tmp_path / "pairs.json")
     menu = build_slot_menu("target", window.pairing, window)
@@ -685,7 +686,7 @@ def test_recent_pairs_are_named_as_a_user_knows_them_once_each(offline_window, q
     chosen = []
     window.pairing.choose_recent = chosen.append
     recent.actions()[0].trigger()
-    assert chosen[0]["target"] == demo_folder and chosen[0]["draft"] == "ngram"
+    assert chosen[0]["target"] == demo_folder and chosen[0]["draft"] == PROMPT_LOOKUP
 
 
 def test_a_pair_refused_for_memory_offers_to_load_in_4bit(qtbot, tmp_path, monkeypatch):
@@ -697,12 +698,12 @@ def test_a_pair_refused_for_memory_offers_to_load_in_4bit(qtbot, tmp_path, monke
 
     asked = []
 
-    def load(self, spec, backend=None, draft="none", precision="auto", progress=print, context=None):
+    def load(self, spec, backend=None, draft=NO_DRAFT, precision="auto", progress=print, context=None):
         asked.append(precision)
         if precision == "auto":
             raise NotEnoughMemory("This pair does not fit: ... In 4-bit the pair fits.", fits_at="int4")
         return LoadedModel(tmp_path / "Big-Model", "torch", "cpu", "int4 (g32, float32 head)", "llama", 8192,
-                           4_000_000_000, 1.0, "ngram", "", 0)
+                           4_000_000_000, 1.0, PROMPT_LOOKUP, "", 0)
 
     monkeypatch.setattr(Runner, "load", load)
     window = MainWindow(model=str(tmp_path / "Big-Model"), backend="torch", history_path=tmp_path / "h.sqlite3",

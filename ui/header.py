@@ -189,10 +189,8 @@ def target_text(info: LoadedModel) -> tuple[str, str]:
 
 def draft_text(info: LoadedModel) -> tuple[str, str]:
     """("the same model in 4-bit", "the target's own weights at int4 (g32, float32 head)"): the
-    words the status bar and the greeting use too (app/models/resolve.py)."""
-    from app.models.resolve import draft_label
-
-    return draft_label(info.draft)
+    words the status bar and the greeting use too (app/draft_choice.py)."""
+    return info.draft_words()
 
 
 class Header(QFrame):

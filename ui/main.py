@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from app.cli import at_least_one
+from app.cli import at_least_one, draft_choice
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tandem")
     parser.add_argument("--model", default="demo", help='model folder, .gguf, or "demo"')
-    parser.add_argument("--draft", default="auto",
+    parser.add_argument("--draft", type=draft_choice, default="auto",
                         help='draft model folder or .gguf, "self:int4" (the target\'s own weights in int4), '
                              '"ngram" (prompt lookup), "none", or "auto" (default: the demo\'s measured best '
                              'draft, else prompt lookup)')

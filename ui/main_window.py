@@ -16,8 +16,9 @@ from PySide6.QtWidgets import QApplication, QHBoxLayout, QMainWindow, QMessageBo
 from app.chat.history import HistoryError, HistoryStore
 from app.chat.markdown import MarkdownRenderer
 from app.chat.settings import ChatSettings
-from app.models.resolve import display_name, draft_label, model_label, precision_words
-from app.runner import DRAFT_AUTO, LoadedModel, auto_draft
+from app.draft_choice import AUTO_DRAFT, DraftChoice, DraftKind
+from app.models.resolve import display_name, model_label, precision_words
+from app.runner import LoadedModel, auto_draft
 from ui import theme, window_state
 from ui.banner import BannerStack
 from ui.chat.chat_view import ChatView
@@ -60,7 +61,7 @@ def open_history(path: Path | None) -> tuple[HistoryStore, str | None]:
 class MainWindow(QMainWindow):
     request_race = Signal(object)  # ChatRequest
 
-    def __init__(self, model: str = "demo", backend: str = "", draft: str = DRAFT_AUTO,
+    def __init__(self, model: str = "demo", backend: str = "", draft: DraftChoice = AUTO_DRAFT,
                  history_path: str | Path | None = None, settings: QSettings | None = None,
                  max_tokens: int | None = None, chat_defaults: ChatSettings | None = None):
         super().__init__()
@@ -87,7 +88,7 @@ class MainWindow(QMainWindow):
             self.banners.add(history_message, "warning", "history")
         self.chat_view.set_greeting_hint("Loading the model…")
         self.setAcceptDrops(True)  # two models dropped anywhere pair up; the slots take one each
-        self.pairing.request_pair.emit(PairRequest(model, draft or DRAFT_AUTO, backend))
+        self.pairing.request_pair.emit(PairRequest(model, draft, backend))
 
     # Building
 
@@ -441,8 +442,9 @@ class MainWindow(QMainWindow):
     def _on_pair_requested(self, request: PairRequest) -> None:
         """Say at once what is loading, in the names the user knows, before the worker's first step."""
         target, draft = request.named()
-        draft = auto_draft(request.target, request.backend or None, request.precision) if draft == DRAFT_AUTO else draft
-        self._loading_names = (model_label(target), draft_label(draft)[0])
+        if draft.kind is DraftKind.AUTO:
+            draft = auto_draft(request.target, request.backend or None, request.precision)
+        self._loading_names = (model_label(target), draft.label)
         self._on_progress(f"Loading {self._loading_names[0]} ...")
 
     def _on_progress(self, message: str) -> None:
@@ -455,7 +457,7 @@ class MainWindow(QMainWindow):
         self.controller.model = info
         self.header.show_loaded(info)
         self.status.show_loaded(info)
-        self.settings_drawer.set_pair_draft(draft_label(info.draft)[0])
+        self.settings_drawer.set_pair_draft(info.draft_words()[0])
         self.settings_drawer.set_thinking_switch(info.reasoning)
         self.composer.set_ready(True)
         self.draft_panel.set_available(not self.controller.busy)
@@ -482,7 +484,7 @@ class MainWindow(QMainWindow):
             self.status.show_loaded(model)
             self.status.showMessage(f"Still using {model.describe()}", 8000)
             self.chat_view.set_greeting_hint(f"Still using {display_name(model.folder)}, "
-                                             f"draft: {draft_label(model.draft)[0]}.")
+                                             f"draft: {model.draft_words()[0]}.")
             return
         self.header.show_load_failed()
         self.status.show_load_failed()

@@ -7,7 +7,8 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar, QWidget
 
 from app.engine.events import GenerationStats
-from app.models.resolve import display_name, draft_label
+from app.draft_choice import DraftKind
+from app.models.resolve import display_name
 from app.runner import LoadedModel
 from ui.tips import wrap_tip
 
@@ -84,7 +85,7 @@ class StatusBar(QStatusBar):
         self.show_kept("")  # a new pair keeps nothing of the old one
         self.loading.hide()
         self.showMessage(f"Loaded in {info.load_s:.1f}s", 5000)
-        draft, detail = draft_label(info.draft)
+        draft, detail = info.draft_words()
         self.pair.setText(f"{display_name(info.folder)} · draft: {draft}")
         self.pair.setToolTip(wrap_tip(f"Target: {info.folder}\nDraft: {draft} ({detail})"))
         note = f" ({info.device_note})" if info.device_note else ""
@@ -131,7 +132,7 @@ class StatusBar(QStatusBar):
 
 def ready_words(info: LoadedModel) -> str:
     """The greeting once a pair is in: what answers, where, and what drafts for it."""
-    draft = draft_label(info.draft)[0]
-    drafting = {"none": "decodes alone, without a draft", "prompt lookup": "drafts by copying from the chat "
-                "(prompt lookup)"}.get(draft, f"drafts with {draft}")
+    drafting = {DraftKind.NONE: "decodes alone, without a draft",
+                DraftKind.LOOKUP: "drafts by copying from the chat (prompt lookup)"}.get(
+        info.draft.kind, f"drafts with {info.draft_words()[0]}")
     return f"{display_name(info.folder)} is ready {where_words(info.backend, info.device)} and {drafting}."

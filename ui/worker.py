@@ -26,7 +26,8 @@ from app.chat.trace import RoundTrace
 from app.engine.events import Finished, Notice
 from app.models.pairing import PairingError
 from app.pair_trial import TrialProgress, run_trial
-from app.runner import BASELINE_TOKENS, DRAFT_AUTO, DRAFT_LOOKUP, DRAFT_NONE, ChatRequest, Runner
+from app.draft_choice import AUTO_DRAFT, NO_DRAFT, PROMPT_LOOKUP, DraftChoice
+from app.runner import BASELINE_TOKENS, ChatRequest, Runner
 from app.chat.thinking import THINKING
 from app.service import END, RequestHandle, RunnerService, Started, Text, Traced
 
@@ -63,21 +64,21 @@ class RaceResult:
 
 @dataclass(frozen=True)
 class PairRequest:
-    """A pair to load. `target`/`draft` are what the runner loads (paths, "demo", draft keywords);
+    """A pair to load. `target`/`draft` are what the runner loads (a path or "demo", a DraftChoice);
     the names are how the user named them (a hub id rather than its cache folder), for recents."""
 
     target: str
-    draft: str = DRAFT_AUTO
+    draft: DraftChoice = AUTO_DRAFT
     backend: str = ""
     target_name: str = ""
-    draft_name: str = ""
+    draft_name: DraftChoice | None = None
     # A new target dropped beside the current draft model: when their tokenizers differ, load the
     # target with prompt lookup (and say so) instead of refusing the target the user asked for.
     keep_draft: bool = False
     precision: str = "auto"  # the target's ("int4" when the user took a refusal's offer to load it in 4-bit)
     context: int | None = None  # the most tokens a chat may hold (None: the model's own, or what memory holds)
 
-    def named(self) -> tuple[str, str]:
+    def named(self) -> tuple[str, DraftChoice]:
         return self.target_name or self.target, self.draft_name or self.draft
 
 
@@ -185,7 +186,7 @@ class EngineWorker(QObject):
         if self._trial is not None and not self._trial_running and not self._engine_wanted.is_set():
             self._continue_trial()
 
-    def _load(self, request: PairRequest, draft: str):
+    def _load(self, request: PairRequest, draft: DraftChoice):
         return self.service.load(request.target, request.backend or None, draft=draft, precision=request.precision,
                                  context=request.context, client=self.CLIENT, progress=self.progress.emit).result()
 
@@ -199,8 +200,8 @@ class EngineWorker(QObject):
                 if not request.keep_draft:
                     raise
                 draft_name = request.named()[1]
-                info = self._load(request, DRAFT_LOOKUP)
-                request = replace(request, draft=DRAFT_LOOKUP, draft_name=DRAFT_LOOKUP)
+                info = self._load(request, PROMPT_LOOKUP)
+                request = replace(request, draft=PROMPT_LOOKUP, draft_name=PROMPT_LOOKUP)
                 self.pair_notice.emit(f"The draft {draft_name} does not fit this target, so it drafts with prompt "
                                  f"lookup for now. {exc} Drop a draft of the target's family on the Draft slot.")
         except Exception as exc:  # any failure is reported; the previous pair stays loaded
@@ -212,7 +213,7 @@ class EngineWorker(QObject):
             if fits_at:
                 draft = getattr(exc, "fits_with_draft", None) or request.draft
                 self.smaller_offered.emit(replace(request, precision=fits_at, draft=draft,
-                                                  draft_name="" if draft != request.draft else request.draft_name))
+                                                  draft_name=None if draft != request.draft else request.draft_name))
             return
         self.timings = None  # a new pair: its own yardstick
         self._trial = None  # a trial of the previous pair says nothing about this one
@@ -257,9 +258,9 @@ class EngineWorker(QObject):
 
         self.service.call(run, client=self.CLIENT, background=True).add_done_callback(done)
 
-    @Slot(str, str, str)
-    def load(self, spec: str, backend: str, draft: str = DRAFT_AUTO) -> None:
-        self.load_pair(PairRequest(spec, draft or DRAFT_AUTO, backend))
+    @Slot(str, str, object)
+    def load(self, spec: str, backend: str, draft: DraftChoice = AUTO_DRAFT) -> None:
+        self.load_pair(PairRequest(spec, draft, backend))
 
     @Slot(object)
     def measure_baseline(self, messages) -> None:
@@ -357,7 +358,7 @@ class EngineWorker(QObject):
             if left_out:
                 self.notice.emit(left_out)
             runs = []
-            for side, drafter in enumerate((DRAFT_NONE, request.drafter)):
+            for side, drafter in enumerate((NO_DRAFT, request.drafter)):
                 finished = self._race_side(side, replace(request, drafter=drafter, draft_tokens=None))
                 if finished is None or finished.stats.finish_reason == "cancelled":
                     self.race_failed.emit("The race was stopped.")

@@ -7,11 +7,11 @@ nucleus and top-k cuts), not the greedy decoding the CLI and the benchmarks use.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, fields, replace
 
+from app.draft_choice import PAIR_DRAFT, REQUEST_CHOICES, DraftChoice
 from app.engine.sampling import SamplingParams
 
-DRAFTERS = ("pair", "model", "ngram", "none")  # the pair (draft + lookup), its draft model alone, lookup alone, none
 MAX_DRAFT_TOKENS = 32
 
 
@@ -22,7 +22,7 @@ class ChatSettings:
     top_k: int = 40
     max_tokens: int = 1024
     draft_tokens: int | None = None  # None: adapts to the measured acceptance
-    drafter: str = "pair"
+    drafter: DraftChoice = PAIR_DRAFT  # one of REQUEST_CHOICES; stored as its text ("pair", "ngram", ...)
     # a reasoning model's thinking block, where its template has a switch (Qwen3.x); others
     # think always or never, whatever this says
     thinking: bool = True
@@ -34,15 +34,16 @@ class ChatSettings:
             raise ValueError(f"draft tokens must be auto or 1 to {MAX_DRAFT_TOKENS}, got {self.draft_tokens}")
         if not isinstance(self.thinking, bool):
             raise ValueError(f"thinking must be true or false, got {self.thinking!r}")
-        if self.drafter not in DRAFTERS:
-            raise ValueError(f"drafter must be one of {', '.join(DRAFTERS)}, got {self.drafter!r}")
+        if self.drafter not in REQUEST_CHOICES:
+            raise ValueError(f"drafter must be one of {', '.join(map(str, REQUEST_CHOICES))}, got “{self.drafter}”")
         self.sampling()  # SamplingParams checks temperature, top-p and top-k
 
     def sampling(self) -> SamplingParams:
         return SamplingParams(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """JSON-ready: the drafter as the text earlier versions wrote and read."""
+        return {item.name: getattr(self, item.name) for item in fields(self)} | {"drafter": str(self.drafter)}
 
     @classmethod
     def from_dict(cls, data: dict | None, base: ChatSettings | None = None) -> ChatSettings:
@@ -52,7 +53,10 @@ class ChatSettings:
         for item in fields(cls):
             if data and item.name in data:
                 try:
-                    settings = replace(settings, **{item.name: data[item.name]})
+                    value = data[item.name]
+                    if item.name == "drafter":
+                        value = DraftChoice.parse(value)  # DraftChoiceError is a ValueError
+                    settings = replace(settings, **{item.name: value})
                 except (TypeError, ValueError):
                     continue
         return settings

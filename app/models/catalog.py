@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from app.draft_choice import AUTO_DRAFT, PROMPT_LOOKUP, DraftChoice
 from app.models.memory import OVERHEAD, OVERHEAD_FLOOR
 from app.paths import asset
 
@@ -50,17 +51,15 @@ class CatalogPair:
                 "will most likely not load on this computer.")
 
     @property
-    def specs(self) -> tuple[str, str]:
+    def specs(self) -> tuple[str, DraftChoice]:
         """What the runner is asked to load: hub ids (fetched first) or the demo's names."""
         if self.id == DEMO_PAIR.id:
-            from app.runner import DRAFT_AUTO
-
-            return "demo", DRAFT_AUTO
+            return "demo", AUTO_DRAFT
         if self.id == DEMO_REFERENCE_PAIR.id:
             from app.models.demo import DEMO_DRAFT, DEMO_REFERENCE
 
             return DEMO_REFERENCE, DEMO_DRAFT
-        return self.target.repo, self.draft.repo if self.draft else "ngram"
+        return self.target.repo, DraftChoice.model(self.draft.repo) if self.draft else PROMPT_LOOKUP
 
 
 DEMO_PAIR = CatalogPair(

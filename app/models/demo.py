@@ -12,6 +12,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from app.draft_choice import PROMPT_LOOKUP, DraftChoice
 from app.models.errors import ModelFileError
 from app.models.gguf_import import import_gguf, sha256_of
 from app.paths import asset, models_dir
@@ -30,14 +31,14 @@ DEMO_VARIANTS = ("mlx", "mlx-4bit")
 # the float32 conversion with the int4 copy of the same weights. "demo:float32" is PyTorch's
 # float32 reference with that int4 self-draft: the pair the self-test and exactness checks run on.
 DEMO_REFERENCE = "demo:float32"
-DEMO_DRAFT = "self:int4"  # the reference's draft, and MLX's
+DEMO_DRAFT = DraftChoice.self_draft("int4")  # the reference's draft, and MLX's
 DEMO_SPECS = ("demo", DEMO_REFERENCE)
 
 
-def demo_draft(spec: str, backend: str, precision: str = "auto") -> str:
+def demo_draft(spec: str, backend: str, precision: str = "auto") -> DraftChoice:
     """What "auto" drafts the demo with (see DEMO_REFERENCE)."""
     fast = spec == "demo" and backend == "torch" and precision in ("auto", "gguf")
-    return "ngram" if fast else DEMO_DRAFT
+    return PROMPT_LOOKUP if fast else DEMO_DRAFT
 
 
 def demo_dir() -> Path:

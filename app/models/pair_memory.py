@@ -2,7 +2,8 @@
 each pair's trial result ("accepts 71%, about 2.1x faster here"), in one small JSON file.
 
 A damaged file is set aside and started afresh: it holds nothing a user typed, only what the app
-measured and can measure again.
+measured and can measure again. Drafts are written in DraftChoice's text form ("ngram",
+"self:int4", a path), the words every version wrote, and read back typed.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from app.draft_choice import PROMPT_LOOKUP, DraftChoice, DraftChoiceError, DraftKind
 from app.paths import data_dir
 
 MAX_RECENT = 8
@@ -39,7 +41,7 @@ class TrialResult:
 MIN_CONTEXT = 256  # the least context the window offers: a message and an answer of some length
 
 
-def pair_key(backend: str, target: str, draft: str) -> str:
+def pair_key(backend: str, target: str, draft: DraftChoice) -> str:
     return f"{backend}|{target}|{draft}"
 
 
@@ -99,8 +101,9 @@ class PairMemory:
         return None
 
     def recent(self, backend: str | None = None) -> list[dict]:
-        """Newest first: {"backend", "target", "draft", "title"}."""
-        return [r for r in self._data["recent"] if backend is None or r.get("backend") == backend]
+        """Newest first: {"backend", "target", "draft" (a DraftChoice), "title"}."""
+        return [{**r, "draft": DraftChoice.parse_loadable(r["draft"])} for r in self._data["recent"]
+                if backend is None or r.get("backend") == backend]
 
     def recent_pairs(self, backend: str | None = None) -> list[dict]:
         """The recent pairs as a menu lists them: newest first, one entry per pair however it was
@@ -117,14 +120,14 @@ class PairMemory:
                                "tooltip": f"Target: {entry['target']}\nDraft: {draft_words(draft)}"})
         return listed
 
-    def add_recent(self, backend: str, target: str, draft: str, title: str = "") -> str | None:
+    def add_recent(self, backend: str, target: str, draft: DraftChoice, title: str = "") -> str | None:
         """None once saved, else why it could not be (see _write). The entry replaces any naming the
         same pair (see same_pair); `title` defaults to recent_title's."""
-        entry = {"backend": backend, "target": target, "draft": draft,
+        entry = {"backend": backend, "target": target, "draft": str(draft),
                  "title": title or recent_title(target, draft, backend)}
-        key = same_pair(target, draft, backend)
-        kept = [r for r in self._data["recent"]
-                if (r.get("backend"), *same_pair(r.get("target"), r.get("draft"), r.get("backend"))) != (backend, *key)]
+        key = (backend, *same_pair(target, draft, backend))
+        kept = [stored for stored, r in zip(self._data["recent"], self.recent(), strict=True)
+                if (r["backend"], *same_pair(r["target"], r["draft"], r["backend"])) != key]
         self._data["recent"] = [entry, *kept][:MAX_RECENT]
         return self._write()
 
@@ -140,7 +143,7 @@ class PairMemory:
             self._data["contexts"][target] = int(tokens)
         return self._write()
 
-    def trial(self, backend: str, target: str, draft: str) -> TrialResult | None:
+    def trial(self, backend: str, target: str, draft: DraftChoice) -> TrialResult | None:
         found = self._data["trials"].get(pair_key(backend, target, draft))
         if not isinstance(found, dict):
             return None
@@ -153,13 +156,13 @@ class PairMemory:
             return None  # hand-edited or damaged: measured again on the next load
         return result
 
-    def set_trial(self, backend: str, target: str, draft: str, result: TrialResult) -> str | None:
+    def set_trial(self, backend: str, target: str, draft: DraftChoice, result: TrialResult) -> str | None:
         """None once saved, else why it could not be (see _write)."""
         self._data["trials"][pair_key(backend, target, draft)] = asdict(result)
         return self._write()
 
 
-def same_pair(target: str, draft: str, backend: str | None = None) -> tuple[str, str]:
+def same_pair(target: str, draft: DraftChoice, backend: str | None = None) -> tuple[str, DraftChoice]:
     """One name for each way of naming a pair on `backend`: the demo's cache folders are "demo"
     (its gguf folder on PyTorch, mlx on MLX) and "demo:float32" (PyTorch's hf folder), and "auto"
     is the draft it stands for (app/runner.auto_draft: the demo's measured best, prompt lookup
@@ -174,29 +177,26 @@ def same_pair(target: str, draft: str, backend: str | None = None) -> tuple[str,
             target = "demo"  # what "demo" loads on PyTorch and on MLX; its 4-bit folder is another target
         elif name == "hf":
             target = DEMO_REFERENCE if backend == "torch" else target
-    if draft == "auto":
-        draft = demo_draft(target, backend) if target in DEMO_SPECS else "ngram"
+    if draft.kind is DraftKind.AUTO:
+        draft = demo_draft(target, backend) if target in DEMO_SPECS else PROMPT_LOOKUP
     return target, draft
 
 
-def draft_words(draft: str) -> str:
+def draft_words(draft: DraftChoice) -> str:
     """"self:int4 (the same model in 4-bit)"; a draft model's whole path as it is."""
-    from app.models.resolve import draft_label
-
-    name, detail = draft_label(draft)
-    return draft if detail == "draft model" else f"{draft} ({name})"
+    return str(draft) if draft.kind is DraftKind.MODEL else f"{draft} ({draft.label})"
 
 
-def recent_title(target: str, draft: str, backend: str | None = None) -> str:
+def recent_title(target: str, draft: DraftChoice, backend: str | None = None) -> str:
     """"Demo: SmolLM2 135M + prompt lookup", "Qwen/Qwen2.5-7B-Instruct + prompt lookup"."""
-    from app.models.resolve import DEMO_SHORT, draft_label, model_label
+    from app.models.resolve import DEMO_SHORT, model_label
 
     target, draft = same_pair(target, draft, backend)
     from app.models.demo import DEMO_REFERENCE
 
     names = {"demo": DEMO_SHORT, DEMO_REFERENCE: DEMO_SHORT + " in float32"}
     name = names.get(target) or model_label(target)
-    return f"{name} alone" if draft == "none" else f"{name} + {draft_label(draft)[0]}"
+    return f"{name} alone" if draft.kind is DraftKind.NONE else f"{name} + {draft.label}"
 
 
 def _recent_entry(item) -> dict | None:
@@ -206,6 +206,10 @@ def _recent_entry(item) -> dict | None:
         return None
     names = [item.get(key) for key in ("backend", "target", "draft")]
     if not all(isinstance(name, str) and name for name in names):
+        return None
+    try:
+        DraftChoice.parse_loadable(names[2])  # recent() reads it typed
+    except DraftChoiceError:
         return None
     title = item.get("title")
     if not isinstance(title, str) or not title.strip():

@@ -119,20 +119,3 @@ def precision_words(precision: str) -> str:
     """"int4 (g32, float32 head)" -> "4-bit": the bits are what a user compares."""
     match = re.match(r"int(\d+)", precision)
     return f"{match.group(1)}-bit" if match else precision.split(" ")[0]
-
-
-def draft_label(draft: str) -> tuple[str, str]:
-    """A draft as the runner names it (LoadedModel.draft: "ngram", "none", "self-draft int4 (…)",
-    a model's display name) or as a request names it ("self:int4", a path): (name, detail)."""
-    if draft in ("ngram", "lookup"):
-        return "prompt lookup", "copies from the chat, no model"
-    if draft == "none":
-        return "none", "the target decodes alone"
-    if draft == "auto":
-        return "chosen for the model", ("the demo's fastest measured here (prompt lookup on PyTorch, its own 4-bit "
-                                        "copy on MLX), prompt lookup for other models")
-    for prefix in ("self-draft ", "self:"):
-        if draft.startswith(prefix):
-            precision = draft.removeprefix(prefix)
-            return f"the same model in {precision_words(precision)}", f"the target's own weights at {precision}"
-    return model_label(draft), "draft model"

@@ -1,5 +1,6 @@
 """What a user dropped or typed on a model slot, classified before anything is read or fetched:
-a model folder, a .gguf file, a Hugging Face repo (id or URL), or one of the draft keywords."""
+a model folder, a .gguf file, a Hugging Face repo (id or URL), or one of the draft keywords
+(app/draft_choice.py: "ngram", "prompt lookup", "self:int4", "none", "auto")."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from app.draft_choice import DraftChoice, DraftChoiceError, DraftKind
 from app.models.errors import ModelFileError
 from app.models.folder import PICKLED_SUFFIXES
 from app.models.hub import HOSTS, HubRef, parse_hub_ref
@@ -16,21 +18,31 @@ from app.models.integrity import unreadable
 
 MAX_TEXT = 4096  # PATH_MAX on Linux; longer text dropped on a slot is no path and no link
 
-# What the Draft slot also accepts, besides models: the runner's own draft names.
-DRAFT_KEYWORDS = {"ngram": "ngram", "prompt lookup": "ngram", "lookup": "ngram", "none": "none",
-                  "auto": "auto", "self:int4": "self:int4", "self:bfloat16": "self:bfloat16"}
-
-
 @dataclass(frozen=True)
 class ModelSource:
     kind: str  # "folder" | "gguf" | "hub" | "demo" | "keyword"
-    value: str  # a path, a repo id, or a keyword as the runner names it
+    value: str  # a path, a repo id, or a keyword's text form ("ngram")
     ref: HubRef | None = None
+    keyword: DraftChoice | None = None  # the way of drafting a "keyword" names
 
     @property
     def name(self) -> str:
         """How recents and messages name it: the repo id for the hub, else the path."""
         return self.value
+
+    def as_draft(self, loads: str | None = None) -> tuple[DraftChoice, DraftChoice]:
+        """(what the runner loads, how the user named it) for the Draft slot; `loads` is where a
+        hub model was fetched to."""
+        if self.keyword is not None:
+            return self.keyword, self.keyword
+        return DraftChoice.model(loads or self.value), DraftChoice.model(self.name)
+
+
+def draft_source(choice: DraftChoice) -> ModelSource:
+    """A draft remembered typed (a recent pair, the catalog) as the Draft slot would take it."""
+    if choice.kind is DraftKind.MODEL:
+        return classify(choice.source, "draft")
+    return ModelSource("keyword", str(choice), keyword=choice)
 
 
 def _expand(path: Path) -> Path:
@@ -78,11 +90,16 @@ def classify(text: str, role: str = "target") -> ModelSource:
 
     if text in DEMO_SPECS:
         return ModelSource("demo", text)
-    keyword = DRAFT_KEYWORDS.get(text.lower())
+    try:
+        keyword = DraftChoice.keyword(text)
+        if keyword is not None and role == "draft":
+            keyword = DraftChoice.parse_loadable(text)  # "pair" and "model" load nothing
+    except DraftChoiceError as exc:
+        raise ModelFileError(f"“{text[:80]}”: {exc}.") from None
     if keyword is not None:
         if role != "draft":
             raise ModelFileError(f"“{text}” is a way of drafting, not a target model: drop it on the Draft slot.")
-        return ModelSource("keyword", keyword)
+        return ModelSource("keyword", str(keyword), keyword=keyword)
     path = _local_path(text)
     if path is not None:
         try:

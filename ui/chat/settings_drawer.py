@@ -11,9 +11,12 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout
                                QPlainTextEdit, QPushButton, QSpinBox, QWidget)
 
 from app.chat.settings import MAX_DRAFT_TOKENS, ChatSettings
+from app.draft_choice import NO_DRAFT, PAIR_DRAFT, PAIR_MODEL_ONLY, PROMPT_LOOKUP, REQUEST_CHOICES
 from ui.tips import wrap_tip
 
 PROMPT_DELAY_MS = 400
+DRAFTER_ITEMS = {PAIR_DRAFT: "The pair's draft", PAIR_MODEL_ONLY: "Draft model only",
+                 PROMPT_LOOKUP: "Prompt lookup (n-gram)", NO_DRAFT: "None: the target alone"}
 
 TIPS = {
     "system_prompt": "Instructions the model reads before every message of this chat, e.g. "
@@ -58,11 +61,9 @@ class SettingsDrawer(QFrame):
         self.draft_tokens = QSpinBox()
         self.draft_tokens.setRange(0, MAX_DRAFT_TOKENS)
         self.draft_tokens.setSpecialValueText("auto")
-        self.drafter = QComboBox()
+        self.drafter = QComboBox()  # one item per REQUEST_CHOICES, in its order
+        self.drafter.addItems([DRAFTER_ITEMS[choice] for choice in REQUEST_CHOICES])
         self.set_pair_draft("the pair's draft")
-        self.drafter.addItem("Draft model only", "model")
-        self.drafter.addItem("Prompt lookup (n-gram)", "ngram")
-        self.drafter.addItem("None: the target alone", "none")
         self.thinking = QCheckBox("Think before answering")
         self.thinking.setEnabled(False)  # until a model whose template has the switch is loaded
         self.reset_button = QPushButton("Defaults")
@@ -113,11 +114,7 @@ class SettingsDrawer(QFrame):
 
     def set_pair_draft(self, name: str) -> None:
         """The first choice names what the loaded pair drafts with."""
-        text = f"The pair's draft ({name})"
-        if self.drafter.count() and self.drafter.itemData(0) == "pair":
-            self.drafter.setItemText(0, text)
-        else:
-            self.drafter.insertItem(0, text, "pair")
+        self.drafter.setItemText(REQUEST_CHOICES.index(PAIR_DRAFT), f"The pair's draft ({name})")
 
     def set_thinking_switch(self, reasoning: str) -> None:
         """The loaded model's thinking: "switch" (its template turns it on and off), "always", or ""."""
@@ -131,7 +128,8 @@ class SettingsDrawer(QFrame):
         return ChatSettings(
             temperature=round(self.temperature.value(), 2), top_p=round(self.top_p.value(), 2),
             top_k=self.top_k.value(), max_tokens=self.max_tokens.value(),
-            draft_tokens=draft_tokens or None, drafter=self.drafter.currentData(), thinking=self.thinking.isChecked(),
+            draft_tokens=draft_tokens or None, drafter=REQUEST_CHOICES[max(0, self.drafter.currentIndex())],
+            thinking=self.thinking.isChecked(),
         )
 
     def set_values(self, settings: ChatSettings, system_prompt: str, announce: bool = False) -> None:
@@ -143,7 +141,7 @@ class SettingsDrawer(QFrame):
             self.top_k.setValue(settings.top_k)
             self.max_tokens.setValue(settings.max_tokens)
             self.draft_tokens.setValue(settings.draft_tokens or 0)
-            self.drafter.setCurrentIndex(max(0, self.drafter.findData(settings.drafter)))
+            self.drafter.setCurrentIndex(REQUEST_CHOICES.index(settings.drafter))
             self.thinking.setChecked(settings.thinking)
             if self.system_prompt.toPlainText() != system_prompt:
                 self.system_prompt.setPlainText(system_prompt)

@@ -12,18 +12,27 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
+from app.draft_choice import AUTO_DRAFT, NO_DRAFT, DraftChoice, DraftKind
 from app.engine.backends import default_backend
 from app.models import hub
 from app.models.catalog import CatalogPair
 from app.models.errors import ModelFileError
 from app.models.pair_memory import PairMemory
 from app.models.precheck import PairPart, local_part, precheck_pair
-from app.models.sources import ModelSource, classify
-from app.runner import DRAFT_AUTO, LoadedModel
+from app.models.sources import ModelSource, classify, draft_source
+from app.runner import LoadedModel
 from ui.pairing.downloads import DownloadJob, DownloadStrip
 from ui.worker import PairRequest
 
 TOKEN_RETRIES = 2  # a wrong token is asked for again, but not forever
+
+
+def _named(role: str, source: ModelSource, loads: str | None = None) -> tuple:
+    """(what the runner loads, how the user named it) for a role: paths or hub ids for the target,
+    DraftChoices for the draft; `loads` is where a hub model was fetched to."""
+    if role == "draft":
+        return source.as_draft(loads)
+    return loads or source.value, source.name
 
 
 class PairController(QObject):
@@ -72,19 +81,31 @@ class PairController(QObject):
             return
         self._fetch([(role, source)])
 
+    def choose_draft(self, draft: DraftChoice) -> None:
+        """A way of drafting picked from the Draft slot's menu."""
+        self._choose_sources(lambda: [("draft", draft_source(draft))])
+
     def choose_pair(self, target: str, draft: str) -> None:
+        """Two texts dropped together: the larger model is the target."""
+        self._choose_sources(lambda: [("target", classify(target, "target")), ("draft", classify(draft, "draft"))])
+
+    def choose_known(self, target: str, draft: DraftChoice) -> None:
+        """A pair named before (the catalog, a recent pair): its files are checked again."""
+        self._choose_sources(lambda: [("target", classify(target, "target")), ("draft", draft_source(draft))])
+
+    def _choose_sources(self, sources: Callable[[], list[tuple[str, ModelSource]]]) -> None:
         try:
-            sources = [("target", classify(target, "target")), ("draft", classify(draft, "draft"))]
+            chosen = sources()
         except ModelFileError as exc:
             self.error.emit(str(exc))
             return
-        self._fetch(sources)
+        self._fetch(chosen)
 
     def choose_catalog(self, pair: CatalogPair) -> None:
-        self.choose_pair(*pair.specs)
+        self.choose_known(*pair.specs)
 
     def choose_recent(self, entry: dict) -> None:
-        self.choose_pair(entry["target"], entry["draft"])
+        self.choose_known(entry["target"], entry["draft"])
 
     def cancel_download(self) -> None:
         if self.job is not None:
@@ -99,12 +120,12 @@ class PairController(QObject):
             self.error.emit("A download is already running: wait for it or cancel it first.")
             return
         missing = []
-        resolved: dict[str, tuple[str, str]] = {}  # role -> (what to load, how the user named it)
+        resolved: dict[str, tuple] = {}  # role -> (what to load, how the user named it): see _named
         for role, source in sources:
             if source.kind != "hub":
-                resolved[role] = (source.value, source.name)
+                resolved[role] = _named(role, source)
             elif (cached := hub.cached_model(source.ref)) is not None:
-                resolved[role] = (str(cached), source.name)
+                resolved[role] = _named(role, source, str(cached))
             else:
                 missing.append((role, source))
         if not missing:
@@ -134,7 +155,7 @@ class PairController(QObject):
         if self._new_token:
             hub.save_token(self._new_token)  # where huggingface-hub keeps it, for every tool
         for (role, source), path in zip(missing, paths, strict=True):
-            resolved[role] = (str(path), source.name)
+            resolved[role] = _named(role, source, str(path))
         self._load(resolved)
 
     def _job_failed(self, exc: Exception) -> None:
@@ -151,7 +172,7 @@ class PairController(QObject):
         self._end_job()
         self.info.emit("Download cancelled. What was fetched is kept: choosing the model again resumes it.")
 
-    def _precheck_for(self, missing: list[tuple[str, ModelSource]], resolved: dict[str, tuple[str, str]]):
+    def _precheck_for(self, missing: list[tuple[str, ModelSource]], resolved: dict[str, tuple]):
         """The check to run (on the download thread) once the hub models' configs and tokenizers
         are in: the pair as it will be, with the models that stay (or are on disk) beside them."""
         current = self.current
@@ -162,8 +183,9 @@ class PairController(QObject):
             parts = {role: PairPart(folder, size) for (role, _), got in zip(missing, found, strict=True)
                      if got is not None for folder, size in [got]}
             for role, (value, _) in resolved.items():
-                if Path(value).is_dir():
-                    parts[role] = local_part(value)
+                folder = value.source if role == "draft" else value  # a keyword's is ""
+                if folder and Path(folder).is_dir():
+                    parts[role] = local_part(folder)
             target_missing = any(role == "target" for role, _ in missing)
             if "target" not in parts and loaded is not None and "target" not in resolved and not target_missing:
                 parts["target"] = local_part(loaded.folder)
@@ -171,10 +193,10 @@ class PairController(QObject):
                 return ""  # a .gguf or the demo: Runner.load checks it once it is converted
             draft = parts.get("draft")
             if draft is None and "draft" not in resolved and current is not None:
-                if current.draft.startswith("self:"):
-                    draft = replace(parts["target"], precision=current.draft.removeprefix("self:"))
-                elif Path(current.draft).is_dir():
-                    draft = local_part(current.draft)
+                if current.draft.kind is DraftKind.SELF:
+                    draft = replace(parts["target"], precision=current.draft.precision)
+                elif current.draft.kind is DraftKind.MODEL and Path(current.draft.source).is_dir():
+                    draft = local_part(current.draft.source)
             return precheck_pair(parts["target"], draft, backend, self.held_bytes)
 
         return check
@@ -191,8 +213,8 @@ class PairController(QObject):
         self.job = None
         self.strip.end()
 
-    def _load(self, resolved: dict[str, tuple[str, str]]) -> None:
-        current = self.current or PairRequest("demo", DRAFT_AUTO, self.backend)
+    def _load(self, resolved: dict[str, tuple]) -> None:
+        current = self.current or PairRequest("demo", AUTO_DRAFT, self.backend)
         target, target_name = resolved.get("target", (current.target, current.named()[0]))
         draft, draft_name = resolved.get("draft", (current.draft, current.named()[1]))
         # A new target alone keeps the draft model in use only when their tokenizers agree.
@@ -222,7 +244,7 @@ class PairController(QObject):
         remembered = self.memory.trial(info.backend, target_name, draft_name)
         if remembered is not None:
             self.trial_shown.emit(remembered.summary())
-        elif info.draft == "none":
+        elif info.draft == NO_DRAFT:
             self.trial_text = ""
         else:
             self.trial_running = True

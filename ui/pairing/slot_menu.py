@@ -5,14 +5,15 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QFileDialog, QInputDialog, QMenu, QMessageBox, QWidget
 
+from app.draft_choice import NO_DRAFT, PROMPT_LOOKUP, DraftChoice
 from app.models.catalog import CatalogPair, load_catalog
 from ui.pairing.controller import PairController
 from ui.tips import wrap_tip
 
 DRAFT_CHOICES = (
-    ("The same model in 4-bit: the target's own weights, smaller", "self:int4"),
-    ("Prompt lookup: copies from the chat, no model", "ngram"),
-    ("None: the target decodes alone", "none"),
+    ("The same model in 4-bit: the target's own weights, smaller", DraftChoice.self_draft("int4")),
+    ("Prompt lookup: copies from the chat, no model", PROMPT_LOOKUP),
+    ("None: the target decodes alone", NO_DRAFT),
 )
 UNKNOWN_FREE = 2**62
 
@@ -32,8 +33,8 @@ def build_slot_menu(role: str, pairing: PairController, parent: QWidget) -> QMen
                        lambda: _choose_context(pairing, parent))
     if role == "draft":
         menu.addSeparator()
-        for text, keyword in DRAFT_CHOICES:
-            menu.addAction(text, lambda keyword=keyword: pairing.choose("draft", keyword))
+        for text, choice in DRAFT_CHOICES:
+            menu.addAction(text, lambda choice=choice: pairing.choose_draft(choice))
     menu.addSeparator()
     catalog = menu.addMenu("Known-good pairs")
     free, where = _free_for(pairing)

@@ -1,0 +1,171 @@
+"""What drafts for the target: one typed value, parsed once at the edges (the CLI's --draft, the
+settings, pairs.json, a slot's keyword) and passed as it is everywhere inside.
+
+Its text form is what files and the command line hold, the same words earlier versions wrote
+("none", "ngram", "self:int4", "auto", a model's path or hub id; a request's "pair" and
+"model"), so files stay readable both ways. Qt-, mlx- and torch-free.
+
+A new way of drafting is one DraftKind member, its entry in WORDS (or a prefix in PREFIXES when
+it takes an argument, as "self:" does), its words in LABELS, and the drafter class the runner
+builds for it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from enum import Enum
+
+
+class DraftKind(Enum):
+    NONE = "none"  # the target decodes alone
+    LOOKUP = "lookup"  # prompt lookup: n-grams copied from the chat, no model
+    MODEL = "model"  # a draft model (folder, .gguf or hub id), prompt lookup beside it
+    SELF = "self"  # the target's own weights at a lower precision, prompt lookup beside it
+    AUTO = "auto"  # decided when the pair loads (app/runner.auto_draft)
+    PAIR = "pair"  # a request's: whatever the loaded pair drafts with
+
+
+# The precisions a self-draft can load at (the backends' own, less "auto": that is the target)
+SELF_PRECISIONS = ("float32", "bfloat16", "float16", "int4", "int4-bf16-head", "int4-head", "gguf")
+
+# Kinds without an argument: the one word each is written as
+WORDS = {DraftKind.NONE: "none", DraftKind.LOOKUP: "ngram", DraftKind.AUTO: "auto", DraftKind.PAIR: "pair"}
+# Kinds with one: the prefix before it ("self:int4")
+PREFIXES = {DraftKind.SELF: "self:"}
+MODEL_ONLY_WORD = "model"  # a request's: the pair's draft model without prompt lookup beside it
+# Other spellings read (the Draft slot's keywords, older files); never written
+ALIASES = {"lookup": DraftKind.LOOKUP, "prompt lookup": DraftKind.LOOKUP, "n-gram": DraftKind.LOOKUP}
+
+LABELS = {  # (name, detail) in the UI's words, for kinds whose words do not depend on an argument
+    DraftKind.NONE: ("none", "the target decodes alone"),
+    DraftKind.LOOKUP: ("prompt lookup", "copies from the chat, no model"),
+    DraftKind.AUTO: ("chosen for the model", "the demo's fastest measured here (prompt lookup on PyTorch, its own "
+                     "4-bit copy on MLX), prompt lookup for other models"),
+    DraftKind.PAIR: ("the pair's draft", "what the loaded pair drafts with"),
+}
+
+ACCEPTED = ('a draft model\'s folder, .gguf file or Hugging Face id, "self:<precision>" (one of '
+            f'{", ".join(SELF_PRECISIONS)}), "ngram" (prompt lookup), "none" or "auto"')
+
+
+class DraftChoiceError(ValueError):
+    """Text that names no way of drafting; the message says what was wrong and what is accepted."""
+
+
+@dataclass(frozen=True)
+class DraftChoice:
+    kind: DraftKind
+    source: str = ""  # MODEL: the folder, .gguf file or hub id, as named
+    precision: str = ""  # SELF: one of SELF_PRECISIONS
+    # A draft model loads with prompt lookup beside it (a lookup hit costs no forward pass); only
+    # a request leaves it out ("model": PAIR without lookup, the pair's draft model alone).
+    lookup: bool = True
+
+    def __post_init__(self):
+        if not isinstance(self.kind, DraftKind):
+            raise DraftChoiceError(f"not a kind of draft: {self.kind!r}")
+        if (self.kind is DraftKind.MODEL) != bool(self.source):
+            raise DraftChoiceError("a draft model needs a folder, .gguf file or hub id, and only a draft model has one")
+        if self.kind is DraftKind.SELF and self.precision not in SELF_PRECISIONS:
+            wrong = (f"{self.precision!r} is not a precision a self-draft loads at" if self.precision
+                     else "no precision named")
+            raise DraftChoiceError(f"self:{self.precision}: {wrong}; write self:<precision> with one of "
+                                   f"{', '.join(SELF_PRECISIONS)} (e.g. self:int4)")
+        if self.kind is not DraftKind.SELF and self.precision:
+            raise DraftChoiceError("only a self-draft has a precision")
+        if not self.lookup and self.kind is not DraftKind.PAIR:
+            raise DraftChoiceError("only a request leaves prompt lookup out (\"model\": the pair's draft model alone)")
+
+    @classmethod
+    def model(cls, source: str) -> DraftChoice:
+        return cls(DraftKind.MODEL, source=str(source))
+
+    @classmethod
+    def self_draft(cls, precision: str) -> DraftChoice:
+        return cls(DraftKind.SELF, precision=precision)
+
+    @classmethod
+    def keyword(cls, text: str) -> DraftChoice | None:
+        """The way of drafting `text` names when it is a keyword rather than a model ("ngram",
+        "Prompt lookup", "self:int4", "auto"; any case), else None."""
+        word = text.strip().lower()
+        if word == MODEL_ONLY_WORD:
+            return PAIR_MODEL_ONLY
+        kind = ALIASES.get(word) or next((k for k, w in WORDS.items() if w == word), None)
+        if kind is not None:
+            return cls(kind)
+        for kind, prefix in PREFIXES.items():
+            if word.startswith(prefix):
+                return cls(kind, precision=word.removeprefix(prefix).strip())
+        return None
+
+    @classmethod
+    def parse(cls, text: str) -> DraftChoice:
+        """Any spelling this or an earlier version wrote or took: a keyword (see `keyword`), else
+        a draft model's path or hub id. DraftChoiceError for text that names nothing."""
+        if isinstance(text, os.PathLike):
+            text = os.fspath(text)
+        if not isinstance(text, str):
+            raise DraftChoiceError(f"a draft is named by text, not by {type(text).__name__}: give {ACCEPTED}")
+        stripped = text.strip()
+        if not stripped:
+            raise DraftChoiceError(f"no draft named: give {ACCEPTED}")
+        if "\0" in stripped:  # no file name holds one
+            raise DraftChoiceError(f"{stripped[:40]!r} holds a NUL character, so it names no draft: give {ACCEPTED}")
+        return cls.keyword(stripped) or cls.model(stripped)
+
+    @classmethod
+    def parse_loadable(cls, text: str) -> DraftChoice:
+        """As parse, for a draft to load (--draft, a recent pair): a request's "pair" and "model"
+        choose among a loaded pair's drafters and load nothing."""
+        choice = cls.parse(text)
+        if choice.kind is DraftKind.PAIR:
+            raise DraftChoiceError(f"“{str(text).strip()}” chooses among a loaded pair's drafters (a chat's "
+                                   f"setting) and loads nothing: give {ACCEPTED}")
+        return choice
+
+    def __str__(self) -> str:
+        """The text form parse reads back (the words earlier versions wrote)."""
+        if self.kind is DraftKind.MODEL:
+            return self.source
+        if self.kind in PREFIXES:
+            return PREFIXES[self.kind] + self.precision
+        return WORDS[self.kind] if self.lookup else MODEL_ONLY_WORD
+
+    @property
+    def loads_model(self) -> bool:
+        """Loading it loads weights besides the target's (so a tokenizer to check, memory to plan)."""
+        return self.kind in (DraftKind.MODEL, DraftKind.SELF)
+
+    @property
+    def label(self) -> str:
+        """Its short name in the UI: "prompt lookup", "the same model in 4-bit", a model's name."""
+        return self.words()[0]
+
+    @property
+    def detail(self) -> str:
+        """A line more: "copies from the chat, no model", "draft model"."""
+        return self.words()[1]
+
+    def words(self, dtype: str = "") -> tuple[str, str]:
+        """(label, detail); `dtype` is a loaded self-draft's own ("int4 (g32, float32 head)")."""
+        from app.models.resolve import model_label, precision_words  # file names: a lazy, Qt-free import
+
+        if self.kind is DraftKind.MODEL:
+            return model_label(self.source), "draft model"
+        if self.kind is DraftKind.SELF:
+            precision = dtype or self.precision
+            return f"the same model in {precision_words(precision)}", f"the target's own weights at {precision}"
+        if self.kind is DraftKind.PAIR and not self.lookup:
+            return "the pair's draft model alone", "what the loaded pair drafts with, without prompt lookup"
+        return LABELS[self.kind]
+
+
+NO_DRAFT = DraftChoice(DraftKind.NONE)
+PROMPT_LOOKUP = DraftChoice(DraftKind.LOOKUP)
+AUTO_DRAFT = DraftChoice(DraftKind.AUTO)
+PAIR_DRAFT = DraftChoice(DraftKind.PAIR)  # a request's default
+PAIR_MODEL_ONLY = DraftChoice(DraftKind.PAIR, lookup=False)
+# What a request (a chat's settings) may choose among: the loaded pair decides the rest
+REQUEST_CHOICES = (PAIR_DRAFT, PAIR_MODEL_ONLY, PROMPT_LOOKUP, NO_DRAFT)

@@ -213,7 +213,10 @@ def _generate(
     prefill_s = time.perf_counter() - start
     committed = [*prompt_ids, first]
     if drafter is not None and drafter.wants_target_state:  # what the prefill read, for the drafter
-        drafter.accepted(committed, NO_PROPOSAL, 0, TargetState(target.last_hidden(), reused, target))
+        # The rows end at the prompt's last position; a model may keep fewer than it read (Gemma 4
+        # runs its KV-shared layers on the kept logits' positions only), so count them from the end.
+        hidden = target.last_hidden()
+        drafter.accepted(committed, NO_PROPOSAL, 0, TargetState(hidden, len(prompt_ids) - len(hidden), target))
     record.tokens = committed  # the same list, extended as the answer goes
     kept, text = answer.take((first,))
     yield Round(index=0, drafted=(), accepted=0, emitted=kept, text=text, verify_s=prefill_s)

@@ -10,6 +10,7 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
+from app.draft_choice import DraftChoice  # noqa: E402
 from app.models.pair_memory import PairMemory, TrialResult  # noqa: E402
 from app.runner import LoadedModel  # noqa: E402
 from ui.pairing.controller import PairController  # noqa: E402
@@ -31,8 +32,9 @@ def test_a_pair_that_cannot_be_remembered_says_so(qtbot, tmp_path, monkeypatch):
     errors, trials = [], []
     pairing.error.connect(errors.append)
     pairing.request_trial.connect(trials.append)
-    request = PairRequest("/models/big", "/models/small")
-    info = LoadedModel(Path("/models/big"), "torch", "cpu", "float32", "llama", 2048, 10, 1.0, "small")
+    small = DraftChoice.model("/models/small")
+    request = PairRequest("/models/big", small)
+    info = LoadedModel(Path("/models/big"), "torch", "cpu", "float32", "llama", 2048, 10, 1.0, small)
     pairing.on_paired(request, info)
     assert trials == [request]  # the pair is in use all the same
     assert len(errors) == 1 and "pairs.json" in errors[0]

@@ -25,6 +25,7 @@ def test_local_folders_files_and_keywords(tmp_path):
     assert classify(str(gguf)).kind == "gguf"
     assert classify("Prompt lookup", "draft").value == "ngram"
     assert classify("none", "draft").value == "none"
+    assert classify("Self:INT4", "draft").keyword == DraftChoice.self_draft("int4")
     assert classify("demo").kind == "demo"
 
 
@@ -43,6 +44,16 @@ def test_hub_references():
 def test_what_cannot_be_a_model_says_why(text, phrase):
     with pytest.raises(ModelFileError, match=phrase):
         classify(text, "target")
+
+
+@pytest.mark.parametrize("text, phrase", [
+    ("self:int3", "'int3' is not a precision a self-draft loads at"),
+    ("self:", "no precision named"),
+    ("model", "loads nothing"),  # a chat's setting, not a draft to load
+])
+def test_a_draft_keyword_that_names_nothing_to_load_says_why(text, phrase):
+    with pytest.raises(ModelFileError, match=phrase):
+        classify(text, "draft")
 
 
 def test_pickled_and_stray_files_are_refused(tmp_path):

@@ -120,7 +120,7 @@ def test_a_compatible_draft_dropped_on_its_slot_loads_drafts_and_is_tried(pairin
     remembered = window.pairing.memory.trial(window.controller.model.backend, *current.named())
     assert remembered is not None and 0 < remembered.acceptance <= 1 and remembered.speedup > 0
     assert window.header.draft_slot.detail.text() == remembered.summary()
-    assert window.pairing.memory.recent()[0]["draft"] == str(tiny_pair["near"])
+    assert window.pairing.memory.recent()[0]["draft"] == DraftChoice.model(tiny_pair["near"])
     stats = answer(window)
     assert stats.drafted > 0 and stats.accepted > 0  # the near copy drafts, and much is accepted
 
@@ -135,7 +135,7 @@ def test_an_incompatible_draft_is_refused_naming_the_tokens(pairing_session, oth
     assert "only in the target:" in message  # and which ones, spaces shown as the side panel shows them
     assert "Ġ" not in message and "'·" in message
     assert window.controller.model is model
-    assert window.header.draft_slot.name.text() == model.draft  # the header shows the pair still in use
+    assert window.header.draft_slot.name.text() == model.draft_words()[0]  # the header shows the pair still in use
     assert window.header.draft_slot.detail.text() == window.pairing.trial_text != ""
     assert answer(window).tokens > 0  # the pair in use still answers
 
@@ -248,7 +248,7 @@ def test_a_hub_link_dropped_downloads_with_progress_then_pairs(pairing_session, 
     assert shown and all(visible for visible, _ in shown)  # progress was on screen while it ran
     assert not strip.isVisible()  # and gone once done
     assert not any(path.endswith(".bin") for _, path, _ in server.requests)
-    assert window.pairing.current.named()[1] == "tandem-tests/near"  # remembered by its hub id
+    assert window.pairing.current.named()[1] == DraftChoice.model("tandem-tests/near")  # remembered by its hub id
     assert answer(window).drafted > 0
 
 
@@ -287,7 +287,7 @@ def test_a_gated_repo_asks_for_a_token_and_cancel_keeps_the_pair(pairing_session
         assert not token_file.exists()  # a token is stored only once it has worked
         server.delay_s = 0.0
         drop_on(window.header.draft_slot, ["meta/gated"])  # again: resumes, and this time finishes
-        wait_until(lambda: window.pairing.current.named()[1] == "meta/gated", LOAD_TIMEOUT_MS)
+        wait_until(lambda: window.pairing.current.named()[1] == DraftChoice.model("meta/gated"), LOAD_TIMEOUT_MS)
         window.pairing.endpoint = None
     assert len(asked) == 2
     assert token_file.read_text() == "hf_good"  # where huggingface-hub reads it

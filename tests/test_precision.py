@@ -111,7 +111,7 @@ def test_a_4bit_offer_for_a_target_with_its_4bit_self_draft_drafts_by_lookup(dem
     runner.free_memory = lambda backend, device: (500_000_000, "RAM")
     with pytest.raises(NotEnoughMemory) as refused:
         runner.load(DEMO_REFERENCE, "torch", draft=DraftChoice.self_draft("int4"), progress=lambda m: None)
-    assert refused.value.fits_at == "int4" and refused.value.fits_with_draft == "ngram"
+    assert refused.value.fits_at == "int4" and refused.value.fits_with_draft == PROMPT_LOOKUP
     assert "prompt lookup as the draft" in str(refused.value) and "--draft ngram" in str(refused.value)
     said = []
     loaded = runner.load(DEMO_REFERENCE, "torch", draft=DraftChoice.self_draft("int4"), precision="int4",

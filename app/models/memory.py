@@ -9,6 +9,7 @@ import os
 import re
 from dataclasses import dataclass
 
+from app.draft_choice import DraftChoice
 from app.models.errors import ModelFileError
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
@@ -30,7 +31,7 @@ class NotEnoughMemory(ModelFileError):
     """The pair would not fit; the message gives the numbers and what to do. `fits_at`: a
     precision the same pair would fit at ("int4"), which a window can offer as one click."""
 
-    def __init__(self, message: str, fits_at: str | None = None, fits_with_draft: str | None = None):
+    def __init__(self, message: str, fits_at: str | None = None, fits_with_draft: DraftChoice | None = None):
         super().__init__(message)
         self.fits_at = fits_at
         self.fits_with_draft = fits_with_draft  # the draft to pair it with there, when not the same one

@@ -5,9 +5,10 @@ Its text form is what files and the command line hold, the same words earlier ve
 ("none", "ngram", "self:int4", "auto", a model's path or hub id; a request's "pair" and
 "model"), so files stay readable both ways. Qt-, mlx- and torch-free.
 
-A new way of drafting is one DraftKind member, its entry in WORDS (or a prefix in PREFIXES when
-it takes an argument, as "self:" does), its words in LABELS, and the drafter class the runner
-builds for it.
+A new way of drafting is one DraftKind member, its text (a word in WORDS; or, when it carries a
+folder or a precision, its field in ARGUMENTS and a prefix in PREFIXES, as "self:int4" does),
+its words in LABELS (or in `words` when they depend on its argument), and the drafter class the
+runner builds for it (Runner.load).
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ SELF_PRECISIONS = ("float32", "bfloat16", "float16", "int4", "int4-bf16-head", "
 
 # Kinds without an argument: the one word each is written as
 WORDS = {DraftKind.NONE: "none", DraftKind.LOOKUP: "ngram", DraftKind.AUTO: "auto", DraftKind.PAIR: "pair"}
-# Kinds with one: the prefix before it ("self:int4")
+# Kinds with one: the field that holds it (a "source": folder, .gguf or hub id; a "precision")
+ARGUMENTS = {DraftKind.MODEL: "source", DraftKind.SELF: "precision"}
+# and the prefix written before it ("self:int4"); a draft model is written as its source alone
 PREFIXES = {DraftKind.SELF: "self:"}
 MODEL_ONLY_WORD = "model"  # a request's: the pair's draft model without prompt lookup beside it
 # Other spellings read (the Draft slot's keywords, older files); never written
@@ -65,15 +68,15 @@ class DraftChoice:
     def __post_init__(self):
         if not isinstance(self.kind, DraftKind):
             raise DraftChoiceError(f"not a kind of draft: {self.kind!r}")
-        if (self.kind is DraftKind.MODEL) != bool(self.source):
-            raise DraftChoiceError("a draft model needs a folder, .gguf file or hub id, and only a draft model has one")
         if self.kind is DraftKind.SELF and self.precision not in SELF_PRECISIONS:
             wrong = (f"{self.precision!r} is not a precision a self-draft loads at" if self.precision
                      else "no precision named")
             raise DraftChoiceError(f"self:{self.precision}: {wrong}; write self:<precision> with one of "
                                    f"{', '.join(SELF_PRECISIONS)} (e.g. self:int4)")
-        if self.kind is not DraftKind.SELF and self.precision:
-            raise DraftChoiceError("only a self-draft has a precision")
+        for field in ("source", "precision"):
+            wanted = ARGUMENTS.get(self.kind) == field
+            if bool(getattr(self, field)) != wanted:
+                raise DraftChoiceError(f"a draft of kind {self.kind.value} {'needs' if wanted else 'has no'} {field}")
         if not self.lookup and self.kind is not DraftKind.PAIR:
             raise DraftChoiceError("only a request leaves prompt lookup out (\"model\": the pair's draft model alone)")
 
@@ -97,7 +100,9 @@ class DraftChoice:
             return cls(kind)
         for kind, prefix in PREFIXES.items():
             if word.startswith(prefix):
-                return cls(kind, precision=word.removeprefix(prefix).strip())
+                argument = text.strip()[len(prefix):].strip()  # a folder keeps its case; precisions are lowercase
+                field = ARGUMENTS[kind]
+                return cls(kind, **{field: argument.lower() if field == "precision" else argument})
         return None
 
     @classmethod
@@ -127,16 +132,9 @@ class DraftChoice:
 
     def __str__(self) -> str:
         """The text form parse reads back (the words earlier versions wrote)."""
-        if self.kind is DraftKind.MODEL:
-            return self.source
-        if self.kind in PREFIXES:
-            return PREFIXES[self.kind] + self.precision
+        if self.kind in ARGUMENTS:
+            return PREFIXES.get(self.kind, "") + getattr(self, ARGUMENTS[self.kind])
         return WORDS[self.kind] if self.lookup else MODEL_ONLY_WORD
-
-    @property
-    def loads_model(self) -> bool:
-        """Loading it loads weights besides the target's (so a tokenizer to check, memory to plan)."""
-        return self.kind in (DraftKind.MODEL, DraftKind.SELF)
 
     @property
     def label(self) -> str:

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from app.chat.settings import ChatSettings
-from app.draft_choice import (AUTO_DRAFT, NO_DRAFT, PAIR_DRAFT, PAIR_MODEL_ONLY, PROMPT_LOOKUP, REQUEST_CHOICES,
-                              SELF_PRECISIONS, DraftChoice, DraftChoiceError, DraftKind)
+from app.draft_choice import (ARGUMENTS, AUTO_DRAFT, NO_DRAFT, PAIR_DRAFT, PAIR_MODEL_ONLY, PREFIXES, PROMPT_LOOKUP,
+                              REQUEST_CHOICES, SELF_PRECISIONS, WORDS, DraftChoice, DraftChoiceError, DraftKind)
 from app.models.pair_memory import PairMemory, TrialResult
 
 # Every spelling of a draft an earlier version wrote to a file, took on the command line, or
@@ -50,6 +50,18 @@ def test_the_text_form_is_the_words_earlier_versions_wrote():
     for text in ("none", "ngram", "auto", "self:int4", "pair", "model", "/m/draft", "Qwen/Qwen2.5-0.5B"):
         assert str(DraftChoice.parse(text)) == text
     assert str(DraftChoice.parse("Prompt lookup")) == "ngram"  # an alias is written as the runner's word
+
+
+def test_every_kind_is_written_read_and_named():
+    """A kind added without its text or its words fails here, not in a user's pairs.json."""
+    samples = {"source": "/models/x", "precision": "int4"}
+    for kind in DraftKind:
+        assert (kind in WORDS) != (kind in ARGUMENTS), kind
+        assert kind in PREFIXES or kind not in ARGUMENTS or kind is DraftKind.MODEL, kind  # one bare kind only
+        choice = DraftChoice(kind, **({ARGUMENTS[kind]: samples[ARGUMENTS[kind]]} if kind in ARGUMENTS else {}))
+        assert DraftChoice.parse(str(choice)) == choice
+        assert all(choice.words()), kind
+    assert len(set(WORDS.values()) | set(PREFIXES.values())) == len(WORDS) + len(PREFIXES)
 
 
 def test_paths_parse_as_models():

@@ -23,36 +23,36 @@ def _scale(model, factor: float):
     return model
 
 
-def tiny_gemma4(seed: int, hidden: int = 64) -> Gemma4ForCausalLM:
+def tiny_gemma4(seed: int, hidden: int = 64, vocab: int = VOCAB, scale: float = 4.0) -> Gemma4ForCausalLM:
     """Five layers: sliding, sliding, full, then a sliding and a full one that reuse the keys and
     values of layers 1 and 2 (the target's own KV sharing); per-layer embeddings as in e2b/e4b."""
     torch.manual_seed(seed)
     config = Gemma4TextConfig(
-        vocab_size=VOCAB, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=5,
+        vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=5,
         num_attention_heads=4, num_key_value_heads=KV_HEADS, head_dim=HEAD_DIM, global_head_dim=GLOBAL_HEAD_DIM,
         sliding_window=WINDOW, layer_types=["sliding_attention", "sliding_attention", "full_attention",
                                             "sliding_attention", "full_attention"],
-        hidden_size_per_layer_input=8, vocab_size_per_layer_input=VOCAB, num_kv_shared_layers=2,
+        hidden_size_per_layer_input=8, vocab_size_per_layer_input=vocab, num_kv_shared_layers=2,
         final_logit_softcapping=30.0, max_position_embeddings=512, bos_token_id=2, eos_token_id=1, pad_token_id=0)
-    return _scale(Gemma4ForCausalLM(config).eval(), 4.0)
+    return _scale(Gemma4ForCausalLM(config).eval(), scale)
 
 
 def tiny_assistant(seed: int, backbone: int = 64, hidden: int = 32, ordered: bool = False,
-                   scale: float = 4.0) -> Gemma4AssistantForCausalLM:
+                   scale: float = 4.0, vocab: int = VOCAB, centroids: int = 16) -> Gemma4AssistantForCausalLM:
     """Two layers (sliding, full) whose queries read a target's keys and values of the shapes above;
     `ordered`: the centroid-masked head of the real assistants (use_ordered_embeddings)."""
     torch.manual_seed(seed)
     text = Gemma4TextConfig(
-        vocab_size=VOCAB, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=2,
+        vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=KV_HEADS, head_dim=HEAD_DIM, global_head_dim=GLOBAL_HEAD_DIM,
         sliding_window=WINDOW, layer_types=["sliding_attention", "full_attention"], hidden_size_per_layer_input=0,
         vocab_size_per_layer_input=0, max_position_embeddings=512, final_logit_softcapping=30.0,
         bos_token_id=2, eos_token_id=1, pad_token_id=0)
     config = Gemma4AssistantConfig(text_config=text, backbone_hidden_size=backbone, use_ordered_embeddings=ordered,
-                                   num_centroids=16, centroid_intermediate_top_k=4)
+                                   num_centroids=centroids, centroid_intermediate_top_k=centroids // 4)
     model = _scale(Gemma4AssistantForCausalLM(config).eval(), scale)
     if ordered:  # a permutation of the vocabulary: which tokens each centroid stands for
-        model.masked_embedding.token_ordering.copy_(torch.randperm(VOCAB))
+        model.masked_embedding.token_ordering.copy_(torch.randperm(vocab))
     return model
 
 

@@ -5,7 +5,8 @@ app/engine/assistant.py says, with the keys and values read from the target's ml
 The port, step by step as transformers computes it: pre_projection of cat(embedding, hidden)
 (2 * backbone -> hidden); each layer attends with its own queries to the target's keys and values
 of its kind (no keys of its own: every layer is KV-shared), a sliding layer to the last
-`sliding_window` of them (transformers' bidirectional window mask, flipped, for one query); the
+sliding_window + 1 of them (what transformers' bidirectional window mask, flipped, keeps for one
+query: measured, not documented; the drafter passes fewer, so it never cuts in practice); the
 final norm; post_projection back to the backbone size (the next step's hidden state); logits from
 the tied embedding, or from the centroid-masked head where `use_ordered_embeddings` is set. No
 final soft-capping: transformers' assistant applies none.
@@ -94,7 +95,8 @@ class Gemma4Assistant(nn.Module):
         for layer in self.model.layers:
             keys, values = kv[layer.layer_type]
             if layer.layer_type == "sliding_attention":
-                keys, values = keys[:, :, -self.args.sliding_window:], values[:, :, -self.args.sliding_window:]
+                keep = self.args.sliding_window + 1
+                keys, values = keys[:, :, -keep:], values[:, :, -keep:]
             h, _, _ = layer(h, None, None, shared_kv=(keys, values), offset=offset)
         h = self.model.norm(h)
         head = self.model.embed_tokens.weight if self.tied else self.lm_head.weight

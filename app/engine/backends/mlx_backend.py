@@ -145,8 +145,13 @@ class MLXBackend(ModelBackend):
         self._key, key = mx.random.split(self._key)
         return key
 
-    def capture_hidden(self, on: bool) -> str:
+    def _text_model(self):
+        """mlx-lm's text model: `model`, or in a multimodal wrapper (Gemma 4's) `language_model.model`."""
         inner = getattr(self.model, "model", None)
+        return inner if inner is not None else getattr(getattr(self.model, "language_model", None), "model", None)
+
+    def capture_hidden(self, on: bool) -> str:
+        inner = self._text_model()
         norm = getattr(inner, "norm", None)
         if isinstance(norm, _KeepsOutput) and not on:
             inner.norm = norm.norm
@@ -159,7 +164,7 @@ class MLXBackend(ModelBackend):
         return ""
 
     def last_hidden(self) -> mx.array | None:
-        norm = getattr(getattr(self.model, "model", None), "norm", None)
+        norm = getattr(self._text_model(), "norm", None)
         return norm.last[0] if isinstance(norm, _KeepsOutput) and norm.last is not None else None
 
     def _forward(self, ids: mx.array) -> mx.array:

@@ -260,7 +260,9 @@ class TorchBackend(ModelBackend):
         self._hidden_hook, self._hidden = None, None
         if not on:
             return ""
-        norm = getattr(getattr(self.model, "model", None), "norm", None)
+        inner = getattr(self.model, "model", None)
+        # a multimodal wrapper (Gemma 4's published checkpoints) keeps the text model in language_model
+        norm = getattr(inner, "norm", None) or getattr(getattr(inner, "language_model", None), "norm", None)
         if not isinstance(norm, torch.nn.Module):
             return f"{self.model_type} has no final norm to read its hidden states from"
 

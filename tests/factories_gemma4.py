@@ -76,9 +76,29 @@ def _save(model, folder: Path, config: dict) -> Path:
     return folder
 
 
-def save_gemma4(model: Gemma4ForCausalLM, folder: Path) -> Path:
-    config = {**_text_dict(model.config), "architectures": ["Gemma4ForCausalLM"], "dtype": "float32"}
-    return _save(model, folder, config)
+def save_gemma4(model: Gemma4ForCausalLM, folder: Path, multimodal: bool = False) -> Path:
+    """Text-only (model_type "gemma4_text"), or `multimodal` as Google publishes Gemma 4: model_type
+    "gemma4", the text config under text_config, the weights under model.language_model (no vision
+    or audio tower here: the configs leave them out)."""
+    if not multimodal:
+        config = {**_text_dict(model.config), "architectures": ["Gemma4ForCausalLM"], "dtype": "float32"}
+        return _save(model, folder, config)
+    from transformers import Gemma4Config
+
+    text = _text_dict(model.config)
+    config = Gemma4Config(text_config=text, vision_config=None, audio_config=None).to_dict()
+    config.update(text_config=text, architectures=["Gemma4ForConditionalGeneration"], dtype="float32",
+                  tie_word_embeddings=True, vocab_size=text["vocab_size"])  # mlx-lm reads the top-level one
+    wrapped = _Renamed({k.replace("model.", "model.language_model.", 1): v for k, v in model.state_dict().items()})
+    return _save(wrapped, folder, config)
+
+
+class _Renamed:
+    def __init__(self, weights: dict):
+        self.weights = weights
+
+    def state_dict(self) -> dict:
+        return self.weights
 
 
 def save_assistant(model: Gemma4AssistantForCausalLM, folder: Path) -> Path:

@@ -203,3 +203,18 @@ def test_a_target_that_is_not_gemma4_is_refused(folders, tmp_path):
     target = load_backend(save_qwen35(tiny_qwen35(5), tmp_path / "qwen"), "torch")
     with pytest.raises(ModelFileError, match="drafts only for a Gemma 4 model.*'qwen3_5'"):
         load_assistant_drafter(folders["assistant"], target)
+
+
+@pytest.mark.parametrize("backend", ["torch", "mlx"])
+def test_the_published_layout_speculates_too(tmp_path, backend):
+    """Google publishes Gemma 4 as model_type "gemma4" with the text model inside a multimodal
+    wrapper: the target still hands over its hidden states (its final norm is found there)."""
+    if backend == "mlx":
+        pytest.importorskip("mlx_lm")
+    folder = save_gemma4(tiny_gemma4(1), tmp_path / "gemma4", multimodal=True)
+    target = load_backend(folder, backend)
+    assert target.model_type == "gemma4"
+    plain, _ = _answer(target, max_tokens=20)
+    drafter = load_assistant_drafter(save_assistant(tiny_assistant(2), tmp_path / "assistant"), target)
+    tokens, stats = _answer(target, drafter, k=4, max_tokens=20)
+    assert tokens == plain and stats.drafted > 40

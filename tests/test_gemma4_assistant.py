@@ -24,7 +24,7 @@ from app.models.errors import ModelFileError
 from tests.factories_gemma4 import WINDOW, save_assistant, save_gemma4, tiny_assistant, tiny_gemma4
 
 PROMPT = [2, 5, 9, 100, 33, 7, 250, 11, 48, 301, 77]
-MAX_TOKENS = 40  # prompt + answer + drafts stay inside the sliding window (MLX's ring buffer)
+MAX_TOKENS = 24  # prompt + answer + drafts stay inside the sliding window (MLX's ring buffer)
 assert len(PROMPT) + MAX_TOKENS + 8 < WINDOW
 
 
@@ -105,7 +105,7 @@ def test_speculation_with_the_assistant_is_the_target_token_for_token(folders, b
         tokens, stats = _answer(target, drafter, k)
         assert tokens == plain, k
         drafted += stats.drafted
-    assert drafted > 100  # the assistant proposed in (almost) every round
+    assert drafted > 80  # the assistant proposed in (almost) every round
 
 
 def _transformers_candidates(model: Gemma4ForCausalLM, assistant, committed: tuple[int, ...], k: int) -> tuple:

@@ -163,8 +163,8 @@ class MLXAssistant:
     def step(self, token: mx.array, hidden: mx.array, position: int, kv: dict):
         """One assistant pass: token (1, 1), hidden (1, 1, backbone) -> logits (V,) float32 and the
         next step's hidden state."""
-        embeds = mx.concatenate([self.embed(token) * self.embed_scale, hidden.astype(self.embed.weight.dtype)],
-                                axis=-1)
+        # the hidden state's dtype: a quantized embedding's weight is packed integers
+        embeds = mx.concatenate([(self.embed(token) * self.embed_scale).astype(hidden.dtype), hidden], axis=-1)
         logits, h = self.model(embeds, kv, position)
         return logits[0, -1, : self.target.vocab_limit].astype(mx.float32), h
 

@@ -168,7 +168,7 @@ def write_gguf(model: LlamaForCausalLM, path: Path, fields: dict,
 
 
 def tiny_qwen35(seed: int, vocab: int = TINY_VOCAB, hidden: int = 64, layers: int = 4, scale: float = 16.0,
-                context: int = 512):
+                context: int = 512, full_attention_interval: int = 4):
     """A tiny Qwen3.5 hybrid from transformers' own classes: Gated DeltaNet (linear attention with
     a recurrent state) in three layers of four, full attention in the fourth, random weights."""
     from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
@@ -178,7 +178,7 @@ def tiny_qwen35(seed: int, vocab: int = TINY_VOCAB, hidden: int = 64, layers: in
         vocab_size=vocab, hidden_size=hidden, intermediate_size=hidden * 2, num_hidden_layers=layers,
         num_attention_heads=4, num_key_value_heads=2, head_dim=16, linear_num_value_heads=4,
         linear_num_key_heads=2, linear_key_head_dim=16, linear_value_head_dim=16, linear_conv_kernel_dim=4,
-        full_attention_interval=4, max_position_embeddings=context, tie_word_embeddings=True,
+        full_attention_interval=full_attention_interval, max_position_embeddings=context, tie_word_embeddings=True,
         bos_token_id=1, eos_token_id=2, pad_token_id=2)
     model = Qwen3_5ForCausalLM(config).eval()
     with torch.no_grad():  # larger weights than the init, so greedy choices are not near-ties
@@ -198,10 +198,11 @@ def add_noise(model, amount: float, seed: int):
     return model
 
 
-def save_qwen35(model, folder: Path, tokenizer_from: Path | None = None) -> Path:
+def save_qwen35(model, folder: Path, tokenizer_from: Path | None = None, extra: dict | None = None) -> Path:
     """Write a tiny Qwen3.5 as the real checkpoints are laid out (model_type "qwen3_5", the text
     model's config under text_config, weights named model.language_model.*), which both
-    transformers and mlx-lm load; the tokenizer files copied from `tokenizer_from`."""
+    transformers and mlx-lm load; the tokenizer files copied from `tokenizer_from`; `extra`
+    tensors (an MTP layer's mtp.*) written beside the model's."""
     import json
     import shutil
 
@@ -209,6 +210,8 @@ def save_qwen35(model, folder: Path, tokenizer_from: Path | None = None) -> Path
 
     folder.mkdir(parents=True, exist_ok=True)
     text = model.config.to_dict()
+    # mlx-lm reads the pattern from full_attention_interval, which transformers keeps as layer_types
+    text["full_attention_interval"] = text["layer_types"].index("full_attention") + 1
     config = {"model_type": "qwen3_5", "architectures": ["Qwen3_5ForConditionalGeneration"],
               "text_config": text, "tie_word_embeddings": text["tie_word_embeddings"],
               "vision_config": {"depth": 1, "hidden_size": 32, "num_heads": 2, "out_hidden_size": text["hidden_size"],
@@ -217,6 +220,7 @@ def save_qwen35(model, folder: Path, tokenizer_from: Path | None = None) -> Path
     (folder / "config.json").write_text(json.dumps(config, indent=1))
     weights = {(k.replace("model.", "model.language_model.", 1) if k.startswith("model.") else k): v.contiguous()
                for k, v in model.state_dict().items() if not (k == "lm_head.weight" and text["tie_word_embeddings"])}
+    weights.update({k: v.detach().contiguous() for k, v in (extra or {}).items()})
     save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
     for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json"):
         if tokenizer_from is not None and (tokenizer_from / name).exists():

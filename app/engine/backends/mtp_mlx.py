@@ -1,0 +1,144 @@
+"""A checkpoint's built-in MTP layer on MLX, drafting for its own target (app/engine/mtp.py).
+
+mlx-lm drops the `mtp.*` weights at load, so the layer is ours, small: the two norms and the
+projection of [embedding; hidden] from mlx.nn, then mlx-lm's own Qwen3.5 decoder layer as a
+full-attention layer, then a norm; the embedding and the head are the target's, shared. The
+same arithmetic as transformers' MtpLayer, which the PyTorch side uses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx.utils import tree_flatten
+from mlx_lm.models.base import create_attention_mask
+from mlx_lm.models.cache import KVCache
+
+from app.engine.backends.base import entropy_seed
+from app.engine.backends.mlx_backend import MLXBackend, probs_from_logits
+from app.engine.sampling import SamplingParams
+from app.models.errors import ModelFileError
+from app.models.mtp_weights import MTPWeights, norms_stored_zero_centered
+
+# RMSNorm weights that Qwen3.5's checkpoints store as offsets from 1 (mlx.nn.RMSNorm wants the scale)
+NORMS = ("pre_fc_norm_embedding.weight", "pre_fc_norm_hidden.weight", "norm.weight", ".input_layernorm.weight",
+         ".post_attention_layernorm.weight", ".q_norm.weight", ".k_norm.weight")
+
+
+class MTPLayer(nn.Module):
+    """Qwen3.5's MTP block under its checkpoint names: fc([norm(embedding); norm(hidden)]), one
+    decoder layer, norm."""
+
+    def __init__(self, args):
+        super().__init__()
+        from mlx_lm.models.qwen3_5 import DecoderLayer
+
+        hidden = args.hidden_size
+        self.pre_fc_norm_embedding = nn.RMSNorm(hidden, eps=args.rms_norm_eps)
+        self.pre_fc_norm_hidden = nn.RMSNorm(hidden, eps=args.rms_norm_eps)
+        self.fc = nn.Linear(2 * hidden, hidden, bias=False)
+        # the index of a full-attention layer in mlx-lm's pattern (every full_attention_interval-th)
+        self.layers = [DecoderLayer(args, args.full_attention_interval - 1)]
+        self.norm = nn.RMSNorm(hidden, eps=args.rms_norm_eps)
+
+    def __call__(self, embeds: mx.array, hidden: mx.array, cache: KVCache) -> mx.array:
+        x = self.fc(mx.concatenate([self.pre_fc_norm_embedding(embeds), self.pre_fc_norm_hidden(hidden)], axis=-1))
+        x = self.layers[0](x, create_attention_mask(x, cache), cache)
+        return self.norm(x)
+
+
+class MLXMTPHead:
+    """The MTP layer with its own KV cache: entry i read the token at position i + 1 beside the
+    target's hidden state at position i (RoPE positions are the entries' indices)."""
+
+    def __init__(self, target: MLXBackend, weights: MTPWeights):
+        language = getattr(target.model, "language_model", target.model)
+        args = getattr(language, "args", None)
+        if args is None or not hasattr(args, "full_attention_interval"):
+            raise ModelFileError(f"{target.model_type}: Tandem cannot attach an MTP layer to this model's classes.")
+        self.target, self.language = target, language
+        self.layer = MTPLayer(args)
+        dtype = language.model.norm.weight.dtype
+        shift = norms_stored_zero_centered(target.folder)
+        loaded = {}
+        for path in sorted(set(weights.files.values())):
+            for key, value in mx.load(str(path)).items():
+                if not key.startswith(weights.prefix):
+                    continue
+                name = key[len(weights.prefix):]
+                if name.startswith("layers.") and not name.startswith("layers.0."):
+                    continue  # a second MTP layer: Qwen3.5 chains its first
+                if shift and value.ndim == 1 and any(name.endswith(n) for n in NORMS):
+                    value = value + 1.0
+                loaded[name] = value.astype(dtype)
+        ours = dict(tree_flatten(self.layer.parameters()))
+        if set(loaded) != set(ours):
+            extra = sorted(set(loaded) - set(ours))[:2]
+            missing = sorted(set(ours) - set(loaded))[:2]
+            raise ModelFileError(f"{target.folder.name}: its MTP weights do not fit {target.model_type}'s decoder "
+                                 f"layer on MLX (unexpected {extra}, missing {missing}).")
+        self.layer.load_weights(list(loaded.items()))
+        mx.eval(self.layer.parameters())
+        self.weights_bytes = sum(v.nbytes for _, v in tree_flatten(self.layer.parameters()))
+        self._key = mx.random.key(entropy_seed())
+        self.reset()
+
+    def reset(self) -> None:
+        self.cache = KVCache()
+
+    @property
+    def length(self) -> int:
+        return self.cache.offset
+
+    def trim(self, length: int) -> None:
+        if self.cache.offset > length:
+            self.cache.trim(self.cache.offset - length)
+
+    def seed(self, seed: int | None) -> None:
+        self._key = mx.random.key(entropy_seed() if seed is None else seed)
+
+    def _next_key(self) -> mx.array:
+        self._key, key = mx.random.split(self._key)
+        return key
+
+    def _logits(self, h: mx.array) -> mx.array:
+        if self.language.args.tie_word_embeddings:
+            out = self.language.model.embed_tokens.as_linear(h)
+        else:
+            out = self.language.lm_head(h)
+        return out[0, -1, : self.target.vocab_limit].astype(mx.float32)
+
+    def _pass(self, ids: mx.array, hidden: mx.array) -> mx.array:
+        embeds = self.language.model.embed_tokens(ids)
+        return self.layer(embeds, hidden.astype(embeds.dtype), self.cache)
+
+    def draft(self, tokens: Sequence[int], rows: mx.array, k: int, params: SamplingParams,
+              should_stop: Callable[[], bool] | None = None):
+        """See TorchMTPHead.draft: read the pairs, then chain k steps on the layer's own output."""
+        last = self._pass(mx.array([list(tokens)]), rows.reshape(1, *rows.shape[-2:]))[:, -1:]
+        drafted, p_of, dists = [], [], []
+        for i in range(k):
+            if should_stop is not None and should_stop():
+                break
+            logits = self._logits(last)
+            if params.greedy:
+                token = mx.argmax(logits)
+                p = mx.softmax(logits)[token]
+            else:
+                probs = probs_from_logits(logits, params)
+                token = mx.random.categorical(mx.log(probs), key=self._next_key())
+                p = probs[token]
+                dists.append(probs)
+            drafted.append(token)
+            p_of.append(p)
+            if i < k - 1:
+                last = self._pass(token.reshape(1, 1), last)
+                mx.async_eval(last)
+        if not drafted:
+            return (), (), None, None
+        n = len(drafted)
+        ids_a = mx.stack(drafted).astype(mx.int32)
+        both = mx.concatenate([ids_a.astype(mx.float32), mx.stack(p_of)]).tolist()
+        return tuple(int(t) for t in both[:n]), tuple(both[n:]), (mx.stack(dists) if dists else None), ids_a

@@ -1,0 +1,152 @@
+"""A checkpoint's built-in MTP layer on PyTorch, drafting for its own target (app/engine/mtp.py).
+
+The layer is transformers' own `MtpLayer` (the DeepSeek-V3 multi-token-prediction block: two
+norms, a projection of [embedding; hidden] and a decoder layer, then a norm) around the target's
+own decoder-layer class as a full-attention layer; the embedding, the rotary embedding and the
+head are the target's modules, shared. Qwen3.5's checkpoint names map onto it one to one.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+
+import torch
+from safetensors import safe_open
+from transformers.cache_utils import DynamicCache
+from transformers.modeling_layers import MtpLayer
+
+from app.engine.backends.base import entropy_seed
+from app.engine.backends.torch_backend import TorchBackend, probs_from_logits
+from app.engine.sampling import SamplingParams
+from app.models.errors import ModelFileError
+from app.models.mtp_weights import MTPWeights
+
+# Qwen3.5's names (under mtp.) -> transformers' MtpLayer's
+RENAMES = (("fc.", "eh_proj."), ("pre_fc_norm_embedding.", "enorm."), ("pre_fc_norm_hidden.", "hnorm."),
+           ("norm.", "post_norm."), ("layers.0.", "mtp_block."))
+
+
+def to_layer_name(name: str) -> str:
+    for ours, theirs in RENAMES:
+        if name.startswith(ours):
+            return theirs + name[len(ours):]
+    return name
+
+
+def to_checkpoint_name(name: str) -> str:
+    for ours, theirs in RENAMES:
+        if name.startswith(theirs):
+            return ours + name[len(theirs):]
+    return name
+
+
+def mtp_config(text_config):
+    """The target's text config for one full-attention layer at index 0 (its own KV cache)."""
+    config = copy.deepcopy(text_config)
+    config.num_hidden_layers = 1
+    config.layer_types = ["full_attention"]
+    return config
+
+
+def build_layer(text_model: torch.nn.Module, config) -> MtpLayer:
+    """An MTP layer of the target's kinds of decoder layer and norm (random weights)."""
+    return MtpLayer(config, type(text_model.layers[-1]), type(text_model.norm), 0, use_post_norm=True)
+
+
+def run_layer(layer: MtpLayer, text_model, ids: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor,
+              cache: DynamicCache | None) -> torch.Tensor:
+    """One pass of the MTP layer: the tokens' embeddings (1, n) beside the hidden states (1, n, H) of
+    the positions before them -> the layer's normed output (1, n, H), appended to `cache`."""
+    embeds = text_model.embed_tokens(ids)
+    position_ids = positions.view(1, -1)
+    n, past = ids.shape[1], (cache.get_seq_length() if cache is not None else 0)
+    mask = None
+    if n > 1 and past:  # SDPA's is_causal aligns a short query top-left: say where each row may look
+        mask = torch.ones(n, past + n, dtype=torch.bool, device=ids.device).tril(past).view(1, 1, n, past + n)
+    return layer(embeds, hidden.to(embeds.dtype), position_embeddings=text_model.rotary_emb(embeds, position_ids),
+                 attention_mask=mask, position_ids=position_ids, cache=cache)
+
+
+class TorchMTPHead:
+    """The MTP layer with its own KV cache: entry i read the token at position i + 1 beside the
+    target's hidden state at position i."""
+
+    def __init__(self, target: TorchBackend, weights: MTPWeights):
+        text_model = getattr(target.model, "model", None)
+        if text_model is None or not hasattr(text_model, "rotary_emb") or not hasattr(text_model, "layers"):
+            raise ModelFileError(f"{target.model_type}: Tandem cannot attach an MTP layer to this model's classes.")
+        self.target, self.text_model = target, text_model
+        self.config = mtp_config(target.model.config)
+        device, dtype = text_model.embed_tokens.weight.device, text_model.norm.weight.dtype
+        self.layer = build_layer(text_model, self.config).to(device=device, dtype=dtype).eval()
+        state = {}
+        for name, path in weights.files.items():
+            if not name.startswith("layers.0.") and name.startswith("layers."):
+                continue  # a second MTP layer: Qwen3.5 chains its first; later ones wait for a model that uses them
+            with safe_open(str(path), framework="pt", device="cpu") as f:
+                state[to_layer_name(name)] = f.get_tensor(weights.prefix + name)
+        try:
+            self.layer.load_state_dict(state, strict=True)
+        except RuntimeError as exc:
+            first = str(exc).strip().splitlines()[0][:200]
+            raise ModelFileError(f"{target.folder.name}: its MTP weights do not fit {target.model_type}'s "
+                                 f"decoder layer ({first}).") from exc
+        self.layer.to(device=device, dtype=dtype)
+        self.weights_bytes = sum(p.numel() * p.element_size() for p in self.layer.parameters())
+        self._generator = torch.Generator(device=device)
+        self._generator.manual_seed(entropy_seed())
+        self.device = device
+        self.reset()
+
+    def reset(self) -> None:
+        self.cache = DynamicCache(config=self.config)
+
+    @property
+    def length(self) -> int:
+        return self.cache.get_seq_length()
+
+    def trim(self, length: int) -> None:
+        if self.length > length:
+            self.cache.crop(length - self.length)  # transformers 5: a negative count removes that many
+
+    def seed(self, seed: int | None) -> None:
+        self._generator.manual_seed(entropy_seed() if seed is None else seed)
+
+    def _pass(self, ids: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+        start = self.length
+        positions = torch.arange(start, start + ids.shape[1], device=self.device)
+        return run_layer(self.layer, self.text_model, ids, hidden, positions, self.cache)
+
+    @torch.inference_mode()
+    def draft(self, tokens: Sequence[int], rows: torch.Tensor, k: int, params: SamplingParams,
+              should_stop: Callable[[], bool] | None = None):
+        """Read `tokens` beside `rows` (the target's hidden states of the positions before each),
+        then draft k tokens, each step reading the last draft beside the layer's own output. The
+        cache keeps the read pairs and all steps but the last. Returns what backend.draft returns."""
+        ids = torch.tensor([list(tokens)], dtype=torch.long, device=self.device)
+        last = self._pass(ids, rows.view(1, *rows.shape[-2:]))[:, -1:]
+        head, limit = self.target.model.get_output_embeddings(), self.target.vocab_limit
+        drafted, p_of, dists = [], [], []
+        for i in range(k):
+            if should_stop is not None and should_stop():
+                break
+            logits = head(last)[0, -1, :limit].float()
+            if params.greedy:
+                token = torch.argmax(logits)
+                p = torch.softmax(logits, -1)[token]
+            else:
+                probs = probs_from_logits(logits, params)
+                token = torch.multinomial(probs, 1, generator=self._generator)[0]
+                p = probs[token]
+                dists.append(probs)
+            drafted.append(token)
+            p_of.append(p)
+            if i < k - 1:
+                last = self._pass(token.view(1, 1), last)
+        if not drafted:
+            return (), (), None, None
+        ids_t = torch.stack(drafted)
+        both = torch.cat([ids_t.float(), torch.stack(p_of).float()]).tolist()
+        n = len(drafted)
+        return tuple(int(t) for t in both[:n]), tuple(both[n:]), (torch.stack(dists) if dists else None), ids_t

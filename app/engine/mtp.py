@@ -1,0 +1,155 @@
+"""The target's own multi-token-prediction (MTP) layer as its drafter (DeepSeek-V3 report, sec.
+2.2; Qwen3.5/3.6 ship one such layer): the layer reads the next token's embedding beside the
+target's last hidden state at the position before it, and its output, through the target's head,
+predicts the token after. For k drafts the layer is chained on its own output (as vLLM chains a
+single MTP layer).
+
+The layer keeps its own KV cache, one entry per committed position whose token and hidden state
+it has read ("pairs": entry i read the token at position i + 1 beside the target's hidden state at
+position i). The target's passes hand over the hidden states (`wants_target_state`); a proposal
+first reads the pairs the target committed since the last one, then chains. Entries written while
+chaining used the layer's own output instead of the target's state: they go at the next
+`accepted`, whatever the verdict, and the pairs of the committed positions take their place.
+
+Per-backend layers: app/engine/backends/mtp_torch.py, app/engine/backends/mtp_mlx.py.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from app.engine.backends.base import ModelBackend
+from app.engine.drafters import Drafter, Proposal, TargetState, draft_seed
+from app.engine.sampling import SamplingParams
+from app.models.errors import ModelFileError
+from app.models.mtp_weights import find_mtp
+
+
+class MTPHead(Protocol):
+    weights_bytes: int
+
+    def reset(self) -> None: ...
+
+    @property
+    def length(self) -> int: ...
+
+    def trim(self, length: int) -> None: ...
+
+    def seed(self, seed: int | None) -> None: ...
+
+    def draft(self, tokens: Sequence[int], rows: Any, k: int, params: SamplingParams,
+              should_stop: Callable[[], bool] | None = None): ...
+
+
+def concat_rows(rows: Any, more: Any) -> Any:
+    """Rows of hidden states one after the other, on whichever array library holds them."""
+    if rows is None or rows.shape[0] == 0:
+        return more
+    if more.shape[0] == 0:
+        return rows
+    if hasattr(rows, "dim"):  # torch
+        import torch
+
+        return torch.cat([rows, more])
+    import mlx.core as mx
+
+    return mx.concatenate([rows, more])
+
+
+class MTPDrafter(Drafter):
+    wants_target_state = True
+
+    def __init__(self, head: MTPHead, name: str = "built-in MTP head"):
+        self.head = head
+        self.name = name
+        self._restart(0)
+
+    def _restart(self, base: int) -> None:
+        """An empty layer cache whose first pair will be the one of position `base`."""
+        self.head.reset()
+        self._base = base  # the position of pair 0's hidden state
+        self._pairs: list[int] = []  # the token each cache entry read
+        self._rows = None  # the target's hidden states not yet read, of positions base + len(pairs) on
+
+    @property
+    def _next(self) -> int:
+        """The position of the first hidden state the layer has not read."""
+        return self._base + len(self._pairs)
+
+    def start(self, prompt_ids: Sequence[int], seed: int | None = None, reuse: bool = False) -> None:
+        self.head.seed(draft_seed(seed))
+        if not reuse:
+            self._restart(0)
+
+    def finish(self, committed: Sequence[int] | None) -> None:
+        if committed is None:  # a pass failed midway: what the layer holds is unknown
+            self._restart(0)
+        else:  # keep the pairs and unread rows: a follow-up turn that extends them goes on from there
+            self.head.trim(len(self._pairs))
+
+    def _take(self, committed: Sequence[int], state: TargetState) -> None:
+        """Line up the target's rows from position `state.start` with what the layer holds: pairs
+        of positions before it stay where their tokens are still the committed ones (a follow-up
+        turn after the target kept its cache); rows in between must be at hand, or the layer
+        starts afresh at `state.start` (its positions are relative: it then reads from there)."""
+        start, rows = state.start, state.hidden
+        valid = 0
+        while (valid < len(self._pairs) and self._base + valid < start
+               and self._base + valid + 1 < len(committed)
+               and self._pairs[valid] == committed[self._base + valid + 1]):
+            valid += 1
+        unread = 0 if self._rows is None else self._rows.shape[0]
+        if valid < len(self._pairs):
+            if self._base + valid != start:
+                self._restart(start)
+                self._rows = rows
+                return
+            del self._pairs[valid:]
+            self.head.trim(valid)
+            self._rows = rows
+        elif start <= self._next + unread:
+            kept = None if self._rows is None else self._rows[: start - self._next]
+            self._rows = concat_rows(kept, rows)
+        else:  # rows between are gone (a gap no answer leaves; but never read them out of place)
+            self._restart(start)
+            self._rows = rows
+
+    def accepted(self, committed, proposal, n_accepted, state=None) -> None:
+        self.head.trim(len(self._pairs))  # the chained steps' entries go, whatever the verdict
+        if state is not None:
+            self._take(committed, state)
+
+    def propose(self, committed: Sequence[int], k: int, params: SamplingParams,
+                should_stop: Callable[[], bool] | None = None) -> Proposal:
+        started = time.perf_counter()
+        pending = len(committed) - 1  # the position of the token the target has not read yet
+        unread = 0 if self._rows is None else self._rows.shape[0]
+        if unread == 0 or self._next + unread != pending:
+            # no state for the positions before the pending token: nothing to draft from (the
+            # engine then takes a plain step, whose pass hands the state over)
+            return Proposal((), (), seconds=time.perf_counter() - started)
+        tokens = list(committed[self._next + 1 : pending + 1])
+        ids, p, probs, ids_array = self.head.draft(tokens, self._rows, k, params, should_stop)
+        self._pairs.extend(tokens)
+        self._rows = None
+        return Proposal(ids, p, probs, ids_array, time.perf_counter() - started, "mtp")
+
+
+def load_mtp_drafter(target: ModelBackend) -> MTPDrafter:
+    """The target checkpoint's own MTP layer as a drafter, on the target's backend; a clear
+    ModelFileError where the checkpoint has none."""
+    weights = find_mtp(target.folder)
+    if weights is None:
+        raise ModelFileError(
+            f"{target.folder.name} has no built-in multi-token-prediction layer (mtp.* weights). Qwen3.5 and "
+            "Qwen3.6 checkpoints ship one, but converted copies (mlx-community, GGUF) leave it out: open the "
+            "original checkpoint, or choose another draft.")
+    if target.name == "torch":
+        from app.engine.backends.mtp_torch import TorchMTPHead
+
+        return MTPDrafter(TorchMTPHead(target, weights))
+    from app.engine.backends.mtp_mlx import MLXMTPHead
+
+    return MTPDrafter(MLXMTPHead(target, weights))

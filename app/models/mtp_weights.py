@@ -1,0 +1,117 @@
+"""Where a checkpoint keeps its built-in multi-token-prediction (MTP) layers, read from the
+safetensors headers alone (no array library): pairing asks before anything loads.
+
+Qwen3.5/3.6 (and Qwen3-Next) ship one MTP layer under `mtp.*`, beside the main model's weights:
+`mtp.fc`, `mtp.pre_fc_norm_embedding`, `mtp.pre_fc_norm_hidden`, `mtp.layers.0.*` (a full-attention
+decoder layer) and `mtp.norm`; the embedding and the head are the main model's. mlx-lm's and
+transformers' Qwen3.5 classes drop these weights at load, and mlx-lm's converter does not write
+them, so only the original checkpoint has them.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.models.errors import ModelFileError
+
+# the parts every Qwen3.5-style MTP layer has (its decoder layer's own names vary with MoE)
+REQUIRED = ("fc.weight", "pre_fc_norm_embedding.weight", "pre_fc_norm_hidden.weight", "norm.weight")
+MTP_MODEL_TYPES = ("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_next")
+
+
+@dataclass(frozen=True)
+class MTPWeights:
+    files: dict[str, Path]  # each MTP tensor's name in the checkpoint (without the prefix) -> its file
+    prefix: str  # what comes before those names in the checkpoint ("mtp.")
+    layers: int  # MTP decoder layers (Qwen3.5: 1, chained for k > 1)
+
+    def names(self) -> list[str]:
+        return sorted(self.files)
+
+
+def _header_keys(path: Path) -> list[str]:
+    """The tensor names in a safetensors file's JSON header."""
+    try:
+        with path.open("rb") as f:
+            size = struct.unpack("<Q", f.read(8))[0]
+            header = json.loads(f.read(size))
+    except (OSError, struct.error, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ModelFileError(f"{path}: cannot read its safetensors header ({exc}). The file may be "
+                             "truncated: download the model again.") from exc
+    return [k for k in header if k != "__metadata__"]
+
+
+def _all_keys(folder: Path) -> dict[str, Path]:
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (json.JSONDecodeError, KeyError, UnicodeDecodeError) as exc:
+            raise ModelFileError(f"{index}: not a valid safetensors index ({exc}).") from exc
+        return {k: folder / v for k, v in weight_map.items()}
+    return {k: path for path in sorted(folder.glob("*.safetensors")) for k in _header_keys(path)}
+
+
+def mtp_model_type(config: dict) -> str:
+    return str((config.get("text_config") or {}).get("model_type") or config.get("model_type") or "")
+
+
+def find_mtp(folder: str | Path) -> MTPWeights | None:
+    """The checkpoint's MTP layers, or None where it has none (or a model type whose MTP layout
+    Tandem does not know)."""
+    folder = Path(folder)
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    if mtp_model_type(config) not in MTP_MODEL_TYPES:
+        return None
+    keys = _all_keys(folder)
+    for prefix in ("mtp.", "model.mtp.", "model.language_model.mtp."):
+        files = {k[len(prefix):]: path for k, path in keys.items() if k.startswith(prefix)}
+        if files:
+            break
+    else:
+        return None
+    missing = [name for name in REQUIRED if name not in files]
+    if missing:
+        raise ModelFileError(f"{folder}: its multi-token-prediction weights are incomplete (no {prefix}"
+                             f"{missing[0]}). Download the model again.")
+    layers = len({name.split(".")[1] for name in files if name.startswith("layers.")})
+    if not layers:
+        raise ModelFileError(f"{folder}: its multi-token-prediction weights have no decoder layer "
+                             f"({prefix}layers.0.*). Download the model again.")
+    return MTPWeights(files, prefix, layers)
+
+
+def mtp_bytes(weights: MTPWeights) -> int:
+    """Bytes the MTP layers' own tensors take (the embedding and head are shared), from the headers."""
+    total = 0
+    for path in set(weights.files.values()):
+        with path.open("rb") as f:
+            size = struct.unpack("<Q", f.read(8))[0]
+            header = json.loads(f.read(size))
+        for key, info in header.items():
+            if key.startswith(weights.prefix) and isinstance(info, dict):
+                start, end = info["data_offsets"]
+                total += end - start
+    return total
+
+
+def norms_stored_zero_centered(folder: str | Path) -> bool:
+    """Whether the checkpoint stores its RMSNorm weights as offsets from 1 (Qwen3.5's own format,
+    which computes x * (1 + w)) rather than as the scale itself (mlx-lm's converted format). The
+    rule mlx-lm's qwen3_5 sanitize uses: the original layout's conv1d weights end in the kernel
+    axis, the converted ones in a channel axis of 1."""
+    folder = Path(folder)
+    for path in sorted(folder.glob("*.safetensors")):
+        with path.open("rb") as f:
+            size = struct.unpack("<Q", f.read(8))[0]
+            header = json.loads(f.read(size))
+        for key, info in header.items():
+            if "conv1d.weight" in key and isinstance(info, dict):
+                return info["shape"][-1] != 1
+    return True  # no recurrent layer to tell by: the MTP weights come only in the original layout

@@ -1,0 +1,177 @@
+"""A checkpoint's built-in MTP layer as its drafter (app/engine/mtp.py), on both backends: a tiny
+Qwen3.5 hybrid and its MTP layer trained together on a task only the right hidden state solves
+(tests/mtp_training.py) draft far above chance and fall to chance when the layer reads the hidden
+state of the wrong position; speculation stays exact at every k and at temperature 1; the MLX
+layer (ours) computes what transformers' MtpLayer computes; a follow-up turn's layer cache equals
+a fresh one's; a checkpoint without MTP weights is refused with the reason."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from app.engine.backends import load_backend
+from app.engine.events import Round
+from app.engine.mtp import MTPDrafter, concat_rows, load_mtp_drafter
+from app.engine.sampling import SamplingParams
+from app.engine.speculative import generate
+from app.models.errors import ModelFileError
+from app.models.mtp_weights import find_mtp
+from tests.factories import save_qwen35, tiny_qwen35
+from tests.mtp_training import FIRST, VOCAB, save_trained
+
+PERIODIC = [1, 5, 9, 17, 5, 9, 17, 5]  # what the pair was trained on: the MTP layer should be right
+OTHER = [1, 4, 8, 15, 22, 3, 7]  # no period: the target continues its own way, the layer errs more
+N = 30
+CHANCE = 1 / (VOCAB - FIRST)
+
+
+def _run(target, prompt, drafter=None, max_tokens=N, **kw):
+    events = list(generate(target, lambda ids: "", prompt, drafter=drafter, max_tokens=max_tokens, **kw))
+    return [t for e in events if isinstance(e, Round) for t in e.emitted], events[-1].stats
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    folder, losses = save_trained(tmp_path_factory.mktemp("mtp") / "qwen35-mtp")
+    return folder
+
+
+@pytest.fixture(scope="module", params=["torch", "mlx"])
+def pair(request, trained):
+    if request.param == "mlx":
+        pytest.importorskip("mlx_lm")
+    target = load_backend(trained, request.param)
+    return target, load_mtp_drafter(target), load_backend(trained, request.param)
+
+
+def test_the_checkpoints_mtp_weights_are_found_and_the_loaders_drop_nothing_else(trained):
+    found = find_mtp(trained)
+    assert found is not None and found.layers == 1 and found.prefix == "mtp."
+    assert {"fc.weight", "norm.weight", "layers.0.self_attn.q_proj.weight"} <= set(found.names())
+
+
+def test_a_trained_mtp_layer_drafts_far_above_chance_and_stays_exact(pair):
+    target, drafter, fresh = pair
+    for prompt in (PERIODIC, OTHER):
+        plain, _ = _run(fresh, prompt)
+        for k in range(1, 9):
+            tokens, stats = _run(target, prompt, drafter, draft_tokens=k)
+            assert tokens == plain, (prompt, k)
+            assert stats.drafted > 0
+            if k == 1:  # one step reads the target's own state: what the layer was trained for
+                assert stats.accepted / stats.drafted > 0.7, (prompt, stats.accepted, stats.drafted)
+
+
+class _OffByOne(MTPDrafter):
+    """The wiring bug the acceptance test must catch: each token read beside the hidden state of
+    the position before the right one."""
+
+    def _take(self, committed, state):
+        before = getattr(self, "_carry", None)
+        if before is None or state.start == 0:
+            before = state.hidden[:1]
+        shifted = concat_rows(before, state.hidden[:-1])
+        self._carry = state.hidden[-1:]
+        super()._take(committed, replace(state, hidden=shifted))
+
+
+def test_the_layer_fed_the_wrong_positions_state_falls_to_chance(pair):
+    target, drafter, fresh = pair
+    wrong = _OffByOne(drafter.head)
+    plain, _ = _run(fresh, PERIODIC)
+    tokens, stats = _run(target, PERIODIC, wrong, draft_tokens=1)
+    assert tokens == plain  # a bad drafter costs speed, never the answer
+    right, right_stats = _run(target, PERIODIC, drafter, draft_tokens=1)
+    assert stats.accepted / stats.drafted < 0.3 < 0.7 < right_stats.accepted / right_stats.drafted
+    assert stats.accepted / stats.drafted < 3 * CHANCE + 0.15
+
+
+def test_the_mlx_layer_computes_what_transformers_mtp_layer_computes(trained):
+    pytest.importorskip("mlx_lm")
+    import mlx.core as mx
+    import torch
+
+    torch_target, mlx_target = load_backend(trained, "torch"), load_backend(trained, "mlx")
+    torch_head, mlx_head = load_mtp_drafter(torch_target).head, load_mtp_drafter(mlx_target).head
+    rng = np.random.default_rng(0)
+    rows = rng.standard_normal((6, torch_target.model.config.hidden_size)).astype(np.float32)
+    tokens = [int(t) for t in rng.integers(FIRST, VOCAB, 6)]
+    with torch.inference_mode():
+        a = torch_head._pass(torch.tensor([tokens]), torch.from_numpy(rows)[None])
+        a2 = torch_head._pass(torch.tensor([[7]]), a[:, -1:])  # a chained step, on the cache
+        logits_a = torch_target.model.get_output_embeddings()(a2)[0, -1].numpy()
+    b = mlx_head._pass(mx.array([tokens]), mx.array(rows)[None])
+    b2 = mlx_head._pass(mx.array([[7]]), b[:, -1:])
+    logits_b = np.array(mlx_head._logits(b2))
+    assert np.abs(a.numpy() - np.array(b)).max() < 1e-4
+    assert np.abs(logits_a - logits_b).max() < 1e-4 * max(1.0, np.abs(logits_a).max())
+
+
+def _layer_keys(head) -> np.ndarray:
+    if hasattr(head.cache, "layers"):  # transformers' DynamicCache
+        return head.cache.layers[0].keys[0].float().numpy()
+    import mlx.core as mx
+
+    keys = head.cache.keys[..., : head.cache.offset, :]
+    mx.eval(keys)
+    return np.array(keys[0])
+
+
+def test_a_follow_up_turn_keeps_the_layers_cache_as_a_fresh_one_would_build_it(pair, trained):
+    target, drafter, fresh = pair
+    first, _ = _run(target, PERIODIC, drafter, draft_tokens=2, max_tokens=12, reuse_cache=True)
+    follow = [*PERIODIC, *first, 3, 11, 6, 3, 11]
+    tokens, stats = _run(target, follow, drafter, draft_tokens=2, max_tokens=12, reuse_cache=True)
+    assert stats.reused_tokens > len(PERIODIC)  # the target kept its cache: the layer's must line up
+    plain, _ = _run(fresh, follow, max_tokens=12)
+    assert tokens == plain
+    again = load_mtp_drafter(fresh)
+    fresh.reset()
+    _run(fresh, follow, again, draft_tokens=2, max_tokens=12)
+    assert again._pairs == drafter._pairs
+    assert np.abs(_layer_keys(drafter.head) - _layer_keys(again.head)).max() < 1e-4
+
+
+def test_mtp_speculative_sampling_matches_the_target(trained):
+    """Temperature 1: the layer's own distributions go to the Leviathan/Chen rule, so tokens 2
+    and 3 keep the target's marginals."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from tests.test_engine_sampling import ALPHA, _p_value, exact_marginals
+
+    params = SamplingParams(temperature=1.0, seed=11)
+    prompt = PERIODIC[:6]
+    model = AutoModelForCausalLM.from_pretrained(str(trained), dtype=torch.float32).eval()
+    exact = exact_marginals(model, prompt, params, depth=3, vocab=VOCAB)
+    target = load_backend(trained, "torch")
+    drafter = load_mtp_drafter(target)
+    counts, drafted, accepted = np.zeros((3, VOCAB)), 0, 0
+    for i in range(1200):
+        seeded = replace(params, seed=params.seed * 100_003 + i)
+        tokens, stats = _run(target, prompt, drafter, max_tokens=3, draft_tokens=2, params=seeded)
+        drafted, accepted = drafted + stats.drafted, accepted + stats.accepted
+        for position, t in enumerate(tokens):
+            counts[position, t] += 1
+    assert 0.2 < accepted / drafted < 0.95  # both verdicts were common
+    for position in (1, 2):
+        assert _p_value(counts[position], exact[position]) > ALPHA / 2, position
+
+
+def test_a_checkpoint_without_mtp_weights_is_refused_with_the_reason(tmp_path):
+    folder = save_qwen35(tiny_qwen35(4, vocab=64), tmp_path / "plain")
+    assert find_mtp(folder) is None
+    with pytest.raises(ModelFileError, match="no built-in multi-token-prediction layer"):
+        load_mtp_drafter(load_backend(folder, "torch"))
+
+
+def test_incomplete_mtp_weights_are_named(tmp_path):
+    import torch
+
+    model = tiny_qwen35(4, vocab=64)
+    folder = save_qwen35(model, tmp_path / "broken", extra={"mtp.fc.weight": torch.zeros(64, 128)})
+    with pytest.raises(ModelFileError, match="incomplete .*pre_fc_norm_embedding"):
+        find_mtp(folder)

@@ -14,7 +14,7 @@ import pytest
 
 from app.engine.backends import load_backend
 from app.engine.events import Round
-from app.engine.mtp import MTPDrafter, concat_rows, load_mtp_drafter
+from app.engine.mtp import MTPDrafter, load_mtp_drafter
 from app.engine.sampling import SamplingParams
 from app.engine.speculative import generate
 from app.models.errors import ModelFileError
@@ -73,7 +73,7 @@ class _OffByOne(MTPDrafter):
         before = getattr(self, "_carry", None)
         if before is None or state.start == 0:
             before = state.hidden[:1]
-        shifted = concat_rows(before, state.hidden[:-1])
+        shifted = self.head.concat(before, state.hidden[:-1])
         self._carry = state.hidden[-1:]
         super()._take(committed, replace(state, hidden=shifted))
 

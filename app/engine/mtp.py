@@ -42,20 +42,8 @@ class MTPHead(Protocol):
     def draft(self, tokens: Sequence[int], rows: Any, k: int, params: SamplingParams,
               should_stop: Callable[[], bool] | None = None): ...
 
-
-def concat_rows(rows: Any, more: Any) -> Any:
-    """Rows of hidden states one after the other, on whichever array library holds them."""
-    if rows is None or rows.shape[0] == 0:
-        return more
-    if more.shape[0] == 0:
-        return rows
-    if hasattr(rows, "dim"):  # torch
-        import torch
-
-        return torch.cat([rows, more])
-    import mlx.core as mx
-
-    return mx.concatenate([rows, more])
+    def concat(self, rows: Any, more: Any) -> Any:
+        """Rows of hidden states one after the other, on the head's array library."""
 
 
 class MTPDrafter(Drafter):
@@ -111,7 +99,7 @@ class MTPDrafter(Drafter):
             self._rows = rows
         elif start <= self._next + unread:
             kept = None if self._rows is None else self._rows[: start - self._next]
-            self._rows = concat_rows(kept, rows)
+            self._rows = rows if kept is None or kept.shape[0] == 0 else self.head.concat(kept, rows)
         else:  # rows between are gone (a gap no answer leaves; but never read them out of place)
             self._restart(start)
             self._rows = rows

@@ -96,6 +96,9 @@ class MLXMTPHead:
         if self.cache.offset > length:
             self.cache.trim(self.cache.offset - length)
 
+    def concat(self, rows, more):
+        return mx.concatenate([rows, more])
+
     def seed(self, seed: int | None) -> None:
         self._key = mx.random.key(entropy_seed() if seed is None else seed)
 

@@ -110,6 +110,9 @@ class TorchMTPHead:
         if self.length > length:
             self.cache.crop(length - self.length)  # transformers 5: a negative count removes that many
 
+    def concat(self, rows, more):
+        return torch.cat([rows, more])
+
     def seed(self, seed: int | None) -> None:
         self._generator.manual_seed(entropy_seed() if seed is None else seed)
 

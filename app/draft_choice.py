@@ -24,6 +24,8 @@ class DraftKind(Enum):
     MODEL = "model"  # a draft model (folder, .gguf or hub id), prompt lookup beside it
     SELF = "self"  # the target's own weights at a lower precision, prompt lookup beside it
     AUTO = "auto"  # decided when the pair loads (app/runner.auto_draft)
+    MTP = "mtp"  # the target checkpoint's own multi-token-prediction layer (app/engine/mtp.py)
+    ASSISTANT = "assistant"  # a Gemma 4 assistant folder that drafts from the target's state
     PAIR = "pair"  # a request's: whatever the loaded pair drafts with
 
 
@@ -31,14 +33,16 @@ class DraftKind(Enum):
 SELF_PRECISIONS = ("float32", "bfloat16", "float16", "int4", "int4-bf16-head", "int4-head", "gguf")
 
 # Kinds without an argument: the one word each is written as
-WORDS = {DraftKind.NONE: "none", DraftKind.LOOKUP: "ngram", DraftKind.AUTO: "auto", DraftKind.PAIR: "pair"}
+WORDS = {DraftKind.NONE: "none", DraftKind.LOOKUP: "ngram", DraftKind.AUTO: "auto", DraftKind.PAIR: "pair",
+         DraftKind.MTP: "mtp"}
 # Kinds with one: the field that holds it (a "source": folder, .gguf or hub id; a "precision")
-ARGUMENTS = {DraftKind.MODEL: "source", DraftKind.SELF: "precision"}
+ARGUMENTS = {DraftKind.MODEL: "source", DraftKind.SELF: "precision", DraftKind.ASSISTANT: "source"}
 # and the prefix written before it ("self:int4"); a draft model is written as its source alone
-PREFIXES = {DraftKind.SELF: "self:"}
+PREFIXES = {DraftKind.SELF: "self:", DraftKind.ASSISTANT: "assistant:"}
 MODEL_ONLY_WORD = "model"  # a request's: the pair's draft model without prompt lookup beside it
 # Other spellings read (the Draft slot's keywords, older files); never written
-ALIASES = {"lookup": DraftKind.LOOKUP, "prompt lookup": DraftKind.LOOKUP, "n-gram": DraftKind.LOOKUP}
+ALIASES = {"lookup": DraftKind.LOOKUP, "prompt lookup": DraftKind.LOOKUP, "n-gram": DraftKind.LOOKUP,
+           "built-in mtp": DraftKind.MTP, "mtp head": DraftKind.MTP}
 
 LABELS = {  # (name, detail) in the UI's words, for kinds whose words do not depend on an argument
     DraftKind.NONE: ("none", "the target decodes alone"),
@@ -46,10 +50,12 @@ LABELS = {  # (name, detail) in the UI's words, for kinds whose words do not dep
     DraftKind.AUTO: ("chosen for the model", "the demo's fastest measured here (prompt lookup on PyTorch, its own "
                      "4-bit copy on MLX), prompt lookup for other models"),
     DraftKind.PAIR: ("the pair's draft", "what the loaded pair drafts with"),
+    DraftKind.MTP: ("built-in MTP head", "the model's own multi-token-prediction layer, reading its hidden states"),
 }
 
 ACCEPTED = ('a draft model\'s folder, .gguf file or Hugging Face id, "self:<precision>" (one of '
-            f'{", ".join(SELF_PRECISIONS)}), "ngram" (prompt lookup), "none" or "auto"')
+            f'{", ".join(SELF_PRECISIONS)}), "mtp" (the model\'s own MTP layer), "assistant:<folder>" (a Gemma 4 '
+            'assistant), "ngram" (prompt lookup), "none" or "auto"')
 
 
 class DraftChoiceError(ValueError):
@@ -83,6 +89,10 @@ class DraftChoice:
     @classmethod
     def model(cls, source: str) -> DraftChoice:
         return cls(DraftKind.MODEL, source=str(source))
+
+    @classmethod
+    def assistant(cls, source: str) -> DraftChoice:
+        return cls(DraftKind.ASSISTANT, source=str(source))
 
     @classmethod
     def self_draft(cls, precision: str) -> DraftChoice:
@@ -152,6 +162,8 @@ class DraftChoice:
 
         if self.kind is DraftKind.MODEL:
             return model_label(self.source), "draft model"
+        if self.kind is DraftKind.ASSISTANT:
+            return model_label(self.source), "Gemma 4 assistant, reading the target's state"
         if self.kind is DraftKind.SELF:
             precision = dtype or self.precision
             return f"the same model in {precision_words(precision)}", f"the target's own weights at {precision}"

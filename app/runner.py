@@ -19,17 +19,22 @@ from pathlib import Path
 from app.chat.context import fit_messages
 from app.draft_choice import NO_DRAFT, PAIR_DRAFT, PROMPT_LOOKUP, DraftChoice, DraftKind
 from app.engine.adaptive import DraftLengthController
+from app.engine.assistant import load_assistant_drafter
 from app.engine.backends import default_backend, load_backend
 from app.engine.backends.base import ModelBackend
 from app.engine.kept_caches import KeptCaches, default_budget
+from app.engine.mtp import load_mtp_drafter
 from app.engine.drafters import Drafter, LookupThenModelDrafter, ModelDrafter, PromptLookupDrafter
 from app.engine.events import Finished, Notice, Round
 from app.engine.sampling import SamplingParams
 from app.engine.speculative import generate
 from app.models.architecture import check_architecture
+from app.models.draft_heads import assistant_estimate, is_assistant_folder, no_mtp_reason
+from app.models.errors import ModelFileError
 from app.models.folder import check_model_folder
 from app.models.integrity import check_weights
 from app.models.memory import MemoryEstimate, NotEnoughMemory, check_fits, estimate, free_memory, longest_chat
+from app.models.mtp_weights import find_mtp, mtp_bytes
 from app.models.pairing import check_tokenizers
 from app.models.resolve import display_name, resolve_model
 
@@ -237,7 +242,8 @@ class Runner:
         device = self._device(backend)
         models = [estimate("target", config, file_bytes, backend, device, precision,
                            _gguf_loaded_bytes(folder, backend, precision))]
-        draft_folder = draft_tokenizer = None
+        draft_folder = draft_tokenizer = assistant_folder = None
+        draft_weights = 0  # what the LoadedModel reports for a drafter that is not a model of its own
         if draft.kind is DraftKind.SELF and draft.precision == precision:
             # a copy of the target at the target's own precision is the target: nothing to gain
             progress(f"The draft would be the target itself ({precision}): drafting with prompt lookup instead.")
@@ -246,13 +252,26 @@ class Runner:
         if draft.kind is DraftKind.SELF:
             draft_folder = folder  # same weights, same tokenizer: nothing to check
             models.append(estimate("draft", config, file_bytes, backend, device, draft_precision))
-        elif draft.kind is DraftKind.MODEL:
+        elif draft.kind in (DraftKind.MODEL, DraftKind.ASSISTANT):
             draft_folder = resolve_model(draft.source, backend, progress)
-            draft_config, draft_bytes = self._check_files(draft_folder, backend)
-            draft_tokenizer = ChatTokenizer(draft_folder)
-            check_tokenizers(tokenizer, draft_tokenizer)  # before any weights load
-            models.append(estimate("draft", draft_config, draft_bytes, backend, device,
-                                   loaded_bytes=_gguf_loaded_bytes(draft_folder, backend, "auto")))
+            if is_assistant_folder(draft_folder):  # a Gemma 4 assistant dropped as the draft: it drafts as one
+                draft, assistant_folder, draft_folder = DraftChoice.assistant(str(draft_folder)), draft_folder, None
+                models.append(assistant_estimate(assistant_folder, config, backend, device, precision))
+                draft_weights = models[-1].weights
+            elif draft.kind is DraftKind.ASSISTANT:
+                raise ModelFileError(f"{display_name(draft_folder)} is not a Gemma 4 assistant (its config's "
+                                     "model_type is not gemma4_assistant): choose it as a draft model instead.")
+            else:
+                draft_config, draft_bytes = self._check_files(draft_folder, backend)
+                draft_tokenizer = ChatTokenizer(draft_folder)
+                check_tokenizers(tokenizer, draft_tokenizer)  # before any weights load
+                models.append(estimate("draft", draft_config, draft_bytes, backend, device,
+                                       loaded_bytes=_gguf_loaded_bytes(draft_folder, backend, "auto")))
+        elif draft.kind is DraftKind.MTP:
+            mtp = find_mtp(folder)  # before any weights load: a checkpoint without one is refused now
+            if mtp is None:
+                raise ModelFileError(no_mtp_reason(folder))
+            models.append(MemoryEstimate("draft", mtp_bytes(mtp), 0, models[0].context))
         if context is not None:  # the memory check plans for the context asked for
             models = [replace(m, context=min(m.context, context)) for m in models]
         try:
@@ -286,6 +305,14 @@ class Runner:
             draft_dtype = draft_backend.dtype
             if draft.kind is DraftKind.MODEL:  # named by the folder loaded (a .gguf's import, a hub cache)
                 draft = DraftChoice.model(str(draft_folder))
+        elif draft.kind is DraftKind.MTP:
+            progress("Loading the model's built-in MTP layer ...")
+            mtp_drafter = load_mtp_drafter(target)
+            drafter, draft_weights = LookupThenModelDrafter(mtp_drafter), mtp_drafter.head.weights_bytes
+        elif assistant_folder is not None:
+            progress(f"Loading assistant {display_name(assistant_folder)} ...")
+            assistant = load_assistant_drafter(assistant_folder, target)
+            drafter = assistant
         elif draft.kind is DraftKind.LOOKUP:
             drafter = PromptLookupDrafter()
         self.target, self.drafter, self.tokenizer = target, drafter, tokenizer
@@ -293,7 +320,7 @@ class Runner:
         self.loaded = LoadedModel(folder, backend, target.device, target.dtype, target.model_type,
                                   target.context_length, target.weights_bytes,
                                   time.perf_counter() - start, draft, notice,
-                                  draft_backend.weights_bytes if draft_folder is not None else 0,
+                                  draft_backend.weights_bytes if draft_folder is not None else draft_weights,
                                   target.device_note,
                                   "switch" if tokenizer.thinking_switch else "always" if tokenizer.thinks else "",
                                   own, draft_dtype)

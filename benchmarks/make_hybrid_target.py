@@ -2,12 +2,15 @@
 what speculation costs on a model with recurrent layers (no real checkpoint can be downloaded
 here). Written as real Qwen3.5 checkpoints are laid out, so both transformers and mlx-lm load it.
 
-    python benchmarks/make_hybrid_target.py OUT [--hidden 768 --layers 12]
+    python benchmarks/make_hybrid_target.py OUT [--hidden 768 --layers 12] [--mtp]
     tandem-cli bench --backend torch --model OUT --draft self:int4 --ks 1,2,4,8 --no-anchors
+    tandem-cli bench --backend torch --model OUT --draft mtp --ks 1,2,4 --no-anchors   (with --mtp)
 
 Gated DeltaNet in three layers of four, full attention in the fourth (Qwen3.5's pattern). The
 weights are random but larger than the init, so the answers are not uniform noise; an int4 copy
 of the target (self:int4) then agrees with it often, not always: rounds both accept and roll back.
+With --mtp the checkpoint also holds a random MTP layer under mtp.* (Qwen3.5's names), so the
+built-in MTP drafter's cost per draft can be measured; random, it is rarely accepted.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=768)
     parser.add_argument("--layers", type=int, default=12)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--mtp", action="store_true", help="add a random MTP layer (mtp.* weights)")
     args = parser.parse_args()
 
     import json
@@ -51,11 +55,21 @@ def main() -> None:
         for name, p in model.named_parameters():
             if p.dim() == 2 and "linear_attn" not in name:
                 p.mul_(4.0)
-    save_qwen35(model, args.out, tokenizer_from)
+    extra = {}
+    if args.mtp:
+        from app.engine.backends.mtp_torch import build_layer, mtp_config, to_checkpoint_name
+
+        layer = build_layer(model.model, mtp_config(model.config))
+        with torch.no_grad():
+            for p in layer.parameters():
+                if p.dim() == 2:
+                    p.mul_(4.0)
+        extra = {"mtp." + to_checkpoint_name(name): value for name, value in layer.state_dict().items()}
+    save_qwen35(model, args.out, tokenizer_from, extra=extra)
     size = sum(f.stat().st_size for f in args.out.iterdir())
     print(f"{args.out}: Qwen3.5-style hybrid, {sum(p.numel() for p in model.parameters()) / 1e6:.0f}M parameters, "
           f"{size / 1e6:.0f} MB, layers {config.layer_types.count('linear_attention')} Gated DeltaNet + "
-          f"{config.layer_types.count('full_attention')} full attention")
+          f"{config.layer_types.count('full_attention')} full attention" + (" + an MTP layer" if extra else ""))
 
 
 if __name__ == "__main__":

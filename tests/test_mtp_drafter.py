@@ -175,3 +175,56 @@ def test_incomplete_mtp_weights_are_named(tmp_path):
     folder = save_qwen35(model, tmp_path / "broken", extra={"mtp.fc.weight": torch.zeros(64, 128)})
     with pytest.raises(ModelFileError, match="incomplete .*pre_fc_norm_embedding"):
         find_mtp(folder)
+
+
+# --- the runner: "mtp" is one draft choice among the others -------------------------------------
+
+def _random_mtp_checkpoint(folder, tokenizer_from):
+    """A tiny Qwen3.5 of the tiny pair's 1024-token vocabulary with a random MTP layer: what a
+    chat through the runner needs (its chat template and tokenizer), drafts rarely accepted."""
+    import torch
+
+    from app.engine.backends.mtp_torch import build_layer, mtp_config, to_checkpoint_name
+
+    model = tiny_qwen35(5)
+    torch.manual_seed(5)
+    layer = build_layer(model.model, mtp_config(model.config))
+    mtp = {"mtp." + to_checkpoint_name(name): value for name, value in layer.state_dict().items()}
+    return save_qwen35(model, folder, tokenizer_from, extra=mtp)
+
+
+@pytest.mark.parametrize("backend", ["torch", "mlx"])
+def test_the_runner_loads_mtp_as_a_draft_beside_prompt_lookup_and_stays_exact(backend, tiny_pair, tmp_path):
+    if backend == "mlx":
+        pytest.importorskip("mlx_lm")
+    from app.draft_choice import NO_DRAFT, DraftChoice, DraftKind
+    from app.engine.events import Finished
+    from app.runner import ChatRequest, Runner
+
+    folder = _random_mtp_checkpoint(tmp_path / "qwen35-mtp", tiny_pair["target"])
+    runner = Runner()
+    loaded = runner.load(folder, backend, DraftChoice.parse("mtp"), progress=lambda m: None)
+    assert loaded.draft.kind is DraftKind.MTP and loaded.draft_words()[0] == "built-in MTP head"
+    assert runner.drafter.wants_target_state and runner.drafter.model.head.weights_bytes > 0
+    ask = ChatRequest(({"role": "user", "content": "Say the list 1, 2, 3, 1, 2, 3, 1, 2, 3 again."},),
+                      max_tokens=24, draft_tokens=3)
+    spec = list(runner.chat(ask))
+    plain = list(runner.chat(ChatRequest(ask.messages, max_tokens=24, drafter=NO_DRAFT)))
+    tokens = [[t for e in events if isinstance(e, Round) for t in e.emitted] for events in (spec, plain)]
+    assert tokens[0] == tokens[1]
+    stats = next(e for e in spec if isinstance(e, Finished)).stats
+    assert stats.drafted > 0
+    sources = {e.source for e in spec if isinstance(e, Round) and e.drafted}
+    assert "mtp" in sources  # the layer drafted, not only prompt lookup
+
+
+def test_the_runner_refuses_mtp_for_a_checkpoint_without_one_before_loading(tiny_pair, tmp_path):
+    from app.draft_choice import DraftChoice
+    from app.runner import Runner
+
+    folder = save_qwen35(tiny_qwen35(4), tmp_path / "plain", tiny_pair["target"])
+    said = []
+    runner = Runner()
+    with pytest.raises(ModelFileError, match="no built-in multi-token-prediction layer"):
+        runner.load(folder, "torch", DraftChoice.parse("mtp"), progress=said.append)
+    assert runner.target is None and not any(line.startswith("Loading") for line in said)

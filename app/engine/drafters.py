@@ -167,7 +167,7 @@ class PromptLookupDrafter(Drafter):
 
 
 class LookupThenModelDrafter(Drafter):
-    """Prompt lookup where the answer repeats its context, the draft model everywhere else.
+    """Prompt lookup where the answer repeats its context, the draft model (or MTP layer) everywhere else.
 
     A lookup proposal costs microseconds where a model draft costs a forward pass per token, and
     where the text is being copied (an edited email, a function written out again) it is as
@@ -177,15 +177,17 @@ class LookupThenModelDrafter(Drafter):
     pass, the next time it drafts. Any drafter keeps verification exact: this only changes
     which tokens are proposed."""
 
-    def __init__(self, model: ModelDrafter, lookup: PromptLookupDrafter | None = None, min_tokens: int = 3):
-        self.model = model
+    def __init__(self, model: Drafter, lookup: PromptLookupDrafter | None = None, min_tokens: int = 3):
+        self.model = model  # a draft model, or any drafter that drafts by computing (an MTP layer)
         self.lookup = lookup or PromptLookupDrafter(max_ngram=4, min_ngram=3)
         self.min_tokens = min_tokens
         self.name = f"{model.name} + prompt lookup"
+        # a drafter fed by the target's passes is fed on lookup rounds too: it sees every position
+        self.wants_target_state = model.wants_target_state
 
     @property
-    def backend(self) -> ModelBackend:
-        return self.model.backend
+    def backend(self) -> ModelBackend | None:
+        return getattr(self.model, "backend", None)  # a draft model's; None for an MTP layer
 
     def start(self, prompt_ids: Sequence[int], seed: int | None = None, reuse: bool = False) -> None:
         self.model.start(prompt_ids, seed, reuse)

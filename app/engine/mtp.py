@@ -24,6 +24,7 @@ from app.engine.backends.base import ModelBackend
 from app.engine.drafters import Drafter, Proposal, TargetState, draft_seed
 from app.engine.sampling import SamplingParams
 from app.models.errors import ModelFileError
+from app.models.draft_heads import no_mtp_reason
 from app.models.mtp_weights import find_mtp
 
 
@@ -130,10 +131,7 @@ def load_mtp_drafter(target: ModelBackend) -> MTPDrafter:
     ModelFileError where the checkpoint has none."""
     weights = find_mtp(target.folder)
     if weights is None:
-        raise ModelFileError(
-            f"{target.folder.name} has no built-in multi-token-prediction layer (mtp.* weights). Qwen3.5 and "
-            "Qwen3.6 checkpoints ship one, but converted copies (mlx-community, GGUF) leave it out: open the "
-            "original checkpoint, or choose another draft.")
+        raise ModelFileError(no_mtp_reason(target.folder))
     if target.name == "torch":
         from app.engine.backends.mtp_torch import TorchMTPHead
 

@@ -298,7 +298,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help='model folder, .gguf file, or "demo" (default)')
     gen.add_argument("--draft", type=draft_choice, default="auto",
                      help='draft model folder or .gguf, "self:int4" / "self:int4-head" / "self:bfloat16" '
-                          '(a copy of the target at that precision), "ngram" (prompt lookup), "none", or '
+                          '(a copy of the target at that precision), "mtp" (the checkpoint\'s own MTP layer), '
+                          '"assistant:<folder>" (a Gemma 4 assistant), "ngram" (prompt lookup), "none", or '
                           '"auto" (default: the demo\'s measured best draft, else prompt lookup)')
     gen.add_argument("--precision", default="auto",
                      choices=PRECISION_CHOICES,
@@ -323,7 +324,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="measure Tandem against the target alone and the anchors")
     bench.add_argument("--model", "--target", dest="model", default="demo")
     bench.add_argument("--draft", type=draft_choice, default="auto",
-                       help='draft model, "self:<precision>", "ngram", or "auto" (as for generate)')
+                       help='draft model, "self:<precision>", "mtp", "assistant:<folder>", "ngram", or "auto" '
+                            '(as for generate)')
     bench.add_argument("--precision", default="auto", choices=PRECISION_CHOICES)
     bench.add_argument("--compile", choices=COMPILE_CHOICES, default="auto", help=COMPILE_HELP)
     bench.add_argument("--context", type=at_least_one("context token"), default=None, metavar="N",
@@ -349,7 +351,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--model", "--target", dest="model", default="demo",
                        help='model folder, .gguf file, or "demo" (default)')
     serve.add_argument("--draft", type=draft_choice, default="auto",
-                       help='draft model, "self:<precision>", "ngram", "none" or "auto"')
+                       help='draft model, "self:<precision>", "mtp", "assistant:<folder>", "ngram", "none" or "auto"')
     serve.add_argument("--precision", default="auto", choices=PRECISION_CHOICES)
     serve.add_argument("--compile", choices=COMPILE_CHOICES, default="auto", help=COMPILE_HELP)
     serve.add_argument("--context", type=at_least_one("context token"), default=None, metavar="N",

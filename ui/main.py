@@ -13,6 +13,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="demo", help='model folder, .gguf, or "demo"')
     parser.add_argument("--draft", type=draft_choice, default="auto",
                         help='draft model folder or .gguf, "self:int4" (the target\'s own weights in int4), '
+                             '"mtp" (the checkpoint\'s own MTP layer), "assistant:<folder>" (a Gemma 4 assistant), '
                              '"ngram" (prompt lookup), "none", or "auto" (default: the demo\'s measured best '
                              'draft, else prompt lookup)')
     parser.add_argument("--backend", choices=["mlx", "torch"], default="")

@@ -51,6 +51,7 @@ class BenchRun:
     # a draft model's cost is its own decoding, timed alone; a model-free drafter's (prompt
     # lookup) is what its proposals took in the runs
     draft_is_model: bool = False
+    draft_name: str = ""  # the drafter that is not prompt lookup ("built-in MTP head"), for the cost line
     wall_s: float = 0.0
 
 
@@ -67,7 +68,7 @@ def build_methods(runner, ks=(2, 4, 6), anchors: bool = True, progress=print) ->
         return lambda prompt, ids, params: run_tandem(target, tok.decode, ids, draft, prompt.max_tokens,
                                                       params, stop, k, controller)
 
-    is_model = isinstance(drafter, (ModelDrafter, LookupThenModelDrafter))
+    is_model = _draft_model(drafter) is not None  # an MTP layer or assistant has no model the anchors could run
     anchor_spec = anchor_lookup = anchor_plain = None
     methods = [Method(TARGET_ALONE, "target", tandem(None, None))]
     if anchors and target.name == "torch":
@@ -150,7 +151,9 @@ def run_bench(runner, prompts: list[BenchPrompt], methods: list[Method], *, para
             if method.close is not None:
                 method.close()
     bench.target_costs, bench.draft_cost = measure_costs(runner, bench)
-    bench.draft_is_model = isinstance(runner.drafter, (ModelDrafter, LookupThenModelDrafter))
+    bench.draft_is_model = _draft_model(runner.drafter) is not None
+    inner = getattr(runner.drafter, "model", runner.drafter)
+    bench.draft_name = "" if inner is None or inner.name == "prompt lookup" else inner.name
     bench.wall_s = time.perf_counter() - start
     return bench
 
@@ -172,6 +175,13 @@ def _run_all(bench: BenchRun, methods: list[Method], prompts: list[BenchPrompt],
                          f"{result.tokens_per_s:6.1f} tok/s  ({len(result.tokens)} tokens)")
 
 
+def _draft_model(drafter):
+    """The draft model's backend (ModelDrafter, or one beside prompt lookup), else None."""
+    if isinstance(drafter, (ModelDrafter, LookupThenModelDrafter)):
+        return drafter.backend
+    return None
+
+
 def measure_costs(runner, bench: BenchRun) -> tuple[dict[int, float], float | None]:
     """t_t(w) for w = 1 .. max k + 1 and t_d(1), at the first prompt's length plus its answer."""
     first = bench.prompts[0]
@@ -180,9 +190,10 @@ def measure_costs(runner, bench: BenchRun) -> tuple[dict[int, float], float | No
     widest = max([m.k or MAX_DRAFT for m in bench.methods if m.family == "tandem"], default=MAX_DRAFT)
     costs = measure_target_costs(runner.target, context, range(1, widest + 2))
     drafter = runner.drafter
-    if isinstance(drafter, (ModelDrafter, LookupThenModelDrafter)):
+    if _draft_model(drafter) is not None:
         return costs, measure_draft_cost(drafter.backend, context)
-    # a model-free drafter: its measured time per proposed token in the runs
+    # a drafter that is not a model of its own (prompt lookup, an MTP layer): its measured time per
+    # proposed token in the runs
     drafted = [r.result for r in bench.records if r.result.drafted]
     total = sum(r.drafted for r in drafted)
     return costs, (sum(r.draft_s for r in drafted) / total if total else None)

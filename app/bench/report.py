@@ -99,7 +99,7 @@ def summarize(bench: BenchRun, divergences: list[Divergence], config: dict) -> d
     return {
         "config": config,
         "costs": {"target_s_by_width": bench.target_costs, "draft_s_per_token": bench.draft_cost,
-                  "draft_is_model": bench.draft_is_model},
+                  "draft_is_model": bench.draft_is_model, "drafter": bench.draft_name},
         "methods": methods,
         "exactness": {
             "checked": config["temperature"] == 0,
@@ -190,7 +190,8 @@ def format_table(summary: dict) -> str:
     if costs["draft_s_per_token"] is not None:
         lines.append(f"  draft model alone: {costs['draft_s_per_token'] * 1000:.1f} ms per token"
                      if costs["draft_is_model"] else
-                     f"  prompt lookup: {costs['draft_s_per_token'] * 1e6:.0f} µs per proposed token")
+                     f"  {costs.get('drafter') or 'prompt lookup'}: {costs['draft_s_per_token'] * 1000:.3f} ms per "
+                     "proposed token, in the runs")
     lines.append("")
     names = [m["name"] for m in summary["methods"]]
     lines.append("per prompt, median tok/s:  " + " | ".join(names))

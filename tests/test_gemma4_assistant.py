@@ -218,3 +218,29 @@ def test_the_published_layout_speculates_too(tmp_path, backend):
     drafter = load_assistant_drafter(save_assistant(tiny_assistant(2), tmp_path / "assistant"), target)
     tokens, stats = _answer(target, drafter, k=4, max_tokens=20)
     assert tokens == plain and stats.drafted > 40
+
+
+def test_the_runner_pairs_a_dropped_assistant_folder_as_an_assistant_and_stays_exact(tiny_pair, tmp_path):
+    """An assistant chosen as an ordinary draft model (dropped in the Draft slot) drafts as an
+    assistant: no tokenizer of its own is needed, and the chat is the target's token for token."""
+    import shutil
+
+    from app.draft_choice import NO_DRAFT, DraftChoice, DraftKind
+    from app.engine.assistant import Gemma4AssistantDrafter
+    from app.engine.events import Finished
+    from app.runner import ChatRequest, Runner
+
+    target = save_gemma4(tiny_gemma4(31, vocab=1024), tmp_path / "gemma4")
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        shutil.copy(tiny_pair["target"] / name, target / name)
+    assistant = save_assistant(tiny_assistant(32, vocab=1024), tmp_path / "gemma4-assistant")
+    runner = Runner()
+    loaded = runner.load(target, "torch", DraftChoice.model(str(assistant)), progress=lambda m: None)
+    assert loaded.draft.kind is DraftKind.ASSISTANT and isinstance(runner.drafter, Gemma4AssistantDrafter)
+    assert loaded.draft_bytes > 0
+    ask = ChatRequest(({"role": "user", "content": "hi"},), max_tokens=20, draft_tokens=3)
+    spec = list(runner.chat(ask))
+    plain = list(runner.chat(ChatRequest(ask.messages, max_tokens=20, drafter=NO_DRAFT)))
+    tokens = [[t for e in events if isinstance(e, Round) for t in e.emitted] for events in (spec, plain)]
+    assert tokens[0] == tokens[1]
+    assert next(e for e in spec if isinstance(e, Finished)).stats.drafted > 0

@@ -29,7 +29,7 @@ from app.engine.events import Finished, Notice, Round
 from app.engine.sampling import SamplingParams
 from app.engine.speculative import generate
 from app.models.architecture import check_architecture
-from app.models.draft_heads import assistant_estimate, is_assistant_folder, no_mtp_reason
+from app.models.draft_heads import assistant_estimate, has_mtp, is_assistant_folder, no_mtp_reason
 from app.models.errors import ModelFileError
 from app.models.folder import check_model_folder
 from app.models.integrity import check_weights
@@ -42,14 +42,14 @@ BASELINE_TOKENS = 32  # about 2 s on the demo: long enough that one noisy moment
 
 
 def auto_draft(spec: str | Path, backend: str | None = None, precision: str = "auto") -> DraftChoice:
-    """What "auto" pairs a target with: the demo's measured best draft (app/models/demo.py); for
-    other targets prompt lookup, which costs no memory and which adaptive k turns off where it does
-    not pay."""
+    """What "auto" pairs a target with: the demo's measured best draft (app/models/demo.py); a
+    checkpoint's own MTP layer where it ships one; for other targets prompt lookup, which costs no
+    memory and which adaptive k turns off where it does not pay."""
     from app.models.demo import DEMO_SPECS, demo_draft
 
     if str(spec) in DEMO_SPECS:
         return demo_draft(str(spec), backend or default_backend(), precision)
-    return PROMPT_LOOKUP
+    return DraftChoice(DraftKind.MTP) if has_mtp(spec) else PROMPT_LOOKUP
 
 
 class CancelToken:

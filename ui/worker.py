@@ -26,8 +26,8 @@ from app.chat.trace import RoundTrace
 from app.engine.events import Finished, Notice
 from app.models.pairing import PairingError
 from app.pair_trial import TrialProgress, run_trial
-from app.draft_choice import AUTO_DRAFT, NO_DRAFT, PROMPT_LOOKUP, DraftChoice
-from app.runner import BASELINE_TOKENS, ChatRequest, Runner
+from app.draft_choice import AUTO_DRAFT, NO_DRAFT, DraftChoice
+from app.runner import BASELINE_TOKENS, ChatRequest, Runner, auto_draft
 from app.chat.thinking import THINKING
 from app.service import END, RequestHandle, RunnerService, Started, Text, Traced
 
@@ -200,10 +200,13 @@ class EngineWorker(QObject):
                 if not request.keep_draft:
                     raise
                 draft_name = request.named()[1]
-                info = self._load(request, PROMPT_LOOKUP)
-                request = replace(request, draft=PROMPT_LOOKUP, draft_name=PROMPT_LOOKUP)
-                self.pair_notice.emit(f"The draft {draft_name} does not fit this target, so it drafts with prompt "
-                                 f"lookup for now. {exc} Drop a draft of the target's family on the Draft slot.")
+                # what the target alone is paired with: its own MTP layer where it has one, else prompt lookup
+                fallback = auto_draft(request.target, request.backend or None, request.precision)
+                info = self._load(request, fallback)
+                request = replace(request, draft=fallback, draft_name=fallback)
+                self.pair_notice.emit(f"The draft {draft_name} does not fit this target, so it drafts with "
+                                      f"{fallback.label} for now. {exc} Drop a draft of the target's family on the "
+                                      "Draft slot.")
         except Exception as exc:  # any failure is reported; the previous pair stays loaded
             log.warning("loading %s failed: %s", request.target, exc)
             if self.runner.loaded is None:  # it was unloaded to make room (Runner._check_memory)

@@ -6,11 +6,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from app.draft_choice import AUTO_DRAFT, PROMPT_LOOKUP, DraftChoice
+from app.draft_choice import AUTO_DRAFT, PROMPT_LOOKUP, DraftChoice, DraftKind
 from app.models.memory import OVERHEAD, OVERHEAD_FLOOR
 from app.paths import asset
 
 CATALOG_FILE = ("catalog.json",)
+# How a catalog pair's draft is written ("kind" in catalog.json): a draft model or a Gemma 4
+# assistant to fetch beside the target, or the target checkpoint's own MTP layer (nothing to fetch)
+CATALOG_KINDS = (DraftKind.MODEL, DraftKind.ASSISTANT, DraftKind.MTP)
 
 
 @dataclass(frozen=True)
@@ -26,8 +29,19 @@ class CatalogPair:
     backend: str
     title: str
     target: CatalogModel
-    draft: CatalogModel | None
+    draft: CatalogModel | None  # what is fetched beside the target; None: nothing (the MTP layer, prompt lookup)
     note: str = ""
+    draft_kind: DraftKind = DraftKind.MODEL  # one of CATALOG_KINDS
+
+    @property
+    def draft_choice(self) -> DraftChoice:
+        if self.draft_kind is DraftKind.MTP:
+            return DraftChoice(DraftKind.MTP)
+        if self.draft is None:
+            return PROMPT_LOOKUP
+        if self.draft_kind is DraftKind.ASSISTANT:
+            return DraftChoice.assistant(self.draft.repo)
+        return DraftChoice.model(self.draft.repo)
 
     @property
     def size_gb(self) -> float:
@@ -59,7 +73,7 @@ class CatalogPair:
             from app.models.demo import DEMO_DRAFT, DEMO_REFERENCE
 
             return DEMO_REFERENCE, DEMO_DRAFT
-        return self.target.repo, DraftChoice.model(self.draft.repo) if self.draft else PROMPT_LOOKUP
+        return self.target.repo, self.draft_choice
 
 
 DEMO_PAIR = CatalogPair(
@@ -82,13 +96,30 @@ def _model(data: dict) -> CatalogModel:
     return CatalogModel(str(data["repo"]), float(data.get("size_gb", 0.0)), bool(data.get("gated", False)))
 
 
+def _draft(item: dict) -> tuple[CatalogModel | None, DraftKind]:
+    """A pair's draft: {"repo", "size_gb"} (a draft model), with "kind": "assistant" (a Gemma 4
+    assistant), or {"kind": "mtp"} alone (the target's own layer, inside its download)."""
+    data = item.get("draft")
+    if not data:
+        return None, DraftKind.MODEL
+    kind = DraftKind(data.get("kind", DraftKind.MODEL.value))
+    if kind not in CATALOG_KINDS:
+        raise ValueError(f"catalog pair {item['id']}: a draft of kind {kind.value} is not one the catalog lists")
+    if kind is DraftKind.MTP:
+        if "repo" in data:
+            raise ValueError(f"catalog pair {item['id']}: the MTP layer is the target's own; it names no repo")
+        return None, kind
+    return _model(data), kind
+
+
 def load_catalog(backend: str | None = None) -> list[CatalogPair]:
     """The demo pair first, then the catalog's pairs for `backend` (all when None)."""
     data = json.loads(asset(*CATALOG_FILE).read_text(encoding="utf-8"))
     pairs = [DEMO_PAIR] + ([DEMO_REFERENCE_PAIR] if backend in (None, "torch") else [])
     for item in data["pairs"]:
         if backend is None or item["backend"] == backend:
+            draft, kind = _draft(item)
             pairs.append(CatalogPair(
                 id=item["id"], backend=item["backend"], title=item["title"], target=_model(item["target"]),
-                draft=_model(item["draft"]) if item.get("draft") else None, note=item.get("note", "")))
+                draft=draft, note=item.get("note", ""), draft_kind=kind))
     return pairs

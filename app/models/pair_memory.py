@@ -165,8 +165,8 @@ class PairMemory:
 def same_pair(target: str, draft: DraftChoice, backend: str | None = None) -> tuple[str, DraftChoice]:
     """One name for each way of naming a pair on `backend`: the demo's cache folders are "demo"
     (its gguf folder on PyTorch, mlx on MLX) and "demo:float32" (PyTorch's hf folder), and "auto"
-    is the draft it stands for (app/runner.auto_draft: the demo's measured best, prompt lookup
-    for others)."""
+    is the draft it stands for (app/runner.auto_draft: the demo's measured best, a checkpoint's own
+    MTP layer, prompt lookup for others)."""
     from app.models.demo import DEMO_REFERENCE, DEMO_SPECS, demo_draft
     from app.models.resolve import is_demo_folder
 
@@ -178,7 +178,10 @@ def same_pair(target: str, draft: DraftChoice, backend: str | None = None) -> tu
         elif name == "hf":
             target = DEMO_REFERENCE if backend == "torch" else target
     if draft.kind is DraftKind.AUTO:
-        draft = demo_draft(target, backend) if target in DEMO_SPECS else PROMPT_LOOKUP
+        from app.models.draft_heads import has_mtp
+
+        draft = (demo_draft(target, backend) if target in DEMO_SPECS
+                 else DraftChoice(DraftKind.MTP) if has_mtp(target) else PROMPT_LOOKUP)
     return target, draft
 
 

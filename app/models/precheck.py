@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.models.architecture import check_architecture
+from app.models.draft_heads import is_assistant_folder
 from app.models.folder import check_model_folder
 from app.models.integrity import check_weights
-from app.models.memory import check_fits, estimate, free_memory
+from app.models.memory import MemoryEstimate, check_fits, estimate, free_memory
 from app.models.pairing import check_tokenizers
 from app.models.resolve import display_name
 
@@ -34,13 +35,18 @@ def precheck_pair(target: PairPart, draft: PairPart | None, backend: str, held_b
         from app.models.memory_torch import torch_device
 
         device = torch_device()
-    parts = [("target", target)] + ([("draft", draft)] if draft is not None else [])
+    # A Gemma 4 assistant is no model of its own: it may ship no tokenizer, and its loader checks
+    # the target's vocabulary and hidden size (app/engine/assistant.py); its weights are counted.
+    assistant = draft is not None and is_assistant_folder(draft.folder)
+    parts = [("target", target)] + ([("draft", draft)] if draft is not None and not assistant else [])
     estimates = []
     for role, part in parts:
         config = check_model_folder(part.folder, weights=False)
         check_architecture(config, backend, display_name(part.folder))
         estimates.append(estimate(role, config, part.weight_bytes, backend, device, part.precision))
-    if draft is not None and draft.folder != target.folder:
+    if assistant:
+        estimates.append(MemoryEstimate("draft", draft.weight_bytes, 0, 1))
+    if draft is not None and not assistant and draft.folder != target.folder:
         check_tokenizers(ChatTokenizer(target.folder), ChatTokenizer(draft.folder))
     free, where = free_memory(backend, device)
     return check_fits(estimates, free + held_bytes, where) or ""

@@ -1,6 +1,7 @@
 """What a user dropped or typed on a model slot, classified before anything is read or fetched:
 a model folder, a .gguf file, a Hugging Face repo (id or URL), or one of the draft keywords
-(app/draft_choice.py: "ngram", "prompt lookup", "self:int4", "none", "auto")."""
+(app/draft_choice.py: "ngram", "prompt lookup", "self:int4", "mtp", "none", "auto"). A Gemma 4
+assistant's folder (app/models/draft_heads.py) drafts as an assistant, not as a draft model."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from app.draft_choice import DraftChoice, DraftChoiceError, DraftKind
+from app.models.draft_heads import is_assistant_folder
 from app.models.errors import ModelFileError
 from app.models.folder import PICKLED_SUFFIXES
 from app.models.hub import HOSTS, HubRef, parse_hub_ref
@@ -35,12 +37,14 @@ class ModelSource:
         hub model was fetched to."""
         if self.keyword is not None:
             return self.keyword, self.keyword
+        if is_assistant_folder(loads or self.value):  # a Gemma 4 assistant drafts from the target's state
+            return DraftChoice.assistant(loads or self.value), DraftChoice.assistant(self.name)
         return DraftChoice.model(loads or self.value), DraftChoice.model(self.name)
 
 
 def draft_source(choice: DraftChoice) -> ModelSource:
     """A draft remembered typed (a recent pair, the catalog) as the Draft slot would take it."""
-    if choice.kind is DraftKind.MODEL:
+    if choice.kind in (DraftKind.MODEL, DraftKind.ASSISTANT):  # fetched like any model, then as_draft
         return classify(choice.source, "draft")
     return ModelSource("keyword", str(choice), keyword=choice)
 

@@ -195,7 +195,8 @@ class PairController(QObject):
             if draft is None and "draft" not in resolved and current is not None:
                 if current.draft.kind is DraftKind.SELF:
                     draft = replace(parts["target"], precision=current.draft.precision)
-                elif current.draft.kind is DraftKind.MODEL and Path(current.draft.source).is_dir():
+                elif (current.draft.kind in (DraftKind.MODEL, DraftKind.ASSISTANT)
+                      and Path(current.draft.source).is_dir()):
                     draft = local_part(current.draft.source)
             return precheck_pair(parts["target"], draft, backend, self.held_bytes)
 
@@ -219,6 +220,8 @@ class PairController(QObject):
         draft, draft_name = resolved.get("draft", (current.draft, current.named()[1]))
         # A new target alone keeps the draft model in use only when their tokenizers agree.
         keep_draft = "target" in resolved and "draft" not in resolved
+        if keep_draft and draft.kind is DraftKind.MTP:  # the old target's own layer: the new one's, if it has one
+            draft, draft_name = AUTO_DRAFT, AUTO_DRAFT
         self.request_pair.emit(PairRequest(target, draft, self.backend, target_name, draft_name, keep_draft,
                                            context=self.memory.context(target_name)))
 

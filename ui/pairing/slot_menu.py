@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QFileDialog, QInputDialog, QMenu, QMessageBox, QWidget
 
-from app.draft_choice import NO_DRAFT, PROMPT_LOOKUP, DraftChoice
+from app.draft_choice import NO_DRAFT, PROMPT_LOOKUP, DraftChoice, DraftKind
 from app.models.catalog import CatalogPair, load_catalog
+from app.models.draft_heads import has_mtp
 from ui.pairing.controller import PairController
 from ui.tips import wrap_tip
 
@@ -15,6 +16,7 @@ DRAFT_CHOICES = (
     ("Prompt lookup: copies from the chat, no model", PROMPT_LOOKUP),
     ("None: the target decodes alone", NO_DRAFT),
 )
+MTP_DRAFT = DraftChoice(DraftKind.MTP)  # offered only for a target whose checkpoint has the layer
 UNKNOWN_FREE = 2**62
 
 
@@ -33,6 +35,11 @@ def build_slot_menu(role: str, pairing: PairController, parent: QWidget) -> QMen
                        lambda: _choose_context(pairing, parent))
     if role == "draft":
         menu.addSeparator()
+        if pairing.loaded is not None and has_mtp(pairing.loaded.folder):  # Qwen3.5/3.6 ship one; conversions do not
+            item = menu.addAction(f"{MTP_DRAFT.label.capitalize().replace('mtp', 'MTP')}: the target's own "
+                                  "multi-token-prediction layer", lambda: pairing.choose_draft(MTP_DRAFT))
+            item.setToolTip(wrap_tip("The target checkpoint's own multi-token-prediction layer drafts, with prompt "
+                                     "lookup beside it: nothing to download, little memory."))
         for text, choice in DRAFT_CHOICES:
             menu.addAction(text, lambda choice=choice: pairing.choose_draft(choice))
     menu.addSeparator()

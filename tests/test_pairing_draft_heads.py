@@ -106,6 +106,17 @@ def test_an_assistant_folder_on_the_draft_slot_is_an_assistant_not_a_draft_model
     assert classify(ordinary, "draft").as_draft() == (DraftChoice.model(ordinary),) * 2
 
 
+def test_an_assistant_dropped_beside_its_target_pairs_as_the_draft(qapp, assistant, gemma_target):
+    from ui.pairing.controller import PairController
+    from ui.pairing.downloads import DownloadStrip
+
+    pairing = PairController(DownloadStrip(), backend="torch")
+    asked = []
+    pairing.request_pair.connect(asked.append)
+    pairing.drop("window", [str(assistant), str(gemma_target)])  # in either order: the larger is the target
+    assert [(r.target, r.draft) for r in asked] == [(str(gemma_target), DraftChoice.assistant(str(assistant)))]
+
+
 def test_an_assistant_skips_the_tokenizer_check_a_draft_model_gets(assistant, gemma_target, monkeypatch):
     from app.models.precheck import local_part, precheck_pair
 

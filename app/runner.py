@@ -233,10 +233,13 @@ class Runner:
             raise TypeError(f"draft must be a DraftChoice (app/draft_choice.py), not {type(draft).__name__}")
         if draft.kind is DraftKind.PAIR:
             raise ValueError(f"“{draft}” is a request's choice among the loaded pair's drafters, not a draft to load.")
-        if draft.kind is DraftKind.AUTO:
+        auto = draft.kind is DraftKind.AUTO
+        if auto:
             draft = auto_draft(spec, backend, precision)
         start = time.perf_counter()
         folder = resolve_model(spec, backend, progress, precision)
+        if auto and draft == PROMPT_LOOKUP and has_mtp(folder):  # a hub id: its own MTP layer shows once fetched
+            draft = DraftChoice(DraftKind.MTP)
         config, file_bytes = self._check_files(folder, backend)
         tokenizer = ChatTokenizer(folder)
         device = self._device(backend)

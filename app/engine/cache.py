@@ -12,8 +12,10 @@ idea for the models of 2026: a cache may mix three kinds of layer.
 So a round takes a `checkpoint()` before a pass that may be rejected and `rewind()`s after it.
 For a cache without recurrent layers the checkpoint is just a length and the rewind a trim. With
 recurrent layers the rewind restores the checkpoint's state (attention layers trimmed to the
-same length) and the caller passes the tokens it keeps again (the engine's replay): on hybrid
-models a rejected round costs a copy of the state and a pass over the accepted tokens.
+same length) and the kept positions are read again: by the recurrent layers alone, from the
+inputs they recorded during the pass, where the backend can (PyTorch's layer replay), otherwise
+by the caller passing the kept tokens through the whole model (the engine's replay). On hybrid
+models a rejected round costs a copy of the state and that second read of the accepted tokens.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class ModelCache(ABC):
     """A model's cache behind one protocol (app/engine/backends/*_cache.py implement it)."""
 
     blocked: str = ""  # why it cannot be rolled back at all (a layer kind it does not know)
+    recomputed: int = 0  # positions whose recurrent state the last rewind advanced again itself
 
     @property
     @abstractmethod
@@ -76,8 +79,11 @@ class ModelCache(ABC):
 
     def rewind(self, mark: Checkpoint, length: int) -> int:
         """Cut back to `length` positions (mark.length <= length). Returns the length now held:
-        `length` where trimming reaches it; mark.length where recurrent state had to go back to
-        the checkpoint, and the caller passes the tokens in between again."""
+        `length` where trimming reaches it, or where recurrent state went back to the checkpoint
+        and the recurrent layers alone advanced it again (`replay_layers`; `recomputed` says over
+        how many positions); otherwise mark.length, and the caller passes the tokens in between
+        again."""
+        self.recomputed = 0
         if length >= self.length:
             return self.length
         if not self.recurrent:
@@ -86,8 +92,24 @@ class ModelCache(ABC):
         if length < mark.length:
             raise ValueError(f"cannot rewind recurrent state to {length} positions from a checkpoint at {mark.length}")
         self.restore(mark.state)
+        try:
+            replayed = self.replay_layers(length - mark.length)
+        except BaseException:
+            self.restore(mark.state)  # some layers may have advanced: all back to the checkpoint
+            self.trim(mark.length)
+            raise
+        if replayed:
+            self.trim(length)
+            self.recomputed = length - mark.length
+            return length
         self.trim(mark.length)
         return mark.length
+
+    def replay_layers(self, n: int) -> bool:
+        """Advance the restored recurrent state over the first n positions of the passes since the
+        checkpoint without the rest of the model (from what those passes recorded). False where
+        this cache cannot: the caller passes the tokens through the whole model again."""
+        return False
 
     def can_cut(self, length: int) -> bool:
         """Whether `cut(length)` can go back to `length` exactly (a follow-up turn's shared prefix)."""

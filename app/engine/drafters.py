@@ -129,8 +129,9 @@ class ModelDrafter(Drafter):
             self.backend.truncate(keep)
             return
         held = self.backend.rewind(mark, keep)
-        # Recurrent state went back to before this round's catch-up: read the kept tokens again
-        # now, or the catch-up would grow with every rejected round.
+        # Where recurrent state went back to before this round's catch-up and its layers did not
+        # advance it again themselves (layer replay), read the kept tokens again now, or the
+        # catch-up would grow with every rejected round.
         self.backend.prefill(committed[held:keep])
 
     def can_speculate(self) -> str | None:

@@ -81,7 +81,10 @@ class Verified:
     # the target's checkpoint before the pass and rewind after it, and the drafter's own rollback
     # (a draft model's trim, or its restore and replay), replays included
     rollback_s: float
-    replayed: int  # tokens passed again to rebuild recurrent state (0 on attention-only caches)
+    # tokens read again to rebuild recurrent state after a rollback (0 on attention-only caches):
+    # passed through the whole model again, or, with layer replay (PyTorch), the tokens whose
+    # recurrent state the recurrent layers alone recomputed from the inputs they recorded
+    replayed: int
     state: TargetState | None = None  # the committed positions' hidden states, when asked for
 
 
@@ -90,7 +93,9 @@ def verify_round(target: ModelBackend, committed: Sequence[int], proposal: Propo
     """One target pass over what its cache lacks of `committed` (the pending token) and the
     drafts; the cache then keeps the committed tokens and the accepted drafts. Recurrent state
     (app/engine/cache.py) goes back to the checkpoint taken before the pass and reads the kept
-    tokens again: the cost of a rejection on a hybrid model, part of the round's rollback time."""
+    tokens again (the recurrent layers alone inside the rewind where the backend can, else the
+    whole model here): the cost of a rejection on a hybrid model, part of the round's rollback
+    time."""
     start = time.perf_counter()
     mark = target.checkpoint()
     catch_up = list(committed[mark.length:])
@@ -110,7 +115,8 @@ def verify_round(target: ModelBackend, committed: Sequence[int], proposal: Propo
     replay = kept[held - mark.length:]
     target.prefill(replay)
     end = time.perf_counter()
-    return Verified(verdict, rewind_start - passed, (passed - start) + (end - rewind_start), len(replay), state)
+    replayed = len(replay) + target.recomputed
+    return Verified(verdict, rewind_start - passed, (passed - start) + (end - rewind_start), replayed, state)
 
 
 def speculative_round(target: ModelBackend, drafter: Drafter, committed: list[int], k: int,

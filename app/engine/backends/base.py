@@ -95,9 +95,15 @@ class ModelBackend(ABC):
 
     def rewind(self, mark: Checkpoint, length: int) -> int:
         """Cut back to `length` positions after a pass taken at `mark`; returns the positions now
-        held (fewer where recurrent state went back to the checkpoint: the caller passes the
-        tokens in between again)."""
+        held (fewer where recurrent state went back to the checkpoint and was not advanced again
+        layer by layer: the caller passes the tokens in between again)."""
         return self.cache.rewind(mark, length)
+
+    @property
+    def recomputed(self) -> int:
+        """Positions whose recurrent state the last `rewind` advanced again itself, layer by layer
+        (included in what it returns: the caller passes none of them again)."""
+        return self.cache.recomputed
 
     def truncate(self, length: int) -> None:
         """Keep the first `length` positions where no checkpoint is needed: attention layers,

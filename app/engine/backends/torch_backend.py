@@ -15,7 +15,8 @@ from app.engine.backends.base import ModelBackend, Verdict, entropy_seed
 from app.engine.backends.compile_torch import (StepCache, agree, compile_layers, decide, decoder_layers,
                                                uncompile_layers, warm_up)
 from app.engine.backends.kv_cache_torch import block_grown_cache
-from app.engine.backends.torch_cache import TorchCache
+from app.engine.backends.layer_replay_torch import recurrent_mixers
+from app.engine.backends.torch_cache import STATE_REPLAYS, TorchCache
 from app.engine.sampling import SamplingParams
 from app.models.folder import check_model_folder, context_length_of
 from app.models.torch_quantize import quiet_torchao_logs
@@ -131,8 +132,12 @@ class TorchBackend(ModelBackend):
     name = "torch"
 
     def __init__(self, folder: Path, device: str | None = None, precision: str = "auto",
-                 compile: str = "off", progress: Callable[[str], None] | None = None):
+                 compile: str = "off", progress: Callable[[str], None] | None = None,
+                 state_replay: str = "layers"):
         config = check_model_folder(folder)
+        if state_replay not in STATE_REPLAYS:
+            raise ValueError(f"unknown state replay {state_replay!r}; choose one of {', '.join(STATE_REPLAYS)}")
+        self._state_replay = state_replay
         if precision not in PRECISIONS:
             raise ValueError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
         self.folder = folder
@@ -185,6 +190,7 @@ class TorchBackend(ModelBackend):
         self._generator.manual_seed(entropy_seed())  # never torch's fixed default seed
         self.compiled = False
         self._hidden_hook = self._hidden = None
+        self._mixers: dict | None = None  # found at the first reset (layer_replay_torch.py)
         self.reset()
         want, self.compile_note = decide(compile, self._device)
         if want:
@@ -248,8 +254,24 @@ class TorchBackend(ModelBackend):
             head.limit = limit
 
     def reset(self) -> None:
-        self.cache = TorchCache(block_grown_cache(self.model.config, StepCache if self.compiled else DynamicCache))
+        store = block_grown_cache(self.model.config, StepCache if self.compiled else DynamicCache)
+        if self._mixers is None:
+            self._mixers = recurrent_mixers(self.model, store) or {}
+        # compiled layers trace the mixers: a hook put on and taken off at every round would
+        # recompile them, so compiled models replay the whole model
+        self.cache = TorchCache(store, None if self.compiled else self._mixers, self._state_replay)
         self.held = ()
+
+    @property
+    def state_replay(self) -> str:
+        """How rewinds rebuild recurrent state (torch_cache.STATE_REPLAYS): "layers", the recurrent
+        mixers alone on their recorded inputs, or "model", the kept tokens through the whole model."""
+        return self._state_replay
+
+    @state_replay.setter
+    def state_replay(self, mode: str) -> None:
+        self.cache.state_replay = mode  # checks the name
+        self._state_replay = mode
 
     def seed(self, seed: int | None) -> None:
         self._generator.manual_seed(entropy_seed() if seed is None else seed)

@@ -6,7 +6,9 @@ position it appends until the next checkpoint restricts the layer to its window 
 rollback past a full window is exact too. Recurrent layers
 (`LinearAttentionCacheLayerMixin`: Gated DeltaNet, Mamba, short convolutions) update their conv
 and recurrent states in place, so a snapshot clones them and a restore copies them back into the
-same tensors (their addresses stay what a compiled graph may have captured).
+same tensors (their addresses stay what a compiled graph may have captured). A rewind then
+advances them over the kept positions with the recurrent mixers alone (layer_replay_torch.py),
+or, with `state_replay = "model"` or where that cannot run, leaves it to the caller's replay.
 """
 
 from __future__ import annotations
@@ -15,7 +17,13 @@ import torch
 from transformers.cache_utils import (CacheLayerMixin, DynamicCache, DynamicLayer, DynamicSlidingWindowLayer,
                                       LinearAttentionCacheLayerMixin)
 
+from app.engine.backends.layer_replay_torch import MixerInputs
 from app.engine.cache import ModelCache
+
+# How a rewind rebuilds recurrent state over the kept positions: "layers", each recurrent mixer
+# alone on the inputs it recorded in the pass; "model", the caller passes the kept tokens through
+# the whole model again (what the engine did first; kept to measure one against the other).
+STATE_REPLAYS = ("layers", "model")
 
 _STATE_FIELDS = ("conv_states", "recurrent_states", "is_conv_states_initialized",
                  "is_recurrent_states_initialized", "has_previous_state")
@@ -39,10 +47,14 @@ def _clone(value):
 
 
 class TorchCache(ModelCache):
-    """One model's DynamicCache (`store`, what the model's forward takes)."""
+    """One model's DynamicCache (`store`, what the model's forward takes); `mixers`, the module
+    that writes each recurrent layer (layer_replay_torch.recurrent_mixers), allow layer replay."""
 
-    def __init__(self, store: DynamicCache):
+    def __init__(self, store: DynamicCache, mixers: dict[int, torch.nn.Module] | None = None,
+                 state_replay: str = "layers"):
         self.store = store
+        self._inputs = MixerInputs(mixers) if mixers else None
+        self.state_replay = state_replay
         self._recurrent = [layer for layer in store.layers if isinstance(layer, LinearAttentionCacheLayerMixin)]
         self._attention = [layer for layer in store.layers if isinstance(layer, CacheLayerMixin)]
         self._sliding = [layer for layer in self._attention if isinstance(layer, DynamicSlidingWindowLayer)]
@@ -58,6 +70,22 @@ class TorchCache(ModelCache):
     @property
     def recurrent(self) -> bool:
         return bool(self._recurrent)
+
+    @property
+    def state_replay(self) -> str:
+        """"layers" or "model" (STATE_REPLAYS): what rewinds do from the next checkpoint on."""
+        return self._state_replay
+
+    @state_replay.setter
+    def state_replay(self, mode: str) -> None:
+        if mode not in STATE_REPLAYS:
+            raise ValueError(f"unknown state replay {mode!r}; choose one of {', '.join(STATE_REPLAYS)}")
+        self._state_replay = mode
+
+    @property
+    def replays_layers(self) -> bool:
+        """Whether rewinds rebuild recurrent state layer by layer (else the caller's replay does)."""
+        return self._state_replay == "layers" and self._inputs is not None and self.recurrent
 
     def appended(self, n: int) -> None:
         """The backend's forward pass added `n` positions."""
@@ -79,13 +107,24 @@ class TorchCache(ModelCache):
         # whole until the rewind.
         self._restrict()
         self._recording = True
+        if self.replays_layers:
+            self._inputs.start()  # the mixers' inputs, until the rewind
+        elif self._inputs is not None:
+            self._inputs.stop()
         return super().checkpoint()
 
     def rewind(self, mark, length: int) -> int:
-        held = super().rewind(mark, length)
-        self._recording = False
+        try:
+            held = super().rewind(mark, length)
+        finally:
+            if self._inputs is not None:
+                self._inputs.stop()  # plain passes from here on run without hooks
+            self._recording = False
         self._restrict()
         return held
+
+    def replay_layers(self, n: int) -> bool:
+        return self.replays_layers and self._inputs.replay(n)
 
     def can_cut(self, length: int) -> bool:
         if length >= self.length:

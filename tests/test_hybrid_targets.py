@@ -58,8 +58,25 @@ def _models(folders, backend):
 
 
 @pytest.fixture(scope="module")
-def torch_hybrid(hybrid_folders):
+def torch_models(hybrid_folders):
     return _models(hybrid_folders, "torch")
+
+
+# PyTorch rebuilds recurrent state after a rollback in two ways (torch_cache.STATE_REPLAYS): the
+# recurrent layers alone on the inputs they recorded in the pass, or the whole model again
+STATE_REPLAYS = ["layers", "model"]
+
+
+def _replaying(models, mode):
+    for backend in models.values():
+        backend.state_replay = mode
+    return models
+
+
+@pytest.fixture(params=STATE_REPLAYS)
+def torch_hybrid(torch_models, request):
+    yield _replaying(torch_models, request.param)
+    _replaying(torch_models, "layers")
 
 
 @pytest.fixture(scope="module")
@@ -175,13 +192,87 @@ def test_mlx_hybrid_state_after_every_round_is_the_committed_tokens_state(mlx_hy
     _check_state_after_each_round(mlx_hybrid)
 
 
-@pytest.mark.parametrize("backend", ["torch", "mlx"])
-def test_the_state_check_catches_a_rollback_that_keeps_the_rejected_drafts(backend, request, monkeypatch):
-    """With the restore of recurrent state left out, the same check fails on both backends."""
-    models = request.getfixturevalue(f"{backend}_hybrid")
+@pytest.mark.parametrize("backend, state_replay", [("torch", "layers"), ("torch", "model"), ("mlx", None)])
+def test_the_state_check_catches_a_rollback_that_keeps_the_rejected_drafts(backend, state_replay, request,
+                                                                           monkeypatch):
+    """With the restore of recurrent state left out, the same check fails on both backends, with
+    either replay on PyTorch (the layers alone then advance the rejected drafts' state)."""
+    if backend == "torch":
+        models = _replaying(request.getfixturevalue("torch_models"), state_replay)
+        request.addfinalizer(lambda: _replaying(models, "layers"))
+    else:
+        models = request.getfixturevalue("mlx_hybrid")
     monkeypatch.setattr(type(models["target"].cache), "restore", lambda self, state: None)
     with pytest.raises(AssertionError):
         _check_state_after_each_round(models)
+
+
+def test_the_state_check_catches_a_layer_replay_that_runs_no_layer(torch_models, monkeypatch):
+    """Restored but not advanced over the kept positions, the layer replay's state fails the check
+    too: the recurrent layers' own pass in the rewind is what makes it right."""
+    from app.engine.backends.layer_replay_torch import MixerInputs
+
+    monkeypatch.setattr(MixerInputs, "replay", lambda self, n: True)
+    with pytest.raises(AssertionError):
+        _check_state_after_each_round(_replaying(torch_models, "layers"))
+
+
+@pytest.mark.parametrize("state_replay", STATE_REPLAYS)
+def test_layer_replay_runs_the_recurrent_layers_alone(torch_models, state_replay):
+    """Inside a rewind, layer replay calls the Gated DeltaNet mixers and nothing else of the model
+    (no decoder layer, no attention, no head), and the engine then passes no token again; the
+    whole-model replay calls nothing in the rewind and passes the kept tokens after it. So the
+    layer replay cannot silently fall back to the whole model."""
+    target, fresh = _replaying(torch_models, state_replay)["target"], torch_models["fresh"]
+    prompt = PROMPTS[0]
+    plain, _ = _run(fresh, prompt, max_tokens=16)
+    calls, where, replayed_after = {}, {"rewind": False, "after": False}, []
+
+    def counter(kind):
+        def count(module, args):
+            if where["rewind"]:
+                calls[kind] = calls.get(kind, 0) + 1
+        return count
+
+    hooks = [target.model.register_forward_pre_hook(counter("model"))]
+    for module in target.model.modules():
+        kind = type(module).__name__
+        if kind.endswith(("DecoderLayer", "Attention", "GatedDeltaNet", "MLP")):
+            hooks.append(module.register_forward_pre_hook(counter(kind.removeprefix("Qwen3_5"))))
+    real_rewind, real_prefill = target.rewind, target.prefill
+
+    def rewind(mark, length):
+        where["rewind"] = True
+        try:
+            return real_rewind(mark, length)
+        finally:
+            where.update(rewind=False, after=True)
+
+    def prefill(ids):
+        if where["after"]:  # verify_round's replay, right after the rewind
+            replayed_after.append(len(ids))
+            where["after"] = False
+        real_prefill(ids)
+
+    target.rewind, target.prefill = rewind, prefill
+    try:
+        spec, events = _run(target, prompt, ScriptedDrafter(prompt, plain, target.vocab_limit), draft_tokens=4,
+                            max_tokens=16)
+    finally:
+        del target.rewind, target.prefill
+        for hook in hooks:
+            hook.remove()
+        _replaying(torch_models, "layers")
+    assert spec == plain
+    replayed = sum(e.replayed for e in events if isinstance(e, Round))
+    assert replayed > 0 and replayed_after
+    if state_replay == "layers":
+        assert set(calls) == {"GatedDeltaNet"}, calls
+        assert calls["GatedDeltaNet"] % 3 == 0  # the model's three recurrent layers, once each per rollback
+        assert not any(replayed_after)  # the engine passed no token again
+    else:
+        assert calls == {}
+        assert sum(replayed_after) == replayed
 
 
 def test_a_hybrid_draft_models_state_holds_only_committed_tokens(torch_hybrid, hybrid_folders):
@@ -190,17 +281,19 @@ def test_a_hybrid_draft_models_state_holds_only_committed_tokens(torch_hybrid, h
     target, draft = torch_hybrid["target"], torch_hybrid["near"]
     fresh_draft = load_backend(hybrid_folders["near"], "torch")
     prompt = PROMPTS[0]
-    committed, partial = list(prompt), 0
+    committed, partial, recomputed = list(prompt), 0, 0
     for event in generate(target, _decode, prompt, drafter=ModelDrafter(draft), draft_tokens=4, max_tokens=24):
         if isinstance(event, Round) and event.emitted:
             committed.extend(event.emitted)
             partial += 0 < event.accepted < len(event.drafted)
+            recomputed += draft.recomputed  # by the draft's own layers in its last rewind
             n = draft.cache_len
             assert n <= len(committed) - 1
             _read_one_by_one(fresh_draft, committed[:n], len(prompt))
             for a, b in zip(_arrays(draft), _arrays(fresh_draft), strict=True):
                 assert _close(a, b) < TOLERANCE
     assert partial  # rounds that rejected part of a proposal were among those checked
+    assert (recomputed > 0) == (draft.state_replay == "layers")  # the draft's replay ran as chosen
 
 
 def test_a_failed_verify_pass_leaves_the_hybrid_state_at_its_checkpoint(torch_hybrid):
@@ -267,7 +360,8 @@ def small_hybrids(tmp_path_factory):
             save_qwen35(tiny_qwen35(22, vocab=VOCAB, hidden=32, scale=3.0, context=64), root / "draft"))
 
 
-def test_hybrid_speculative_sampling_matches_the_target(small_hybrids):
+@pytest.mark.parametrize("state_replay", STATE_REPLAYS)
+def test_hybrid_speculative_sampling_matches_the_target(small_hybrids, state_replay):
     """Tokens 2 and 3 of answers drafted one token a round by another hybrid: where round 1
     rejects its draft, token 3 is sampled from a state that was rolled back and replayed."""
     import torch
@@ -278,7 +372,7 @@ def test_hybrid_speculative_sampling_matches_the_target(small_hybrids):
     params = SamplingParams(temperature=1.0, seed=7)
     model = AutoModelForCausalLM.from_pretrained(str(small_hybrids[0]), dtype=torch.float32).eval()
     exact = exact_marginals(model, SMALL_PROMPT, params, depth=3, vocab=VOCAB)
-    target, draft = load_backend(small_hybrids[0], "torch"), load_backend(small_hybrids[1], "torch")
+    target, draft = (load_backend(folder, "torch", state_replay=state_replay) for folder in small_hybrids)
     drafter = ModelDrafter(draft)
     counts, replayed = np.zeros((3, VOCAB)), 0
     for i in range(1500):

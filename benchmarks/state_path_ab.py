@@ -8,6 +8,14 @@ protocol (the target trimmed to base + 1 + accepted, the draft to its committed 
 same runner and the same prompts, alternating A B B A, so that only the rollback differs.
 
     python benchmarks/state_path_ab.py --model demo --backend torch --repeats 3
+
+With --b model-replay, on a hybrid target on PyTorch, B is the whole-model replay instead: A
+rebuilds recurrent state after a rollback with the recurrent layers alone (state_replay "layers",
+the default), B passes the kept tokens through the whole model again (state_replay "model"), for
+the target and a draft model alike (issue 18: keep the faster):
+
+    python benchmarks/make_hybrid_target.py /tmp/hybrid
+    python benchmarks/state_path_ab.py --model /tmp/hybrid --backend torch --draft self:int4 --b model-replay
 """
 
 from __future__ import annotations
@@ -51,6 +59,29 @@ def trim_only_rollback():
         speculative.verify_round, drafters.ModelDrafter.propose, drafters.ModelDrafter.accepted = saved
 
 
+def _replaying_backends(runner) -> list:
+    """The target and the draft model (also inside lookup + model) that choose a state replay."""
+    drafter = runner.drafter
+    drafters = [drafter, getattr(drafter, "model", None)]
+    found = [runner.target, *(getattr(d, "backend", None) for d in drafters)]
+    return [backend for backend in found if hasattr(backend, "state_replay")]
+
+
+@contextlib.contextmanager
+def whole_model_replay(runner):
+    """Recurrent state rebuilt by passing the kept tokens through the whole model (PyTorch's
+    state_replay "model"), for this block only."""
+    backends = _replaying_backends(runner)
+    saved = [backend.state_replay for backend in backends]
+    for backend in backends:
+        backend.state_replay = "model"
+    try:
+        yield
+    finally:
+        for backend, mode in zip(backends, saved, strict=True):
+            backend.state_replay = mode
+
+
 def _decode(runner, prompt_ids, max_tokens):
     """(tokens, decode tokens/s, rollback seconds per round) of one answer."""
     from app.engine.events import Finished, Round
@@ -76,6 +107,9 @@ def main() -> int:
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--b", choices=["trim", "model-replay"], default="trim",
+                        help="what B is: the trim-only rollback (attention-only pairs), or the whole-model "
+                             "replay of recurrent state against A's layer replay (hybrid targets, PyTorch)")
     args = parser.parse_args()
 
     from app.bench.suite import load_suite
@@ -86,29 +120,39 @@ def main() -> int:
     loaded = runner.load(args.model, args.backend, draft=DraftChoice.parse_loadable(args.draft), progress=print)
     print(f"target {loaded.folder.name} ({loaded.dtype}), draft {runner.drafter.name if runner.drafter else 'none'}")
     prompts = [runner.tokenizer.render_chat(list(p.messages)) for p in load_suite(prompts=args.prompts)]
+    if args.b == "model-replay":
+        backends = _replaying_backends(runner)
+        if not any(backend.cache.replays_layers for backend in backends):
+            parser.error("--b model-replay needs a hybrid model on PyTorch, uncompiled (no layer replay here)")
+        print("A: layer replay; B: whole-model replay, on " +
+              ", ".join(f"{b.folder.name}{'' if b.cache.replays_layers else ' (no recurrent layers)'}"
+                        for b in backends))
+        variant, names = (lambda: whole_model_replay(runner)), ("layer replay", "whole-model replay")
+    else:
+        variant, names = trim_only_rollback, ("checkpoint/rewind", "trim only")
     _decode(runner, prompts[0], 8)  # warm-up
-    with trim_only_rollback():
+    with variant():
         _decode(runner, prompts[0], 8)
     rates = {"A": [], "B": []}
-    rollback_ms = []
+    rollback_ms = {"A": [], "B": []}
     for repeat in range(args.repeats):
         for order in (("A", "B"), ("B", "A")):
             for which in order:
                 tokens_all, seconds_all = 0, 0.0
                 for ids in prompts:
-                    with trim_only_rollback() if which == "B" else contextlib.nullcontext():
+                    with variant() if which == "B" else contextlib.nullcontext():
                         tokens, rate, rollback = _decode(runner, ids, args.max_tokens)
                     tokens_all += len(tokens) - 1
                     seconds_all += (len(tokens) - 1) / rate if rate else 0.0
-                    if which == "A":
-                        rollback_ms.append(rollback * 1000)
+                    rollback_ms[which].append(rollback * 1000)
                 rates[which].append(tokens_all / seconds_all)
                 print(f"repeat {repeat + 1} {which}: {rates[which][-1]:.1f} tok/s")
     ratios = [a / b for a, b in zip(rates["A"], rates["B"], strict=True)]
-    print(f"\nA (checkpoint/rewind) {statistics.median(rates['A']):.1f} tok/s, "
-          f"B (trim only) {statistics.median(rates['B']):.1f} tok/s; "
+    print(f"\nA ({names[0]}) {statistics.median(rates['A']):.1f} tok/s, "
+          f"B ({names[1]}) {statistics.median(rates['B']):.1f} tok/s; "
           f"A/B {statistics.median(ratios):.3f} [{min(ratios):.3f}-{max(ratios):.3f}] over {len(ratios)} pairs; "
-          f"A's rollback {statistics.median(rollback_ms):.3f} ms per round (median over answers)")
+          f"rollback per round (median over answers): A {statistics.median(rollback_ms['A']):.3f} ms, "
+          f"B {statistics.median(rollback_ms['B']):.3f} ms")
     return 0
 
 

@@ -217,6 +217,25 @@ def test_the_state_check_catches_a_layer_replay_that_runs_no_layer(torch_models,
         _check_state_after_each_round(_replaying(torch_models, "layers"))
 
 
+def test_layer_replay_hooks_the_mixers_only_between_a_checkpoint_and_its_rewind(torch_models):
+    """Plain passes pay nothing: the recording hooks are on only while a pass may be rolled back,
+    and a reset in between (a cancelled answer) takes them off too."""
+    target = _replaying(torch_models, "layers")["target"]
+    mixers = [m for m in target.model.modules() if type(m).__name__.endswith("GatedDeltaNet")]
+    hooked = lambda: sum(len(m._forward_pre_hooks) for m in mixers)  # noqa: E731
+    target.reset()
+    target.prefill(PROMPTS[0])
+    assert hooked() == 0
+    mark = target.checkpoint()
+    assert hooked() == len(mixers) == 3
+    target.prefill([40, 41, 42])
+    assert target.rewind(mark, mark.length + 2) == mark.length + 2 and target.recomputed == 2
+    assert hooked() == 0
+    target.checkpoint()
+    target.reset()
+    assert hooked() == 0
+
+
 @pytest.mark.parametrize("state_replay", STATE_REPLAYS)
 def test_layer_replay_runs_the_recurrent_layers_alone(torch_models, state_replay):
     """Inside a rewind, layer replay calls the Gated DeltaNet mixers and nothing else of the model

@@ -254,6 +254,8 @@ class TorchBackend(ModelBackend):
             head.limit = limit
 
     def reset(self) -> None:
+        if getattr(self, "cache", None) is not None:
+            self.cache.drop_recording()
         store = block_grown_cache(self.model.config, StepCache if self.compiled else DynamicCache)
         if self._mixers is None:
             self._mixers = recurrent_mixers(self.model, store) or {}

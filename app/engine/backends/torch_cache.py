@@ -117,14 +117,19 @@ class TorchCache(ModelCache):
         try:
             held = super().rewind(mark, length)
         finally:
-            if self._inputs is not None:
-                self._inputs.stop()  # plain passes from here on run without hooks
+            self.drop_recording()  # plain passes from here on run without hooks
             self._recording = False
         self._restrict()
         return held
 
     def replay_layers(self, n: int) -> bool:
         return self.replays_layers and self._inputs.replay(n)
+
+    def drop_recording(self) -> None:
+        """Take the mixers' hooks off (the model outlives this cache: a reset between a checkpoint
+        and its rewind must not leave them recording every later pass)."""
+        if self._inputs is not None:
+            self._inputs.stop()
 
     def can_cut(self, length: int) -> bool:
         if length >= self.length:

@@ -244,3 +244,19 @@ def test_auto_gives_a_hub_named_target_its_own_mtp_layer_once_fetched(tiny_pair,
     runner = Runner()
     assert runner.load("org/qwen35-mtp", "torch", AUTO_DRAFT, progress=lambda m: None).draft.kind is DraftKind.MTP
     assert runner.load("org/plain", "torch", AUTO_DRAFT, progress=lambda m: None).draft.kind is DraftKind.LOOKUP
+
+
+def test_the_side_panels_tooltip_names_each_drafter_by_its_source():
+    """Per-token provenance stays readable for the new drafters: the round's tooltip says which
+    drafter proposed, for every source the engine's drafters write."""
+    from app.chat.trace import ACCEPTED, Chip, RoundTrace
+    from ui.panel.rounds_view import round_tip
+
+    said = {}
+    for source in ("model", "lookup", "mtp", "assistant"):
+        chips = (Chip(5, "a", ACCEPTED, 0.9, 0.8),)
+        said[source] = round_tip(RoundTrace(3, 2, source, chips, "a", 0, 0.1, 0.01, 0.02))
+    assert "drafted by the model's built-in MTP layer" in said["mtp"]
+    assert "drafted by the Gemma 4 assistant" in said["assistant"]
+    assert "drafted by prompt lookup" in said["lookup"] and "drafted by the draft model" in said["model"]
+    assert len(set(said.values())) == 4

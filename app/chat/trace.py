@@ -38,7 +38,7 @@ class Chip:
 class RoundTrace:
     index: int
     k: int
-    source: str  # "model", "lookup", "" (plain)
+    source: str  # which drafter: "model", "lookup", "mtp", "assistant"; "" (plain)
     chips: tuple[Chip, ...]
     text: str  # the answer text this round completed
     own_chars: int  # how many trailing characters of `text` the target's own token wrote

@@ -168,6 +168,11 @@ def chip_tip(chip: Chip) -> str:
     return "\n".join(lines)
 
 
+# Each Proposal's source (app/engine/drafters.py and the drafters beside it) in a user's words
+DRAFTED_BY = {"lookup": "prompt lookup", "model": "the draft model", "mtp": "the model's built-in MTP layer",
+              "assistant": "the Gemma 4 assistant"}
+
+
 def round_tip(r: RoundTrace) -> str:
     thinking = " (thinking: the model's reasoning before its answer)" if r.thinking else ""
     return _round_tip(r) + thinking
@@ -176,7 +181,7 @@ def round_tip(r: RoundTrace) -> str:
 def _round_tip(r: RoundTrace) -> str:
     if r.index == 0:
         return "Round 0: the prompt's pass (prefill) wrote the first token"
-    source = {"lookup": "prompt lookup", "model": "the draft model"}.get(r.source, "")
+    source = DRAFTED_BY.get(r.source, r.source or "the drafter")
     if not r.drafted:
         return f"Round {r.index}: the target alone (nothing drafted)"
     return (f"Round {r.index}: k = {r.k} drafted by {source}, {r.count('accepted')} accepted; "

@@ -23,7 +23,7 @@ from mlx_lm.models.gemma4_text import DecoderLayer, ModelArgs
 
 from app.engine.assistant import kv_producers, window_start
 from app.engine.backends.base import entropy_seed
-from app.engine.backends.mlx_backend import MLXBackend, probs_from_logits
+from app.engine.backends.mlx_backend import DraftSteps, MLXBackend
 from app.engine.sampling import SamplingParams
 
 _UNUSED = (".self_attn.k_proj", ".self_attn.v_proj", ".self_attn.k_norm", ".self_attn.v_norm")
@@ -174,26 +174,11 @@ class MLXAssistant:
         if kv is None:
             return (), (), None, None
         x, h = mx.array([[token]]), hidden.reshape(1, 1, -1)
-        tokens, p_of, rows = [], [], []
+        steps = DraftSteps(params, self._next_key)
         for _ in range(k):
             if should_stop is not None and should_stop():  # Stop is honoured between draft steps
                 break
             logits, h = self.step(x, h, position, kv)
-            if params.greedy:
-                choice = mx.argmax(logits)
-                p = mx.softmax(logits)[choice]
-            else:
-                probs = probs_from_logits(logits, params)
-                choice = mx.random.categorical(mx.log(probs), key=self._next_key())
-                p = probs[choice]
-                rows.append(probs)
-            tokens.append(choice)
-            p_of.append(p)
-            x = choice.reshape(1, 1)
+            x = steps.pick(logits).reshape(1, 1)
             mx.async_eval(x, h)  # keep the lazy graph short; no sync to Python
-        if not tokens:
-            return (), (), None, None
-        ids_a = mx.stack(tokens).astype(mx.int32)
-        both = mx.concatenate([ids_a.astype(mx.float32), mx.stack(p_of)]).tolist()  # one transfer
-        n = len(tokens)
-        return tuple(int(t) for t in both[:n]), tuple(both[n:]), (mx.stack(rows) if rows else None), ids_a
+        return steps.result()

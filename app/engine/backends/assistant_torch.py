@@ -12,7 +12,7 @@ from transformers import Gemma4AssistantForCausalLM, Gemma4UnifiedAssistantForCa
 
 from app.engine.assistant import kv_producers, window_start
 from app.engine.backends.base import entropy_seed
-from app.engine.backends.torch_backend import TorchBackend, probs_from_logits
+from app.engine.backends.torch_backend import DraftSteps, TorchBackend
 from app.engine.sampling import SamplingParams
 
 _CLASSES = {"gemma4_assistant": Gemma4AssistantForCausalLM,
@@ -67,25 +67,10 @@ class TorchAssistant:
         x = torch.tensor([[token]], dtype=torch.long, device=self.device)
         h = hidden.reshape(1, 1, -1)
         at = torch.tensor([[position]], dtype=torch.long, device=self.device)  # constant for all k steps
-        tokens, p_of, rows = [], [], []
+        steps = DraftSteps(params, self._generator)
         for _ in range(k):
             if should_stop is not None and should_stop():  # Stop is honoured between draft steps
                 break
             logits, h = self.step(x, h, at, kv)
-            if params.greedy:
-                choice = torch.argmax(logits)
-                p = torch.softmax(logits, -1)[choice]
-            else:
-                probs = probs_from_logits(logits, params)
-                choice = torch.multinomial(probs, 1, generator=self._generator)[0]
-                p = probs[choice]
-                rows.append(probs)
-            tokens.append(choice)
-            p_of.append(p)
-            x = choice.view(1, 1)
-        if not tokens:
-            return (), (), None, None
-        ids_t = torch.stack(tokens)
-        both = torch.cat([ids_t.float(), torch.stack(p_of).float()]).tolist()  # one transfer
-        n = len(tokens)
-        return tuple(int(t) for t in both[:n]), tuple(both[n:]), (torch.stack(rows) if rows else None), ids_t
+            x = steps.pick(logits).view(1, 1)
+        return steps.result()

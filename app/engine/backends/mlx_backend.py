@@ -37,6 +37,40 @@ def probs_from_logits(logits: mx.array, params: SamplingParams) -> mx.array:
     return probs
 
 
+class DraftSteps:
+    """What a drafter picks, one step at a time, lazily (no sync inside a loop): the argmax at
+    temperature 0 (p: the softmax at temperature 1, for display), else a sample from the
+    transformed distribution, whose row goes to the Leviathan/Chen rule; `next_key` draws the
+    drafter's own random keys. `result()` is what ModelBackend.draft returns, one transfer."""
+
+    def __init__(self, params: SamplingParams, next_key: Callable[[], mx.array]):
+        self.params, self.next_key = params, next_key
+        self.tokens, self.p_of, self.rows = [], [], []
+
+    def pick(self, logits: mx.array) -> mx.array:
+        """The token after `logits` (V,), as a 0-d array."""
+        if self.params.greedy:
+            token = mx.argmax(logits)
+            p = mx.softmax(logits)[token]
+        else:
+            probs = probs_from_logits(logits, self.params)
+            token = mx.random.categorical(mx.log(probs), key=self.next_key())
+            p = probs[token]
+            self.rows.append(probs)
+        self.tokens.append(token)
+        self.p_of.append(p)
+        return token
+
+    def result(self):
+        if not self.tokens:
+            return (), (), None, None
+        n = len(self.tokens)
+        ids_a = mx.stack(self.tokens).astype(mx.int32)  # (n,)
+        both = mx.concatenate([ids_a.astype(mx.float32), mx.stack(self.p_of)]).tolist()
+        return (tuple(int(t) for t in both[:n]), tuple(both[n:]),
+                (mx.stack(self.rows) if self.rows else None), ids_a)
+
+
 def greedy_verdict(logits: mx.array, drafts: mx.array):
     """Greedy rule: accept while the draft token is the target's argmax.
 
@@ -196,31 +230,15 @@ class MLXBackend(ModelBackend):
     def draft(self, ids: Sequence[int], k: int, params: SamplingParams,
               should_stop: Callable[[], bool] | None = None):
         x = mx.array([list(ids)])
-        tokens, p_of, rows = [], [], []
+        steps = DraftSteps(params, self._next_key)
         for i in range(k):
             if should_stop is not None and should_stop():  # Stop is honoured between draft steps
                 break
-            logits = self._forward(x)[-1]  # (V,)
-            if params.greedy:
-                token = mx.argmax(logits)
-                p = mx.softmax(logits)[token]
-            else:
-                probs = probs_from_logits(logits, params)
-                token = mx.random.categorical(mx.log(probs), key=self._next_key())
-                p = probs[token]
-                rows.append(probs)
-            tokens.append(token)
-            p_of.append(p)
+            token = steps.pick(self._forward(x)[-1])
             if i < k - 1:
                 x = token.reshape(1, 1)
                 mx.async_eval(x)  # keep the lazy graph short; no sync to Python
-        if not tokens:
-            return (), (), None, None
-        k = len(tokens)
-        ids_a = mx.stack(tokens).astype(mx.int32)  # (k,)
-        both = mx.concatenate([ids_a.astype(mx.float32), mx.stack(p_of)]).tolist()
-        drafted = tuple(int(t) for t in both[:k])
-        return drafted, tuple(both[k:]), (mx.stack(rows) if rows else None), ids_a
+        return steps.result()
 
     def verify(self, ids: Sequence[int], proposal, params: SamplingParams) -> Verdict:
         k = len(proposal.ids)

@@ -17,7 +17,7 @@ from mlx_lm.models.base import create_attention_mask
 from mlx_lm.models.cache import KVCache
 
 from app.engine.backends.base import entropy_seed
-from app.engine.backends.mlx_backend import MLXBackend, probs_from_logits
+from app.engine.backends.mlx_backend import DraftSteps, MLXBackend
 from app.engine.sampling import SamplingParams
 from app.models.errors import ModelFileError
 from app.models.mtp_weights import MTPWeights, norms_stored_zero_centered
@@ -121,27 +121,12 @@ class MLXMTPHead:
               should_stop: Callable[[], bool] | None = None):
         """See TorchMTPHead.draft: read the pairs, then chain k steps on the layer's own output."""
         last = self._pass(mx.array([list(tokens)]), rows.reshape(1, *rows.shape[-2:]))[:, -1:]
-        drafted, p_of, dists = [], [], []
+        steps = DraftSteps(params, self._next_key)
         for i in range(k):
             if should_stop is not None and should_stop():
                 break
-            logits = self._logits(last)
-            if params.greedy:
-                token = mx.argmax(logits)
-                p = mx.softmax(logits)[token]
-            else:
-                probs = probs_from_logits(logits, params)
-                token = mx.random.categorical(mx.log(probs), key=self._next_key())
-                p = probs[token]
-                dists.append(probs)
-            drafted.append(token)
-            p_of.append(p)
+            token = steps.pick(self._logits(last))
             if i < k - 1:
                 last = self._pass(token.reshape(1, 1), last)
                 mx.async_eval(last)
-        if not drafted:
-            return (), (), None, None
-        n = len(drafted)
-        ids_a = mx.stack(drafted).astype(mx.int32)
-        both = mx.concatenate([ids_a.astype(mx.float32), mx.stack(p_of)]).tolist()
-        return tuple(int(t) for t in both[:n]), tuple(both[n:]), (mx.stack(dists) if dists else None), ids_a
+        return steps.result()

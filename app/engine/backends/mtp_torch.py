@@ -17,7 +17,7 @@ from transformers.cache_utils import DynamicCache
 from transformers.modeling_layers import MtpLayer
 
 from app.engine.backends.base import entropy_seed
-from app.engine.backends.torch_backend import TorchBackend, probs_from_logits
+from app.engine.backends.torch_backend import DraftSteps, TorchBackend
 from app.engine.sampling import SamplingParams
 from app.models.errors import ModelFileError
 from app.models.mtp_weights import MTPWeights
@@ -130,26 +130,11 @@ class TorchMTPHead:
         ids = torch.tensor([list(tokens)], dtype=torch.long, device=self.device)
         last = self._pass(ids, rows.view(1, *rows.shape[-2:]))[:, -1:]
         head, limit = self.target.model.get_output_embeddings(), self.target.vocab_limit
-        drafted, p_of, dists = [], [], []
+        steps = DraftSteps(params, self._generator)
         for i in range(k):
             if should_stop is not None and should_stop():
                 break
-            logits = head(last)[0, -1, :limit].float()
-            if params.greedy:
-                token = torch.argmax(logits)
-                p = torch.softmax(logits, -1)[token]
-            else:
-                probs = probs_from_logits(logits, params)
-                token = torch.multinomial(probs, 1, generator=self._generator)[0]
-                p = probs[token]
-                dists.append(probs)
-            drafted.append(token)
-            p_of.append(p)
+            token = steps.pick(head(last)[0, -1, :limit].float())
             if i < k - 1:
                 last = self._pass(token.view(1, 1), last)
-        if not drafted:
-            return (), (), None, None
-        ids_t = torch.stack(drafted)
-        both = torch.cat([ids_t.float(), torch.stack(p_of).float()]).tolist()
-        n = len(drafted)
-        return tuple(int(t) for t in both[:n]), tuple(both[n:]), (torch.stack(dists) if dists else None), ids_t
+        return steps.result()

@@ -90,6 +90,41 @@ def probs_from_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Ten
     return probs
 
 
+class DraftSteps:
+    """What a drafter picks, one step at a time, staying on the device (no sync inside a loop):
+    the argmax at temperature 0 (p: the softmax at temperature 1, for display), else a sample
+    from the transformed distribution, whose row goes to the Leviathan/Chen rule. `result()` is
+    what ModelBackend.draft returns, with one transfer to Python."""
+
+    def __init__(self, params: SamplingParams, generator: torch.Generator):
+        self.params, self.generator = params, generator
+        self.tokens, self.p_of, self.rows = [], [], []
+
+    def pick(self, logits: torch.Tensor) -> torch.Tensor:
+        """The token after `logits` (V,), as a 0-d tensor on the device."""
+        if self.params.greedy:
+            token = torch.argmax(logits)
+            p = torch.softmax(logits, -1)[token]
+        else:
+            probs = probs_from_logits(logits, self.params)
+            token = torch.multinomial(probs, 1, generator=self.generator)[0]
+            p = probs[token]
+            self.rows.append(probs)
+        self.tokens.append(token)
+        self.p_of.append(p)
+        return token
+
+    def result(self):
+        if not self.tokens:
+            return (), (), None, None
+        n = len(self.tokens)
+        ids_t = torch.stack(self.tokens)  # (n,)
+        # one transfer: ids (exact in float32 below 2**24) and their probabilities
+        both = torch.cat([ids_t.float(), torch.stack(self.p_of).float()]).tolist()
+        return (tuple(int(t) for t in both[:n]), tuple(both[n:]),
+                (torch.stack(self.rows) if self.rows else None), ids_t)
+
+
 def greedy_verdict(logits: torch.Tensor, drafts: torch.Tensor):
     """Greedy rule: accept while the draft token is the target's argmax.
 
@@ -337,31 +372,14 @@ class TorchBackend(ModelBackend):
     def draft(self, ids: Sequence[int], k: int, params: SamplingParams,
               should_stop: Callable[[], bool] | None = None):
         x = self._ids(ids)
-        tokens, p_of, rows = [], [], []
+        steps = DraftSteps(params, self._generator)
         for i in range(k):
             if should_stop is not None and should_stop():  # Stop is honoured between draft steps
                 break
-            logits = self._forward(x, 1)[-1]  # (V,)
-            if params.greedy:
-                token = torch.argmax(logits)
-                p = torch.softmax(logits, -1)[token]
-            else:
-                probs = probs_from_logits(logits, params)
-                token = torch.multinomial(probs, 1, generator=self._generator)[0]
-                p = probs[token]
-                rows.append(probs)
-            tokens.append(token)
-            p_of.append(p)
+            token = steps.pick(self._forward(x, 1)[-1])
             if i < k - 1:
                 x = token.view(1, 1)  # stays on the device: no sync inside the loop
-        if not tokens:
-            return (), (), None, None
-        k = len(tokens)
-        ids_t = torch.stack(tokens)  # (k,)
-        # one transfer: ids (exact in float32 below 2**24) and their probabilities
-        both = torch.cat([ids_t.float(), torch.stack(p_of).float()]).tolist()
-        drafted = tuple(int(t) for t in both[:k])
-        return drafted, tuple(both[k:]), (torch.stack(rows) if rows else None), ids_t
+        return steps.result()
 
     @torch.inference_mode()
     def verify(self, ids: Sequence[int], proposal, params: SamplingParams) -> Verdict:

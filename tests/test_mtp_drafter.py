@@ -260,3 +260,14 @@ def test_the_side_panels_tooltip_names_each_drafter_by_its_source():
     assert "drafted by the Gemma 4 assistant" in said["assistant"]
     assert "drafted by prompt lookup" in said["lookup"] and "drafted by the draft model" in said["model"]
     assert len(set(said.values())) == 4
+
+
+def test_a_corrupt_weights_header_is_named_not_a_traceback(tmp_path):
+    from app.models.draft_heads import has_mtp
+
+    folder = save_qwen35(tiny_qwen35(4, vocab=64), tmp_path / "cut")
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:20])  # the header cut short, as by an interrupted copy
+    with pytest.raises(ModelFileError, match="model.safetensors: the safetensors header is corrupt"):
+        find_mtp(folder)
+    assert not has_mtp(folder)  # pairing asks quietly; the load then reports it in full

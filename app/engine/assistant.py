@@ -29,10 +29,10 @@ from typing import Any
 from app.engine.backends.base import ModelBackend
 from app.engine.drafters import Drafter, Proposal, TargetState, draft_seed
 from app.engine.sampling import SamplingParams
+from app.models.draft_heads import ASSISTANT_TYPES
 from app.models.errors import ModelFileError
 from app.models.folder import check_model_folder
 
-ASSISTANT_TYPES = ("gemma4_assistant", "gemma4_unified_assistant")
 TARGET_TYPES = ("gemma4", "gemma4_text", "gemma4_unified", "gemma4_unified_text")
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from app.models.errors import ModelFileError
 from app.models.integrity import check_weights
 from app.models.memory import MemoryEstimate, loaded_dtype, DTYPE_BYTES
 from app.models.mtp_weights import find_mtp
@@ -32,7 +33,7 @@ def has_mtp(folder: str | Path) -> bool:
     """Whether a checkpoint carries its own MTP layer (a broken one says so when it loads)."""
     try:
         return find_mtp(folder) is not None
-    except Exception:  # an unreadable header: the load reports it in full
+    except ModelFileError:  # an unreadable header: the load reports it in full
         return False
 
 

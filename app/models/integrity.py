@@ -42,8 +42,9 @@ def unreadable(path: Path, exc: OSError, name: str | None = None) -> str:
             "you may read it.")
 
 
-def check_safetensors(path: Path) -> int:
-    """Bytes of tensor data in `path`; ModelFileError naming the file when it is damaged."""
+def read_header(path: Path) -> tuple[dict, int, int]:
+    """A safetensors file's JSON header, its length and the file's size; ModelFileError naming
+    the file when the header is damaged."""
     try:
         size = path.stat().st_size
         with open(path, "rb") as handle:
@@ -64,6 +65,12 @@ def check_safetensors(path: Path) -> int:
         raise ModelFileError(f"{path.name}: the safetensors header is corrupt ({exc}). Download it again.") from exc
     if not isinstance(header, dict):
         raise ModelFileError(f"{path.name}: the safetensors header is corrupt. Download it again.")
+    return header, length, size
+
+
+def check_safetensors(path: Path) -> int:
+    """Bytes of tensor data in `path`; ModelFileError naming the file when it is damaged."""
+    header, length, size = read_header(path)
     end = 0
     for name, info in header.items():
         if name == "__metadata__":

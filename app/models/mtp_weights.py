@@ -11,11 +11,11 @@ them, so only the original checkpoint has them.
 from __future__ import annotations
 
 import json
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 
 from app.models.errors import ModelFileError
+from app.models.integrity import read_header
 
 # the parts every Qwen3.5-style MTP layer has (its decoder layer's own names vary with MoE)
 REQUIRED = ("fc.weight", "pre_fc_norm_embedding.weight", "pre_fc_norm_hidden.weight", "norm.weight")
@@ -32,16 +32,8 @@ class MTPWeights:
         return sorted(self.files)
 
 
-def _header_keys(path: Path) -> list[str]:
-    """The tensor names in a safetensors file's JSON header."""
-    try:
-        with path.open("rb") as f:
-            size = struct.unpack("<Q", f.read(8))[0]
-            header = json.loads(f.read(size))
-    except (OSError, struct.error, json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ModelFileError(f"{path}: cannot read its safetensors header ({exc}). The file may be "
-                             "truncated: download the model again.") from exc
-    return [k for k in header if k != "__metadata__"]
+def _header(path: Path) -> dict:
+    return read_header(path)[0]
 
 
 def _all_keys(folder: Path) -> dict[str, Path]:
@@ -52,7 +44,7 @@ def _all_keys(folder: Path) -> dict[str, Path]:
         except (json.JSONDecodeError, KeyError, UnicodeDecodeError) as exc:
             raise ModelFileError(f"{index}: not a valid safetensors index ({exc}).") from exc
         return {k: folder / v for k, v in weight_map.items()}
-    return {k: path for path in sorted(folder.glob("*.safetensors")) for k in _header_keys(path)}
+    return {k: path for path in sorted(folder.glob("*.safetensors")) for k in _header(path) if k != "__metadata__"}
 
 
 def mtp_model_type(config: dict) -> str:
@@ -91,10 +83,7 @@ def mtp_bytes(weights: MTPWeights) -> int:
     """Bytes the MTP layers' own tensors take (the embedding and head are shared), from the headers."""
     total = 0
     for path in set(weights.files.values()):
-        with path.open("rb") as f:
-            size = struct.unpack("<Q", f.read(8))[0]
-            header = json.loads(f.read(size))
-        for key, info in header.items():
+        for key, info in _header(path).items():
             if key.startswith(weights.prefix) and isinstance(info, dict):
                 start, end = info["data_offsets"]
                 total += end - start
@@ -108,10 +97,7 @@ def norms_stored_zero_centered(folder: str | Path) -> bool:
     axis, the converted ones in a channel axis of 1."""
     folder = Path(folder)
     for path in sorted(folder.glob("*.safetensors")):
-        with path.open("rb") as f:
-            size = struct.unpack("<Q", f.read(8))[0]
-            header = json.loads(f.read(size))
-        for key, info in header.items():
+        for key, info in _header(path).items():
             if "conv1d.weight" in key and isinstance(info, dict):
                 return info["shape"][-1] != 1
     return True  # no recurrent layer to tell by: the MTP weights come only in the original layout

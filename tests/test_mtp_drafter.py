@@ -271,3 +271,17 @@ def test_a_corrupt_weights_header_is_named_not_a_traceback(tmp_path):
     with pytest.raises(ModelFileError, match="model.safetensors: the safetensors header is corrupt"):
         find_mtp(folder)
     assert not has_mtp(folder)  # pairing asks quietly; the load then reports it in full
+
+
+def test_an_assistant_choice_naming_an_ordinary_model_is_refused_before_loading(tiny_pair):
+    from app.draft_choice import DraftChoice, DraftChoiceError
+    from app.runner import Runner
+
+    runner = Runner()
+    said = []
+    with pytest.raises(ModelFileError, match="is not a Gemma 4 assistant"):
+        runner.load(tiny_pair["target"], "torch", DraftChoice.parse(f"assistant:{tiny_pair['draft']}"),
+                    progress=said.append)
+    assert runner.target is None and not any(line.startswith("Loading") for line in said)
+    with pytest.raises(DraftChoiceError, match="needs source"):
+        DraftChoice.parse("assistant:")

@@ -364,6 +364,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a key every request must send as 'Authorization: Bearer KEY' (default: $TANDEM_API_KEY)")
     serve.set_defaults(func=cmd_serve)
 
+    from app.align.command import add_parser as add_align
+
+    add_align(sub)
+
     models = sub.add_parser("models", help="what a model file holds and what runs of it")
     models_sub = models.add_subparsers(dest="models_command", required=True)
     info = models_sub.add_parser("info", help="tensor types, sizes and what PyTorch runs them as")

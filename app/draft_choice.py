@@ -26,6 +26,7 @@ class DraftKind(Enum):
     AUTO = "auto"  # decided when the pair loads (app/runner.auto_draft)
     MTP = "mtp"  # the target checkpoint's own multi-token-prediction layer (app/engine/mtp.py)
     ASSISTANT = "assistant"  # a Gemma 4 assistant folder that drafts from the target's state
+    HEAD = "head"  # a draft head aligned to the target by `tandem-cli align` (app/align/), from its folder
     PAIR = "pair"  # a request's: whatever the loaded pair drafts with
 
 
@@ -36,9 +37,10 @@ SELF_PRECISIONS = ("float32", "bfloat16", "float16", "int4", "int4-bf16-head", "
 WORDS = {DraftKind.NONE: "none", DraftKind.LOOKUP: "ngram", DraftKind.AUTO: "auto", DraftKind.PAIR: "pair",
          DraftKind.MTP: "mtp"}
 # Kinds with one: the field that holds it (a "source": folder, .gguf or hub id; a "precision")
-ARGUMENTS = {DraftKind.MODEL: "source", DraftKind.SELF: "precision", DraftKind.ASSISTANT: "source"}
+ARGUMENTS = {DraftKind.MODEL: "source", DraftKind.SELF: "precision", DraftKind.ASSISTANT: "source",
+             DraftKind.HEAD: "source"}
 # and the prefix written before it ("self:int4"); a draft model is written as its source alone
-PREFIXES = {DraftKind.SELF: "self:", DraftKind.ASSISTANT: "assistant:"}
+PREFIXES = {DraftKind.SELF: "self:", DraftKind.ASSISTANT: "assistant:", DraftKind.HEAD: "head:"}
 MODEL_ONLY_WORD = "model"  # a request's: the pair's draft model without prompt lookup beside it
 # Other spellings read (the Draft slot's keywords, older files); never written
 ALIASES = {"lookup": DraftKind.LOOKUP, "prompt lookup": DraftKind.LOOKUP, "n-gram": DraftKind.LOOKUP,
@@ -55,7 +57,8 @@ LABELS = {  # (name, detail) in the UI's words, for kinds whose words do not dep
 
 ACCEPTED = ('a draft model\'s folder, .gguf file or Hugging Face id, "self:<precision>" (one of '
             f'{", ".join(SELF_PRECISIONS)}), "mtp" (the model\'s own MTP layer), "assistant:<folder>" (a Gemma 4 '
-            'assistant), "ngram" (prompt lookup), "none" or "auto"')
+            'assistant), "head:<folder>" (a draft head `tandem-cli align` trained), "ngram" (prompt lookup), '
+            '"none" or "auto"')
 
 
 class DraftChoiceError(ValueError):
@@ -93,6 +96,10 @@ class DraftChoice:
     @classmethod
     def assistant(cls, source: str) -> DraftChoice:
         return cls(DraftKind.ASSISTANT, source=str(source))
+
+    @classmethod
+    def head(cls, source: str) -> DraftChoice:
+        return cls(DraftKind.HEAD, source=str(source))
 
     @classmethod
     def self_draft(cls, precision: str) -> DraftChoice:
@@ -164,6 +171,8 @@ class DraftChoice:
             return model_label(self.source), "draft model"
         if self.kind is DraftKind.ASSISTANT:
             return model_label(self.source), "Gemma 4 assistant, reading the target's state"
+        if self.kind is DraftKind.HEAD:
+            return "aligned draft head", "a head trained on the target's own answers, reading its hidden states"
         if self.kind is DraftKind.SELF:
             precision = dtype or self.precision
             return f"the same model in {precision_words(precision)}", f"the target's own weights at {precision}"

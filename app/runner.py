@@ -23,7 +23,7 @@ from app.engine.assistant import load_assistant_drafter
 from app.engine.backends import default_backend, load_backend
 from app.engine.backends.base import ModelBackend
 from app.engine.kept_caches import KeptCaches, default_budget
-from app.engine.mtp import load_mtp_drafter
+from app.engine.mtp import load_head_drafter, load_mtp_drafter
 from app.engine.drafters import Drafter, LookupThenModelDrafter, ModelDrafter, PromptLookupDrafter
 from app.engine.events import Finished, Notice, Round
 from app.engine.sampling import SamplingParams
@@ -34,6 +34,7 @@ from app.models.errors import ModelFileError
 from app.models.folder import check_model_folder
 from app.models.integrity import check_weights
 from app.models.memory import MemoryEstimate, NotEnoughMemory, check_fits, estimate, free_memory, longest_chat
+from app.models.aligned_head import head_bytes, head_weights, is_aligned_head
 from app.models.mtp_weights import find_mtp, mtp_bytes
 from app.models.pairing import check_tokenizers
 from app.models.resolve import display_name, resolve_model
@@ -42,11 +43,17 @@ BASELINE_TOKENS = 32  # about 2 s on the demo: long enough that one noisy moment
 
 
 def auto_draft(spec: str | Path, backend: str | None = None, precision: str = "auto") -> DraftChoice:
-    """What "auto" pairs a target with: the demo's measured best draft (app/models/demo.py); a
-    checkpoint's own MTP layer where it ships one; for other targets prompt lookup, which costs no
-    memory and which adaptive k turns off where it does not pay."""
+    """What "auto" pairs a target with: the draft an alignment made for it (where it measured
+    faster); the demo's measured best draft (app/models/demo.py); a checkpoint's own MTP layer
+    where it ships one; for other targets prompt lookup, which costs no memory and which
+    adaptive k turns off where it does not pay."""
     from app.models.demo import DEMO_SPECS, demo_draft
+    from app.models.pair_memory import aligned_draft
 
+    backend = backend or default_backend()
+    aligned = aligned_draft(backend, str(spec))  # `tandem-cli align` / Align draft paired it, measured faster
+    if aligned is not None:
+        return aligned
     if str(spec) in DEMO_SPECS:
         return demo_draft(str(spec), backend or default_backend(), precision)
     return DraftChoice(DraftKind.MTP) if has_mtp(spec) else PROMPT_LOOKUP
@@ -245,7 +252,7 @@ class Runner:
         device = self._device(backend)
         models = [estimate("target", config, file_bytes, backend, device, precision,
                            _gguf_loaded_bytes(folder, backend, precision))]
-        draft_folder = draft_tokenizer = assistant_folder = None
+        draft_folder = draft_tokenizer = assistant_folder = head_folder = None
         draft_weights = 0  # what the LoadedModel reports for a drafter that is not a model of its own
         if draft.kind is DraftKind.SELF and draft.precision == precision:
             # a copy of the target at the target's own precision is the target: nothing to gain
@@ -255,6 +262,12 @@ class Runner:
         if draft.kind is DraftKind.SELF:
             draft_folder = folder  # same weights, same tokenizer: nothing to check
             models.append(estimate("draft", config, file_bytes, backend, device, draft_precision))
+        elif draft.kind is DraftKind.HEAD or (draft.kind is DraftKind.MODEL and is_aligned_head(draft.source)):
+            head_folder = Path(draft.source).expanduser()
+            # a head dropped as a draft model drafts as one; its fit is checked before any weights load
+            draft = DraftChoice.head(str(head_folder))
+            head_weights(head_folder, config)
+            models.append(MemoryEstimate("draft", head_bytes(head_folder) * 2, 0, models[0].context))
         elif draft.kind in (DraftKind.MODEL, DraftKind.ASSISTANT):
             draft_folder = resolve_model(draft.source, backend, progress)
             if is_assistant_folder(draft_folder):  # a Gemma 4 assistant dropped as the draft: it drafts as one
@@ -312,6 +325,10 @@ class Runner:
             progress("Loading the model's built-in MTP layer ...")
             mtp_drafter = load_mtp_drafter(target)
             drafter, draft_weights = LookupThenModelDrafter(mtp_drafter), mtp_drafter.head.weights_bytes
+        elif head_folder is not None:
+            progress(f"Loading the aligned draft head {head_folder.name} ...")
+            head_drafter = load_head_drafter(target, head_folder)
+            drafter, draft_weights = LookupThenModelDrafter(head_drafter), head_drafter.head.weights_bytes
         elif assistant_folder is not None:
             progress(f"Loading assistant {display_name(assistant_folder)} ...")
             assistant = load_assistant_drafter(assistant_folder, target)

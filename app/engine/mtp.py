@@ -139,3 +139,22 @@ def load_mtp_drafter(target: ModelBackend) -> MTPDrafter:
     from app.engine.backends.mtp_mlx import MLXMTPHead
 
     return MTPDrafter(MLXMTPHead(target, weights))
+
+
+def load_head_drafter(target: ModelBackend, folder) -> MTPDrafter:
+    """A draft head aligned to the target (app/align/; app/models/aligned_head.py): the same
+    layer as a built-in MTP layer, read from its own folder, drafting the same way."""
+    import json
+    from pathlib import Path
+
+    from app.models.aligned_head import head_weights
+
+    config = json.loads((Path(target.folder) / "config.json").read_text())
+    weights = head_weights(folder, config)
+    if target.name == "torch":
+        from app.engine.backends.mtp_torch import TorchMTPHead
+
+        return MTPDrafter(TorchMTPHead(target, weights), "aligned draft head")
+    from app.engine.backends.mtp_mlx import MLXMTPHead
+
+    return MTPDrafter(MLXMTPHead(target, weights, aligned=True), "aligned draft head")

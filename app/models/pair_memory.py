@@ -66,13 +66,17 @@ class PairMemory:
         recent = data.get("recent")
         trials = data.get("trials")
         contexts = data.get("contexts")
+        alignments = data.get("alignments")
         return {"recent": [entry for item in (recent if isinstance(recent, list) else [])
                            if (entry := _recent_entry(item)) is not None][:MAX_RECENT],
                 "trials": {key: value for key, value in (trials.items() if isinstance(trials, dict) else ())
                            if isinstance(key, str) and isinstance(value, dict)},
                 "contexts": {key: value for key, value in (contexts.items() if isinstance(contexts, dict) else ())
                              if isinstance(key, str) and isinstance(value, int) and not isinstance(value, bool)
-                             and value >= MIN_CONTEXT}}
+                             and value >= MIN_CONTEXT},
+                "alignments": {key: value for key, value in
+                               (alignments.items() if isinstance(alignments, dict) else ())
+                               if isinstance(key, str) and _alignment_entry(value)}}
 
     def _set_aside(self) -> None:
         try:
@@ -161,6 +165,51 @@ class PairMemory:
         self._data["trials"][pair_key(backend, target, draft)] = asdict(result)
         return self._write()
 
+    def alignment(self, backend: str, target: str) -> dict | None:
+        """The target's latest alignment (`tandem-cli align`, the window's Align draft): {"aligned",
+        "original" (DraftChoices), "before", "after" (TrialResults or None), "agreement" ([before,
+        after]), "active" (whether "auto" pairs the target with it)}; None where there is none."""
+        found = self._data["alignments"].get(f"{backend}|{target}")
+        if not _alignment_entry(found):
+            return None
+        trials = {}
+        for side in ("before", "after"):
+            try:
+                trials[side] = TrialResult(**found[side]) if isinstance(found.get(side), dict) else None
+            except TypeError:
+                trials[side] = None
+        return {"aligned": DraftChoice.parse_loadable(found["aligned"]),
+                "original": DraftChoice.parse_loadable(found["original"]), **trials,
+                "agreement": list(found.get("agreement") or []), "active": bool(found.get("active", True))}
+
+    def set_alignment(self, backend: str, target: str, aligned: DraftChoice, original: DraftChoice,
+                      before: TrialResult | None, after: TrialResult | None, agreement: tuple[float, float],
+                      active: bool = True) -> str | None:
+        """None once saved, else why it could not be (see _write)."""
+        self._data["alignments"][f"{backend}|{target}"] = {
+            "aligned": str(aligned), "original": str(original), "before": before and asdict(before),
+            "after": after and asdict(after), "agreement": [float(a) for a in agreement], "active": active}
+        return self._write()
+
+    def set_alignment_active(self, backend: str, target: str, active: bool) -> str | None:
+        """Undo (False) or redo (True) pairing the target with its aligned draft; the draft stays on disk."""
+        found = self._data["alignments"].get(f"{backend}|{target}")
+        if isinstance(found, dict):
+            found["active"] = active
+            return self._write()
+        return None
+
+
+def _alignment_entry(value) -> bool:
+    if not isinstance(value, dict) or not all(isinstance(value.get(k), str) for k in ("aligned", "original")):
+        return False
+    try:
+        DraftChoice.parse_loadable(value["aligned"])
+        DraftChoice.parse_loadable(value["original"])
+    except DraftChoiceError:
+        return False
+    return True
+
 
 def same_pair(target: str, draft: DraftChoice, backend: str | None = None) -> tuple[str, DraftChoice]:
     """One name for each way of naming a pair on `backend`: the demo's cache folders are "demo"
@@ -218,3 +267,18 @@ def _recent_entry(item) -> dict | None:
     if not isinstance(title, str) or not title.strip():
         title = f"{names[1]} + {names[2]}"
     return {**item, "title": title}
+
+
+def aligned_draft(backend: str, target: str, memory: PairMemory | None = None) -> DraftChoice | None:
+    """The draft an alignment made for `target`, where "auto" should pair them: the alignment is
+    active (not undone), its draft is still on disk, and it did not measure slower than the
+    original draft in its own before/after trial."""
+    from app.draft_choice import NO_DRAFT
+
+    found = (memory or PairMemory()).alignment(backend, same_pair(str(target), NO_DRAFT, backend)[0])
+    if found is None or not found["active"] or not Path(found["aligned"].source).is_dir():
+        return None
+    before, after = found["before"], found["after"]
+    if before is not None and after is not None and after.speedup < before.speedup:
+        return None
+    return found["aligned"]

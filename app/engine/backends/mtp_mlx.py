@@ -31,16 +31,13 @@ class MTPLayer(nn.Module):
     """Qwen3.5's MTP block under its checkpoint names: fc([norm(embedding); norm(hidden)]), one
     decoder layer, norm."""
 
-    def __init__(self, args):
+    def __init__(self, args, block: nn.Module):
         super().__init__()
-        from mlx_lm.models.qwen3_5 import DecoderLayer
-
         hidden = args.hidden_size
         self.pre_fc_norm_embedding = nn.RMSNorm(hidden, eps=args.rms_norm_eps)
         self.pre_fc_norm_hidden = nn.RMSNorm(hidden, eps=args.rms_norm_eps)
         self.fc = nn.Linear(2 * hidden, hidden, bias=False)
-        # the index of a full-attention layer in mlx-lm's pattern (every full_attention_interval-th)
-        self.layers = [DecoderLayer(args, args.full_attention_interval - 1)]
+        self.layers = [block]
         self.norm = nn.RMSNorm(hidden, eps=args.rms_norm_eps)
 
     def __call__(self, embeds: mx.array, hidden: mx.array, cache: KVCache) -> mx.array:
@@ -49,19 +46,40 @@ class MTPLayer(nn.Module):
         return self.norm(x)
 
 
+# Targets whose decoder layer mlx-lm builds from its args alone, with transformers' names and
+# scale-form RMSNorm weights on both sides: a head trained on PyTorch (app/align/) loads as it is
+PLAIN_BLOCKS = ("llama", "mistral", "qwen2", "qwen3")
+
+
+def _block(language, aligned: bool) -> nn.Module:
+    args = language.args
+    if hasattr(args, "full_attention_interval"):  # Qwen3.5: a full-attention layer of its pattern
+        from mlx_lm.models.qwen3_5 import DecoderLayer
+
+        return DecoderLayer(args, args.full_attention_interval - 1)
+    if aligned and getattr(args, "model_type", "") in PLAIN_BLOCKS:
+        return type(language.model.layers[-1])(args)
+    raise ModelFileError(f"{getattr(args, 'model_type', '?')}: Tandem cannot attach a draft head to this model's "
+                         "classes on MLX; use it on PyTorch.")
+
+
 class MLXMTPHead:
     """The MTP layer with its own KV cache: entry i read the token at position i + 1 beside the
-    target's hidden state at position i (RoPE positions are the entries' indices)."""
+    target's hidden state at position i (RoPE positions are the entries' indices). `aligned`: a
+    head Tandem trained (app/align/), saved in transformers' conventions for the target's norms."""
 
-    def __init__(self, target: MLXBackend, weights: MTPWeights):
+    def __init__(self, target: MLXBackend, weights: MTPWeights, aligned: bool = False):
         language = getattr(target.model, "language_model", target.model)
-        args = getattr(language, "args", None)
-        if args is None or not hasattr(args, "full_attention_interval"):
+        if getattr(language, "args", None) is None:
             raise ModelFileError(f"{target.model_type}: Tandem cannot attach an MTP layer to this model's classes.")
+        args = language.args
         self.target, self.language = target, language
-        self.layer = MTPLayer(args)
+        self.layer = MTPLayer(args, _block(language, aligned))
         dtype = language.model.norm.weight.dtype
-        shift = norms_stored_zero_centered(target.folder)
+        # transformers' Qwen3.5 norms compute x * (1 + w), mlx.nn's x * w; a built-in layer's
+        # checkpoint says which form it stores, a trained head was saved in transformers' form
+        shift = (hasattr(args, "full_attention_interval") if aligned
+                 else norms_stored_zero_centered(target.folder))
         loaded = {}
         for path in sorted(set(weights.files.values())):
             for key, value in mx.load(str(path)).items():

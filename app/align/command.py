@@ -1,0 +1,100 @@
+"""`tandem-cli align`: align a draft to its target headless, and what the window's Align draft runs
+as a child process (`--json-progress`: one JSON object a line on stdout, ui/pairing/align.py)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+
+from app.align.job import AlignCancelled, AlignProgress, AlignSettings, run
+
+
+def add_parser(sub) -> None:
+    align = sub.add_parser("align", help="align a draft to its target on the target's own answers")
+    align.add_argument("--model", "--target", dest="target", default="demo",
+                       help='the target: model folder, .gguf file, or "demo" (default)')
+    align.add_argument("--draft", default="head",
+                       help='"head" (default: train a draft head on the target\'s hidden states, EAGLE-style) or '
+                            "a draft model's folder or .gguf to distil the target into (same tokenizer)")
+    align.add_argument("--minutes", type=float, default=12.0, help="the job's time budget (default 12)")
+    align.add_argument("--prompts", type=int, default=None, help="answers to collect (default: what the budget allows)")
+    align.add_argument("--steps", type=int, default=None, help="training steps (default: what the budget allows)")
+    align.add_argument("--max-tokens", type=int, default=128, help="tokens per answer (default 128)")
+    align.add_argument("--batch", type=int, default=32, help="answers generated together (default 32)")
+    align.add_argument("--temperature", type=float, default=0.0,
+                       help="the temperature you chat at: answers are sampled at it, 0 greedy (default)")
+    align.add_argument("--history", action="store_true",
+                       help="also use your own chat messages as prompts (they never leave this computer)")
+    align.add_argument("--threads", type=int, default=None, help="PyTorch threads (default: all cores)")
+    align.add_argument("--seed", type=int, default=0)
+    align.add_argument("--no-trial", action="store_true", help="skip the pair trial before and after")
+    align.add_argument("--backend", choices=["mlx", "torch"], default="torch", help="what the pair trial runs on")
+    align.add_argument("--original-draft", default="ngram",
+                       help='the draft the pair had before ("ngram" default), measured as "before"')
+    align.add_argument("--out", default=None, help="where to write the aligned draft (default: Tandem's data folder)")
+    align.add_argument("--json-progress", action="store_true", help="progress as JSON lines on stdout")
+    align.set_defaults(func=cmd_align)
+
+
+def cmd_align(args) -> int:
+    from pathlib import Path
+
+    from app.draft_choice import DraftChoice
+    from app.models.pair_memory import PairMemory, TrialResult
+
+    cancel = threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        # the window cancels a child with SIGTERM: finish the step, remove the partial folder, exit 3
+        signal.signal(signal.SIGTERM, lambda signum, frame: cancel.set())
+    settings = AlignSettings(
+        target=args.target, draft=args.draft, minutes=args.minutes, prompts=args.prompts, steps=args.steps,
+        max_tokens=args.max_tokens, batch=args.batch, temperature=args.temperature, history=args.history,
+        threads=args.threads, seed=args.seed, trial=not args.no_trial, backend=args.backend,
+        original_draft=str(DraftChoice.parse_loadable(args.original_draft)),
+        out=Path(args.out) if args.out else None)
+
+    def report(progress: AlignProgress) -> None:
+        if args.json_progress:
+            print(json.dumps({"event": "progress", "phase": progress.phase, "fraction": round(progress.fraction, 4),
+                              "eta_s": None if progress.eta_s is None else round(progress.eta_s, 1),
+                              "message": progress.message}), flush=True)
+        else:
+            eta = f", about {progress.eta_s / 60:.0f} min left" if progress.eta_s else ""
+            print(f"[{progress.fraction:4.0%}{eta}] {progress.message}", file=sys.stderr, flush=True)
+
+    try:
+        result = run(settings, report, cancel.is_set)
+    except AlignCancelled as exc:
+        if args.json_progress:
+            print(json.dumps({"event": "cancelled", "message": str(exc)}), flush=True)
+        else:
+            print(f"tandem-cli: {exc}", file=sys.stderr)
+        return 3
+    except Exception as exc:
+        if args.json_progress:  # the window shows the message; the exit code says it failed
+            print(json.dumps({"event": "error", "message": str(exc) or type(exc).__name__}), flush=True)
+        raise
+    trials = [TrialResult(**t) if t else None for t in (result.trial_before, result.trial_after)]
+    target_key = args.target if args.target == "demo" else str(Path(args.target).expanduser().resolve())
+    memory_note = PairMemory().set_alignment(
+        args.backend, target_key, DraftChoice.parse_loadable(result.draft_choice),
+        DraftChoice.parse_loadable(settings.original_draft), *trials,
+        (result.agreement_before, result.agreement_after))
+    summary = {"event": "done", "folder": str(result.folder), "draft": result.draft_choice, "kind": result.kind,
+               "agreement": [result.agreement_before, result.agreement_after], "answers": result.answers,
+               "tokens": result.tokens, "steps": result.steps, "seconds": round(result.seconds, 1),
+               "trial_before": result.trial_before, "trial_after": result.trial_after, "card": result.card(),
+               "note": memory_note}
+    if args.json_progress:
+        print(json.dumps(summary), flush=True)
+    else:
+        print(f"Aligned draft: {result.folder}")
+        print(f"  {result.card()}")
+        print(f"  {result.answers} answers, {result.tokens:,} tokens, {result.steps} steps, {result.seconds:.0f} s")
+        print(f"  pair it with: --model {args.target} --draft {result.draft_choice}"
+              " (\"auto\" now picks it where it measured faster)")
+        if memory_note:
+            print(f"  {memory_note}", file=sys.stderr)
+    return 0

@@ -1,0 +1,116 @@
+"""Training a draft head for a target: one decoder layer of the target's own kind on the target's
+final hidden states (EAGLE, Li et al. 2024: predict the next feature from the current one and the
+next token's embedding, read through the target's frozen head).
+
+The layer is the same block a checkpoint's built-in MTP layer is (transformers' `MtpLayer`:
+norms, a projection of [embedding; hidden], a decoder layer, a norm), so the trained head drafts
+through the MTP drafter on both backends (app/engine/mtp.py) and is saved under the MTP layer's
+checkpoint names. Its inputs at position i are the token at i + 1 and the target's state at i;
+it is trained to give the target's state at i + 1 (smooth L1, EAGLE's regression loss) and the
+target's distribution there through the head (KL, the distillation loss). Chained drafting feeds
+it its own output, as it does the built-in layer.
+"""
+
+from __future__ import annotations
+
+import random
+
+import torch
+import torch.nn.functional as F
+
+from app.align.batches import batches, distill_loss
+from app.align.teacher import Sequence, Teacher
+from app.engine.backends.mtp_torch import build_layer, mtp_config, to_checkpoint_name
+
+REGRESSION_WEIGHT = 1.0  # EAGLE weighs the feature loss 1 and the token loss 0.1 on 7B models; here
+# the KL to a soft teacher is the signal agreement rides on, the regression keeps the chain in range
+
+
+class HeadTrainer:
+    kind = "head"
+
+    def __init__(self, teacher: Teacher, seed: int = 0, lr: float = 2e-3, batch_tokens: int = 512,
+                 temperature: float = 1.0, candidates: int = 32):
+        torch.manual_seed(seed)
+        self.teacher = teacher
+        self.config = mtp_config(teacher.config)
+        self.layer = build_layer(teacher.text_model, self.config).float().train()
+        self.optimizer = torch.optim.AdamW(self.layer.parameters(), lr=lr, weight_decay=0.0)
+        self.batch_tokens, self.temperature, self.candidates = batch_tokens, temperature, candidates
+        self.rng = random.Random(seed)
+        self.steps = 0
+
+    def _run(self, ids: torch.Tensor, hidden: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        text = self.teacher.text_model
+        embeds = text.embed_tokens(ids)
+        positions = torch.arange(ids.shape[1]).view(1, -1).expand(ids.shape[0], -1)
+        return self.layer(embeds, hidden, position_embeddings=text.rotary_emb(embeds, positions),
+                          attention_mask=mask, position_ids=positions, cache=None)
+
+    @staticmethod
+    def _inputs(group: list[Sequence]):
+        """Right-padded (tokens at i + 1, states at i, states at i + 1, valid) for a group."""
+        width = max(len(s.ids) for s in group) - 2
+        size = group[0].hidden.shape[-1]
+        ids = torch.zeros(len(group), width, dtype=torch.long)
+        states = torch.zeros(len(group), width, size)
+        targets = torch.zeros(len(group), width, size)
+        valid = torch.zeros(len(group), width, dtype=torch.bool)
+        for b, s in enumerate(group):
+            n = len(s.ids) - 2
+            ids[b, :n] = s.ids[1:n + 1]
+            states[b, :n] = s.hidden[:n].float()
+            targets[b, :n] = s.hidden[1:n + 1].float()
+            valid[b, :n] = True
+        return ids, states, targets, valid
+
+    def train(self, sequences: list[Sequence], steps: int, should_stop=lambda: False,
+              on_step=lambda step, loss: None) -> None:
+        stream = batches(sequences, self.batch_tokens, self.rng)
+        for _ in range(steps):
+            if should_stop():
+                return
+            ids, states, targets, valid = self._inputs(next(stream))
+            width = ids.shape[1]
+            causal = torch.ones(width, width, dtype=torch.bool).tril().view(1, 1, width, width)
+            out = self._run(ids, states, causal)[valid]
+            wanted = targets[valid]
+            with torch.no_grad():
+                teacher_logits = self.teacher.logits(wanted)
+            loss = distill_loss(self.teacher.logits(out), teacher_logits, self.temperature, self.candidates)
+            loss = loss + REGRESSION_WEIGHT * F.smooth_l1_loss(out, wanted)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            self.optimizer.step()
+            self.steps += 1
+            on_step(self.steps, loss.item())
+
+    @torch.no_grad()
+    def agreement(self, sequences: list[Sequence]) -> tuple[int, int]:
+        """(agreed, positions): how often the head's first draft after each answer position is the
+        target's own argmax, teacher-forced on the target's answers (the drafts a round's first
+        position gets)."""
+        self.layer.eval()
+        agreed = total = 0
+        for s in sequences:
+            n = len(s.ids) - 2
+            if n < 1:
+                continue
+            out = self._run(s.ids[1:n + 1].view(1, -1), s.hidden[:n].float().view(1, n, -1), None)[0]
+            drafted = self.teacher.logits(out).argmax(-1)
+            wanted = self.teacher.logits(s.hidden[1:n + 1]).argmax(-1)
+            first = max(0, s.answer_start - 2)  # outputs from here on predict answer tokens
+            agreed += int((drafted[first:] == wanted[first:]).sum())
+            total += n - first
+        self.layer.train()
+        return agreed, total
+
+    def round_to_saved(self) -> None:
+        """Round the weights to what is saved (bfloat16), so what is measured after is what loads."""
+        with torch.no_grad():
+            for p in self.layer.parameters():
+                p.copy_(p.to(torch.bfloat16).float())
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        return {"mtp." + to_checkpoint_name(name): value.detach().to(torch.bfloat16).contiguous()
+                for name, value in self.layer.state_dict().items()}

@@ -1,0 +1,320 @@
+"""One alignment job, start to end: check, load the target as teacher, collect its answers, train,
+measure, save (whole or not at all), then the pair trial before and after.
+
+Headless and Qt-free: `tandem-cli align` runs it in the foreground, and the window runs that
+command as a child process (its own threads, capped; ui/pairing/align.py reads its progress as
+JSON lines). Progress is reported as a fraction of the whole job with a time estimate; a
+cancel (`cancelled()` true, or the process killed) leaves no draft folder behind.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from app.models.errors import ModelFileError
+
+HELD_OUT = 0.1  # of the answers: agreement is measured on these, never trained on
+# where the time goes when the job plans by the clock: answering, then training, then the rest
+ANSWER_SHARE = 0.45
+
+
+class AlignCancelled(Exception):
+    """The job was cancelled; nothing was written."""
+
+
+@dataclass
+class AlignSettings:
+    target: str  # a folder, .gguf or "demo" (PyTorch's: the GGUF at its own precisions)
+    draft: str = "head"  # "head" (a draft head on the target's states) or a draft model's folder/.gguf
+    minutes: float = 12.0  # the whole job's budget when prompts/steps are not fixed
+    prompts: int | None = None  # answers to collect (None: as many as the budget allows)
+    steps: int | None = None  # training steps (None: as many as the budget allows)
+    max_tokens: int = 128  # per answer
+    batch: int = 32  # answers generated together
+    temperature: float = 0.0  # the temperature the user chats at: answers are sampled at it
+    history: bool = False  # the user's own chat messages as prompts too (opt-in)
+    threads: int | None = None  # PyTorch threads (None: PyTorch's default)
+    seed: int = 0
+    trial: bool = True  # the pair trial before and after (loads the pair twice)
+    backend: str = "torch"  # what the trial measures on
+    precision: str = "auto"
+    original_draft: str = "ngram"  # the pair's draft before alignment, measured for "before"
+    out: Path | None = None  # the aligned drafts' folder (None: the data folder's aligned/)
+
+
+@dataclass
+class AlignProgress:
+    phase: str  # checking, loading, answering, training, measuring, saving, trial, done
+    fraction: float  # of the whole job
+    eta_s: float | None  # seconds left, once there is a rate to go by
+    message: str
+
+
+@dataclass
+class AlignResult:
+    folder: Path
+    kind: str  # "head" or "model"
+    agreement_before: float
+    agreement_after: float
+    held_out_positions: int
+    answers: int
+    tokens: int
+    steps: int
+    seconds: float
+    trial_before: dict | None = None
+    trial_after: dict | None = None
+    draft_choice: str = ""  # how to pair it: "head:<folder>" or the folder
+    notes: list[str] = field(default_factory=list)
+
+    def card(self) -> str:
+        """One line for the result card: "agrees 12% -> 64%; accepts 31% -> 64%, 0.9x -> 1.5x here"."""
+        line = f"agrees {self.agreement_before:.0%} -> {self.agreement_after:.0%}"
+        if self.trial_before and self.trial_after:
+            line += (f"; accepts {self.trial_before['acceptance']:.0%} -> {self.trial_after['acceptance']:.0%}, "
+                     f"{self.trial_before['speedup']:.1f}x -> {self.trial_after['speedup']:.1f}x here")
+        return line
+
+
+def resolve_target(spec: str, progress=lambda message: None) -> Path:
+    from app.models.resolve import resolve_model
+
+    return resolve_model(spec, "torch", progress)
+
+
+def check(settings: AlignSettings) -> tuple[Path, Path | None]:
+    """Everything that can be refused before weights load: the folders, the tokenizers (a draft
+    model must share the target's), and memory for the teacher and the training copy."""
+    from app.models.folder import check_model_folder
+    from app.models.memory import NotEnoughMemory, free_memory, size_text
+    from app.models.pairing import check_tokenizers
+    from app.models.resolve import resolve_model
+    from app.models.transformers_tokenizer import ChatTokenizer
+
+    target = resolve_target(settings.target)
+    check_model_folder(target)
+    draft = None
+    if settings.draft != "head":
+        draft = resolve_model(settings.draft, "torch", lambda message: None)
+        check_model_folder(draft)
+        check_tokenizers(ChatTokenizer(target), ChatTokenizer(draft))  # PairingError, with the reason
+    need = _float32_bytes(target) * 2  # the teacher, and the generation's caches and activations
+    if draft is not None:
+        need += _float32_bytes(draft) * 4  # weights, gradients and AdamW's two moments
+    else:
+        need += 64 << 20
+    free, where = free_memory("torch")
+    if need > free:
+        raise NotEnoughMemory(
+            f"Aligning needs about {size_text(need)} of {where} for the target in float32 and the training copy, "
+            f"but only {size_text(free)} is free. Unload the pair (or close other apps) while it trains, then "
+            "try again.")
+    return target, draft
+
+
+def _float32_bytes(folder: Path) -> int:
+    from app.models.gguf_import import gguf_source, inspect_gguf, is_gguf_folder
+    from app.models.integrity import read_header
+
+    if is_gguf_folder(folder):
+        return inspect_gguf(gguf_source(folder)).n_params * 4
+    elements = 0
+    for path in folder.glob("*.safetensors"):
+        for key, info in read_header(path)[0].items():
+            if key != "__metadata__" and isinstance(info, dict):
+                count = 1
+                for n in info.get("shape", []):
+                    count *= int(n)
+                elements += count
+    return elements * 4
+
+
+class Clock:
+    """The job's fraction done and time left, from the phases' shares of the whole."""
+
+    def __init__(self, report: Callable[[AlignProgress], None]):
+        self.report, self.started = report, time.perf_counter()
+        self.base, self.share, self.phase_started = 0.0, 0.0, self.started
+
+    def phase(self, name: str, share: float, message: str) -> None:
+        self.base += self.share
+        self.share, self.name, self.phase_started = share, name, time.perf_counter()
+        self.report(AlignProgress(name, min(self.base, 1.0), None, message))
+
+    def within(self, done: float, message: str) -> None:
+        """`done` of the current phase (0..1); the estimate extrapolates the whole job's pace."""
+        fraction = min(self.base + self.share * done, 1.0)
+        spent = time.perf_counter() - self.started
+        eta = spent * (1 - fraction) / fraction if fraction > 0.02 else None
+        self.report(AlignProgress(self.name, fraction, eta, message))
+
+
+def run(settings: AlignSettings, report: Callable[[AlignProgress], None] = lambda p: None,
+        cancelled: Callable[[], bool] = lambda: False) -> AlignResult:
+    import torch
+
+    from app.align import store
+    from app.align.prompts import builtin_prompts, history_prompts
+    from app.align.teacher import Teacher, collect
+    from app.models.resolve import display_name
+
+    started = time.perf_counter()
+    if settings.threads:
+        torch.set_num_threads(settings.threads)
+    clock = Clock(report)
+    clock.phase("checking", 0.0, "Checking the pair ...")
+    target, draft = check(settings)
+    root = settings.out or store.aligned_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    store.remove_stale_partials(root)
+
+    def stop_if_cancelled():
+        if cancelled():
+            raise AlignCancelled("Alignment cancelled: nothing was saved.")
+
+    clock.phase("loading", 0.03, f"Loading {display_name(target)} as the teacher (float32) ...")
+    teacher = Teacher(target)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(target))
+    stop_if_cancelled()
+
+    prompts = builtin_prompts(settings.seed)
+    if settings.history:
+        from app.chat.history import default_path
+
+        prompts = history_prompts(default_path()) + prompts
+    if settings.prompts is not None:
+        prompts = prompts[: settings.prompts]
+    budget = settings.minutes * 60
+    timed = settings.prompts is None or settings.steps is None
+    clock.phase("answering", ANSWER_SHARE if timed else 0.3,
+                f"The target answers up to {len(prompts)} prompts ...")
+    answer_until = time.perf_counter() + budget * ANSWER_SHARE
+
+    def answering_done(done: int, total: int) -> None:
+        clock.within(done / total if settings.prompts is not None else
+                     max(done / total, 1 - (answer_until - time.perf_counter()) / (budget * ANSWER_SHARE)),
+                     f"The target answered {done} of {total} prompts")
+
+    def stop_answering() -> bool:
+        return cancelled() or (settings.prompts is None and time.perf_counter() > answer_until)
+
+    sequences = collect(teacher, tokenizer, prompts, settings.max_tokens, settings.batch, settings.temperature,
+                        answering_done, stop_answering)
+    stop_if_cancelled()
+    if len(sequences) < 2:
+        raise ModelFileError("The target gave too few answers to align a draft on (every answer ended at once). "
+                             "Check that the model chats (its chat template), or give it more time.")
+    random.Random(settings.seed).shuffle(sequences)
+    held = max(1, int(len(sequences) * HELD_OUT))
+    held_out, train_set = sequences[:held], sequences[held:]
+    tokens = sum(len(s.ids) for s in train_set)
+
+    if draft is None:
+        from app.align.head_train import HeadTrainer
+
+        trainer = HeadTrainer(teacher, settings.seed, temperature=max(settings.temperature, 1.0))
+    else:
+        from app.align.distill import DraftTrainer
+
+        trainer = DraftTrainer(teacher, draft, settings.seed, temperature=max(settings.temperature, 1.0))
+    agreed, positions = trainer.agreement(held_out)
+    before = agreed / max(positions, 1)
+    train_share = 1 - ANSWER_SHARE - 0.08 if timed else 0.6
+    clock.phase("training", train_share, f"Training on {tokens:,} tokens of the target's answers ...")
+    train_until = started + budget * (1 - 0.05)
+    steps = settings.steps
+
+    def on_step(step: int, loss: float) -> None:
+        if steps is not None:
+            done = step / steps
+        else:
+            done = 1 - max(0.0, train_until - time.perf_counter()) / max(train_until - clock.phase_started, 1e-6)
+        if step % 5 == 0 or done >= 1:
+            clock.within(done, f"Training: step {step}, loss {loss:.3f}")
+
+    trainer.train(train_set, steps if steps is not None else 10 ** 9,
+                  lambda: cancelled() or (steps is None and time.perf_counter() > train_until), on_step)
+    stop_if_cancelled()
+    clock.phase("measuring", 0.02, "Measuring agreement on held-out answers ...")
+    trainer.round_to_saved()
+    agreed, positions = trainer.agreement(held_out)
+    after = agreed / max(positions, 1)
+    stop_if_cancelled()
+
+    clock.phase("saving", 0.01, "Saving the aligned draft ...")
+    kind = trainer.kind
+    manifest = {
+        "kind": kind,
+        "target": {"name": display_name(target), "folder": str(target.resolve())},
+        "original_draft": settings.original_draft if draft is None else str(draft.resolve()),
+        "data": {"prompts": len(prompts), "answers": len(train_set), "held_out": len(held_out), "tokens": tokens,
+                 "history": settings.history, "temperature": settings.temperature,
+                 "max_tokens": settings.max_tokens},
+        "steps": trainer.steps,
+        "seconds": round(time.perf_counter() - started, 1),
+        "agreement": {"before": round(before, 4), "after": round(after, 4), "positions": positions},
+        "created_at": time.time(),
+    }
+    folder = store.write_result(store.result_name(display_name(target), kind),
+                                lambda path: _write(trainer, teacher, target, draft, path), manifest, root)
+    choice = f"head:{folder}" if kind == "head" else str(folder)
+    result = AlignResult(folder, kind, before, after, positions, len(train_set), tokens, trainer.steps,
+                         time.perf_counter() - started, draft_choice=choice)
+    if settings.trial:
+        del teacher, trainer
+        clock.phase("trial", 0.04, "Measuring the pair before and after (the pair trial) ...")
+        result.trial_before, result.trial_after = _trials(settings, target, choice, clock, cancelled)
+        store.update_manifest(folder, trial={"before": result.trial_before, "after": result.trial_after})
+    result.seconds = time.perf_counter() - started
+    clock.phase("done", 0.0, f"Aligned: {result.card()}")
+    return result
+
+
+def _write(trainer, teacher, target: Path, draft: Path | None, path: Path) -> None:
+    import json
+    import shutil
+
+    from safetensors.torch import save_file
+
+    from app.models.aligned_head import HEAD_TYPE, WEIGHTS
+    from app.models.resolve import display_name
+
+    if draft is None:
+        save_file(trainer.tensors(), str(path / WEIGHTS), metadata={"format": "pt"})
+        text = teacher.config.get_text_config() if hasattr(teacher.config, "get_text_config") else teacher.config
+        config = {"model_type": HEAD_TYPE, "hidden_size": int(text.hidden_size),
+                  "vocab_size": int(teacher.head_weight.shape[0]), "target_model_type": text.model_type,
+                  "target": display_name(target), "architecture": "eagle-1 head: one decoder layer, MTP names"}
+        (path / "config.json").write_text(json.dumps(config, indent=1), encoding="utf-8")
+    else:
+        trainer.save(path)
+        for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
+                     "generation_config.json", "vocab.json", "merges.txt", "tokenizer.model"):
+            if (draft / name).is_file():
+                shutil.copyfile(draft / name, path / name)
+
+
+def _trials(settings: AlignSettings, target: Path, choice: str, clock: Clock, cancelled) -> tuple[dict, dict]:
+    from app.draft_choice import DraftChoice
+    from app.pair_trial import run_trial
+    from app.runner import Runner
+
+    runner = Runner()
+    results = []
+    for i, draft in enumerate((settings.original_draft, choice)):
+        if cancelled():
+            raise AlignCancelled("Alignment cancelled during the pair trial; the aligned draft was kept.")
+        runner.load(str(target), settings.backend, DraftChoice.parse_loadable(draft), settings.precision,
+                    progress=lambda message: None)
+        trial = run_trial(runner, cancelled)
+        results.append(asdict(trial) if trial is not None else {"acceptance": 0.0, "speedup": 1.0,
+                                                                "tokens_per_pass": 1.0, "tokens": 0,
+                                                                "measured_at": time.time()})
+        clock.within((i + 1) / 2, f"Pair trial {'after' if i else 'before'}: accepts {results[-1]['acceptance']:.0%}, "
+                                  f"{results[-1]['speedup']:.2f}x")
+    return results[0], results[1]

@@ -1,0 +1,133 @@
+"""The target as teacher: its weights in float32 on PyTorch, its answers to the alignment prompts,
+and its final-norm hidden state at every position of them.
+
+The hidden states are all the data alignment keeps: the target's distribution at a position is
+its head applied to that state, so one tensor per position gives both what a draft head should
+predict (the next state, EAGLE's regression target) and the teacher's distribution (the KL
+target), with no logits stored.
+
+A GGUF opened at its own precisions is dequantized for this (its 4-bit blocks in float32: the
+same weights, and PyTorch's int4 kernel is slow at the widths of batched generation); what the
+result buys is measured against the target as it runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from app.models.errors import ModelFileError
+
+
+@dataclass
+class Sequence:
+    ids: torch.Tensor  # (L,) the prompt (chat template applied) and the target's answer
+    hidden: torch.Tensor  # (L - 1, D) bfloat16: the target's final-norm output at positions 0..L-2
+    answer_start: int  # the index of the answer's first token
+
+
+class Teacher:
+    """The target's model (float32, frozen), its text model and its head matrix (V, D)."""
+
+    def __init__(self, folder: Path):
+        from app.models.gguf_import import gguf_source, is_gguf_folder
+
+        self.folder = folder
+        if is_gguf_folder(folder):
+            from app.models.gguf_torch import load_gguf_model
+
+            self.model, _ = load_gguf_model(folder, gguf_source(folder), dtype=torch.float32, int4=False)
+        else:
+            from transformers import AutoModelForCausalLM
+
+            config = _config(folder)
+            if config.get("quantization") or config.get("quantization_config"):
+                kind = "MLX" if config.get("quantization") else "pre-quantized"
+                raise ModelFileError(f"{folder.name} holds quantized weights ({kind}), which PyTorch cannot train "
+                                     "against. Align against the original checkpoint (or its .gguf).")
+            self.model = AutoModelForCausalLM.from_pretrained(
+                str(folder), dtype=torch.float32, trust_remote_code=False, use_safetensors=True)
+        self.model.eval().requires_grad_(False)
+        self.text_model = getattr(self.model, "model", None)
+        if self.text_model is None or not hasattr(self.text_model, "norm") or not hasattr(self.text_model, "layers"):
+            raise ModelFileError(f"{folder.name}: Tandem cannot read this model's hidden states to align a draft to.")
+        head = self.model.get_output_embeddings()
+        weight = getattr(head, "weight", None)
+        if weight is None:
+            raise ModelFileError(f"{folder.name}: its output head has no weight matrix to distil from.")
+        self.head_weight = weight.detach().float()  # (V, D)
+        self.config = self.model.config
+        self.hidden_size = int(self.head_weight.shape[1])
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return hidden.float() @ self.head_weight.T
+
+
+def _config(folder: Path) -> dict:
+    import json
+
+    return json.loads((folder / "config.json").read_text())
+
+
+def collect(teacher: Teacher, tokenizer, prompts: list[str], max_tokens: int, batch: int,
+            temperature: float, progress: Callable[[int, int], None] = lambda done, total: None,
+            cancelled: Callable[[], bool] = lambda: False, context: int = 1024) -> list[Sequence]:
+    """The target's answers to `prompts` (greedy at temperature 0, else sampled at it), `batch` at a
+    time with transformers' generate, with the hidden state of every position. Stops early (with
+    what it has) when `cancelled()`; `progress(prompts done, total)` after each batch."""
+    out: list[Sequence] = []
+    captured: list[torch.Tensor] = []
+    hook = teacher.text_model.norm.register_forward_hook(lambda module, inputs, output: captured.append(output))
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    stops = set(_stop_ids(tokenizer))
+    try:
+        for start in range(0, len(prompts), batch):
+            if cancelled():
+                break
+            rows = [_prompt_ids(tokenizer, text)[-(context - max_tokens):] for text in prompts[start:start + batch]]
+            width = max(len(r) for r in rows)
+            ids = torch.full((len(rows), width), pad, dtype=torch.long)
+            mask = torch.zeros((len(rows), width), dtype=torch.long)
+            for i, r in enumerate(rows):  # left padding: every answer starts at the same column
+                ids[i, width - len(r):] = torch.tensor(r)
+                mask[i, width - len(r):] = 1
+            captured.clear()
+            sample = temperature > 0
+            with torch.inference_mode():
+                generated = teacher.model.generate(
+                    input_ids=ids, attention_mask=mask, max_new_tokens=max_tokens, do_sample=sample,
+                    temperature=temperature if sample else None, top_p=None, top_k=None,
+                    pad_token_id=pad, eos_token_id=sorted(stops) or None)
+            hidden = torch.cat(captured, dim=1)  # (B, width + new - 1, D): every position that was read
+            for i, r in enumerate(rows):
+                left = width - len(r)
+                answer = generated[i, width:].tolist()
+                end = next((j + 1 for j, t in enumerate(answer) if t in stops), len(answer))
+                tokens = generated[i, left:width + end]
+                if len(tokens) - len(r) < 2:
+                    continue
+                out.append(Sequence(tokens.clone(), hidden[i, left:left + len(tokens) - 1].to(torch.bfloat16).clone(),
+                                    len(r)))
+            progress(min(start + batch, len(prompts)), len(prompts))
+    finally:
+        hook.remove()
+    return out
+
+
+def _prompt_ids(tokenizer, text: str) -> list[int]:
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
+    if isinstance(ids, dict) or hasattr(ids, "keys"):
+        ids = ids["input_ids"]
+    return list(ids)
+
+
+def _stop_ids(tokenizer) -> list[int]:
+    ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    for name in ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|endoftext|>"):
+        token = tokenizer.convert_tokens_to_ids(name)
+        if isinstance(token, int) and token != tokenizer.unk_token_id and token >= 0:
+            ids.append(token)
+    return ids

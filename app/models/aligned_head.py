@@ -1,0 +1,70 @@
+"""A draft head aligned to a target (app/align/): what its folder holds, read without any array
+library, so pairing can tell one apart and check it fits before anything loads.
+
+    config.json        {"model_type": "tandem_draft_head", "hidden_size", "vocab_size",
+                        "target_model_type", "target": <the target's name>}
+    model.safetensors  one decoder layer under the MTP layer's checkpoint names (mtp.fc, mtp.norm,
+                       mtp.layers.0.*, ...): it drafts through the MTP drafter
+    manifest.json      what it was aligned to, on what, for how long, and what it measured
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from app.models.errors import ModelFileError
+from app.models.integrity import read_header
+from app.models.mtp_weights import REQUIRED, MTPWeights
+
+HEAD_TYPE = "tandem_draft_head"
+WEIGHTS = "model.safetensors"
+MANIFEST = "manifest.json"
+
+
+def _json(path: Path) -> dict:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def is_aligned_head(folder: str | Path) -> bool:
+    return _json(Path(folder) / "config.json").get("model_type") == HEAD_TYPE
+
+
+def read_manifest(folder: str | Path) -> dict:
+    return _json(Path(folder) / MANIFEST)
+
+
+def head_weights(folder: str | Path, target_config: dict) -> MTPWeights:
+    """The head's tensors, checked against the target it is to draft for (its width and
+    vocabulary): a ModelFileError that says which and what to do where they do not fit."""
+    folder = Path(folder)
+    config = _json(folder / "config.json")
+    if config.get("model_type") != HEAD_TYPE:
+        raise ModelFileError(f"{folder.name} is not an aligned draft head (its config.json is missing or "
+                             f"names another model type). Choose the folder `tandem-cli align` wrote.")
+    text = target_config.get("text_config") or target_config
+    for key in ("hidden_size", "vocab_size"):
+        if key in config and key in text and int(config[key]) != int(text[key]):
+            raise ModelFileError(
+                f"{folder.name} was aligned to {config.get('target', 'another model')}, whose {key} is "
+                f"{config[key]}; this model's is {text[key]}. Align a head to this model instead.")
+    path = folder / WEIGHTS
+    if not path.is_file():
+        raise ModelFileError(f"{folder.name}: {WEIGHTS} is missing. Align the draft again.")
+    header = read_header(path)[0]
+    files = {key[len("mtp."):]: path for key in header if key.startswith("mtp.")}
+    missing = [name for name in REQUIRED if name not in files]
+    if missing or not any(name.startswith("layers.0.") for name in files):
+        raise ModelFileError(f"{folder.name}: its weights are incomplete (no mtp.{(missing or ['layers.0.*'])[0]}). "
+                             "Align the draft again.")
+    return MTPWeights(files, "mtp.", 1)
+
+
+def head_bytes(folder: str | Path) -> int:
+    header = read_header(Path(folder) / WEIGHTS)[0]
+    return sum(info["data_offsets"][1] - info["data_offsets"][0] for key, info in header.items()
+               if key != "__metadata__" and isinstance(info, dict))

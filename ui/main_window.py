@@ -28,6 +28,7 @@ from ui.chat.conversation_list import ConversationList
 from ui.chat.settings_drawer import SettingsDrawer
 from ui.header import Header
 from ui.panel.draft_panel import DraftPanel
+from ui.pairing.align import DraftAligner
 from ui.pairing.controller import PairController
 from ui.pairing.downloads import DownloadStrip
 from ui.pairing.drop import mime_texts
@@ -81,6 +82,8 @@ class MainWindow(QMainWindow):
                                       ask_token=lambda repo, why: ask_token(self, repo, why), parent=self)
         self._start_worker()
         self.controller = ChatController(self.store, self.worker, self.chat_view, defaults, self)
+        self.aligner = DraftAligner(self.align_strip, self.pairing, self.worker,
+                                    temperature=lambda: self.controller.settings.temperature, parent=self)
         self._build_actions()
         self._wire()
         self._restore()
@@ -98,6 +101,7 @@ class MainWindow(QMainWindow):
         self.settings_drawer.hide()
         self.banners = BannerStack()
         self.download_strip = DownloadStrip()
+        self.align_strip = DraftAligner.build_strip()
         self.chat_view = ChatView(MarkdownRenderer(self.theme.theme.markdown_style()))
         self.composer = Composer()
         self.composer.setMaximumWidth(self.chat_view.column_width() - 16)  # the messages sit 8 px inside the column
@@ -109,7 +113,7 @@ class MainWindow(QMainWindow):
         column = QVBoxLayout(chat_column)
         column.setContentsMargins(0, 0, 0, 0)
         column.setSpacing(0)
-        for widget in (self.header, self.download_strip, self.settings_drawer, self.banners):
+        for widget in (self.header, self.download_strip, self.align_strip, self.settings_drawer, self.banners):
             column.addWidget(widget)
         column.addWidget(self.chat_view, 1)
         column.addLayout(composer_row)
@@ -226,6 +230,9 @@ class MainWindow(QMainWindow):
         pairing.error.connect(lambda message: self.banners.add(message, "error", "pairing"))
         pairing.info.connect(lambda message: self.banners.add(message, "info", "pairing"))
         self.controller.busy_changed.connect(self._trial_gives_way)
+        worker.paired.connect(self.aligner.on_paired)  # after pairing.on_paired: its target's aligned draft card
+        self.controller.busy_changed.connect(self.aligner.on_chat_busy)
+        self.aligner.pair_unloaded.connect(self._on_unloaded_for_align)
 
     def _trial_gives_way(self, busy: bool) -> None:
         """A real request wants the engine: background work on it (the pair trial, re-timing the
@@ -244,9 +251,18 @@ class MainWindow(QMainWindow):
         self.controller.model = None
         self.pairing.on_unloaded()
 
+    def _on_unloaded_for_align(self) -> None:
+        """Align draft let go of the pair to have the memory: it loads again when the job ends."""
+        self._on_unloaded()
+        self.header.target_slot.set_model("No model loaded", "unloaded while the draft aligns; it loads again after")
+        self.status.show_load_failed()
+        self.composer.set_ready(False)
+        self.draft_panel.set_available(False)
+        self.chat_view.set_greeting_hint("The pair is unloaded while the draft aligns; it loads again after.")
+
     def show_slot_menu(self, role: str) -> None:
         slot = self.header.target_slot if role == "target" else self.header.draft_slot
-        self.slot_menu = build_slot_menu(role, self.pairing, self)
+        self.slot_menu = build_slot_menu(role, self.pairing, self, self.aligner)
         self.slot_menu.popup(slot.mapToGlobal(slot.rect().bottomLeft()))
 
     # Two models dropped anywhere on the window: the larger is the target (PairController.drop)
@@ -512,6 +528,7 @@ class MainWindow(QMainWindow):
         if self.pairing.job is not None:  # a partial download is kept and resumes next time
             self.pairing.job.cancel()
             self.pairing.job.wait(5)
+        self.aligner.shutdown()  # a job cut short removes what it wrote (or the next one does)
         self.worker.interrupt_trial()
         self.worker.stop()
         self.thread.quit()

@@ -24,7 +24,7 @@ def _size(gb: float) -> str:
     return f"{gb * 1000:.0f} MB" if gb < 1 else f"{gb:.1f} GB"
 
 
-def build_slot_menu(role: str, pairing: PairController, parent: QWidget) -> QMenu:
+def build_slot_menu(role: str, pairing: PairController, parent: QWidget, aligner=None) -> QMenu:
     menu = QMenu(parent)
     noun = "target" if role == "target" else "draft"
     menu.addAction("Model folder…", lambda: _choose_folder(role, pairing, parent))
@@ -42,6 +42,12 @@ def build_slot_menu(role: str, pairing: PairController, parent: QWidget) -> QMen
                                      "lookup beside it: nothing to download, little memory."))
         for text, choice in DRAFT_CHOICES:
             menu.addAction(text, lambda choice=choice: pairing.choose_draft(choice))
+        if aligner is not None:  # ui/pairing/align.py: train a draft on the target's own answers
+            menu.addSeparator()
+            for text, tip, start, off in aligner.menu_entries():
+                item = menu.addAction(text, start)
+                item.setEnabled(not off)
+                item.setToolTip(wrap_tip(off or tip))
     menu.addSeparator()
     catalog = menu.addMenu("Known-good pairs")
     free, where = _free_for(pairing)

@@ -28,16 +28,16 @@ def batches(sequences: list[Sequence], tokens: int, rng: random.Random) -> Itera
             yield group
 
 
-def distill_loss(student: torch.Tensor, teacher: torch.Tensor, temperature: float, candidates: int) -> torch.Tensor:
-    """KL(teacher || student) over each row's distribution (rows of logits (N, V)), at `temperature`.
+def candidates(tops: list[torch.Tensor]) -> torch.Tensor:
+    """The tokens the distillation softmax runs over for a batch: the union of every position's
+    teacher top tokens (a sampled softmax; outside the teacher's top few dozen tokens its
+    probabilities are negligible, and on a 49k vocabulary the full softmax was most of a step)."""
+    return torch.cat([t.reshape(-1) for t in tops]).unique().long()
 
-    The softmax runs over the batch's candidate tokens only, the union of each row's teacher top
-    `candidates` (a sampled softmax: on a 49k vocabulary the full one is most of the training
-    cost, and outside the teacher's top few dozen tokens its probabilities are negligible).
-    0 candidates: the whole vocabulary."""
-    if candidates:
-        keep = torch.topk(teacher, min(candidates, teacher.shape[-1]), dim=-1).indices.unique()
-        student, teacher = student[:, keep], teacher[:, keep]
+
+def distill_loss(student: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:
+    """KL(teacher || student) between rows of logits over the same candidate tokens, at
+    `temperature` (scaled by T^2, as Hinton et al. do, so the gradient's size does not depend on it)."""
     t = max(temperature, 1e-3)
     return F.kl_div(F.log_softmax(student / t, -1), F.log_softmax(teacher / t, -1), log_target=True,
                     reduction="batchmean") * t * t

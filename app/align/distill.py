@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from app.align.batches import batches, distill_loss
+from app.align.batches import batches, candidates, distill_loss
 from app.align.teacher import Sequence, Teacher
 from app.models.errors import ModelFileError
 
@@ -40,18 +40,20 @@ class DraftTrainer:
     kind = "model"
 
     def __init__(self, teacher: Teacher, draft_folder: Path, seed: int = 0, lr: float = 1e-4,
-                 batch_tokens: int = 512, temperature: float = 1.0, candidates: int = 32):
+                 batch_tokens: int = 512, temperature: float = 1.0):
         torch.manual_seed(seed)
         self.teacher = teacher
         self.model = load_student(draft_folder).float().train()
         self.vocab = min(int(self.model.get_output_embeddings().weight.shape[0]), teacher.head_weight.shape[0])
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=0.0)
-        self.batch_tokens, self.temperature, self.candidates = batch_tokens, temperature, candidates
+        self.batch_tokens, self.temperature = batch_tokens, temperature
         self.rng = random.Random(seed)
         self.steps = 0
 
     def train(self, sequences: list[Sequence], steps: int, should_stop=lambda: False,
               on_step=lambda step, loss: None) -> None:
+        self.teacher.rank(sequences)
+        head = self.model.get_output_embeddings()
         stream = batches(sequences, self.batch_tokens, self.rng)
         for _ in range(steps):
             if should_stop():
@@ -67,10 +69,14 @@ class DraftTrainer:
                 mask[b, :len(s.ids)] = 1
                 states[b, :len(s.ids) - 1] = s.hidden.float()
                 valid[b, :len(s.ids) - 1] = True
-            logits = self.model(input_ids=ids, attention_mask=mask).logits[:, :-1, : self.vocab][valid]
+            rows = candidates([s.top for s in group])
+            rows = rows[rows < self.vocab]
+            # the draft's own head over the candidate tokens only (its full head is most of a step's cost)
+            hidden = self.model.model(input_ids=ids, attention_mask=mask).last_hidden_state[:, :-1][valid]
+            logits = hidden @ head.weight[rows].T + (head.bias[rows] if head.bias is not None else 0)
             with torch.no_grad():
-                teacher_logits = self.teacher.logits(states[valid])[:, : self.vocab]
-            loss = distill_loss(logits, teacher_logits, self.temperature, self.candidates)
+                teacher_logits = self.teacher.logits(states[valid], rows)
+            loss = distill_loss(logits, teacher_logits, self.temperature)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             self.optimizer.step()

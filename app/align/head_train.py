@@ -18,7 +18,7 @@ import random
 import torch
 import torch.nn.functional as F
 
-from app.align.batches import batches, distill_loss
+from app.align.batches import batches, candidates, distill_loss
 from app.align.teacher import Sequence, Teacher
 from app.engine.backends.mtp_torch import build_layer, mtp_config, to_checkpoint_name
 
@@ -30,13 +30,13 @@ class HeadTrainer:
     kind = "head"
 
     def __init__(self, teacher: Teacher, seed: int = 0, lr: float = 2e-3, batch_tokens: int = 512,
-                 temperature: float = 1.0, candidates: int = 32):
+                 temperature: float = 1.0):
         torch.manual_seed(seed)
         self.teacher = teacher
         self.config = mtp_config(teacher.config)
         self.layer = build_layer(teacher.text_model, self.config).float().train()
         self.optimizer = torch.optim.AdamW(self.layer.parameters(), lr=lr, weight_decay=0.0)
-        self.batch_tokens, self.temperature, self.candidates = batch_tokens, temperature, candidates
+        self.batch_tokens, self.temperature = batch_tokens, temperature
         self.rng = random.Random(seed)
         self.steps = 0
 
@@ -49,7 +49,8 @@ class HeadTrainer:
 
     @staticmethod
     def _inputs(group: list[Sequence]):
-        """Right-padded (tokens at i + 1, states at i, states at i + 1, valid) for a group."""
+        """Right-padded (tokens at i + 1, states at i, states at i + 1, valid) for a group, and
+        the candidate tokens of its distillation softmax."""
         width = max(len(s.ids) for s in group) - 2
         size = group[0].hidden.shape[-1]
         ids = torch.zeros(len(group), width, dtype=torch.long)
@@ -62,22 +63,23 @@ class HeadTrainer:
             states[b, :n] = s.hidden[:n].float()
             targets[b, :n] = s.hidden[1:n + 1].float()
             valid[b, :n] = True
-        return ids, states, targets, valid
+        return ids, states, targets, valid, candidates([s.top[1:] for s in group])
 
     def train(self, sequences: list[Sequence], steps: int, should_stop=lambda: False,
               on_step=lambda step, loss: None) -> None:
+        self.teacher.rank(sequences)
         stream = batches(sequences, self.batch_tokens, self.rng)
         for _ in range(steps):
             if should_stop():
                 return
-            ids, states, targets, valid = self._inputs(next(stream))
+            ids, states, targets, valid, rows = self._inputs(next(stream))
             width = ids.shape[1]
             causal = torch.ones(width, width, dtype=torch.bool).tril().view(1, 1, width, width)
             out = self._run(ids, states, causal)[valid]
             wanted = targets[valid]
             with torch.no_grad():
-                teacher_logits = self.teacher.logits(wanted)
-            loss = distill_loss(self.teacher.logits(out), teacher_logits, self.temperature, self.candidates)
+                teacher_logits = self.teacher.logits(wanted, rows)
+            loss = distill_loss(self.teacher.logits(out, rows), teacher_logits, self.temperature)
             loss = loss + REGRESSION_WEIGHT * F.smooth_l1_loss(out, wanted)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()

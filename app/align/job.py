@@ -144,6 +144,9 @@ class Clock:
         self.share, self.name, self.phase_started = share, name, time.perf_counter()
         self.report(AlignProgress(name, min(self.base, 1.0), None, message))
 
+    def finish(self, message: str) -> None:
+        self.report(AlignProgress("done", 1.0, 0.0, message))
+
     def within(self, done: float, message: str) -> None:
         """`done` of the current phase (0..1); the estimate extrapolates the whole job's pace."""
         fraction = min(self.base + self.share * done, 1.0)
@@ -154,6 +157,17 @@ class Clock:
 
 def run(settings: AlignSettings, report: Callable[[AlignProgress], None] = lambda p: None,
         cancelled: Callable[[], bool] = lambda: False) -> AlignResult:
+    import torch
+
+    threads = torch.get_num_threads()
+    try:
+        return _run(settings, report, cancelled)
+    finally:  # a job inside a longer-lived process (tests, a server) gives the threads back
+        torch.set_num_threads(threads)
+
+
+def _run(settings: AlignSettings, report: Callable[[AlignProgress], None],
+         cancelled: Callable[[], bool]) -> AlignResult:
     import torch
 
     from app.align import store
@@ -271,7 +285,7 @@ def run(settings: AlignSettings, report: Callable[[AlignProgress], None] = lambd
         result.trial_before, result.trial_after = _trials(settings, target, choice, clock, cancelled)
         store.update_manifest(folder, trial={"before": result.trial_before, "after": result.trial_after})
     result.seconds = time.perf_counter() - started
-    clock.phase("done", 0.0, f"Aligned: {result.card()}")
+    clock.finish(f"Aligned: {result.card()}")
     return result
 
 

@@ -22,11 +22,15 @@ import torch
 from app.models.errors import ModelFileError
 
 
+TOP = 32  # the teacher's most likely tokens kept per position: the candidates of the distillation softmax
+
+
 @dataclass
 class Sequence:
     ids: torch.Tensor  # (L,) the prompt (chat template applied) and the target's answer
     hidden: torch.Tensor  # (L - 1, D) bfloat16: the target's final-norm output at positions 0..L-2
     answer_start: int  # the index of the answer's first token
+    top: torch.Tensor | None = None  # (L - 1, TOP) int32: the target's most likely next tokens there
 
 
 class Teacher:
@@ -62,8 +66,20 @@ class Teacher:
         self.config = self.model.config
         self.hidden_size = int(self.head_weight.shape[1])
 
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return hidden.float() @ self.head_weight.T
+    def logits(self, hidden: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """The target's logits from its final-norm output: over the whole vocabulary, or over
+        `rows` (token ids) only."""
+        weight = self.head_weight if rows is None else self.head_weight[rows]
+        return hidden.float() @ weight.T
+
+    @torch.no_grad()
+    def rank(self, sequences: list[Sequence], chunk: int = 512) -> None:
+        """Each position's TOP most likely next tokens, once, so that training never needs the
+        whole vocabulary's logits (on the demo that pass alone cost more than the rest of a step)."""
+        for s in sequences:
+            if s.top is None:
+                s.top = torch.cat([torch.topk(self.logits(s.hidden[i:i + chunk]), TOP, dim=-1).indices.int()
+                                   for i in range(0, len(s.hidden), chunk)])
 
 
 def _config(folder: Path) -> dict:

@@ -1,0 +1,309 @@
+"""Aligning a draft to its target (app/align/): on a tiny random Llama target, a draft head trained
+on the target's own answers agrees with it far more than before, and distilling the target into an
+unrelated draft model raises that model's agreement; either result is saved whole (or not at all,
+when cancelled or when writing fails), loads, pairs, and keeps speculation exact at temperature 0
+(token for token, both backends, every k) and at temperature 1 (chi-square against the exact
+marginals); a draft with another tokenizer, or a machine without the memory, is refused before
+anything trains; "auto" pairs a target with its aligned draft only while the alignment is active
+and measured no slower, and undoing it leaves the original draft as it was."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.align.job import AlignCancelled, AlignSettings, run
+from app.draft_choice import NO_DRAFT, PROMPT_LOOKUP, DraftChoice, DraftKind
+from app.engine.backends import load_backend
+from app.engine.events import Finished, Round
+from app.engine.mtp import load_head_drafter
+from app.engine.sampling import SamplingParams
+from app.engine.speculative import generate
+from app.models.errors import ModelFileError
+from app.models.pairing import PairingError
+
+ASKS = ("Write a short poem about dogs.", "List five facts about bees.")  # the target's answers loop: the
+# head learns some loops and not others, so two prompts
+QUICK = dict(prompts=24, max_tokens=24, batch=8, threads=1, trial=False)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny models: one thread is many times faster than OpenMP's two spinning on tiny ops."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _run(target, prompt, drafter=None, max_tokens=24, **kw):
+    events = list(generate(target, lambda ids: "", prompt, drafter=drafter, max_tokens=max_tokens, **kw))
+    return [t for e in events if isinstance(e, Round) for t in e.emitted], events[-1].stats
+
+
+def _entries(root: Path) -> list[str]:
+    return sorted(p.name for p in root.iterdir())
+
+
+@pytest.fixture(scope="module")
+def prompts(tiny_pair) -> list[list[int]]:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_pair["target"]))
+    return [list(tokenizer.apply_chat_template([{"role": "user", "content": ask}], add_generation_prompt=True,
+                                               return_dict=True)["input_ids"]) for ask in ASKS]
+
+
+@pytest.fixture(scope="module")
+def head(tiny_pair, tmp_path_factory):
+    out = tmp_path_factory.mktemp("aligned")
+    progress = []
+    result = run(AlignSettings(target=str(tiny_pair["target"]), steps=40, out=out, **QUICK), progress.append)
+    return result, progress, out
+
+
+def test_a_trained_head_agrees_with_the_target_far_more_than_the_untrained_one(head, tiny_pair):
+    result, progress, out = head
+    chance = 1 / 1024
+    assert result.held_out_positions >= 20
+    # the gain measured on held-out answers (never trained on), before vs after the same head's training
+    assert result.agreement_after - result.agreement_before >= 0.2, (result.agreement_before, result.agreement_after)
+    assert result.agreement_after > 50 * chance
+    manifest = json.loads((result.folder / "manifest.json").read_text())
+    assert manifest["agreement"]["after"] == pytest.approx(result.agreement_after, abs=1e-4)
+    assert manifest["target"]["folder"] == str(Path(tiny_pair["target"]).resolve())
+    assert manifest["steps"] == 40 and manifest["data"]["answers"] == result.answers
+    # progress: phases in order, the fraction never goes back, and it ends done at 100%
+    phases = [p.phase for p in progress]
+    order = ["checking", "loading", "answering", "training", "measuring", "saving", "done"]
+    assert [p for i, p in enumerate(phases) if i == 0 or phases[i - 1] != p] == order
+    fractions = [p.fraction for p in progress]
+    assert fractions == sorted(fractions) and fractions[-1] == pytest.approx(1.0)
+    assert any(p.eta_s is not None for p in progress if p.phase == "training")
+    assert _entries(out) == [result.folder.name]  # no partial folder left beside it
+
+
+def test_the_saved_head_is_a_draft_head_folder_under_the_mtp_layers_names(head, tiny_pair):
+    from app.models.aligned_head import head_weights, is_aligned_head
+
+    result = head[0]
+    assert is_aligned_head(result.folder) and result.draft_choice == f"head:{result.folder}"
+    config = json.loads((tiny_pair["target"] / "config.json").read_text())
+    names = head_weights(result.folder, config).names()
+    assert {"fc.weight", "pre_fc_norm_embedding.weight", "norm.weight", "layers.0.self_attn.q_proj.weight"} <= set(names)
+
+
+@pytest.mark.parametrize("backend", ["torch", "mlx"])
+def test_an_aligned_head_drafts_and_speculation_stays_exact_at_every_k(head, tiny_pair, prompts, backend):
+    if backend == "mlx":
+        pytest.importorskip("mlx_lm")
+    result = head[0]
+    target = load_backend(tiny_pair["target"], backend)
+    drafter = load_head_drafter(target, result.folder)
+    fresh = load_backend(tiny_pair["target"], backend)
+    drafted = accepted = 0
+    for prompt in prompts:
+        plain, _ = _run(fresh, prompt)
+        for k in range(1, 7):
+            tokens, stats = _run(target, prompt, drafter, draft_tokens=k)
+            assert tokens == plain, k
+            drafted, accepted = drafted + stats.drafted, accepted + stats.accepted
+    assert drafted > 0 and accepted / drafted > 0.2  # the head drafted, and the target took much of it
+
+
+def test_the_mlx_head_computes_what_the_torch_head_computes(head, tiny_pair):
+    pytest.importorskip("mlx_lm")
+    import mlx.core as mx
+    import torch
+
+    result = head[0]
+    heads = {b: load_head_drafter(load_backend(tiny_pair["target"], b), result.folder).head for b in ("torch", "mlx")}
+    rng = np.random.default_rng(0)
+    ids = [5, 96, 310, 17]
+    states = rng.standard_normal((1, 4, 64)).astype(np.float32)
+    with torch.inference_mode():
+        ours = heads["torch"]._pass(torch.tensor([ids]), torch.tensor(states)).numpy()
+    theirs = np.array(heads["mlx"]._pass(mx.array([ids]), mx.array(states)))
+    assert np.abs(ours - theirs).max() < 1e-4
+
+
+def test_an_aligned_head_keeps_the_targets_distribution_at_temperature_1(head, tiny_pair, prompts):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from tests.test_engine_sampling import ALPHA, _p_value, exact_marginals
+
+    params = SamplingParams(temperature=1.0, top_k=6, seed=5)  # a frontier the enumeration can cover
+    prompt = prompts[0]
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_pair["target"]), dtype=torch.float32).eval()
+    exact = exact_marginals(model, prompt, params, depth=3, vocab=1024)
+    target = load_backend(tiny_pair["target"], "torch")
+    drafter = load_head_drafter(target, head[0].folder)
+    counts, drafted, accepted = np.zeros((3, 1024)), 0, 0
+    for i in range(1000):
+        tokens, stats = _run(target, prompt, drafter, max_tokens=3, draft_tokens=2,
+                             params=replace(params, seed=params.seed * 100_003 + i))
+        drafted, accepted = drafted + stats.drafted, accepted + stats.accepted
+        for position, t in enumerate(tokens):
+            counts[position, t] += 1
+    assert 0.05 < accepted / drafted < 0.98, (accepted, drafted)  # both verdicts occurred
+    for position in (1, 2):
+        assert _p_value(counts[position], exact[position]) > ALPHA / 2, position
+
+
+def test_the_runner_pairs_an_aligned_head_by_its_choice_or_dropped_as_a_draft_folder(head, tiny_pair):
+    from app.runner import ChatRequest, Runner
+
+    runner = Runner()
+    for choice in (DraftChoice.parse(f"head:{head[0].folder}"), DraftChoice.parse(str(head[0].folder))):
+        loaded = runner.load(tiny_pair["target"], "torch", choice, progress=lambda m: None)
+        assert loaded.draft.kind is DraftKind.HEAD and loaded.draft_words()[0] == "aligned draft head"
+        assert runner.drafter.wants_target_state
+        ask = ChatRequest(({"role": "user", "content": "Explain chess to a beginner."},), max_tokens=24,
+                          draft_tokens=3)
+        spec = list(runner.chat(ask))
+        plain = list(runner.chat(ChatRequest(ask.messages, max_tokens=24, drafter=NO_DRAFT)))
+        tokens = [[t for e in events if isinstance(e, Round) for t in e.emitted] for events in (spec, plain)]
+        assert tokens[0] == tokens[1]
+        assert "mtp" in {e.source for e in spec if isinstance(e, Round) and e.drafted}  # the head drafted
+
+
+def test_a_head_aligned_to_another_model_is_refused_before_anything_loads(head, tiny_pair, tmp_path):
+    import shutil
+
+    from app.runner import Runner
+
+    other = tmp_path / "other-head"
+    shutil.copytree(head[0].folder, other)
+    config = json.loads((other / "config.json").read_text())
+    config["hidden_size"] = 32
+    (other / "config.json").write_text(json.dumps(config))
+    runner = Runner()
+    with pytest.raises(ModelFileError, match="aligned to .*hidden_size is 32; this model's is 64"):
+        runner.load(tiny_pair["target"], "torch", DraftChoice.head(str(other)), progress=lambda m: None)
+    assert runner.loaded is None
+
+
+def _digest(folder: Path) -> str:
+    h = hashlib.sha256()
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            h.update(path.name.encode() + path.read_bytes())
+    return h.hexdigest()
+
+
+def test_distilling_the_target_into_an_unrelated_draft_raises_its_agreement_and_leaves_the_original(
+        tiny_pair, tmp_path):
+    from app.runner import ChatRequest, Runner
+
+    original = _digest(tiny_pair["draft"])
+    result = run(AlignSettings(target=str(tiny_pair["target"]), draft=str(tiny_pair["draft"]), steps=30,
+                               out=tmp_path, **QUICK))
+    assert result.kind == "model"
+    assert result.agreement_after - result.agreement_before >= 0.15, (result.agreement_before, result.agreement_after)
+    assert _digest(tiny_pair["draft"]) == original  # reversible: the original draft is untouched
+    runner = Runner()
+    loaded = runner.load(tiny_pair["target"], "torch", DraftChoice.parse(result.draft_choice), progress=lambda m: None)
+    assert loaded.draft.kind is DraftKind.MODEL
+    ask = ChatRequest(({"role": "user", "content": "List five facts about bees."},), max_tokens=24, draft_tokens=4)
+    spec = [t for e in runner.chat(ask) if isinstance(e, Round) for t in e.emitted]
+    plain = [t for e in runner.chat(ChatRequest(ask.messages, max_tokens=24, drafter=NO_DRAFT))
+             if isinstance(e, Round) for t in e.emitted]
+    assert spec == plain
+
+
+def test_a_draft_with_another_tokenizer_is_refused_before_training(tiny_pair, tiny_fields, tmp_path, monkeypatch):
+    from app.align import teacher
+    from app.models.gguf_import import import_gguf
+    from tests.factories import tiny_llama, write_gguf
+
+    fields = {**tiny_fields, "tokens": tiny_fields["tokens"][:512], "types": tiny_fields["types"][:512]}
+    fields["merges"] = [m for m in fields["merges"] if all(p in set(fields["tokens"]) for p in m.split(" "))
+                        and m.replace(" ", "") in set(fields["tokens"])]
+    write_gguf(tiny_llama(3, vocab=512), tmp_path / "other.gguf", fields)
+    other = import_gguf(tmp_path / "other.gguf", tmp_path / "other", mlx_variants=())["hf"]
+
+    def no_teacher(*args, **kwargs):
+        raise AssertionError("the teacher loaded before the tokenizers were compared")
+
+    monkeypatch.setattr(teacher.Teacher, "__init__", no_teacher)
+    with pytest.raises(PairingError, match="tokenizers differ.*1,024 tokens and the draft 512"):
+        run(AlignSettings(target=str(tiny_pair["target"]), draft=str(other), steps=1, out=tmp_path / "out", **QUICK))
+    assert not (tmp_path / "out").exists() or not _entries(tmp_path / "out")
+
+
+def test_too_little_memory_is_refused_before_loading_with_what_to_do(tiny_pair, tmp_path, monkeypatch):
+    from app.models.memory import NotEnoughMemory
+
+    monkeypatch.setenv("TANDEM_FREE_MEMORY", "1MB")
+    with pytest.raises(NotEnoughMemory, match="Unload the pair"):
+        run(AlignSettings(target=str(tiny_pair["target"]), steps=1, out=tmp_path, **QUICK))
+
+
+def test_cancel_during_training_leaves_no_draft_and_no_partial_folder(tiny_pair, tmp_path):
+    seen = []
+    with pytest.raises(AlignCancelled):
+        run(AlignSettings(target=str(tiny_pair["target"]), steps=400, out=tmp_path, **QUICK), seen.append,
+            cancelled=lambda: any(p.phase == "training" and "step" in p.message for p in seen))
+    assert _entries(tmp_path) == []
+
+
+def test_a_write_that_fails_midway_leaves_nothing_and_a_killed_jobs_partial_is_removed(tiny_pair, tmp_path,
+                                                                                      monkeypatch):
+    from app.align import job, store
+
+    def half_written(trainer, teacher, target, draft, path):
+        (path / "model.safetensors").write_bytes(b"\0" * 100)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(job, "_write", half_written)
+    with pytest.raises(OSError, match="No space"):
+        run(AlignSettings(target=str(tiny_pair["target"]), steps=2, out=tmp_path, **QUICK))
+    assert _entries(tmp_path) == []
+    dead, alive = tmp_path / ".x-head.partial-999999999", tmp_path / f".y-head.partial-{os.getpid()}"
+    dead.mkdir()
+    alive.mkdir()
+    assert store.remove_stale_partials(tmp_path) == [dead]  # a running job's own stays
+    assert _entries(tmp_path) == [alive.name]
+
+
+def test_auto_pairs_the_aligned_draft_while_active_and_measured_no_slower(head, tiny_pair, monkeypatch):
+    from app.models.pair_memory import PairMemory, TrialResult
+    from app.runner import auto_draft
+
+    target = str(tiny_pair["target"])
+    aligned = DraftChoice.parse(head[0].draft_choice)
+    memory = PairMemory()
+    slow, fast = (TrialResult(0.3, s, 1.5, 100, 0.0) for s in (0.9, 1.4))
+    assert auto_draft(target, "torch") == PROMPT_LOOKUP
+    memory.set_alignment("torch", target, aligned, PROMPT_LOOKUP, slow, fast, (0.0, 0.5))
+    assert auto_draft(target, "torch") == aligned
+    assert PairMemory().alignment("torch", target)["after"] == fast  # remembered across sessions
+    memory.set_alignment_active("torch", target, False)  # "Use original draft"
+    assert auto_draft(target, "torch") == PROMPT_LOOKUP
+    memory.set_alignment("torch", target, aligned, PROMPT_LOOKUP, fast, slow, (0.0, 0.5))
+    assert auto_draft(target, "torch") == PROMPT_LOOKUP  # it measured slower: not paired
+
+
+def test_tandem_cli_align_writes_the_draft_and_remembers_the_pair(tiny_pair, capsys):
+    from app.align.store import aligned_dir
+    from app.cli import main
+    from app.models.pair_memory import PairMemory
+
+    code = main(["align", "--target", str(tiny_pair["target"]), "--prompts", "16", "--steps", "5",
+                 "--max-tokens", "16", "--batch", "8", "--threads", "1", "--no-trial"])
+    assert code == 0
+    out = capsys.readouterr().out
+    folder = Path(out.split("Aligned draft: ")[1].splitlines()[0])
+    assert folder.parent == aligned_dir() and (folder / "manifest.json").is_file()
+    stored = PairMemory().alignment("torch", str(Path(tiny_pair["target"]).resolve()))
+    assert stored["aligned"] == DraftChoice.head(str(folder)) and stored["active"]
+    assert f"--draft head:{folder}" in out

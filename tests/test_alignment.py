@@ -21,7 +21,7 @@ import pytest
 from app.align.job import AlignCancelled, AlignSettings, run
 from app.draft_choice import NO_DRAFT, PROMPT_LOOKUP, DraftChoice, DraftKind
 from app.engine.backends import load_backend
-from app.engine.events import Finished, Round
+from app.engine.events import Round
 from app.engine.mtp import load_head_drafter
 from app.engine.sampling import SamplingParams
 from app.engine.speculative import generate
@@ -98,7 +98,8 @@ def test_the_saved_head_is_a_draft_head_folder_under_the_mtp_layers_names(head, 
     assert is_aligned_head(result.folder) and result.draft_choice == f"head:{result.folder}"
     config = json.loads((tiny_pair["target"] / "config.json").read_text())
     names = head_weights(result.folder, config).names()
-    assert {"fc.weight", "pre_fc_norm_embedding.weight", "norm.weight", "layers.0.self_attn.q_proj.weight"} <= set(names)
+    wanted = {"fc.weight", "pre_fc_norm_embedding.weight", "norm.weight", "layers.0.self_attn.q_proj.weight"}
+    assert wanted <= set(names)
 
 
 @pytest.mark.parametrize("backend", ["torch", "mlx"])

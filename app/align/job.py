@@ -214,11 +214,11 @@ def _run(settings: AlignSettings, report: Callable[[AlignProgress], None],
                      max(done / total, 1 - (answer_until - time.perf_counter()) / (budget * ANSWER_SHARE)),
                      f"The target answered {done} of {total} prompts")
 
-    def stop_answering() -> bool:
-        return cancelled() or (settings.prompts is None and time.perf_counter() > answer_until)
+    def enough() -> bool:
+        return settings.prompts is None and time.perf_counter() > answer_until
 
     sequences = collect(teacher, tokenizer, prompts, settings.max_tokens, settings.batch, settings.temperature,
-                        answering_done, stop_answering)
+                        answering_done, cancelled, enough)
     stop_if_cancelled()
     if len(sequences) < 2:
         raise ModelFileError("The target gave too few answers to align a draft on (every answer ended at once). "

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from transformers import StoppingCriteria, StoppingCriteriaList
 
 from app.models.errors import ModelFileError
 
@@ -90,10 +91,12 @@ def _config(folder: Path) -> dict:
 
 def collect(teacher: Teacher, tokenizer, prompts: list[str], max_tokens: int, batch: int,
             temperature: float, progress: Callable[[int, int], None] = lambda done, total: None,
-            cancelled: Callable[[], bool] = lambda: False, context: int = 1024) -> list[Sequence]:
+            cancelled: Callable[[], bool] = lambda: False, enough: Callable[[], bool] = lambda: False,
+            context: int = 1024) -> list[Sequence]:
     """The target's answers to `prompts` (greedy at temperature 0, else sampled at it), `batch` at a
-    time with transformers' generate, with the hidden state of every position. Stops early (with
-    what it has) when `cancelled()`; `progress(prompts done, total)` after each batch."""
+    time with transformers' generate, with the hidden state of every position. Stops between
+    batches once `enough()` (a time budget), and within one when `cancelled()`, returning the
+    whole answers it has; `progress(prompts done, total)` after each batch."""
     out: list[Sequence] = []
     captured: list[torch.Tensor] = []
     hook = teacher.text_model.norm.register_forward_hook(lambda module, inputs, output: captured.append(output))
@@ -101,7 +104,7 @@ def collect(teacher: Teacher, tokenizer, prompts: list[str], max_tokens: int, ba
     stops = set(_stop_ids(tokenizer))
     try:
         for start in range(0, len(prompts), batch):
-            if cancelled():
+            if cancelled() or enough():
                 break
             rows = [_prompt_ids(tokenizer, text)[-(context - max_tokens):] for text in prompts[start:start + batch]]
             width = max(len(r) for r in rows)
@@ -116,7 +119,10 @@ def collect(teacher: Teacher, tokenizer, prompts: list[str], max_tokens: int, ba
                 generated = teacher.model.generate(
                     input_ids=ids, attention_mask=mask, max_new_tokens=max_tokens, do_sample=sample,
                     temperature=temperature if sample else None, top_p=None, top_k=None,
-                    pad_token_id=pad, eos_token_id=sorted(stops) or None)
+                    pad_token_id=pad, eos_token_id=sorted(stops) or None,
+                    stopping_criteria=StoppingCriteriaList([_Cancelled(cancelled)]))
+            if cancelled():  # a batch cut short: its answers are not the target's whole answers
+                break
             hidden = torch.cat(captured, dim=1)  # (B, width + new - 1, D): every position that was read
             for i, r in enumerate(rows):
                 left = width - len(r)
@@ -131,6 +137,16 @@ def collect(teacher: Teacher, tokenizer, prompts: list[str], max_tokens: int, ba
     finally:
         hook.remove()
     return out
+
+
+class _Cancelled(StoppingCriteria):
+    """Ends generate at the next step once the job is cancelled (a batch takes minutes on a CPU)."""
+
+    def __init__(self, cancelled: Callable[[], bool]):
+        self.cancelled = cancelled
+
+    def __call__(self, input_ids, scores, **kwargs) -> torch.Tensor:
+        return torch.full((input_ids.shape[0],), self.cancelled(), dtype=torch.bool)
 
 
 def _prompt_ids(tokenizer, text: str) -> list[int]:

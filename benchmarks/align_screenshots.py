@@ -3,8 +3,8 @@
 Not a measurement: it loads a pair, runs a short real alignment of its target (a few answers, a
 few steps, one thread) and saves the whole window twice as PNG.
 
-    xvfb-run -a .venv/bin/python benchmarks/align_screenshots.py /tmp/shots
-    QT_QPA_PLATFORM=offscreen .venv/bin/python benchmarks/align_screenshots.py /tmp/shots --model <folder>
+    QT_QPA_PLATFORM=offscreen .venv/bin/python benchmarks/align_screenshots.py /tmp/shots
+    xvfb-run -a .venv/bin/python benchmarks/align_screenshots.py /tmp/shots --model <folder>
 
 writes align_progress.png (during training) and align_card.png (the card) into the folder given.
 """
@@ -78,7 +78,9 @@ def main() -> int:
     if not wait_until(app, lambda: not window.aligner.running, 900):
         print("the job did not finish", file=sys.stderr)
         return 1
-    wait_until(app, lambda: window.composer.can_send() and not window.pairing.trial_running, 120)
+    # a draft that measured faster is paired at once: the card is taken once that pair has loaded
+    wait_until(app, lambda: window.header.target_slot.name.text() != "Loading…" and window.composer.can_send()
+               and not window.pairing.trial_running, 300)
     wait_until(app, lambda: False, 0.5)
     window.grab().save(str(args.out / "align_card.png"))
     print(f"{window.align_strip.card_title.text()}\n{window.align_strip.card_note.text()}")

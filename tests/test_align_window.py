@@ -209,9 +209,13 @@ def test_a_draft_that_measured_faster_is_paired_at_once_and_a_slower_one_is_not(
     assert window.pairing.memory.alignment("torch", key)["after"].speedup == 0.9
 
     fake_cli.set(stdout=_done(aligned_head, 1.0, 1.4))
+    strip.pause_box.setChecked(False)
+    aligner.on_chat_busy(True)  # as while an answer streams: a new pair would stop it
     aligner.start("head")
     _finished(window)
     head = DraftChoice.head(str(aligned_head))
+    assert window.controller.model.draft == PROMPT_LOOKUP and window.composer.can_send()
+    aligner.on_chat_busy(False)  # the answer ended: now the pair drafts with it
     wait_until(lambda: window.controller.model.draft == head and strip.state == "result", LOAD_TIMEOUT_MS)
     assert strip.card_title.text().endswith("1.0x → 1.4x here")
     assert "drafts with it now" in strip.card_note.text() and strip.aligned_button.text() == "Aligned draft in use"
@@ -279,6 +283,7 @@ def test_the_job_pauses_while_an_answer_streams(window, fake_cli):
     assert strip.eta_label.text() == "paused while the answer streams"
     aligner.on_chat_busy(False)
     wait_until(lambda: state() != "T", 5000)
+    assert strip.eta_label.text().endswith("min left")
     strip.pause_box.setChecked(False)
     aligner.on_chat_busy(True)  # unchecked: it trains on
     assert state() != "T"

@@ -16,52 +16,14 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal
 
 from app.draft_choice import NO_DRAFT, DraftChoice, DraftKind
-from app.models.pair_memory import PairMemory, TrialResult, same_pair
+from app.models.pair_memory import PairMemory, same_pair
 from app.models.resolve import display_name, model_label
-from ui.pairing.align_card import AlignStrip
-from ui.pairing.align_job import CAN_PAUSE, AlignJob, AlignOptions, align_arguments, aligning_unavailable, job_threads
+from ui.pairing.align_card import AlignStrip, as_trial, card_title, measured_faster
+from ui.pairing.align_job import (CAN_PAUSE, AlignJob, AlignOptions, align_arguments, aligning_unavailable,
+                                  alignment_key, job_target, job_threads)
 from ui.pairing.controller import PairController
 
 SLOW_MACHINE_CORES = 4  # at or below: the job's threads and the chat's share too few cores
-
-
-def job_target(spec: str, folder: Path) -> str:
-    """The loaded target as `tandem-cli align --target` takes it: "demo", or a path (a file or folder
-    as the user chose it, so "auto" finds the alignment under the same name; the loaded folder
-    for other demo names)."""
-    if spec == "demo" or Path(spec).expanduser().exists():
-        return spec
-    return str(folder)
-
-
-def alignment_key(target: str) -> str:
-    """The name the job records an alignment under (app/align/command.py): "demo" or the resolved path."""
-    return target if target == "demo" else str(Path(target).expanduser().resolve())
-
-
-def _trial(value) -> TrialResult | None:
-    if isinstance(value, TrialResult) or value is None:
-        return value
-    try:
-        return TrialResult(**value)
-    except TypeError:
-        return None
-
-
-def card_title(agreement, before: TrialResult | None, after: TrialResult | None) -> str:
-    """"Aligned draft — agrees 0% → 48%; accepts 31% → 64%, 0.9x → 1.5x here"."""
-    figures = list(agreement or [])
-    line = "Aligned draft"
-    if len(figures) == 2:
-        line += f" — agrees {figures[0]:.0%} → {figures[1]:.0%}"
-    if before is not None and after is not None:
-        line += (f"; accepts {before.acceptance:.0%} → {after.acceptance:.0%}, "
-                 f"{before.speedup:.1f}x → {after.speedup:.1f}x here")
-    return line
-
-
-def measured_faster(before: TrialResult | None, after: TrialResult | None) -> bool:
-    return before is not None and after is not None and after.speedup >= before.speedup
 
 
 def _drop_pair(runner) -> None:
@@ -85,6 +47,8 @@ class DraftAligner(QObject):
         self.options = options or AlignOptions()
         self.job: AlignJob | None = None
         self._args: list[str] = []
+        self._for: dict = {}  # the pair the job aligns: spec, name, key, backend, original (its draft)
+        self._pending: DraftChoice | None = None  # to pair once the answer streaming now ends
         self._title = ""
         self._unloaded_for_job = False  # the pair is loaded again once the job ends
         self._unloaded_draft = NO_DRAFT  # with the draft it had (what "auto" had decided)
@@ -137,6 +101,8 @@ class DraftAligner(QObject):
             self.strip.show_error("Cannot align the draft", problem)
             return problem
         target = job_target(request.target, loaded.folder)
+        self._for = {"spec": request.target, "name": request.named()[0], "key": alignment_key(target),
+                     "backend": loaded.backend, "original": loaded.draft}
         self._args = align_arguments(target, draft, loaded.backend, str(loaded.draft), self.options,
                                      float(self.temperature() or 0.0))
         what = "a draft head" if draft == "head" else model_label(draft)
@@ -162,14 +128,19 @@ class DraftAligner(QObject):
     def on_chat_busy(self, busy: bool) -> None:
         self._chat_busy = busy
         self._apply_pause()
+        if not busy and self._pending is not None:
+            self._pair_when_idle(self._pending)
 
     def _apply_pause(self) -> None:
         box = self.strip.pause_box
         if self.running:
             pause = self._chat_busy and not box.isHidden() and box.isChecked()
+            was = self.job.paused
             self.job.pause(pause)
-            if pause:
+            if self.job.paused:
                 self.strip.eta_label.setText("paused while the answer streams")
+            elif was:
+                self.strip.refresh_eta()
 
     def shutdown(self) -> None:
         if self.running:
@@ -179,40 +150,45 @@ class DraftAligner(QObject):
 
     def _done(self, summary: dict) -> None:
         self.job = None
-        self.pairing.memory = PairMemory(self.pairing.memory.path)  # what the job recorded
+        job = self._for
+        memory = self.pairing.memory = PairMemory(self.pairing.memory.path)  # with what the job recorded
         aligned = DraftChoice.parse_loadable(summary["draft"])
-        before, after = _trial(summary.get("trial_before")), _trial(summary.get("trial_after"))
-        target_arg = self._args[self._args.index("--target") + 1]
+        before, after = as_trial(summary.get("trial_before")), as_trial(summary.get("trial_after"))
         request, loaded = self.pairing.current, self.pairing.loaded
+        same_pair_now = request is not None and request.target == job["spec"]  # not another pair loaded meanwhile
         faster = measured_faster(before, after)
         if before is None or after is None:
             note = "Not measured against the original draft: Use aligned draft to try it."
-        elif faster:
-            note = "It measured at least as fast as the original draft here, so the pair drafts with it now."
-        else:
+        elif not faster:
             note = ("It measured slower than the original draft here, so the pair keeps the original; "
                     "Use aligned draft to try it anyway.")
-        key = alignment_key(target_arg)
-        self._note = (key, note)
-        memory = self.pairing.memory
-        backend = self._args[self._args.index("--backend") + 1]
-        original = DraftChoice.parse_loadable(self._args[self._args.index("--original-draft") + 1])
-        # as the job recorded it (the window's memory was read again above); written here too in
-        # case the job could not write it (its "note" says why), so the card and "auto" agree
-        problem = memory.set_alignment(backend, key, aligned, original, before, after,
+        elif same_pair_now:
+            note = "It measured at least as fast as the original draft here, so the pair drafts with it now."
+        else:
+            note = "It measured at least as fast as the original draft: it drafts for this target when it loads."
+        self._note = (job["key"], note)
+        # as the job recorded it; written here too in case the job could not (its "note" says why)
+        problem = memory.set_alignment(job["backend"], job["key"], aligned, job["original"], before, after,
                                        tuple(summary.get("agreement") or (0.0, 0.0)))
+        if before is not None and after is not None:
+            for draft, result in ((job["original"], before), (aligned, after)):  # measured: no trial again on load
+                problem = memory.set_trial(job["backend"], job["name"], draft, result) or problem
         if problem:
             self.pairing.error.emit(problem)
-        if request is not None and before is not None and after is not None:
-            for draft, result in ((original, before), (aligned, after)):  # measured: no trial again on load
-                memory.set_trial(backend, request.named()[0], draft, result)
-        in_use = None if loaded is None else loaded.draft == aligned
+        in_use = loaded.draft == aligned if loaded is not None and same_pair_now else None
         self.strip.show_card(card_title(summary.get("agreement"), before, after), note, in_use)
-        if faster:
+        if faster and same_pair_now:
             self._unloaded_for_job = False
-            self.pairing.choose_draft(aligned)
+            self._pair_when_idle(aligned)
         else:
             self._reload_if_unloaded()
+
+    def _pair_when_idle(self, draft: DraftChoice) -> None:
+        """Load the pair with `draft`, once the answer being written (if one is) has ended: a new
+        pair would stop it."""
+        self._pending = draft if self._chat_busy else None
+        if not self._chat_busy:
+            self.pairing.choose_draft(draft)
 
     def _failed(self, message: str) -> None:
         self.job = None

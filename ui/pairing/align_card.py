@@ -10,6 +10,8 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QCheckBox, QFrame, QGridLayout, QHBoxLayout, QLabel, QProgressBar, QPushButton,
                                QToolButton, QVBoxLayout, QWidget)
 
+from app.models.pair_memory import TrialResult
+
 BAR_STEPS = 1000  # the bar's range: a fraction to a tenth of a percent
 
 
@@ -21,6 +23,32 @@ def eta_words(seconds: float | None) -> str:
     if seconds < 90 * 60:
         return f"about {max(1, round(seconds / 60))} min left"
     return f"about {seconds / 3600:.1f} h left"
+
+
+def as_trial(value) -> TrialResult | None:
+    """A trial as the job's JSON gives it (a dict), or as PairMemory does."""
+    if isinstance(value, TrialResult) or value is None:
+        return value
+    try:
+        return TrialResult(**value)
+    except TypeError:
+        return None
+
+
+def card_title(agreement, before: TrialResult | None, after: TrialResult | None) -> str:
+    """"Aligned draft — agrees 0% → 48%; accepts 31% → 64%, 0.9x → 1.5x here"."""
+    figures = list(agreement or [])
+    line = "Aligned draft"
+    if len(figures) == 2:
+        line += f" — agrees {figures[0]:.0%} → {figures[1]:.0%}"
+    if before is not None and after is not None:
+        line += (f"; accepts {before.acceptance:.0%} → {after.acceptance:.0%}, "
+                 f"{before.speedup:.1f}x → {after.speedup:.1f}x here")
+    return line
+
+
+def measured_faster(before: TrialResult | None, after: TrialResult | None) -> bool:
+    return before is not None and after is not None and after.speedup >= before.speedup
 
 
 def _label(name: str = "", wrap: bool = False) -> QLabel:
@@ -57,12 +85,12 @@ class AlignStrip(QFrame):
 
     def _build_running(self, slow_machine: bool, can_pause: bool) -> QWidget:
         self.running_box = QWidget()
-        self.title = _label("slotName")
+        self.title = _label("slotName", wrap=True)
         self.bar = QProgressBar()
         self.bar.setRange(0, BAR_STEPS)
         self.bar.setTextVisible(False)
         self.bar.setMaximumHeight(8)
-        self.phase_label = _label("mutedLabel")
+        self.phase_label = _label("mutedLabel", wrap=True)
         self.eta_label = _label("mutedLabel")
         self.eta_label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         self.cancel_button = QPushButton("Cancel")
@@ -94,7 +122,7 @@ class AlignStrip(QFrame):
     def _build_card(self) -> QWidget:
         self.card_box = QWidget()
         self.card_title = _label("slotName", wrap=True)
-        self.card_note = _label("mutedLabel", wrap=True)
+        self.card_note = _label("alignNote", wrap=True)  # muted; in the error colour for an error
         self.aligned_button = QPushButton("Use aligned draft")
         self.aligned_button.setObjectName("primaryButton")
         self.aligned_button.clicked.connect(self.use_aligned)
@@ -131,9 +159,9 @@ class AlignStrip(QFrame):
         self.state = state
         self.running_box.setVisible(state == "running")
         self.card_box.setVisible(state in ("result", "error"))
-        self.setProperty("kind", "error" if state == "error" else "")
-        self.style().unpolish(self)
-        self.style().polish(self)
+        self.card_note.setProperty("kind", "error" if state == "error" else "")
+        self.card_note.style().unpolish(self.card_note)
+        self.card_note.style().polish(self.card_note)
         self.setVisible(state != "hidden")
 
     def begin(self, title: str) -> None:
@@ -153,6 +181,9 @@ class AlignStrip(QFrame):
         eta = event.get("eta_s")
         if isinstance(eta, (int, float)):
             self._eta = (float(eta), time.monotonic())
+        self.refresh_eta()
+
+    def refresh_eta(self) -> None:
         # between phases the job has no estimate yet: the last one, less the time since
         left = None if self._eta is None else max(0.0, self._eta[0] - (time.monotonic() - self._eta[1]))
         self.eta_label.setText(eta_words(left))

@@ -79,6 +79,20 @@ def align_arguments(target: str, draft: str, backend: str, original_draft: str, 
     return args
 
 
+def job_target(spec: str, folder: Path) -> str:
+    """The loaded target as `tandem-cli align --target` takes it: "demo", or a path (a file or folder
+    as the user chose it, so "auto" finds the alignment under the same name; the loaded folder
+    for other demo names)."""
+    if spec == "demo" or Path(spec).expanduser().exists():
+        return spec
+    return str(folder)
+
+
+def alignment_key(target: str) -> str:
+    """The name the job records an alignment under (app/align/command.py): "demo" or the resolved path."""
+    return target if target == "demo" else str(Path(target).expanduser().resolve())
+
+
 class AlignJob(QObject):
     """One run of `tandem-cli align`. Exactly one of done/failed/cancelled ends it."""
 

@@ -42,8 +42,10 @@ def card_title(agreement, before: TrialResult | None, after: TrialResult | None)
     if len(figures) == 2:
         line += f" — agrees {figures[0]:.0%} → {figures[1]:.0%}"
     if before is not None and after is not None:
+        # two decimals where one would show a difference as none ("1.0x → 1.0x", yet slower)
+        digits = 2 if f"{before.speedup:.1f}" == f"{after.speedup:.1f}" and before.speedup != after.speedup else 1
         line += (f"; accepts {before.acceptance:.0%} → {after.acceptance:.0%}, "
-                 f"{before.speedup:.1f}x → {after.speedup:.1f}x here")
+                 f"{before.speedup:.{digits}f}x → {after.speedup:.{digits}f}x here")
     return line
 
 

@@ -238,6 +238,9 @@ def _run(settings: AlignSettings, report: Callable[[AlignProgress], None],
         trainer = DraftTrainer(teacher, draft, settings.seed, temperature=max(settings.temperature, 1.0))
     agreed, positions = trainer.agreement(held_out)
     before = agreed / max(positions, 1)
+    clock.within(1.0, f"Ranking the target's likely next tokens at {tokens:,} positions ...")
+    teacher.rank(train_set)
+    stop_if_cancelled()
     train_share = 1 - ANSWER_SHARE - 0.08 if timed else 0.6
     clock.phase("training", train_share, f"Training on {tokens:,} tokens of the target's answers ...")
     train_until = started + budget * (1 - 0.05)

@@ -222,7 +222,7 @@ def test_distilling_the_target_into_an_unrelated_draft_raises_its_agreement_and_
 
 
 def test_a_draft_with_another_tokenizer_is_refused_before_training(tiny_pair, tiny_fields, tmp_path, monkeypatch):
-    from app.align import teacher
+    from app.align import teacher_torch as teacher
     from app.models.gguf_import import import_gguf
     from tests.factories import tiny_llama, write_gguf
 

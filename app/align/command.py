@@ -77,16 +77,15 @@ def cmd_align(args) -> int:
             print(json.dumps({"event": "error", "message": str(exc) or type(exc).__name__}), flush=True)
         raise
     trials = [TrialResult(**t) if t else None for t in (result.trial_before, result.trial_after)]
-    target_key = args.target if args.target == "demo" else str(Path(args.target).expanduser().resolve())
     memory_note = PairMemory().set_alignment(
-        args.backend, target_key, DraftChoice.parse_loadable(result.draft_choice),
+        args.backend, args.target, DraftChoice.parse_loadable(result.draft_choice),
         DraftChoice.parse_loadable(settings.original_draft), *trials,
         (result.agreement_before, result.agreement_after))
     summary = {"event": "done", "folder": str(result.folder), "draft": result.draft_choice, "kind": result.kind,
                "agreement": [result.agreement_before, result.agreement_after], "answers": result.answers,
                "tokens": result.tokens, "steps": result.steps, "seconds": round(result.seconds, 1),
                "trial_before": result.trial_before, "trial_after": result.trial_after, "card": result.card(),
-               "note": memory_note}
+               "note": " ".join(filter(None, [*result.notes, memory_note]))}
     if args.json_progress:
         print(json.dumps(summary), flush=True)
     else:
@@ -95,6 +94,7 @@ def cmd_align(args) -> int:
         print(f"  {result.answers} answers, {result.tokens:,} tokens, {result.steps} steps, {result.seconds:.0f} s")
         print(f"  pair it with: --model {args.target} --draft {result.draft_choice}"
               " (\"auto\" now picks it where it measured faster)")
-        if memory_note:
-            print(f"  {memory_note}", file=sys.stderr)
+        for note in [*result.notes, memory_note]:
+            if note:
+                print(f"  {note}", file=sys.stderr)
     return 0

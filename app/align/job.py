@@ -157,27 +157,20 @@ class Clock:
 
 def run(settings: AlignSettings, report: Callable[[AlignProgress], None] = lambda p: None,
         cancelled: Callable[[], bool] = lambda: False) -> AlignResult:
-    import torch
+    from app.align.teacher_torch import threads
 
-    threads = torch.get_num_threads()
-    try:
+    with threads(settings.threads):  # a job inside a longer-lived process (tests) gives them back
         return _run(settings, report, cancelled)
-    finally:  # a job inside a longer-lived process (tests, a server) gives the threads back
-        torch.set_num_threads(threads)
 
 
 def _run(settings: AlignSettings, report: Callable[[AlignProgress], None],
          cancelled: Callable[[], bool]) -> AlignResult:
-    import torch
-
     from app.align import store
     from app.align.prompts import builtin_prompts, history_prompts
-    from app.align.teacher import Teacher, collect
+    from app.align.teacher_torch import Teacher, collect
     from app.models.resolve import display_name
 
     started = time.perf_counter()
-    if settings.threads:
-        torch.set_num_threads(settings.threads)
     clock = Clock(report)
     clock.phase("checking", 0.0, "Checking the pair ...")
     target, draft = check(settings)
@@ -191,9 +184,7 @@ def _run(settings: AlignSettings, report: Callable[[AlignProgress], None],
 
     clock.phase("loading", 0.03, f"Loading {display_name(target)} as the teacher (float32) ...")
     teacher = Teacher(target)
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(str(target))
+    tokenizer = teacher.tokenizer()
     stop_if_cancelled()
 
     prompts = builtin_prompts(settings.seed)
@@ -229,11 +220,11 @@ def _run(settings: AlignSettings, report: Callable[[AlignProgress], None],
     tokens = sum(len(s.ids) for s in train_set)
 
     if draft is None:
-        from app.align.head_train import HeadTrainer
+        from app.align.head_train_torch import HeadTrainer
 
         trainer = HeadTrainer(teacher, settings.seed, temperature=max(settings.temperature, 1.0))
     else:
-        from app.align.distill import DraftTrainer
+        from app.align.distill_torch import DraftTrainer
 
         trainer = DraftTrainer(teacher, draft, settings.seed, temperature=max(settings.temperature, 1.0))
     agreed, positions = trainer.agreement(held_out)
@@ -285,8 +276,15 @@ def _run(settings: AlignSettings, report: Callable[[AlignProgress], None],
     if settings.trial:
         del teacher, trainer
         clock.phase("trial", 0.04, "Measuring the pair before and after (the pair trial) ...")
-        result.trial_before, result.trial_after = _trials(settings, target, choice, clock, cancelled)
-        store.update_manifest(folder, trial={"before": result.trial_before, "after": result.trial_after})
+        try:
+            result.trial_before, result.trial_after = _trials(settings, target, choice, clock, cancelled)
+        except AlignCancelled:
+            result.notes.append("The pair trial was cancelled; the aligned draft is saved.")
+        except Exception as exc:  # the draft is whole and saved: say why it was not measured, keep it
+            result.notes.append(f"The pair trial failed ({type(exc).__name__}: {exc}); the aligned draft is "
+                                "saved, and the pair trial runs when it is loaded.")
+        else:
+            store.update_manifest(folder, trial={"before": result.trial_before, "after": result.trial_after})
     result.seconds = time.perf_counter() - started
     clock.finish(f"Aligned: {result.card()}")
     return result

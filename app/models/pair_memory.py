@@ -169,7 +169,7 @@ class PairMemory:
         """The target's latest alignment (`tandem-cli align`, the window's Align draft): {"aligned",
         "original" (DraftChoices), "before", "after" (TrialResults or None), "agreement" ([before,
         after]), "active" (whether "auto" pairs the target with it)}; None where there is none."""
-        found = self._data["alignments"].get(f"{backend}|{target}")
+        found = self._data["alignments"].get(alignment_key(backend, target))
         if not _alignment_entry(found):
             return None
         trials = {}
@@ -186,18 +186,30 @@ class PairMemory:
                       before: TrialResult | None, after: TrialResult | None, agreement: tuple[float, float],
                       active: bool = True) -> str | None:
         """None once saved, else why it could not be (see _write)."""
-        self._data["alignments"][f"{backend}|{target}"] = {
+        self._data["alignments"][alignment_key(backend, target)] = {
             "aligned": str(aligned), "original": str(original), "before": before and asdict(before),
             "after": after and asdict(after), "agreement": [float(a) for a in agreement], "active": active}
         return self._write()
 
     def set_alignment_active(self, backend: str, target: str, active: bool) -> str | None:
         """Undo (False) or redo (True) pairing the target with its aligned draft; the draft stays on disk."""
-        found = self._data["alignments"].get(f"{backend}|{target}")
+        found = self._data["alignments"].get(alignment_key(backend, target))
         if isinstance(found, dict):
             found["active"] = active
             return self._write()
         return None
+
+
+def alignment_key(backend: str, target: str) -> str:
+    """One key per target however it is named: "demo" and the demo's folders as same_pair names
+    them, any other folder by its resolved path (a relative path, a trailing slash, a symlink)."""
+    from app.draft_choice import NO_DRAFT
+    from app.models.demo import DEMO_SPECS
+
+    target = str(target)
+    if target not in DEMO_SPECS and Path(target).expanduser().exists():
+        target = str(Path(target).expanduser().resolve())
+    return f"{backend}|{same_pair(target, NO_DRAFT, backend)[0]}"
 
 
 def _alignment_entry(value) -> bool:
@@ -273,9 +285,7 @@ def aligned_draft(backend: str, target: str, memory: PairMemory | None = None) -
     """The draft an alignment made for `target`, where "auto" should pair them: the alignment is
     active (not undone), its draft is still on disk, and it did not measure slower than the
     original draft in its own before/after trial."""
-    from app.draft_choice import NO_DRAFT
-
-    found = (memory or PairMemory()).alignment(backend, same_pair(str(target), NO_DRAFT, backend)[0])
+    found = (memory or PairMemory()).alignment(backend, str(target))
     if found is None or not found["active"] or not Path(found["aligned"].source).is_dir():
         return None
     before, after = found["before"], found["after"]

@@ -78,7 +78,9 @@ class TorchMTPHead:
             raise ModelFileError(f"{target.model_type}: Tandem cannot attach an MTP layer to this model's classes.")
         self.target, self.text_model = target, text_model
         self.config = mtp_config(target.model.config)
-        device, dtype = text_model.embed_tokens.weight.device, text_model.norm.weight.dtype
+        # the norm's weight says where and in what the model computes (a GGUF's embedding reads
+        # rows from its file and has no weight tensor)
+        device, dtype = text_model.norm.weight.device, text_model.norm.weight.dtype
         self.layer = build_layer(text_model, self.config).to(device=device, dtype=dtype).eval()
         state = {}
         for name, path in weights.files.items():

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import torch
 
-from app.align.batches import batches, candidates, distill_loss
-from app.align.teacher import Sequence, Teacher
+from app.align.batches_torch import batches, candidates, distill_loss
+from app.align.teacher_torch import Sequence, Teacher
 from app.models.errors import ModelFileError
 
 

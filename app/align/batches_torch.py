@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import torch
 import torch.nn.functional as F
 
-from app.align.teacher import Sequence
+from app.align.teacher_torch import Sequence
 
 
 def batches(sequences: list[Sequence], tokens: int, rng: random.Random) -> Iterator[list[Sequence]]:

@@ -18,8 +18,8 @@ import random
 import torch
 import torch.nn.functional as F
 
-from app.align.batches import batches, candidates, distill_loss
-from app.align.teacher import Sequence, Teacher
+from app.align.batches_torch import batches, candidates, distill_loss
+from app.align.teacher_torch import Sequence, Teacher
 from app.engine.backends.mtp_torch import build_layer, mtp_config, to_checkpoint_name
 
 REGRESSION_WEIGHT = 1.0  # EAGLE weighs the feature loss 1 and the token loss 0.1 on 7B models; here

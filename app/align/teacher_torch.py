@@ -14,6 +14,7 @@ result buys is measured against the target as it runs.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,6 +68,11 @@ class Teacher:
         self.config = self.model.config
         self.hidden_size = int(self.head_weight.shape[1])
 
+    def tokenizer(self):
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(str(self.folder))
+
     def logits(self, hidden: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
         """The target's logits from its final-norm output: over the whole vocabulary, or over
         `rows` (token ids) only."""
@@ -81,6 +87,18 @@ class Teacher:
             if s.top is None:
                 s.top = torch.cat([torch.topk(self.logits(s.hidden[i:i + chunk]), TOP, dim=-1).indices.int()
                                    for i in range(0, len(s.hidden), chunk)])
+
+
+@contextmanager
+def threads(count: int | None):
+    """PyTorch's threads at `count` (None: as they are) for the block, then as they were."""
+    before = torch.get_num_threads()
+    if count:
+        torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _config(folder: Path) -> dict:

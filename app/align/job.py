@@ -133,26 +133,32 @@ def _float32_bytes(folder: Path) -> int:
 
 
 class Clock:
-    """The job's fraction done and time left, from the phases' shares of the whole."""
+    """The job's fraction done and time left, from the phases' shares of the whole. The fraction
+    never goes back (a phase planned by the clock can run past its share: its last batch)."""
 
     def __init__(self, report: Callable[[AlignProgress], None]):
         self.report, self.started = report, time.perf_counter()
         self.base, self.share, self.phase_started = 0.0, 0.0, self.started
+        self.shown = 0.0
+
+    def _send(self, phase: str, fraction: float, eta: float | None, message: str) -> None:
+        self.shown = max(self.shown, min(fraction, 1.0))
+        self.report(AlignProgress(phase, self.shown, eta, message))
 
     def phase(self, name: str, share: float, message: str) -> None:
-        self.base += self.share
+        self.base = max(self.base + self.share, self.shown)
         self.share, self.name, self.phase_started = share, name, time.perf_counter()
-        self.report(AlignProgress(name, min(self.base, 1.0), None, message))
+        self._send(name, self.base, None, message)
 
     def finish(self, message: str) -> None:
-        self.report(AlignProgress("done", 1.0, 0.0, message))
+        self._send("done", 1.0, 0.0, message)
 
     def within(self, done: float, message: str) -> None:
         """`done` of the current phase (0..1); the estimate extrapolates the whole job's pace."""
-        fraction = min(self.base + self.share * done, 1.0)
+        fraction = min(self.base + self.share * min(max(done, 0.0), 1.0), 1.0)
         spent = time.perf_counter() - self.started
         eta = spent * (1 - fraction) / fraction if fraction > 0.02 else None
-        self.report(AlignProgress(self.name, fraction, eta, message))
+        self._send(self.name, fraction, eta, message)
 
 
 def run(settings: AlignSettings, report: Callable[[AlignProgress], None] = lambda p: None,

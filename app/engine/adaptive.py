@@ -110,12 +110,31 @@ class DraftLengthController:
     """Adaptive k (on by default) or a fixed k. Falls back to plain decoding when no k is
     predicted to beat it, and probes again every PROBE_EVERY plain rounds."""
 
-    def __init__(self, fixed_k: int | None = None, max_k: int = MAX_DRAFT):
+    def __init__(self, fixed_k: int | None = None, max_k: int = MAX_DRAFT,
+                 t_verify: dict[int, float] | None = None):
         self.fixed_k = fixed_k
         self.costs = CostModel(max_k=max(max_k, fixed_k or 0))
+        if t_verify is not None:  # a source's controller: the target's verify costs are the parent's
+            self.costs.t_verify = t_verify
         self._warmup = [k for k in WARMUP_KS if k <= max_k]
         self._plain_run = 0
         self._probe_every = PROBE_EVERY
+        self._sources: dict[str, DraftLengthController] = {}
+
+    def for_source(self, source: str | None) -> DraftLengthController:
+        """The controller for one of a drafter's sources (None: the drafter has one, this one).
+
+        Prompt lookup beside a draft model or head is two drafters in one: a lookup proposal costs
+        microseconds and, where the text is being copied, is right for many tokens; a model's costs
+        a pass per token and is right less often. One k for both let the weaker one set it (a
+        head that did not pay turned lookup off with it), so each source keeps its own acceptance,
+        draft cost and probes, while the target's verify cost per width, which does not depend on
+        who drafted, is measured once for all."""
+        if source is None:
+            return self
+        if source not in self._sources:
+            self._sources[source] = DraftLengthController(self.fixed_k, self.costs.max_k, self.costs.t_verify)
+        return self._sources[source]
 
     def choose(self) -> int:
         if self.fixed_k is not None:

@@ -75,6 +75,11 @@ class Drafter(ABC):
         """The most tokens it can propose after `committed` and still roll back (None: no limit)."""
         return None
 
+    def next_source(self, committed: Sequence[int]) -> str | None:
+        """Which of its sources will propose after `committed`, for a drafter that has several
+        (the loop then chooses k with that source's own measurements); None: it has one."""
+        return None
+
     def accepted(self, committed: Sequence[int], proposal: Proposal, n_accepted: int,
                  state: TargetState | None = None) -> None:
         """The target accepted `n_accepted` of `proposal`; `committed` is the new sequence. A
@@ -167,6 +172,9 @@ class PromptLookupDrafter(Drafter):
         return Proposal((), (), seconds=time.perf_counter() - start)
 
 
+MAX_LOOKUP = 64  # the longest lookup continuation looked at when choosing the source
+
+
 class LookupThenModelDrafter(Drafter):
     """Prompt lookup where the answer repeats its context, the draft model (or MTP layer) everywhere else.
 
@@ -182,6 +190,7 @@ class LookupThenModelDrafter(Drafter):
         self.model = model  # a draft model, or any drafter that drafts by computing (an MTP layer)
         self.lookup = lookup or PromptLookupDrafter(max_ngram=4, min_ngram=3)
         self.min_tokens = min_tokens
+        self._decided: tuple[int, str, Proposal] | None = None  # next_source's choice, for propose
         self.name = f"{model.name} + prompt lookup"
         # a drafter fed by the target's passes is fed on lookup rounds too: it sees every position
         self.wants_target_state = model.wants_target_state
@@ -196,10 +205,22 @@ class LookupThenModelDrafter(Drafter):
     def finish(self, committed: Sequence[int] | None) -> None:
         self.model.finish(committed)
 
+    def next_source(self, committed: Sequence[int]) -> str:
+        found = self.lookup.propose(committed, MAX_LOOKUP, SamplingParams())
+        source = "lookup" if len(found.ids) >= self.min_tokens else "model"
+        self._decided = (len(committed), source, found)
+        return source
+
     def propose(self, committed: Sequence[int], k: int, params: SamplingParams,
                 should_stop: Callable[[], bool] | None = None) -> Proposal:
-        found = self.lookup.propose(committed, k, params)
-        if len(found.ids) >= min(k, self.min_tokens):
+        decided, self._decided = self._decided, None
+        if decided is not None and decided[0] == len(committed):  # the source the loop chose k for
+            _, source, found = decided
+            found = replace(found, ids=found.ids[:k], p=found.p[:k])
+        else:
+            found = self.lookup.propose(committed, k, params)
+            source = "lookup" if len(found.ids) >= min(k, self.min_tokens) else "model"
+        if source == "lookup":
             return found
         proposal = self.model.propose(committed, k, params, should_stop)
         return replace(proposal, seconds=proposal.seconds + found.seconds)

@@ -240,7 +240,10 @@ def _generate(
         if room <= 0:
             answer.finish = "context"
             break
-        k = controller.choose() if drafter is not None else 0
+        # a drafter with several sources (prompt lookup beside a model) says which proposes next,
+        # and that source's own measurements choose k
+        control = controller.for_source(drafter.next_source(committed)) if drafter is not None else controller
+        k = control.choose() if drafter is not None else 0
         k = max(0, min(k, room - 1, answer.remaining - 1))
         if k and (limit := rollback_limit(target, drafter, committed)) is not None and limit < k:
             k = limit
@@ -258,7 +261,7 @@ def _generate(
             verify_s, rollback_s, replayed = verified.seconds, verified.rollback_s, verified.replayed
             accepted = verdict.accepted
             emitted = (*proposal.ids[:accepted], verdict.token)
-            controller.record_round(len(proposal.ids), accepted, proposal.seconds, verify_s + rollback_s)
+            control.record_round(len(proposal.ids), accepted, proposal.seconds, verify_s + rollback_s)
         elif should_stop():  # Stop pressed while drafting: nothing was verified
             answer.finish = "cancelled"
             break

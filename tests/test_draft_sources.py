@@ -1,0 +1,87 @@
+"""Prompt lookup beside a model or head: each source chooses its own draft length.
+
+A lookup proposal is free and, where the text is copied, long and right; a model's costs a pass a
+token. With one draft length for both, a model that did not pay turned lookup off with it (the
+bench measured the demo's head + lookup at 0.88x where lookup alone ran 1.21x).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from app.engine.adaptive import DraftLengthController
+from app.engine.backends import load_backend
+from app.engine.drafters import Drafter, LookupThenModelDrafter, Proposal
+from app.engine.events import Round
+from app.engine.speculative import generate
+
+PROMPT = [1, 969, 198, 20, 300, 301, 2, 198, 1, 520, 198]
+N = 120
+
+
+def _decode(ids):
+    return " ".join(map(str, ids))
+
+
+def test_each_source_learns_its_own_draft_length():
+    c = DraftLengthController()
+    model, lookup = c.for_source("model"), c.for_source("lookup")
+    assert c.for_source("model") is model and c.for_source(None) is c
+    # the target's cost per width does not depend on who drafted: measured once for all
+    assert model.costs.t_verify is c.costs.t_verify is lookup.costs.t_verify
+    c.record_plain(0.050)
+    picks = {"model": [], "lookup": []}
+    for _ in range(80):
+        for name, control, right, cost in (("model", model, 0, 0.017), ("lookup", lookup, None, 1e-5)):
+            k = control.choose()
+            picks[name].append(k)
+            if k:
+                control.record_round(k, k if right is None else right, draft_s=k * cost, verify_s=0.050 + 0.004 * k)
+            else:
+                c.record_plain(0.050)
+    assert sum(1 for k in picks["model"][-40:] if k) <= 2  # a draft that never pays: plain, a rare probe
+    assert min(picks["lookup"][-40:]) >= 8  # while lookup, always right and free, drafts long
+
+
+class _Scripted(Drafter):
+    """Knows the target's answer: `right` proposes it, otherwise one wrong token then the answer.
+    A model's proposal says it cost 10 ms a token (a tiny target's pass costs about 1 ms), lookup's
+    nothing, so what adaptive k weighs does not hang on this machine's timing."""
+
+    def __init__(self, prompt, plain, right: bool, every: int = 1, source: str = "model"):
+        self.prompt_len, self.plain, self.right, self.every, self.source = len(prompt), plain, right, every, source
+        self.proposed: list[int] = []  # k of each non-empty proposal
+
+    def propose(self, committed, k, params, should_stop=None):
+        done = len(committed) - self.prompt_len
+        if done % self.every:  # a lookup that finds no match here
+            return Proposal((), ())
+        ids = list(self.plain[done:done + k])
+        if ids and not self.right:
+            ids[0] += 1
+        if ids:
+            self.proposed.append(len(ids))
+        cost = 0.010 * len(ids) if self.source == "model" else 0.0
+        return Proposal(tuple(ids), (1.0,) * len(ids), seconds=cost, source=self.source)
+
+
+@pytest.fixture(scope="module")
+def target(tiny_pair):
+    return load_backend(tiny_pair["target"], "torch")
+
+
+def test_a_model_that_never_pays_leaves_lookup_drafting(target):
+    plain = [t for e in generate(target, _decode, PROMPT, max_tokens=N) if isinstance(e, Round) for t in e.emitted]
+    model = _Scripted(PROMPT, plain, right=False)
+    lookup = _Scripted(PROMPT, plain, right=True, every=5, source="lookup")  # a match at one position in five
+    drafter = LookupThenModelDrafter(model, lookup=lookup, min_tokens=3)
+    events = list(generate(target, _decode, PROMPT, drafter=drafter, max_tokens=N, controller=DraftLengthController()))
+    rounds = [e for e in events if isinstance(e, Round)]
+    assert [t for r in rounds for t in r.emitted] == plain  # exact, whoever drafted
+    lookup_rounds = [r for r in rounds if r.source == "lookup"]
+    assert lookup_rounds and all(r.accepted == len(r.drafted) for r in lookup_rounds)
+    # the wrong model drafted in its first rounds (the warm-up), then only in a probe or two (with one
+    # draft length for both, lookup's long right rounds kept it drafting: 25 proposals here) ...
+    assert len(model.proposed) <= 6, model.proposed
+    # ... while lookup kept proposing whole continuations after it
+    assert sum(len(r.drafted) for r in lookup_rounds) >= N // 3, [len(r.drafted) for r in lookup_rounds]

@@ -22,7 +22,8 @@ def add_parser(sub) -> None:
     align.add_argument("--prompts", type=int, default=None, help="answers to collect (default: what the budget allows)")
     align.add_argument("--steps", type=int, default=None, help="training steps (default: what the budget allows)")
     align.add_argument("--max-tokens", type=int, default=128, help="tokens per answer (default 128)")
-    align.add_argument("--batch", type=int, default=32, help="answers generated together (default 32)")
+    align.add_argument("--batch", type=int, default=None,
+                       help="answers generated together (default: 64 for a target under 2 GB in float32, fewer above)")
     align.add_argument("--temperature", type=float, default=0.0,
                        help="the temperature you chat at: answers are sampled at it, 0 greedy (default)")
     align.add_argument("--history", action="store_true",

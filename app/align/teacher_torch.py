@@ -33,6 +33,7 @@ class Sequence:
     hidden: torch.Tensor  # (L - 1, D) bfloat16: the target's final-norm output at positions 0..L-2
     answer_start: int  # the index of the answer's first token
     top: torch.Tensor | None = None  # (L - 1, TOP) int32: the target's most likely next tokens there
+    prompt: int = -1  # the index of its prompt in the list collect() was given
 
 
 class Teacher:
@@ -150,7 +151,7 @@ def collect(teacher: Teacher, tokenizer, prompts: list[str], max_tokens: int, ba
                 if len(tokens) - len(r) < 2:
                     continue
                 out.append(Sequence(tokens.clone(), hidden[i, left:left + len(tokens) - 1].to(torch.bfloat16).clone(),
-                                    len(r)))
+                                    len(r), prompt=start + i))
             progress(min(start + batch, len(prompts)), len(prompts))
     finally:
         hook.remove()

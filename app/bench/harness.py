@@ -105,6 +105,9 @@ def build_methods(runner, ks=(2, 4, 6), anchors: bool = True, progress=print) ->
             # and what the pair gets without it: the drafter `ngram` loads, the best that costs no model
             methods.append(Method("tandem adaptive, prompt lookup only", "tandem",
                                   tandem(PromptLookupDrafter(), None), None, anchor_lookup))
+            # the pair's own lookup (longer matches) with nothing beside it: what the model adds
+            methods.append(Method("tandem adaptive, the pair's lookup alone", "tandem",
+                                  tandem(drafter.lookup, None), None, anchor_lookup))
         for k in ks:
             methods.append(Method(f"tandem k={k}", "tandem", tandem(drafter, k), k, matching))
     methods[0] = replace(methods[0], anchor=anchor_plain)

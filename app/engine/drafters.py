@@ -32,6 +32,9 @@ class Proposal:
     ids_array: Any = None  # the same ids as a device array, when the drafter has one
     seconds: float = 0.0
     source: str = ""  # which drafter wrote it ("model", "lookup"), for the side panel and stats
+    # committed tokens the drafter read before its first draft (a draft model's catch-up, an MTP
+    # layer's pairs), within `seconds`: after plain or lookup rounds a proposal pays for those first
+    read: int = 0
 
 
 @dataclass(frozen=True)
@@ -116,7 +119,7 @@ class ModelDrafter(Drafter):
         # accepted round also its own last draft, or a lookup round's tokens), then draft k tokens.
         catch_up = list(committed[self.backend.cache_len :])
         ids, p, probs, ids_array = self.backend.draft(catch_up, k, params, should_stop)
-        return Proposal(ids, p, probs, ids_array, time.perf_counter() - start, "model")
+        return Proposal(ids, p, probs, ids_array, time.perf_counter() - start, "model", len(catch_up))
 
     def room(self, committed: Sequence[int]) -> int | None:
         # A draft of k appends the catch-up and k - 1 drafts to the draft's own cache.

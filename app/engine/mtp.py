@@ -123,7 +123,7 @@ class MTPDrafter(Drafter):
         ids, p, probs, ids_array = self.head.draft(tokens, self._rows, k, params, should_stop)
         self._pairs.extend(tokens)
         self._rows = None
-        return Proposal(ids, p, probs, ids_array, time.perf_counter() - started, "mtp")
+        return Proposal(ids, p, probs, ids_array, time.perf_counter() - started, "mtp", len(tokens))
 
 
 def load_mtp_drafter(target: ModelBackend) -> MTPDrafter:

@@ -261,7 +261,7 @@ def _generate(
             verify_s, rollback_s, replayed = verified.seconds, verified.rollback_s, verified.replayed
             accepted = verdict.accepted
             emitted = (*proposal.ids[:accepted], verdict.token)
-            control.record_round(len(proposal.ids), accepted, proposal.seconds, verify_s + rollback_s)
+            control.record_round(len(proposal.ids), accepted, proposal.seconds, verify_s + rollback_s, proposal.read)
         elif should_stop():  # Stop pressed while drafting: nothing was verified
             answer.finish = "cancelled"
             break

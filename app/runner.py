@@ -24,7 +24,7 @@ from app.engine.backends import default_backend, load_backend
 from app.engine.backends.base import ModelBackend
 from app.engine.kept_caches import KeptCaches, default_budget
 from app.engine.mtp import load_head_drafter, load_mtp_drafter
-from app.engine.drafters import Drafter, LookupThenModelDrafter, ModelDrafter, PromptLookupDrafter
+from app.engine.drafters import Drafter, LookupThenModelDrafter, ModelDrafter, PromptLookupDrafter, chat_lookup
 from app.engine.events import Finished, Notice, Round
 from app.engine.sampling import SamplingParams
 from app.engine.speculative import generate
@@ -145,7 +145,7 @@ class Runner:
         self.drafter: Drafter | None = None
         self.tokenizer = None
         self.loaded: LoadedModel | None = None
-        self._lookup = PromptLookupDrafter()
+        self._lookup = chat_lookup()
         # Adaptive k per drafter, kept across turns: what it measured (the cost of each verify
         # width, the acceptance) belongs to the pair and this machine, not to one answer.
         self._controllers: dict[str, DraftLengthController] = {}
@@ -334,7 +334,7 @@ class Runner:
             assistant = load_assistant_drafter(assistant_folder, target)
             drafter = assistant
         elif draft.kind is DraftKind.LOOKUP:
-            drafter = PromptLookupDrafter()
+            drafter = chat_lookup()
         self.target, self.drafter, self.tokenizer = target, drafter, tokenizer
         self._controllers.clear()
         self.loaded = LoadedModel(folder, backend, target.device, target.dtype, target.model_type,

@@ -16,7 +16,7 @@ from app.bench.anchors_llamacpp import LOOKUP, PLAIN, missing_reason  # noqa: E4
 LLAMACPP_METHODS = set() if missing_reason() else {PLAIN, LOOKUP}
 TORCH_METHODS = {"target alone", "transformers plain", "transformers prompt lookup", "transformers assisted",
                  "tandem adaptive", "tandem adaptive, model only", "tandem adaptive, prompt lookup only",
-                 "tandem adaptive, the pair's lookup alone", "tandem k=2", "tandem k=4", "tandem k=6"}
+                 "tandem k=2", "tandem k=4", "tandem k=6"}
 
 
 def test_expected_tokens_and_the_bound():
@@ -107,8 +107,7 @@ def test_quick_bench_on_mlx_with_mlx_lm_anchors(tiny_pair, tmp_path):
     assert code == 0
     methods = {m["name"]: m for m in report["methods"]}
     assert set(methods) == {"target alone", "mlx-lm plain", "mlx-lm speculative", "tandem adaptive",
-                            "tandem adaptive, model only", "tandem adaptive, prompt lookup only",
-                            "tandem adaptive, the pair's lookup alone", "tandem k=4"}
+                            "tandem adaptive, model only", "tandem adaptive, prompt lookup only", "tandem k=4"}
     assert report["exactness"]["exact"]
     assert 0 < methods["mlx-lm speculative"]["acceptance"] <= 1
     assert methods["tandem k=4"]["anchor"] == "mlx-lm speculative"

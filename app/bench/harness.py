@@ -15,7 +15,7 @@ from app.bench.costs import measure_draft_cost, measure_target_costs
 from app.bench.runs import RunResult, run_tandem
 from app.bench.suite import BenchPrompt
 from app.engine.adaptive import MAX_DRAFT, DraftLengthController
-from app.engine.drafters import LookupThenModelDrafter, PromptLookupDrafter, ModelDrafter
+from app.engine.drafters import LookupThenModelDrafter, ModelDrafter, chat_lookup
 from app.engine.sampling import SamplingParams
 
 TARGET_ALONE = "target alone"
@@ -104,10 +104,7 @@ def build_methods(runner, ks=(2, 4, 6), anchors: bool = True, progress=print) ->
                                   None, matching))
             # and what the pair gets without it: the drafter `ngram` loads, the best that costs no model
             methods.append(Method("tandem adaptive, prompt lookup only", "tandem",
-                                  tandem(PromptLookupDrafter(), None), None, anchor_lookup))
-            # the pair's own lookup (longer matches) with nothing beside it: what the model adds
-            methods.append(Method("tandem adaptive, the pair's lookup alone", "tandem",
-                                  tandem(drafter.lookup, None), None, anchor_lookup))
+                                  tandem(chat_lookup(), None), None, anchor_lookup))
         for k in ks:
             methods.append(Method(f"tandem k={k}", "tandem", tandem(drafter, k), k, matching))
     methods[0] = replace(methods[0], anchor=anchor_plain)

@@ -310,6 +310,20 @@ def test_tandem_cli_align_writes_the_draft_and_remembers_the_pair(tiny_pair, cap
     assert f"--draft head:{folder}" in out
 
 
+
+@pytest.mark.parametrize("flag, word", [("--batch", "answer"), ("--prompts", "prompt"), ("--steps", "step"),
+                                        ("--max-tokens", "token"), ("--threads", "thread")])
+def test_tandem_cli_align_refuses_a_count_below_one_before_anything_runs(flag, word, capsys, tmp_path):
+    """--batch 0 used to reach the answering loop (range() with a step of 0: a traceback)."""
+    from app.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["align", flag, "0", "--out", str(tmp_path)])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"takes at least 1 {word}, not 0" in err and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
 def test_held_out_answers_share_no_subject_with_the_trained_ones():
     """Agreement is measured on answers about subjects training never saw: with a random tenth of
     the answers, asks about the same subject fell on both sides (the demo's head read 0.45 there,

@@ -12,6 +12,8 @@ from app.align.job import AlignCancelled, AlignProgress, AlignSettings, run
 
 
 def add_parser(sub) -> None:
+    from app.cli import at_least_one  # here: app.cli imports this module
+
     align = sub.add_parser("align", help="align a draft to its target on the target's own answers")
     align.add_argument("--model", "--target", dest="target", default="demo",
                        help='the target: model folder, .gguf file, or "demo" (default)')
@@ -19,16 +21,16 @@ def add_parser(sub) -> None:
                        help='"head" (default: train a draft head on the target\'s hidden states, EAGLE-style) or '
                             "a draft model's folder or .gguf to distil the target into (same tokenizer)")
     align.add_argument("--minutes", type=float, default=12.0, help="the job's time budget (default 12)")
-    align.add_argument("--prompts", type=int, default=None, help="answers to collect (default: what the budget allows)")
-    align.add_argument("--steps", type=int, default=None, help="training steps (default: what the budget allows)")
-    align.add_argument("--max-tokens", type=int, default=128, help="tokens per answer (default 128)")
-    align.add_argument("--batch", type=int, default=None,
+    align.add_argument("--prompts", type=at_least_one("prompt"), default=None, help="answers to collect (default: what the budget allows)")
+    align.add_argument("--steps", type=at_least_one("step"), default=None, help="training steps (default: what the budget allows)")
+    align.add_argument("--max-tokens", type=at_least_one("token"), default=128, help="tokens per answer (default 128)")
+    align.add_argument("--batch", type=at_least_one("answer"), default=None,
                        help="answers generated together (default: 64 for a target under 2 GB in float32, fewer above)")
     align.add_argument("--temperature", type=float, default=0.0,
                        help="the temperature you chat at: answers are sampled at it, 0 greedy (default)")
     align.add_argument("--history", action="store_true",
                        help="also use your own chat messages as prompts (they never leave this computer)")
-    align.add_argument("--threads", type=int, default=None, help="PyTorch threads (default: all cores)")
+    align.add_argument("--threads", type=at_least_one("thread"), default=None, help="PyTorch threads (default: all cores)")
     align.add_argument("--seed", type=int, default=0)
     align.add_argument("--no-trial", action="store_true", help="skip the pair trial before and after")
     align.add_argument("--backend", choices=["mlx", "torch"], default="torch", help="what the pair trial runs on")

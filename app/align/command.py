@@ -21,8 +21,10 @@ def add_parser(sub) -> None:
                        help='"head" (default: train a draft head on the target\'s hidden states, EAGLE-style) or '
                             "a draft model's folder or .gguf to distil the target into (same tokenizer)")
     align.add_argument("--minutes", type=float, default=12.0, help="the job's time budget (default 12)")
-    align.add_argument("--prompts", type=at_least_one("prompt"), default=None, help="answers to collect (default: what the budget allows)")
-    align.add_argument("--steps", type=at_least_one("step"), default=None, help="training steps (default: what the budget allows)")
+    align.add_argument("--prompts", type=at_least_one("prompt"), default=None,
+                       help="answers to collect (default: what the budget allows)")
+    align.add_argument("--steps", type=at_least_one("step"), default=None,
+                       help="training steps (default: what the budget allows)")
     align.add_argument("--max-tokens", type=at_least_one("token"), default=128, help="tokens per answer (default 128)")
     align.add_argument("--batch", type=at_least_one("answer"), default=None,
                        help="answers generated together (default: 64 for a target under 2 GB in float32, fewer above)")
@@ -30,7 +32,8 @@ def add_parser(sub) -> None:
                        help="the temperature you chat at: answers are sampled at it, 0 greedy (default)")
     align.add_argument("--history", action="store_true",
                        help="also use your own chat messages as prompts (they never leave this computer)")
-    align.add_argument("--threads", type=at_least_one("thread"), default=None, help="PyTorch threads (default: all cores)")
+    align.add_argument("--threads", type=at_least_one("thread"), default=None,
+                       help="PyTorch threads (default: all cores)")
     align.add_argument("--seed", type=int, default=0)
     align.add_argument("--no-trial", action="store_true", help="skip the pair trial before and after")
     align.add_argument("--backend", choices=["mlx", "torch"], default="torch", help="what the pair trial runs on")

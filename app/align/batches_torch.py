@@ -35,6 +35,14 @@ def candidates(tops: list[torch.Tensor]) -> torch.Tensor:
     return torch.cat([t.reshape(-1) for t in tops]).unique().long()
 
 
+def optimizer_step(optimizer: torch.optim.Optimizer, loss: torch.Tensor) -> float:
+    """One training step on `loss`; its value, for the progress line."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
 def distill_loss(student: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:
     """KL(teacher || student) between rows of logits over the same candidate tokens, at
     `temperature` (scaled by T^2, as Hinton et al. do, so the gradient's size does not depend on it)."""

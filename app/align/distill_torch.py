@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from app.align.batches_torch import batches, candidates, distill_loss
+from app.align.batches_torch import batches, candidates, distill_loss, optimizer_step
 from app.align.teacher_torch import Sequence, Teacher
 from app.models.errors import ModelFileError
 
@@ -77,11 +77,9 @@ class DraftTrainer:
             with torch.no_grad():
                 teacher_logits = self.teacher.logits(states[valid], rows)
             loss = distill_loss(logits, teacher_logits, self.temperature)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            self.optimizer.step()
+            value = optimizer_step(self.optimizer, loss)
             self.steps += 1
-            on_step(self.steps, loss.item())
+            on_step(self.steps, value)
 
     @torch.no_grad()
     def agreement(self, sequences: list[Sequence]) -> tuple[int, int]:

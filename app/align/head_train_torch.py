@@ -18,7 +18,7 @@ import random
 import torch
 import torch.nn.functional as F
 
-from app.align.batches_torch import batches, candidates, distill_loss
+from app.align.batches_torch import batches, candidates, distill_loss, optimizer_step
 from app.align.teacher_torch import Sequence, Teacher
 from app.engine.backends.mtp_torch import build_layer, mtp_config, to_checkpoint_name
 
@@ -81,11 +81,9 @@ class HeadTrainer:
                 teacher_logits = self.teacher.logits(wanted, rows)
             loss = distill_loss(self.teacher.logits(out, rows), teacher_logits, self.temperature)
             loss = loss + REGRESSION_WEIGHT * F.smooth_l1_loss(out, wanted)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            self.optimizer.step()
+            value = optimizer_step(self.optimizer, loss)
             self.steps += 1
-            on_step(self.steps, loss.item())
+            on_step(self.steps, value)
 
     @torch.no_grad()
     def agreement(self, sequences: list[Sequence]) -> tuple[int, int]:

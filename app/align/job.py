@@ -86,9 +86,11 @@ def split(sequences: list, prompts: list[str], seed: int) -> tuple[list, list]:
     subjects), or, where those are too few (a short job, a few prompts), a random tenth."""
     from app.align.prompts import held_out
 
-    held = [s for s in sequences if held_out(prompts[s.prompt], seed)]
-    if len(held) >= 2 and len(sequences) - len(held) >= 2:
-        return held, [s for s in sequences if not held_out(prompts[s.prompt], seed)]
+    held, trained = [], []
+    for s in sequences:
+        (held if held_out(prompts[s.prompt], seed) else trained).append(s)
+    if len(held) >= 2 and len(trained) >= 2:
+        return held, trained
     shuffled = list(sequences)
     random.Random(seed).shuffle(shuffled)
     count = max(1, int(len(shuffled) * HELD_OUT))

@@ -41,3 +41,26 @@ def test_a_pair_that_cannot_be_remembered_says_so(qtbot, tmp_path, monkeypatch):
     pairing.on_trial_done(request, TrialResult(0.8, 1.5, 3.0, 100, 0.0))
     assert len(errors) == 2
     assert pairing.trial_text.startswith("accepts 80%")
+
+
+def test_a_pair_loaded_while_the_previous_pairs_trial_runs_ends_that_trial(qtbot, tmp_path):
+    """The worker drops an unfinished trial unreported when a new pair loads; a new pair with a
+    remembered trial left `trial_running` on for good (the window waited on it)."""
+    memory = PairMemory(tmp_path / "pairs.json")
+    strip = DownloadStrip()
+    qtbot.addWidget(strip)
+    pairing = PairController(strip, "torch", memory)
+    trials, shown = [], []
+    pairing.request_trial.connect(trials.append)
+    pairing.trial_shown.connect(shown.append)
+    small, head = DraftChoice.model("/models/small"), DraftChoice.head("/models/head")
+    info = LoadedModel(Path("/models/big"), "torch", "cpu", "float32", "llama", 2048, 10, 1.0, small)
+    first = PairRequest("/models/big", small)
+    pairing.on_paired(first, info)
+    assert pairing.trial_running and trials == [first]
+    memory.set_trial("torch", "/models/big", head, TrialResult(0.64, 1.4, 2.5, 120, 1.0))
+    pairing.on_paired(PairRequest("/models/big", head), info)
+    assert not pairing.trial_running and trials == [first]  # remembered: not measured again
+    assert shown[-1].startswith("accepts 64%")
+    pairing.on_trial_done(first, TrialResult(0.8, 1.5, 3.0, 100, 0.0))  # a late report of the old pair
+    assert not pairing.trial_running and shown[-1].startswith("accepts 64%")

@@ -70,10 +70,15 @@ def test_demo_float32_target_with_int4_self_draft_is_exact(demo):
     runner = Runner()
     runner.load(demo["hf"], "torch", draft=DraftChoice.self_draft("int4"), progress=lambda m: None)
     request = ChatRequest(({"role": "user", "content": "Write a haiku about autumn."},), max_tokens=32)
-    spec, stats = _run(runner, request)
+    events = list(runner.chat(request))
+    spec = [t for e in events if isinstance(e, Round) for t in e.emitted]
     plain, _ = _run(runner, ChatRequest(request.messages, max_tokens=32, drafter=NO_DRAFT))
     assert spec == plain
-    assert stats.acceptance_rate > 0.8  # measured 0.99-1.00 on this model
+    # the int4 copy's own acceptance (measured 0.99-1.00 on this model); prompt lookup beside it
+    # drafts as long as its own k says, so the answer's overall rate varies with the clock
+    by_model = [e for e in events if isinstance(e, Round) and e.source == "model"]
+    assert by_model, "the int4 copy never drafted"
+    assert sum(e.accepted for e in by_model) / sum(len(e.drafted) for e in by_model) > 0.8
 
 
 def test_a_float_target_too_large_is_offered_in_4bit_with_the_figures(demo):

@@ -60,7 +60,10 @@ def wait_until(predicate, timeout_ms: int) -> None:
     if not predicate():
         loop.exec()
     timer.stop()
-    assert predicate(), "timed out"
+    if not predicate():  # a silent timeout let the next assertion fail far from the cause
+        code = predicate.__code__
+        raise TimeoutError(f"still false after {timeout_ms / 1000:.0f} s: the condition at "
+                           f"{Path(code.co_filename).name}:{code.co_firstlineno}")
 
 
 def greedy_answer(window, text: str, max_tokens: int = 12):

@@ -84,6 +84,7 @@ class MainWindow(QMainWindow):
         self.controller = ChatController(self.store, self.worker, self.chat_view, defaults, self)
         self.aligner = DraftAligner(self.align_strip, self.pairing, self.worker,
                                     temperature=lambda: self.controller.settings.temperature, parent=self)
+        self.worker.hold_for_timing = self.aligner.hold_for_timing  # the yardstick is timed as answers run
         self._build_actions()
         self._wire()
         self._restore()

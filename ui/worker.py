@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
 
@@ -123,6 +124,9 @@ class EngineWorker(QObject):
         self._handle: RequestHandle | None = None  # the window's request being answered
         self._racing: ChatRequest | None = None  # a race's request: Stop also reaches it between its sides
         self.timings: Baseline | None = None  # of the pair loaded now
+        # Called on the service's thread around each timing of the target alone, True then False:
+        # work beside the pair that answers pause for (an alignment job) pauses for it too.
+        self.hold_for_timing: Callable[[bool], None] = lambda timing: None
         self._traffic: dict[int, tuple[list[RoundTrace], float]] = {}  # other clients' answers: rounds unsent
         self.service.watchers.append(self._watch)
 
@@ -276,7 +280,11 @@ class EngineWorker(QObject):
 
         def run(runner: Runner, service_wants=None):
             give_way = self._give_way(service_wants) if service_wants is not None else (lambda: False)
-            return runner.time_target_alone(messages, cancelled=give_way)
+            self.hold_for_timing(True)
+            try:
+                return runner.time_target_alone(messages, cancelled=give_way)
+            finally:
+                self.hold_for_timing(False)
 
         def done(future: Future) -> None:  # on the service's thread
             if future.cancelled():

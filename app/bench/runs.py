@@ -70,7 +70,8 @@ def run_tandem(target, decode, prompt_ids: Sequence[int], drafter: Drafter | Non
     draft_s = verify_s = rollback_s = 0.0
     for event in generate(target, decode, prompt_ids, drafter=drafter, stop_ids=stop_ids,
                           max_tokens=max_tokens, params=params, draft_tokens=draft_tokens,
-                          controller=controller):
+                          controller=controller, repeatable=False):  # seeds align noise across methods;
+        # k follows the clock as in chat, where answers are unseeded
         if isinstance(event, Round):
             tokens.extend(event.emitted)
             draft_s += event.draft_s

@@ -200,6 +200,29 @@ class DraftLengthController:
         self.costs.record_verify(1, seconds)
 
 
+class NominalCosts:
+    """Costs in target passes that stand in for the clock where an answer must repeat.
+
+    A seeded sampled answer repeats only if every round drafts the same k (a different k draws
+    the random numbers in a different order), and measured timings differ between runs, so such
+    an answer prices its rounds with these figures: acceptance, which the seed fixes, still steers
+    k. The slope is this CPU's (width 9 costs 1.5-1.9x width 1); a model's draft token is priced at
+    a tenth of a target pass (Leviathan et al. 2023 report c = 0.05-0.2 for useful pairs), prompt
+    lookup's at a hundredth."""
+
+    VERIFY_SLOPE = 0.06
+    DRAFT = {"lookup": 0.01}
+    MODEL_DRAFT = 0.1
+
+    @classmethod
+    def verify(cls, width: int) -> float:
+        return 1.0 + cls.VERIFY_SLOPE * (width - 1)
+
+    @classmethod
+    def draft(cls, drafted: int, source: str) -> float:
+        return drafted * cls.DRAFT.get(source, cls.MODEL_DRAFT)
+
+
 def _ema(old: float | None, new: float, weight: float = 0.2) -> float:
     if old is None:
         return new

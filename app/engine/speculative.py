@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
-from app.engine.adaptive import MAX_DRAFT, DraftLengthController
+from app.engine.adaptive import MAX_DRAFT, DraftLengthController, NominalCosts
 from app.engine.backends.base import ModelBackend, Verdict
 from app.engine.drafters import Drafter, Proposal, TargetState
 from app.engine.events import EmptyPromptError, Finished, GenerationStats, Notice, PromptTooLongError, Round
@@ -192,6 +192,7 @@ def _generate(
     max_draft: int = MAX_DRAFT,
     controller: DraftLengthController | None = None,
     should_stop: Callable[[], bool] = lambda: False,
+    repeatable: bool | None = None,  # None: when the answer is seeded and sampled
 ) -> Iterator[Round | Notice | Finished]:
     if not prompt_ids:
         raise EmptyPromptError("The prompt is empty: there is nothing for the model to continue. "
@@ -199,6 +200,14 @@ def _generate(
     check_prompt_fits(len(prompt_ids), target.context_length)
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be at least 1, got {max_tokens}.")
+    if repeatable is None:
+        repeatable = params.seed is not None and not params.greedy
+    if repeatable and draft_tokens is None and (controller is None or controller.fixed_k is None):
+        # k must not follow the clock (see NominalCosts), nor what other answers taught a chat's
+        # controller: the seed alone decides this answer
+        controller = DraftLengthController(max_k=controller.costs.max_k if controller else max_draft)
+    else:
+        repeatable = False
     controller = controller or DraftLengthController(fixed_k=draft_tokens, max_k=max_draft)
     answer = AnswerStream(decode, prompt_ids, stop_ids, stop_strings, max_tokens)
     max_k = controller.costs.max_k  # the longest k it can choose (a fixed k included)
@@ -261,7 +270,10 @@ def _generate(
             verify_s, rollback_s, replayed = verified.seconds, verified.rollback_s, verified.replayed
             accepted = verdict.accepted
             emitted = (*proposal.ids[:accepted], verdict.token)
-            control.record_round(len(proposal.ids), accepted, proposal.seconds, verify_s + rollback_s, proposal.read)
+            n = len(proposal.ids)
+            costs = ((NominalCosts.draft(n, proposal.source), NominalCosts.verify(n + 1)) if repeatable
+                     else (proposal.seconds, verify_s + rollback_s))
+            control.record_round(n, accepted, *costs, proposal.read)
         elif should_stop():  # Stop pressed while drafting: nothing was verified
             answer.finish = "cancelled"
             break
@@ -274,7 +286,7 @@ def _generate(
                 state = TargetState(target.last_hidden(), held, target)
                 drafter.accepted([*committed, *emitted], NO_PROPOSAL, 0, state)
             if drafter is not None:
-                controller.record_plain(verify_s)
+                controller.record_plain(NominalCosts.verify(1) if repeatable else verify_s)
         rounds += 1
         committed.extend(emitted)
         kept, text = answer.take(emitted)

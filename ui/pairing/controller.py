@@ -245,6 +245,8 @@ class PairController(QObject):
         if problem:  # the pair works; only remembering it failed (a full or read-only folder)
             self.error.emit(problem)
         remembered = self.memory.trial(info.backend, target_name, draft_name)
+        # the previous pair's trial, if one ran, ended with it (the worker drops it unreported)
+        self.trial_running = False
         if remembered is not None:
             self.trial_shown.emit(remembered.summary())
         elif info.draft == NO_DRAFT:

@@ -241,7 +241,7 @@ def same_pair(target: str, draft: DraftChoice, backend: str | None = None) -> tu
     if draft.kind is DraftKind.AUTO:
         from app.models.draft_heads import has_mtp
 
-        draft = (demo_draft(target, backend) if target in DEMO_SPECS
+        draft = (demo_draft(target, backend, measured=False) if target in DEMO_SPECS
                  else DraftChoice(DraftKind.MTP) if has_mtp(target) else PROMPT_LOOKUP)
     return target, draft
 

@@ -20,6 +20,27 @@ MTP_DRAFT = DraftChoice(DraftKind.MTP)  # offered only for a target whose checkp
 UNKNOWN_FREE = 2**62
 
 
+def shipped_head_entry(pairing: PairController) -> tuple[str, str, DraftChoice] | None:
+    """(text, tooltip, draft) for the draft head aligned to the demo's GGUF that ships with Tandem,
+    where the demo is the loaded target on PyTorch; None elsewhere (it reads that model's states)."""
+    from app.models.demo import demo_head, demo_head_agreement
+    from app.models.pair_memory import same_pair
+
+    loaded, current = pairing.loaded, pairing.current
+    head = demo_head()
+    if head is None or loaded is None or current is None or loaded.backend != "torch":
+        return None
+    if same_pair(str(current.named()[0]), NO_DRAFT, loaded.backend)[0] != "demo":
+        return None
+    agreement = demo_head_agreement()
+    agrees = f" It agrees with the target's next token {agreement[1]:.0%} of the time on answers it never saw" \
+        if agreement else ""
+    tip = (f"A small layer trained on this model's own answers (Align draft, shipped with Tandem), drafting from the "
+           f"states the target's verify pass already computed, with prompt lookup beside it.{agrees}. The pair trial "
+           "measures it here; \"auto\" drafts with it where it measured faster than prompt lookup.")
+    return "Aligned draft head: trained on this model's answers (shipped)", tip, head
+
+
 def _size(gb: float) -> str:
     return f"{gb * 1000:.0f} MB" if gb < 1 else f"{gb:.1f} GB"
 
@@ -42,6 +63,11 @@ def build_slot_menu(role: str, pairing: PairController, parent: QWidget, aligner
                                      "lookup beside it: nothing to download, little memory."))
         for text, choice in DRAFT_CHOICES:
             menu.addAction(text, lambda choice=choice: pairing.choose_draft(choice))
+        shipped = shipped_head_entry(pairing)
+        if shipped is not None:
+            text, tip, choice = shipped
+            item = menu.addAction(text, lambda: pairing.choose_draft(choice))
+            item.setToolTip(wrap_tip(tip))
         if aligner is not None:  # ui/pairing/align.py: train a draft on the target's own answers
             menu.addSeparator()
             for text, tip, start, off in aligner.menu_entries():

@@ -105,6 +105,19 @@ def test_a_backlog_read_before_drafting_is_not_the_cost_of_drafting():
     assert DraftLengthController(fixed_k=3).choose() == 3
 
 
+def test_a_short_draft_after_a_long_accepted_round_is_a_steady_round():
+    """After 8 drafts all accepted an MTP layer reads the 9 pairs they committed before drafting
+    again: that is what drafting on costs, though it is more than the next draft's own k + 1."""
+    c = DraftLengthController()
+    c.record_plain(0.042)
+    c.record_round(8, 8, draft_s=0.040, verify_s=0.070, read=2)
+    assert c.costs.t_draft == pytest.approx(0.005)
+    c.record_round(1, 0, draft_s=0.008, verify_s=0.045, read=9)
+    assert c.costs.t_draft == pytest.approx(0.8 * 0.005 + 0.2 * 0.0075)  # counted (capped at 1.5x)
+    c.record_round(1, 1, draft_s=0.012, verify_s=0.045, read=30)  # after other rounds: a backlog
+    assert c.costs.t_draft == pytest.approx(0.8 * 0.005 + 0.2 * 0.0075)
+
+
 def test_proposals_say_what_they_read_first(target, tiny_pair, monkeypatch):
     """A draft model's proposal reads the tokens it has not seen: one or two while it drafts every
     round, all that lookup rounds committed after them; the loop hands that to the controller."""

@@ -41,6 +41,7 @@ class CostModel:
     t_draft: float | None = None  # seconds per draft token (EMA)
     t_draft_steady: bool = False  # t_draft measured on a round that read no backlog first
     t_verify: dict[int, float] = field(default_factory=dict)  # width -> seconds (EMA)
+    last_emitted: int | None = None  # tokens this source's last verified round committed
 
     def __post_init__(self):
         self.accept_w = self.accept_w or [0.0] * self.max_k
@@ -63,12 +64,18 @@ class CostModel:
             # plain rounds reads all of them (an MTP layer 24 pairs: 13 ms against 5 for a round
             # that drafts on). Counted as the cost of drafting, that made a head look too dear to
             # ever draft again, so such a round sets the cost only until a steady one measures it.
-            if read <= drafted + 1:
+            if self.steady(drafted, read):
                 self.t_draft = _ema(self.t_draft if self.t_draft_steady else None, draft_s / drafted)
                 self.t_draft_steady = True
             elif self.t_draft is None:
                 self.t_draft = draft_s / drafted
+        self.last_emitted = min(accepted, drafted) + 1
         self.record_verify(drafted + 1, verify_s)
+
+    def steady(self, drafted: int, read: int) -> bool:
+        """Whether a proposal read no more than drafting on reads: what the source's previous
+        round committed (a long accepted round before a short draft included), or its own k."""
+        return read <= max(drafted, self.last_emitted or 0) + 1
 
     def record_verify(self, width: int, seconds: float) -> None:
         self.t_verify[width] = _ema(self.t_verify.get(width), seconds)
@@ -193,8 +200,9 @@ class DraftLengthController:
         return self.costs.expected_tokens(k) / (k * t_draft + t_plain) > 1.02 / t_plain
 
     def record_round(self, drafted, accepted, draft_s, verify_s, read: int = 0) -> None:
+        backlog = drafted and not self.costs.steady(drafted, read)  # judged before this round counts
         self.costs.record_round(drafted, accepted, draft_s, verify_s, read)
-        self._again = drafted if drafted and read > drafted + 1 and not self.costs.t_draft_steady else None
+        self._again = drafted if backlog and not self.costs.t_draft_steady else None
 
     def record_plain(self, seconds: float) -> None:
         self.costs.record_verify(1, seconds)

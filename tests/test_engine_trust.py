@@ -226,6 +226,7 @@ def test_a_seeded_answer_repeats_whatever_the_clock_says_with_adaptive_k(tiny_pa
     quiet, busy = run(0.001), run(0.5)  # the busy machine's passes all look 500 times dearer
     assert quiet == busy
     assert len(set(quiet[1])) > 1  # k still changed along the answer: adaptive, not fixed
+    assert quiet[1][0] > 0  # the nominal costs are known: no plain round spent measuring them first
 
 
 # --- statistics count only the tokens the answer keeps ----------------------------------------

@@ -206,6 +206,8 @@ def _generate(
         # k must not follow the clock (see NominalCosts), nor what other answers taught a chat's
         # controller: the seed alone decides this answer
         controller = DraftLengthController(max_k=controller.costs.max_k if controller else max_draft)
+        # its verify costs are known, so no round is spent measuring widths (the warm-up)
+        controller.costs.t_verify.update({w: NominalCosts.verify(w) for w in range(1, controller.costs.max_k + 2)})
     else:
         repeatable = False
     controller = controller or DraftLengthController(fixed_k=draft_tokens, max_k=max_draft)

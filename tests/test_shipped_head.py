@@ -57,6 +57,9 @@ def test_auto_drafts_the_demo_with_the_head_only_where_its_trial_measured_faster
     assert demo_draft("demo", "torch", memory=memory) == PROMPT_LOOKUP
     memory.set_trial("torch", "demo", PROMPT_LOOKUP, _trial(1.4))  # lookup's own trial counts first
     assert demo_draft("demo", "torch", memory=memory) == head
+    memory.set_trial("torch", "demo", head, _trial(1.45))  # 3.5% faster: within a trial's noise
+    assert demo_draft("demo", "torch", memory=memory) == PROMPT_LOOKUP
+    memory.set_trial("torch", "demo", head, _trial(1.5))
     assert demo_draft("demo", "torch", "float32", memory=memory) != head  # the float32 reference keeps its int4 copy
     assert demo_draft("demo", "mlx", memory=memory) != head
     assert demo_draft("demo", "torch", memory=memory, measured=False) == PROMPT_LOOKUP

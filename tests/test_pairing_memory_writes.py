@@ -18,6 +18,19 @@ from ui.pairing.downloads import DownloadStrip  # noqa: E402
 from ui.worker import PairRequest  # noqa: E402
 
 
+SMALL = DraftChoice.model("/models/small")
+BIG = LoadedModel(Path("/models/big"), "torch", "cpu", "float32", "llama", 2048, 10, 1.0, SMALL)
+
+
+def _pairing(qtbot, memory: PairMemory) -> tuple[PairController, list]:
+    """A pairing controller and the trials it asks for."""
+    strip = DownloadStrip()
+    qtbot.addWidget(strip)
+    pairing, trials = PairController(strip, "torch", memory), []
+    pairing.request_trial.connect(trials.append)
+    return pairing, trials
+
+
 def test_a_pair_that_cannot_be_remembered_says_so(qtbot, tmp_path, monkeypatch):
     memory = PairMemory(tmp_path / "pairs.json")
 
@@ -26,16 +39,11 @@ def test_a_pair_that_cannot_be_remembered_says_so(qtbot, tmp_path, monkeypatch):
 
     monkeypatch.setattr(Path, "write_text", disk_full)
     monkeypatch.setattr(Path, "write_bytes", disk_full)
-    strip = DownloadStrip()
-    qtbot.addWidget(strip)
-    pairing = PairController(strip, "torch", memory)
-    errors, trials = [], []
+    pairing, trials = _pairing(qtbot, memory)
+    errors = []
     pairing.error.connect(errors.append)
-    pairing.request_trial.connect(trials.append)
-    small = DraftChoice.model("/models/small")
-    request = PairRequest("/models/big", small)
-    info = LoadedModel(Path("/models/big"), "torch", "cpu", "float32", "llama", 2048, 10, 1.0, small)
-    pairing.on_paired(request, info)
+    request = PairRequest("/models/big", SMALL)
+    pairing.on_paired(request, BIG)
     assert trials == [request]  # the pair is in use all the same
     assert len(errors) == 1 and "pairs.json" in errors[0]
     pairing.on_trial_done(request, TrialResult(0.8, 1.5, 3.0, 100, 0.0))
@@ -47,19 +55,15 @@ def test_a_pair_loaded_while_the_previous_pairs_trial_runs_ends_that_trial(qtbot
     """The worker drops an unfinished trial unreported when a new pair loads; a new pair with a
     remembered trial left `trial_running` on for good (the window waited on it)."""
     memory = PairMemory(tmp_path / "pairs.json")
-    strip = DownloadStrip()
-    qtbot.addWidget(strip)
-    pairing = PairController(strip, "torch", memory)
-    trials, shown = [], []
-    pairing.request_trial.connect(trials.append)
+    pairing, trials = _pairing(qtbot, memory)
+    shown = []
     pairing.trial_shown.connect(shown.append)
-    small, head = DraftChoice.model("/models/small"), DraftChoice.head("/models/head")
-    info = LoadedModel(Path("/models/big"), "torch", "cpu", "float32", "llama", 2048, 10, 1.0, small)
-    first = PairRequest("/models/big", small)
-    pairing.on_paired(first, info)
+    head = DraftChoice.head("/models/head")
+    first = PairRequest("/models/big", SMALL)
+    pairing.on_paired(first, BIG)
     assert pairing.trial_running and trials == [first]
     memory.set_trial("torch", "/models/big", head, TrialResult(0.64, 1.4, 2.5, 120, 1.0))
-    pairing.on_paired(PairRequest("/models/big", head), info)
+    pairing.on_paired(PairRequest("/models/big", head), BIG)
     assert not pairing.trial_running and trials == [first]  # remembered: not measured again
     assert shown[-1].startswith("accepts 64%")
     pairing.on_trial_done(first, TrialResult(0.8, 1.5, 3.0, 100, 0.0))  # a late report of the old pair

@@ -147,6 +147,9 @@ import json, os, sys, time
 with open(os.environ["FAKE_ALIGN_LOG"], "a") as log:
     log.write(json.dumps({"argv": sys.argv[1:], "omp": os.environ.get("OMP_NUM_THREADS")}) + "\\n")
 plan = json.load(open(os.environ["FAKE_ALIGN_PLAN"]))
+if "term_sleep" in plan:  # cleans up for a while after SIGTERM, as the real job does
+    import signal
+    signal.signal(signal.SIGTERM, lambda *_: (time.sleep(plan["term_sleep"]), sys.exit(3)))
 for line in plan["stdout"]:
     print(json.dumps(line) if isinstance(line, dict) else line, flush=True)
     time.sleep(0.02)
@@ -257,6 +260,24 @@ def test_the_target_alone_is_timed_as_answers_run_with_the_job_paused_or_beside_
         del runner.time_target_alone
         aligner.cancel()
         _finished(window)
+
+
+def test_a_cancelled_job_cleaning_up_is_not_paused_for_a_timing(window, fake_cli):
+    aligner, strip = window.aligner, window.align_strip
+    strip.pause_box.setVisible(True)
+    strip.pause_box.setChecked(True)
+    fake_cli.set(stdout=[{"event": "progress", "phase": "training", "fraction": 0.5, "eta_s": 60.0,
+                          "message": "Training"}], sleep=120, term_sleep=2)
+    aligner.start("head")
+    job, seen = aligner.job, []
+    job.progress.connect(seen.append)
+    wait_until(lambda: seen, JOB_TIMEOUT_MS)  # its SIGTERM handler is in place by then
+    aligner.cancel()
+    aligner.hold_for_timing(True)  # the yardstick's timing begins while it cleans up
+    assert job.running and not job.paused  # a stopped child would hold its clean-up until the timing ends
+    aligner.hold_for_timing(False)
+    _finished(window)
+    assert strip.card_title.text() == "Alignment cancelled"
 
 
 def test_the_job_is_started_with_capped_threads_for_the_pair_in_use(qapp, tiny_pair, tmp_path, fake_cli):

@@ -148,6 +148,8 @@ class AlignJob(QObject):
         pid = self.process.processId()
         if not CAN_PAUSE or self._ended or not pid or paused == self.paused:
             return
+        if paused and self._cancel_asked:  # it is cleaning up after SIGTERM: let it finish
+            return
         try:
             os.kill(pid, signal.SIGSTOP if paused else signal.SIGCONT)
         except OSError:  # it has just ended: finished comes next

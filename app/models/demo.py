@@ -79,12 +79,12 @@ def demo_head() -> DraftChoice | None:
 
 def demo_head_agreement() -> tuple[float, float] | None:
     """(before, after): its agreement with the demo's GGUF on held-out answers, from its manifest."""
-    import json
+    from app.models.aligned_head import read_manifest
 
     try:
-        found = json.loads((demo_head_dir() / "manifest.json").read_text(encoding="utf-8"))["agreement"]
+        found = read_manifest(demo_head_dir())["agreement"]
         return float(found["before"]), float(found["after"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (KeyError, TypeError, ValueError):
         return None
 
 

@@ -62,7 +62,7 @@ class DraftAligner(QObject):
         strip.use_aligned.connect(lambda: self.use(True))
         strip.use_original.connect(lambda: self.use(False))
         strip.unload_and_retry.connect(self.unload_and_retry)
-        strip.pause_toggled.connect(self._on_pause_toggled)
+        strip.pause_toggled.connect(lambda _on: self._apply_pause())
         self._unloaded.connect(self._after_unload)
 
     @staticmethod
@@ -139,10 +139,6 @@ class DraftAligner(QObject):
         box = self.strip.pause_box
         return not box.isHidden() and box.isChecked()
 
-    def _on_pause_toggled(self, _on: bool) -> None:
-        self._pause_for_answers = self._box_pauses()
-        self._apply_pause()
-
     def _pause_job(self) -> tuple[bool, bool] | None:
         """Pause or continue the job as answers and the timing of the target alone want it:
         (paused before, paused now), None where no job runs."""
@@ -155,6 +151,7 @@ class DraftAligner(QObject):
             return was, job.paused
 
     def _apply_pause(self) -> None:
+        self._pause_for_answers = self._box_pauses()  # read here, on the GUI thread, for both threads
         changed = self._pause_job()
         if changed is None:
             return

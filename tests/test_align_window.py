@@ -79,7 +79,10 @@ def test_an_alignment_shows_its_progress_then_its_card_which_comes_back_with_the
     assert window.pairing.memory.alignment("torch", key)["aligned"] == aligned  # the job's record, read back
 
     strip.aligned_button.click()
-    wait_until(lambda: window.controller.model.draft == aligned and strip.state == "result", LOAD_TIMEOUT_MS)
+    # `loaded` (the controller's model) comes before `paired`, which shows the card's buttons: wait
+    # for the card itself
+    wait_until(lambda: window.controller.model.draft == aligned and strip.state == "result"
+               and strip.aligned_button.text() == "Aligned draft in use", LOAD_TIMEOUT_MS)
     assert not strip.aligned_button.isEnabled() and strip.aligned_button.text() == "Aligned draft in use"
     assert PairMemory().alignment("torch", key)["active"]
     wait_until(lambda: not window.pairing.trial_running, LOAD_TIMEOUT_MS)
@@ -222,7 +225,10 @@ def test_a_draft_that_measured_faster_is_paired_at_once_and_a_slower_one_is_not(
     head = DraftChoice.head(str(aligned_head))
     assert window.controller.model.draft == PROMPT_LOOKUP and window.composer.can_send()
     aligner.on_chat_busy(False)  # the answer ended: now the pair drafts with it
-    wait_until(lambda: window.controller.model.draft == head and strip.state == "result", LOAD_TIMEOUT_MS)
+    # `loaded` (the controller's model) comes before `paired`, which shows the card's buttons: wait
+    # for the card itself
+    wait_until(lambda: window.controller.model.draft == head and strip.state == "result"
+               and strip.aligned_button.text() == "Aligned draft in use", LOAD_TIMEOUT_MS)
     assert strip.card_title.text().endswith("1.0x → 1.4x here")
     assert "drafts with it now" in strip.card_note.text() and strip.aligned_button.text() == "Aligned draft in use"
     # the job's trial is the pair's: shown under the draft at once, not measured again

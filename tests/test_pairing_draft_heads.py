@@ -231,6 +231,8 @@ def test_a_new_target_without_mtp_falls_back_and_one_with_it_gets_its_head_again
     wait_until(lambda: window.controller.model.folder == tiny_pair["target"], LOAD_TIMEOUT_MS)
     assert window.controller.model.draft == PROMPT_LOOKUP
     drop_on(window.header.target_slot, [str(mtp_target)])
-    wait_until(lambda: window.controller.model.folder == mtp_target, LOAD_TIMEOUT_MS)
+    # `loaded` (the controller's model) comes before `paired`, which records the recent pair
+    wait_until(lambda: window.controller.model.folder == mtp_target and window.pairing.loaded is not None
+               and window.pairing.loaded.folder == mtp_target, LOAD_TIMEOUT_MS)
     assert window.controller.model.draft == MTP
     assert window.pairing.memory.recent()[0]["title"].endswith("+ built-in MTP head")

@@ -77,4 +77,4 @@ def test_the_draft_slot_offers_the_head_only_with_the_demo_on_pytorch(target, ba
     assert (entry is not None) == offered
     if offered:
         text, tip, choice = entry
-        assert choice == demo_head() and "shipped" in text and "38%" in tip
+        assert choice == demo_head() and "shipped" in text and f"{demo_head_agreement()[1]:.0%}" in tip

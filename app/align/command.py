@@ -32,6 +32,14 @@ def add_parser(sub) -> None:
                        help="the temperature you chat at: answers are sampled at it, 0 greedy (default)")
     align.add_argument("--history", action="store_true",
                        help="also use your own chat messages as prompts (they never leave this computer)")
+    align.add_argument("--self-prompts", type=none_or_more, default=None, metavar="N",
+                       help="asks the target writes itself to answer beside the built-in ones (Magpie; default: as "
+                            "many as the built-in asks, within a share of the time budget; 0: none)")
+    align.add_argument("--device", default="auto",
+                       help='where the teacher and training compute: "auto" (a CUDA GPU where PyTorch has one, '
+                            'default), "cpu" or "cuda"')
+    align.add_argument("--batch-tokens", type=at_least_one("token"), default=None,
+                       help="tokens a training step (default: 512 on the CPU, 8192 on a GPU)")
     align.add_argument("--threads", type=at_least_one("thread"), default=None,
                        help="PyTorch threads (default: all cores)")
     align.add_argument("--seed", type=int, default=0)
@@ -42,6 +50,19 @@ def add_parser(sub) -> None:
     align.add_argument("--out", default=None, help="where to write the aligned draft (default: Tandem's data folder)")
     align.add_argument("--json-progress", action="store_true", help="progress as JSON lines on stdout")
     align.set_defaults(func=cmd_align)
+
+
+def none_or_more(value: str) -> int:
+    """An argparse type for --self-prompts: a whole number, 0 for none."""
+    import argparse
+
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"takes a whole number of asks, not {value!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"takes 0 (none) or more asks, not {n}")
+    return n
 
 
 def cmd_align(args) -> int:
@@ -57,6 +78,7 @@ def cmd_align(args) -> int:
     settings = AlignSettings(
         target=args.target, draft=args.draft, minutes=args.minutes, prompts=args.prompts, steps=args.steps,
         max_tokens=args.max_tokens, batch=args.batch, temperature=args.temperature, history=args.history,
+        self_prompts=args.self_prompts, device=args.device, batch_tokens=args.batch_tokens,
         threads=args.threads, seed=args.seed, trial=not args.no_trial, backend=args.backend,
         original_draft=str(DraftChoice.parse_loadable(args.original_draft)),
         out=Path(args.out) if args.out else None)

@@ -42,8 +42,8 @@ class DraftTrainer:
     def __init__(self, teacher: Teacher, draft_folder: Path, seed: int = 0, lr: float = 1e-4,
                  batch_tokens: int = 512, temperature: float = 1.0):
         torch.manual_seed(seed)
-        self.teacher = teacher
-        self.model = load_student(draft_folder).float().train()
+        self.teacher, self.device = teacher, teacher.device
+        self.model = load_student(draft_folder).float().to(self.device).train()
         self.vocab = min(int(self.model.get_output_embeddings().weight.shape[0]), teacher.head_weight.shape[0])
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, weight_decay=0.0)
         self.batch_tokens, self.temperature = batch_tokens, temperature
@@ -69,7 +69,8 @@ class DraftTrainer:
                 mask[b, :len(s.ids)] = 1
                 states[b, :len(s.ids) - 1] = s.hidden.float()
                 valid[b, :len(s.ids) - 1] = True
-            rows = candidates([s.top for s in group])
+            ids, mask, states, valid = (t.to(self.device) for t in (ids, mask, states, valid))
+            rows = candidates([s.top for s in group]).to(self.device)
             rows = rows[rows < self.vocab]
             # the draft's own head over the candidate tokens only (its full head is most of a step's cost)
             hidden = self.model.model(input_ids=ids, attention_mask=mask).last_hidden_state[:, :-1][valid]
@@ -88,7 +89,7 @@ class DraftTrainer:
         self.model.eval()
         agreed = total = 0
         for s in sequences:
-            logits = self.model(input_ids=s.ids[:-1].view(1, -1)).logits[0, :, : self.vocab]
+            logits = self.model(input_ids=s.ids[:-1].view(1, -1).to(self.device)).logits[0, :, : self.vocab]
             wanted = self.teacher.logits(s.hidden)[:, : self.vocab].argmax(-1)
             first = s.answer_start - 1
             agreed += int((logits[first:].argmax(-1) == wanted[first:]).sum())
@@ -100,5 +101,5 @@ class DraftTrainer:
         pass  # saved in float32: what is measured is what loads
 
     def save(self, folder: Path) -> None:
-        self.model.eval()
+        self.model.eval().cpu()
         self.model.save_pretrained(str(folder), safe_serialization=True)

@@ -32,9 +32,9 @@ class HeadTrainer:
     def __init__(self, teacher: Teacher, seed: int = 0, lr: float = 2e-3, batch_tokens: int = 512,
                  temperature: float = 1.0):
         torch.manual_seed(seed)
-        self.teacher = teacher
+        self.teacher, self.device = teacher, teacher.device
         self.config = mtp_config(teacher.config)
-        self.layer = build_layer(teacher.text_model, self.config).float().train()
+        self.layer = build_layer(teacher.text_model, self.config).float().to(self.device).train()
         self.optimizer = torch.optim.AdamW(self.layer.parameters(), lr=lr, weight_decay=0.0)
         self.batch_tokens, self.temperature = batch_tokens, temperature
         self.rng = random.Random(seed)
@@ -43,7 +43,7 @@ class HeadTrainer:
     def _run(self, ids: torch.Tensor, hidden: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         text = self.teacher.text_model
         embeds = text.embed_tokens(ids)
-        positions = torch.arange(ids.shape[1]).view(1, -1).expand(ids.shape[0], -1)
+        positions = torch.arange(ids.shape[1], device=ids.device).view(1, -1).expand(ids.shape[0], -1)
         return self.layer(embeds, hidden, position_embeddings=text.rotary_emb(embeds, positions),
                           attention_mask=mask, position_ids=positions, cache=None)
 
@@ -72,9 +72,9 @@ class HeadTrainer:
         for _ in range(steps):
             if should_stop():
                 return
-            ids, states, targets, valid, rows = self._inputs(next(stream))
+            ids, states, targets, valid, rows = (t.to(self.device) for t in self._inputs(next(stream)))
             width = ids.shape[1]
-            causal = torch.ones(width, width, dtype=torch.bool).tril().view(1, 1, width, width)
+            causal = torch.ones(width, width, dtype=torch.bool, device=self.device).tril().view(1, 1, width, width)
             out = self._run(ids, states, causal)[valid]
             wanted = targets[valid]
             with torch.no_grad():
@@ -96,7 +96,8 @@ class HeadTrainer:
             n = len(s.ids) - 2
             if n < 1:
                 continue
-            out = self._run(s.ids[1:n + 1].view(1, -1), s.hidden[:n].float().view(1, n, -1), None)[0]
+            out = self._run(s.ids[1:n + 1].view(1, -1).to(self.device),
+                            s.hidden[:n].to(self.device, torch.float32).view(1, n, -1), None)[0]
             drafted = self.teacher.logits(out).argmax(-1)
             wanted = self.teacher.logits(s.hidden[1:n + 1]).argmax(-1)
             first = max(0, s.answer_start - 2)  # outputs from here on predict answer tokens
@@ -112,5 +113,5 @@ class HeadTrainer:
                 p.copy_(p.to(torch.bfloat16).float())
 
     def tensors(self) -> dict[str, torch.Tensor]:
-        return {"mtp." + to_checkpoint_name(name): value.detach().to(torch.bfloat16).contiguous()
+        return {"mtp." + to_checkpoint_name(name): value.detach().to("cpu", torch.bfloat16).contiguous()
                 for name, value in self.layer.state_dict().items()}

@@ -22,6 +22,7 @@ HELD_OUT = 0.1  # of the answers: agreement is measured on these, never trained 
 # what limits a head (demo, held-out agreement: half the answers 0.42, all 0.45, while training had
 # converged within 150 s), so most of the budget goes to the target's answers.
 ANSWER_SHARE = 0.6
+SELF_PROMPT_SHARE = 0.15  # of the answering budget, at most, for the target to write its own asks
 
 
 class AlignCancelled(Exception):
@@ -39,6 +40,10 @@ class AlignSettings:
     batch: int | None = None  # answers generated together (None: by the target's size, answer_batch)
     temperature: float = 0.0  # the temperature the user chats at: answers are sampled at it
     history: bool = False  # the user's own chat messages as prompts too (opt-in)
+    self_prompts: int | None = None  # asks the target writes itself (None: as many as the built-in asks in a
+    # job planned by the clock, none where the prompts are counted)
+    device: str = "auto"  # where the teacher and training compute: "auto" (a CUDA GPU if any), "cpu", "cuda"
+    batch_tokens: int | None = None  # tokens a training step (None: 512 on the CPU, 8192 on a GPU)
     threads: int | None = None  # PyTorch threads (None: PyTorch's default)
     seed: int = 0
     trial: bool = True  # the pair trial before and after (loads the pair twice)
@@ -50,7 +55,7 @@ class AlignSettings:
 
 @dataclass
 class AlignProgress:
-    phase: str  # checking, loading, answering, training, measuring, saving, trial, done
+    phase: str  # checking, loading, prompting, answering, training, measuring, saving, trial, done
     fraction: float  # of the whole job
     eta_s: float | None  # seconds left, once there is a rate to go by
     message: str
@@ -133,11 +138,18 @@ def check(settings: AlignSettings) -> tuple[Path, Path | None]:
     return target, draft
 
 
-def answer_batch(float32_bytes: int) -> int:
-    """Answers the teacher generates together: 64 for a small target (the demo answered 1.5x the
-    tokens a second of 32 at a time), fewer for larger ones, whose caches for 64 answers would not
-    fit beside them."""
-    return 64 if float32_bytes < 2 << 30 else 32 if float32_bytes < 8 << 30 else 16
+def answer_batch(float32_bytes: int, gpu: bool = False) -> int:
+    """Answers the teacher generates together: 64 for a small target on a CPU (the demo answered
+    1.5x the tokens a second of 32 at a time), fewer for larger ones, whose caches for 64 answers
+    would not fit beside them; four times as many on a GPU, whose step costs about the same for
+    one row or hundreds."""
+    return (64 if float32_bytes < 2 << 30 else 32 if float32_bytes < 8 << 30 else 16) * (4 if gpu else 1)
+
+
+def mixed(first: list[str], second: list[str]) -> list[str]:
+    """Two prompt lists taken in turn (whatever part of it a budget answers has both kinds)."""
+    out = [p for pair in zip(first, second, strict=False) for p in pair]
+    return out + first[len(second):] + second[len(first):]
 
 
 def _float32_bytes(folder: Path) -> int:
@@ -198,7 +210,8 @@ def _run(settings: AlignSettings, report: Callable[[AlignProgress], None],
          cancelled: Callable[[], bool]) -> AlignResult:
     from app.align import store
     from app.align.prompts import builtin_prompts, history_prompts
-    from app.align.teacher_torch import Teacher, collect
+    from app.align.teacher_torch import Teacher, collect, resolve_device
+    from app.pair_trial import TRIAL_PROMPTS
     from app.models.resolve import display_name
 
     started = time.perf_counter()
@@ -213,33 +226,52 @@ def _run(settings: AlignSettings, report: Callable[[AlignProgress], None],
         if cancelled():
             raise AlignCancelled("Alignment cancelled: nothing was saved.")
 
-    clock.phase("loading", 0.03, f"Loading {display_name(target)} as the teacher (float32) ...")
-    teacher = Teacher(target)
+    device = resolve_device(settings.device)
+    where = "" if device.type == "cpu" else f" on {_device_name(device)}"
+    clock.phase("loading", 0.03, f"Loading {display_name(target)} as the teacher (float32){where} ...")
+    teacher = Teacher(target, device)
     tokenizer = teacher.tokenizer()
     stop_if_cancelled()
 
-    prompts = builtin_prompts(settings.seed)
+    builtin = builtin_prompts(settings.seed)
+    budget = settings.minutes * 60
+    timed = settings.prompts is None or settings.steps is None
+    batch = settings.batch or answer_batch(_float32_bytes(target), device.type == "cuda")
+    wanted = settings.self_prompts if settings.self_prompts is not None else (
+        len(builtin) if settings.prompts is None else 0)
+    own: list[str] = []
+    answering_from = time.perf_counter()  # the answering budget covers the asks the target writes too
+    answer_until = answering_from + budget * ANSWER_SHARE
+    if wanted:
+        from app.align.self_prompts_torch import self_prompts
+
+        clock.phase("prompting", ANSWER_SHARE * SELF_PROMPT_SHARE if timed else 0.05,
+                    f"The target writes up to {wanted} asks of its own ...")
+        prompt_until = answering_from + budget * ANSWER_SHARE * SELF_PROMPT_SHARE
+        own = self_prompts(teacher, tokenizer, wanted, batch, settings.seed, cancelled=cancelled,
+                           enough=lambda: settings.prompts is None and time.perf_counter() > prompt_until,
+                           progress=lambda done, total: clock.within(done / total, f"The target wrote {done} asks"),
+                           exclude=frozenset(builtin) | frozenset(TRIAL_PROMPTS))
+        stop_if_cancelled()
+    prompts = mixed(builtin, own)
     if settings.history:
         from app.chat.history import default_path
 
         prompts = history_prompts(default_path()) + prompts
     if settings.prompts is not None:
         prompts = prompts[: settings.prompts]
-    budget = settings.minutes * 60
-    timed = settings.prompts is None or settings.steps is None
-    clock.phase("answering", ANSWER_SHARE if timed else 0.3,
+    clock.phase("answering", ANSWER_SHARE * (1 - SELF_PROMPT_SHARE if wanted else 1) if timed else 0.3,
                 f"The target answers up to {len(prompts)} prompts ...")
-    answer_until = time.perf_counter() + budget * ANSWER_SHARE
+    answering_from = time.perf_counter()
 
     def answering_done(done: int, total: int) -> None:
-        clock.within(done / total if settings.prompts is not None else
-                     max(done / total, 1 - (answer_until - time.perf_counter()) / (budget * ANSWER_SHARE)),
+        left = (answer_until - time.perf_counter()) / max(answer_until - answering_from, 1e-6)
+        clock.within(done / total if settings.prompts is not None else max(done / total, 1 - left),
                      f"The target answered {done} of {total} prompts")
 
     def enough() -> bool:
         return settings.prompts is None and time.perf_counter() > answer_until
 
-    batch = settings.batch or answer_batch(_float32_bytes(target))
     sequences = collect(teacher, tokenizer, prompts, settings.max_tokens, batch, settings.temperature,
                         answering_done, cancelled, enough)
     stop_if_cancelled()
@@ -249,14 +281,17 @@ def _run(settings: AlignSettings, report: Callable[[AlignProgress], None],
     held_out, train_set = split(sequences, prompts, settings.seed)
     tokens = sum(len(s.ids) for s in train_set)
 
+    batch_tokens = settings.batch_tokens or (8192 if device.type == "cuda" else 512)
     if draft is None:
         from app.align.head_train_torch import HeadTrainer
 
-        trainer = HeadTrainer(teacher, settings.seed, temperature=max(settings.temperature, 1.0))
+        trainer = HeadTrainer(teacher, settings.seed, temperature=max(settings.temperature, 1.0),
+                              batch_tokens=batch_tokens)
     else:
         from app.align.distill_torch import DraftTrainer
 
-        trainer = DraftTrainer(teacher, draft, settings.seed, temperature=max(settings.temperature, 1.0))
+        trainer = DraftTrainer(teacher, draft, settings.seed, temperature=max(settings.temperature, 1.0),
+                               batch_tokens=batch_tokens)
     agreed, positions = trainer.agreement(held_out)
     before = agreed / max(positions, 1)
     clock.within(1.0, f"Ranking the target's likely next tokens at {tokens:,} positions ...")
@@ -278,6 +313,9 @@ def _run(settings: AlignSettings, report: Callable[[AlignProgress], None],
     trainer.train(train_set, steps if steps is not None else 10 ** 9,
                   lambda: cancelled() or (steps is None and time.perf_counter() > train_until), on_step)
     stop_if_cancelled()
+    if trainer.steps == 0:
+        raise ModelFileError(f"The {settings.minutes:g}-minute budget ran out before training began (the target's "
+                             "answers took it all): nothing was saved. Give the job more minutes.")
     clock.phase("measuring", 0.02, "Measuring agreement on held-out answers ...")
     trainer.round_to_saved()
     agreed, positions = trainer.agreement(held_out)
@@ -290,10 +328,12 @@ def _run(settings: AlignSettings, report: Callable[[AlignProgress], None],
         "kind": kind,
         "target": {"name": display_name(target), "folder": str(target.resolve())},
         "original_draft": settings.original_draft if draft is None else str(draft.resolve()),
-        "data": {"prompts": len(prompts), "answers": len(train_set), "held_out": len(held_out), "tokens": tokens,
+        "data": {"prompts": len(prompts), "self_prompts": len(own), "answers": len(train_set),
+                 "held_out": len(held_out), "tokens": tokens,
                  "history": settings.history, "temperature": settings.temperature,
                  "max_tokens": settings.max_tokens},
         "steps": trainer.steps,
+        "device": _device_name(device),
         "seconds": round(time.perf_counter() - started, 1),
         "agreement": {"before": round(before, 4), "after": round(after, 4), "positions": positions},
         "created_at": time.time(),
@@ -318,6 +358,14 @@ def _run(settings: AlignSettings, report: Callable[[AlignProgress], None],
     result.seconds = time.perf_counter() - started
     clock.finish(f"Aligned: {result.card()}")
     return result
+
+
+def _device_name(device) -> str:
+    if device.type != "cuda":
+        return "CPU"
+    import torch
+
+    return torch.cuda.get_device_name(device)
 
 
 def _write(trainer, teacher, target: Path, draft: Path | None, path: Path) -> None:

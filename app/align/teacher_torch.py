@@ -9,6 +9,10 @@ target), with no logits stored.
 A GGUF opened at its own precisions is dequantized for this (its 4-bit blocks in float32: the
 same weights, and PyTorch's int4 kernel is slow at the widths of batched generation); what the
 result buys is measured against the target as it runs.
+
+The teacher computes on a CUDA GPU where there is one (`resolve_device`): the job is the same,
+its answers come tens of times faster. What it keeps (the sequences, their states) stays in RAM
+either way; training moves one batch at a time to the device.
 """
 
 from __future__ import annotations
@@ -36,13 +40,25 @@ class Sequence:
     prompt: int = -1  # the index of its prompt in the list collect() was given
 
 
-class Teacher:
-    """The target's model (float32, frozen), its text model and its head matrix (V, D)."""
+def resolve_device(spec: str = "auto") -> torch.device:
+    """Where alignment computes: "auto" is the CUDA GPU where PyTorch has one, else the CPU; a GPU
+    asked for where there is none is refused with the reason, before anything loads."""
+    if spec == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if spec.startswith("cuda") and not torch.cuda.is_available():
+        raise ModelFileError(f"--device {spec}: this PyTorch build sees no CUDA GPU "
+                             f"(torch {torch.__version__}). Use --device cpu, or install a CUDA build of PyTorch.")
+    return torch.device(spec)
 
-    def __init__(self, folder: Path):
+
+class Teacher:
+    """The target's model (float32, frozen), its text model and its head matrix (V, D), on `device`."""
+
+    def __init__(self, folder: Path, device: torch.device | str = "cpu"):
         from app.models.gguf_import import gguf_source, is_gguf_folder
 
         self.folder = folder
+        self.device = torch.device(device)
         if is_gguf_folder(folder):
             from app.models.gguf_torch import load_gguf_model
 
@@ -57,7 +73,7 @@ class Teacher:
                                      "against. Align against the original checkpoint (or its .gguf).")
             self.model = AutoModelForCausalLM.from_pretrained(
                 str(folder), dtype=torch.float32, trust_remote_code=False, use_safetensors=True)
-        self.model.eval().requires_grad_(False)
+        self.model.to(self.device).eval().requires_grad_(False)
         self.text_model = getattr(self.model, "model", None)
         if self.text_model is None or not hasattr(self.text_model, "norm") or not hasattr(self.text_model, "layers"):
             raise ModelFileError(f"{folder.name}: Tandem cannot read this model's hidden states to align a draft to.")
@@ -77,8 +93,8 @@ class Teacher:
     def logits(self, hidden: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
         """The target's logits from its final-norm output: over the whole vocabulary, or over
         `rows` (token ids) only."""
-        weight = self.head_weight if rows is None else self.head_weight[rows]
-        return hidden.float() @ weight.T
+        weight = self.head_weight if rows is None else self.head_weight[rows.to(self.device)]
+        return hidden.to(self.device, torch.float32) @ weight.T
 
     @torch.no_grad()
     def rank(self, sequences: list[Sequence], chunk: int = 512) -> None:
@@ -86,7 +102,7 @@ class Teacher:
         whole vocabulary's logits (on the demo that pass alone cost more than the rest of a step)."""
         for s in sequences:
             if s.top is None:
-                s.top = torch.cat([torch.topk(self.logits(s.hidden[i:i + chunk]), TOP, dim=-1).indices.int()
+                s.top = torch.cat([torch.topk(self.logits(s.hidden[i:i + chunk]), TOP, dim=-1).indices.int().cpu()
                                    for i in range(0, len(s.hidden), chunk)])
 
 
@@ -136,13 +152,15 @@ def collect(teacher: Teacher, tokenizer, prompts: list[str], max_tokens: int, ba
             sample = temperature > 0
             with torch.inference_mode():
                 generated = teacher.model.generate(
-                    input_ids=ids, attention_mask=mask, max_new_tokens=max_tokens, do_sample=sample,
+                    input_ids=ids.to(teacher.device), attention_mask=mask.to(teacher.device),
+                    max_new_tokens=max_tokens, do_sample=sample,
                     temperature=temperature if sample else None, top_p=None, top_k=None,
                     pad_token_id=pad, eos_token_id=sorted(stops) or None,
                     stopping_criteria=StoppingCriteriaList([_Cancelled(cancelled)]))
             if cancelled():  # a batch cut short: its answers are not the target's whole answers
                 break
-            hidden = torch.cat(captured, dim=1)  # (B, width + new - 1, D): every position that was read
+            hidden = torch.cat(captured, dim=1).to(torch.bfloat16).cpu()  # (B, width + new - 1, D): every position read
+            generated = generated.cpu()
             for i, r in enumerate(rows):
                 left = width - len(r)
                 answer = generated[i, width:].tolist()
@@ -150,7 +168,7 @@ def collect(teacher: Teacher, tokenizer, prompts: list[str], max_tokens: int, ba
                 tokens = generated[i, left:width + end]
                 if len(tokens) - len(r) < 2:
                     continue
-                out.append(Sequence(tokens.clone(), hidden[i, left:left + len(tokens) - 1].to(torch.bfloat16).clone(),
+                out.append(Sequence(tokens.clone(), hidden[i, left:left + len(tokens) - 1].clone(),
                                     len(r), prompt=start + i))
             progress(min(start + batch, len(prompts)), len(prompts))
     finally:
@@ -165,7 +183,7 @@ class _Cancelled(StoppingCriteria):
         self.cancelled = cancelled
 
     def __call__(self, input_ids, scores, **kwargs) -> torch.Tensor:
-        return torch.full((input_ids.shape[0],), self.cancelled(), dtype=torch.bool)
+        return torch.full((input_ids.shape[0],), self.cancelled(), dtype=torch.bool, device=input_ids.device)
 
 
 def _prompt_ids(tokenizer, text: str) -> list[int]:

@@ -6,7 +6,8 @@ few steps, one thread) and saves the whole window twice as PNG.
     QT_QPA_PLATFORM=offscreen .venv/bin/python benchmarks/align_screenshots.py /tmp/shots
     xvfb-run -a .venv/bin/python benchmarks/align_screenshots.py /tmp/shots --model <folder>
 
-writes align_progress.png (during training) and align_card.png (the card) into the folder given.
+writes align_prompting.png (the target writing its own asks), align_progress.png (during
+training) and align_card.png (the card) into the folder given.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ def main() -> int:
     parser.add_argument("--prompts", type=int, default=16)
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--self-prompts", type=int, default=8, help="asks the target writes itself first")
     parser.add_argument("--size", default="1280x800", help="the window's size")
     args = parser.parse_args()
 
@@ -65,11 +67,14 @@ def main() -> int:
         print("the pair did not load", file=sys.stderr)
         return 1
     window.aligner.options = AlignOptions(prompts=args.prompts, steps=args.steps, max_tokens=args.max_tokens,
-                                          batch=8, threads=1)
+                                          batch=8, threads=1, self_prompts=args.self_prompts)
     phases = []
     window.aligner.start("head")
     window.aligner.job.progress.connect(lambda event: phases.append(event["phase"]))
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.self_prompts and wait_until(app, lambda: "prompting" in phases or not window.aligner.running, 300):
+        wait_until(app, lambda: False, 1.0)
+        window.grab().save(str(args.out / "align_prompting.png"))
     if not wait_until(app, lambda: "training" in phases or not window.aligner.running, 600):
         print("the job did not reach training", file=sys.stderr)
         return 1

@@ -71,8 +71,9 @@ def measure() -> None:
 
     folder = demo_head_dir()
     settings = AlignSettings(target="demo")
-    before, after = _trials(settings, Path("demo"), f"head:{folder}", Clock(lambda p: print(p.message)),
-                            lambda: False)
+    clock = Clock(lambda p: print(p.message))
+    clock.phase("trial", 1.0, "The pair trial: prompt lookup, then the head ...")
+    before, after = _trials(settings, Path("demo"), f"head:{folder}", clock, lambda: False)
     store.update_manifest(folder, trial={"before": before, "after": after})
     print(f"prompt lookup {before['speedup']:.2f}x (accepts {before['acceptance']:.0%}); "
           f"head {after['speedup']:.2f}x (accepts {after['acceptance']:.0%})")

@@ -108,6 +108,16 @@ def test_the_job_answers_the_targets_own_asks_beside_the_built_in_ones(tiny_pair
     assert manifest["data"]["self_prompts"] == 3 and manifest["device"] == "CPU"
 
 
+def test_by_default_only_a_gpu_writes_asks_and_only_in_a_job_planned_by_the_clock():
+    from app.align.job import SELF_PROMPTS_GPU, self_prompt_count
+
+    timed, counted = AlignSettings(target="t"), AlignSettings(target="t", prompts=24)
+    assert self_prompt_count(timed, "cpu") == 0  # on 2 cores they cost answers the head needs more
+    assert self_prompt_count(timed, "cuda") == SELF_PROMPTS_GPU
+    assert self_prompt_count(counted, "cuda") == 0
+    assert self_prompt_count(AlignSettings(target="t", self_prompts=5), "cpu") == 5
+
+
 def test_prompt_lists_are_taken_in_turn():
     assert mixed(["a", "b", "c"], ["x"]) == ["a", "x", "b", "c"]
     assert mixed([], ["x", "y"]) == ["x", "y"]

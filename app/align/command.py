@@ -33,8 +33,8 @@ def add_parser(sub) -> None:
     align.add_argument("--history", action="store_true",
                        help="also use your own chat messages as prompts (they never leave this computer)")
     align.add_argument("--self-prompts", type=none_or_more, default=None, metavar="N",
-                       help="asks the target writes itself to answer beside the built-in ones (Magpie; default: as "
-                            "many as the built-in asks, within a share of the time budget; 0: none)")
+                       help="asks the target writes itself to answer beside the built-in ones (Magpie; default: on "
+                            "a GPU as many as 15%% of the answering time allows, on a CPU none; 0: none)")
     align.add_argument("--device", default="auto",
                        help='where the teacher and training compute: "auto" (a CUDA GPU where PyTorch has one, '
                             'default), "cpu" or "cuda"')

@@ -36,6 +36,7 @@ class AlignOptions:
     steps: int | None = None
     max_tokens: int | None = None
     batch: int | None = None
+    self_prompts: int | None = None  # asks the target writes itself (None: the job's rule)
     threads: int | None = None  # None: all cores but one
     trial: bool = True  # the pair trial before and after: what decides the auto-pairing
 
@@ -71,7 +72,7 @@ def align_arguments(target: str, draft: str, backend: str, original_draft: str, 
             "--temperature", f"{temperature:g}", "--json-progress"]
     for flag, value in (("--minutes", options.minutes), ("--prompts", options.prompts),
                         ("--steps", options.steps), ("--max-tokens", options.max_tokens),
-                        ("--batch", options.batch)):
+                        ("--batch", options.batch), ("--self-prompts", options.self_prompts)):
         if value is not None:
             args += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
     if not options.trial:

@@ -227,7 +227,7 @@ def _run(settings: AlignSettings, report: Callable[[AlignProgress], None],
          cancelled: Callable[[], bool]) -> AlignResult:
     from app.align import store
     from app.align.prompts import builtin_prompts, history_prompts
-    from app.align.teacher_torch import Teacher, collect, resolve_device
+    from app.align.teacher_torch import Teacher, collect, device_name, resolve_device
     from app.pair_trial import TRIAL_PROMPTS
     from app.models.resolve import display_name
 
@@ -244,7 +244,7 @@ def _run(settings: AlignSettings, report: Callable[[AlignProgress], None],
             raise AlignCancelled("Alignment cancelled: nothing was saved.")
 
     device = resolve_device(settings.device)
-    where = "" if device.type == "cpu" else f" on {_device_name(device)}"
+    where = "" if device.type == "cpu" else f" on {device_name(device)}"
     clock.phase("loading", 0.03, f"Loading {display_name(target)} as the teacher (float32){where} ...")
     teacher = Teacher(target, device)
     tokenizer = teacher.tokenizer()
@@ -356,7 +356,7 @@ def _run(settings: AlignSettings, report: Callable[[AlignProgress], None],
                  "history": settings.history, "temperature": settings.temperature,
                  "max_tokens": settings.max_tokens},
         "steps": trainer.steps,
-        "device": _device_name(device),
+        "device": device_name(device),
         "seconds": round(time.perf_counter() - started, 1),
         "agreement": {"before": round(before, 4), "after": round(after, 4), "positions": positions},
         "created_at": time.time(),
@@ -381,14 +381,6 @@ def _run(settings: AlignSettings, report: Callable[[AlignProgress], None],
     result.seconds = time.perf_counter() - started
     clock.finish(f"Aligned: {result.card()}")
     return result
-
-
-def _device_name(device) -> str:
-    if device.type != "cuda":
-        return "CPU"
-    import torch
-
-    return torch.cuda.get_device_name(device)
 
 
 def _write(trainer, teacher, target: Path, draft: Path | None, path: Path) -> None:

@@ -51,6 +51,11 @@ def resolve_device(spec: str = "auto") -> torch.device:
     return torch.device(spec)
 
 
+def device_name(device: torch.device) -> str:
+    """"CPU", or the GPU's name (the manifest and the progress line say where the job ran)."""
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+
+
 class Teacher:
     """The target's model (float32, frozen), its text model and its head matrix (V, D), on `device`."""
 

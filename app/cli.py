@@ -64,16 +64,17 @@ CONTEXT_HELP = ("the most tokens a chat may hold (default: the model's own, or l
 PRECISION_CHOICES = ["auto", "float32", "bfloat16", "float16", "int4", "int4-bf16-head", "int4-head", "gguf"]
 
 
-def at_least_one(what: str):
-    """An argparse type for counts such as --max-tokens (0 or less once emitted one token anyway)."""
+def at_least_one(what: str, least: int = 1):
+    """An argparse type for counts such as --max-tokens (0 or less once emitted one token anyway);
+    `least` 0 for counts where 0 means none (--self-prompts)."""
 
     def count(value: str) -> int:
         try:
             n = int(value)
         except ValueError:
             raise argparse.ArgumentTypeError(f"takes a whole number of {what}s, not {value!r}") from None
-        if n < 1:
-            raise argparse.ArgumentTypeError(f"takes at least 1 {what}, not {n}")
+        if n < least:
+            raise argparse.ArgumentTypeError(f"takes at least {least} {what}{'s' if least != 1 else ''}, not {n}")
         return n
 
     return count

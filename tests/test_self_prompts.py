@@ -137,3 +137,14 @@ def test_a_budget_that_leaves_no_time_to_train_saves_nothing_and_says_so(tiny_pa
     with pytest.raises(ModelFileError, match="ran out before training began.*more minutes"):
         run(AlignSettings(target=str(tiny_pair["target"]), minutes=0.001, out=tmp_path, self_prompts=0, **QUICK))
     assert list(Path(tmp_path).iterdir()) == []
+
+
+def test_tandem_cli_align_refuses_a_negative_count_of_asks_before_anything_runs(capsys, tmp_path):
+    from app.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["align", "--self-prompts", "-1", "--out", str(tmp_path)])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "takes at least 0 asks, not -1" in err and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []

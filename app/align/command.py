@@ -32,7 +32,7 @@ def add_parser(sub) -> None:
                        help="the temperature you chat at: answers are sampled at it, 0 greedy (default)")
     align.add_argument("--history", action="store_true",
                        help="also use your own chat messages as prompts (they never leave this computer)")
-    align.add_argument("--self-prompts", type=none_or_more, default=None, metavar="N",
+    align.add_argument("--self-prompts", type=at_least_one("ask", least=0), default=None, metavar="N",
                        help="asks the target writes itself to answer beside the built-in ones (Magpie; default: on "
                             "a GPU as many as 15%% of the answering time allows, on a CPU none; 0: none)")
     align.add_argument("--device", default="auto",
@@ -50,19 +50,6 @@ def add_parser(sub) -> None:
     align.add_argument("--out", default=None, help="where to write the aligned draft (default: Tandem's data folder)")
     align.add_argument("--json-progress", action="store_true", help="progress as JSON lines on stdout")
     align.set_defaults(func=cmd_align)
-
-
-def none_or_more(value: str) -> int:
-    """An argparse type for --self-prompts: a whole number, 0 for none."""
-    import argparse
-
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"takes a whole number of asks, not {value!r}") from None
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"takes 0 (none) or more asks, not {n}")
-    return n
 
 
 def cmd_align(args) -> int:

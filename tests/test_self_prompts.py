@@ -133,6 +133,20 @@ def test_a_gpu_asked_for_where_there_is_none_is_refused_with_what_to_do():
         resolve_device("cuda")
 
 
+def test_a_device_alignment_does_not_know_is_refused_with_the_ones_it_does(capsys, tmp_path):
+    from app.align.teacher_torch import resolve_device
+    from app.cli import main
+
+    with pytest.raises(ModelFileError, match='"auto", "cpu" or "cuda"'):
+        resolve_device("gpu")  # torch.device's own error was a traceback
+    with pytest.raises(SystemExit) as exit_:
+        main(["align", "--device", "gpu", "--out", str(tmp_path)])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "invalid choice: 'gpu'" in err and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_budget_that_leaves_no_time_to_train_saves_nothing_and_says_so(tiny_pair, tmp_path):
     with pytest.raises(ModelFileError, match="ran out before training began.*more minutes"):
         run(AlignSettings(target=str(tiny_pair["target"]), minutes=0.001, out=tmp_path, self_prompts=0, **QUICK))

@@ -8,7 +8,7 @@ import signal
 import sys
 import threading
 
-from app.align.job import AlignCancelled, AlignProgress, AlignSettings, run
+from app.align.job import DEVICES, AlignCancelled, AlignProgress, AlignSettings, run
 
 
 def add_parser(sub) -> None:
@@ -35,7 +35,7 @@ def add_parser(sub) -> None:
     align.add_argument("--self-prompts", type=at_least_one("ask", least=0), default=None, metavar="N",
                        help="asks the target writes itself to answer beside the built-in ones (Magpie; default: on "
                             "a GPU as many as 15%% of the answering time allows, on a CPU none; 0: none)")
-    align.add_argument("--device", default="auto",
+    align.add_argument("--device", default="auto", choices=DEVICES,
                        help='where the teacher and training compute: "auto" (a CUDA GPU where PyTorch has one, '
                             'default), "cpu" or "cuda"')
     align.add_argument("--batch-tokens", type=at_least_one("token"), default=None,

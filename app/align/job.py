@@ -29,6 +29,7 @@ SELF_PROMPT_SHARE = 0.15  # of the answering budget, at most, for the target to 
 # answers (384 against 512 in 12 minutes) and the head read 0.20 against 0.23: too few answers of
 # any kind to gain from their variety.
 SELF_PROMPTS_GPU = 40_000  # as many as the share allows
+DEVICES = ("auto", "cpu", "cuda")  # where alignment may compute (app/align/teacher_torch.resolve_device)
 
 
 class AlignCancelled(Exception):

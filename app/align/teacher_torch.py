@@ -45,6 +45,8 @@ def resolve_device(spec: str = "auto") -> torch.device:
     asked for where there is none is refused with the reason, before anything loads."""
     if spec == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if spec not in ("cpu", "cuda"):
+        raise ModelFileError(f"--device {spec}: alignment computes on \"auto\", \"cpu\" or \"cuda\".")
     if spec.startswith("cuda") and not torch.cuda.is_available():
         raise ModelFileError(f"--device {spec}: this PyTorch build sees no CUDA GPU "
                              f"(torch {torch.__version__}). Use --device cpu, or install a CUDA build of PyTorch.")

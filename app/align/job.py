@@ -115,9 +115,10 @@ def resolve_target(spec: str, progress=lambda message: None) -> Path:
     return resolve_model(spec, "torch", progress)
 
 
-def check(settings: AlignSettings) -> tuple[Path, Path | None]:
+def check(settings: AlignSettings):
     """Everything that can be refused before weights load: the folders, the tokenizers (a draft
-    model must share the target's), and memory for the teacher and the training copy."""
+    model must share the target's), the device, and memory there for the teacher and the training
+    copy. Returns (target, draft or None, device)."""
     from app.models.folder import check_model_folder
     from app.models.memory import NotEnoughMemory, free_memory, size_text
     from app.models.pairing import check_tokenizers
@@ -145,7 +146,7 @@ def check(settings: AlignSettings) -> tuple[Path, Path | None]:
             f"Aligning needs about {size_text(need)} of {where} for the target in float32 and the training copy, "
             f"but only {size_text(free)} is free. Unload the pair (or close other apps) while it trains, then "
             "try again.")
-    return target, draft
+    return target, draft, device
 
 
 def answer_batch(float32_bytes: int, gpu: bool = False) -> int:
@@ -228,14 +229,14 @@ def _run(settings: AlignSettings, report: Callable[[AlignProgress], None],
          cancelled: Callable[[], bool]) -> AlignResult:
     from app.align import store
     from app.align.prompts import builtin_prompts, history_prompts
-    from app.align.teacher_torch import Teacher, collect, device_name, resolve_device
+    from app.align.teacher_torch import Teacher, collect, device_name
     from app.pair_trial import TRIAL_PROMPTS
     from app.models.resolve import display_name
 
     started = time.perf_counter()
     clock = Clock(report)
     clock.phase("checking", 0.0, "Checking the pair ...")
-    target, draft = check(settings)
+    target, draft, device = check(settings)
     root = settings.out or store.aligned_dir()
     root.mkdir(parents=True, exist_ok=True)
     store.remove_stale_partials(root)
@@ -244,7 +245,6 @@ def _run(settings: AlignSettings, report: Callable[[AlignProgress], None],
         if cancelled():
             raise AlignCancelled("Alignment cancelled: nothing was saved.")
 
-    device = resolve_device(settings.device)
     where = "" if device.type == "cpu" else f" on {device_name(device)}"
     clock.phase("loading", 0.03, f"Loading {display_name(target)} as the teacher (float32){where} ...")
     teacher = Teacher(target, device)

@@ -312,7 +312,8 @@ def test_tandem_cli_align_writes_the_draft_and_remembers_the_pair(tiny_pair, cap
 
 
 @pytest.mark.parametrize("flag, word", [("--batch", "answer"), ("--prompts", "prompt"), ("--steps", "step"),
-                                        ("--max-tokens", "token"), ("--threads", "thread")])
+                                        ("--max-tokens", "token"), ("--threads", "thread"),
+                                        ("--batch-tokens", "token")])
 def test_tandem_cli_align_refuses_a_count_below_one_before_anything_runs(flag, word, capsys, tmp_path):
     """--batch 0 used to reach the answering loop (range() with a step of 0: a traceback)."""
     from app.cli import main

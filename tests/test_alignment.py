@@ -91,6 +91,27 @@ def test_a_trained_head_agrees_with_the_target_far_more_than_the_untrained_one(h
     assert _entries(out) == [result.folder.name]  # no partial folder left beside it
 
 
+def test_the_head_drafts_from_the_answers_tokens_and_its_manifest_says_what_that_costs(head, tiny_pair):
+    from transformers import AutoTokenizer
+
+    from app.align.teacher_torch import stop_ids
+
+    result = head[0]
+    manifest = json.loads((result.folder / "manifest.json").read_text())
+    vocab = result_vocab(result)
+    # the loops the tiny target answers with use a few of its 1,024 tokens: a real subset, stops included
+    assert vocab is not None and 0 < len(vocab) < 1024 and len(vocab) == result.draft_vocab
+    assert manifest["draft_vocab"]["size"] == len(vocab)
+    assert set(stop_ids(AutoTokenizer.from_pretrained(str(tiny_pair["target"])))) <= set(vocab)
+    coverage = manifest["draft_vocab"]["held_out_coverage"]
+    assert 0 < coverage <= 1
+    # where the target's token is inside the vocabulary and the whole-vocabulary draft got it, the
+    # subset's draft gets it too: it can lose at most the held-out tokens the subset lacks
+    in_vocab = manifest["agreement"]["in_draft_vocab"]
+    assert in_vocab == pytest.approx(result.agreement_in_vocab, abs=1e-4)
+    assert in_vocab >= result.agreement_after - (1 - coverage) - 1e-3
+
+
 def test_the_saved_head_is_a_draft_head_folder_under_the_mtp_layers_names(head, tiny_pair):
     from app.models.aligned_head import head_weights, is_aligned_head
 
@@ -111,13 +132,23 @@ def test_an_aligned_head_drafts_and_speculation_stays_exact_at_every_k(head, tin
     drafter = load_head_drafter(target, result.folder)
     fresh = load_backend(tiny_pair["target"], backend)
     drafted = accepted = 0
+    vocab = set(result_vocab(result))
     for prompt in prompts:
         plain, _ = _run(fresh, prompt)
         for k in range(1, 7):
-            tokens, stats = _run(target, prompt, drafter, draft_tokens=k)
+            events = list(generate(target, lambda ids: "", prompt, drafter=drafter, max_tokens=24, draft_tokens=k))
+            tokens = [t for e in events if isinstance(e, Round) for t in e.emitted]
             assert tokens == plain, k
-            drafted, accepted = drafted + stats.drafted, accepted + stats.accepted
+            proposed = [t for e in events if isinstance(e, Round) and e.source == "mtp" for t in e.drafted]
+            assert set(proposed) <= vocab, k  # the head drafts from its vocabulary alone
+            drafted, accepted = drafted + events[-1].stats.drafted, accepted + events[-1].stats.accepted
     assert drafted > 0 and accepted / drafted > 0.2  # the head drafted, and the target took much of it
+
+
+def result_vocab(result) -> list[int]:
+    from app.models.aligned_head import draft_vocab
+
+    return draft_vocab(result.folder, 1024)
 
 
 def test_the_mlx_head_computes_what_the_torch_head_computes(head, tiny_pair):
@@ -261,7 +292,7 @@ def test_a_write_that_fails_midway_leaves_nothing_and_a_killed_jobs_partial_is_r
                                                                                       monkeypatch):
     from app.align import job, store
 
-    def half_written(trainer, teacher, target, draft, path):
+    def half_written(trainer, teacher, target, draft, path, vocab=None):
         (path / "model.safetensors").write_bytes(b"\0" * 100)
         raise OSError(28, "No space left on device")
 

@@ -40,6 +40,9 @@ def add_parser(sub) -> None:
                             'default), "cpu" or "cuda"')
     align.add_argument("--batch-tokens", type=at_least_one("token"), default=None,
                        help="tokens a training step (default: 512 on the CPU, 8192 on a GPU)")
+    align.add_argument("--draft-vocab", type=at_least_one("token", least=0), default=None, metavar="N",
+                       help="a head drafts from the N tokens the target's answers use most (FR-Spec; default "
+                            "4096; 0: the whole vocabulary)")
     align.add_argument("--threads", type=at_least_one("thread"), default=None,
                        help="PyTorch threads (default: all cores)")
     align.add_argument("--seed", type=int, default=0)
@@ -66,6 +69,7 @@ def cmd_align(args) -> int:
         target=args.target, draft=args.draft, minutes=args.minutes, prompts=args.prompts, steps=args.steps,
         max_tokens=args.max_tokens, batch=args.batch, temperature=args.temperature, history=args.history,
         self_prompts=args.self_prompts, device=args.device, batch_tokens=args.batch_tokens,
+        draft_vocab=args.draft_vocab,
         threads=args.threads, seed=args.seed, trial=not args.no_trial, backend=args.backend,
         original_draft=str(DraftChoice.parse_loadable(args.original_draft)),
         out=Path(args.out) if args.out else None)

@@ -86,11 +86,12 @@ class HeadTrainer:
             on_step(self.steps, value)
 
     @torch.no_grad()
-    def agreement(self, sequences: list[Sequence]) -> tuple[int, int]:
+    def agreement(self, sequences: list[Sequence], vocab: list[int] | None = None) -> tuple[int, int]:
         """(agreed, positions): how often the head's first draft after each answer position is the
         target's own argmax, teacher-forced on the target's answers (the drafts a round's first
-        position gets)."""
+        position gets); with `vocab`, drafting from those tokens only (app/align/draft_vocab.py)."""
         self.layer.eval()
+        ids = None if vocab is None else torch.tensor(vocab, dtype=torch.long, device=self.device)
         agreed = total = 0
         for s in sequences:
             n = len(s.ids) - 2
@@ -98,7 +99,10 @@ class HeadTrainer:
                 continue
             out = self._run(s.ids[1:n + 1].view(1, -1).to(self.device),
                             s.hidden[:n].to(self.device, torch.float32).view(1, n, -1), None)[0]
-            drafted = self.teacher.logits(out).argmax(-1)
+            if ids is None:
+                drafted = self.teacher.logits(out).argmax(-1)
+            else:
+                drafted = ids[self.teacher.logits(out, ids).argmax(-1)]
             wanted = self.teacher.logits(s.hidden[1:n + 1]).argmax(-1)
             first = max(0, s.answer_start - 2)  # outputs from here on predict answer tokens
             agreed += int((drafted[first:] == wanted[first:]).sum())

@@ -51,6 +51,8 @@ class AlignSettings:
     # share of the budget allows in a job planned by the clock; on a CPU, or where prompts are counted, none)
     device: str = "auto"  # where the teacher and training compute: "auto" (a CUDA GPU if any), "cpu", "cuda"
     batch_tokens: int | None = None  # tokens a training step (None: 512 on the CPU, 8192 on a GPU)
+    draft_vocab: int | None = None  # a head drafts from the answers' most frequent tokens, at most this many
+    # (None: app/align/draft_vocab.DEFAULT_SIZE; 0: the whole vocabulary). Not for a draft model.
     threads: int | None = None  # PyTorch threads (None: PyTorch's default)
     seed: int = 0
     trial: bool = True  # the pair trial before and after (loads the pair twice)
@@ -82,6 +84,8 @@ class AlignResult:
     trial_before: dict | None = None
     trial_after: dict | None = None
     draft_choice: str = ""  # how to pair it: "head:<folder>" or the folder
+    draft_vocab: int = 0  # tokens a head drafts from (0: the whole vocabulary)
+    agreement_in_vocab: float | None = None  # the agreement when it drafts from those tokens only
     notes: list[str] = field(default_factory=list)
 
     def card(self) -> str:
@@ -304,6 +308,7 @@ def _run(settings: AlignSettings, report: Callable[[AlignProgress], None],
                              "Check that the model chats (its chat template), or give it more time.")
     held_out, train_set = split(sequences, prompts, settings.seed)
     tokens = sum(len(s.ids) for s in train_set)
+    vocab, vocab_note = _draft_vocab(settings, draft, tokenizer, train_set, held_out, teacher.head_weight.shape[0])
 
     batch_tokens = settings.batch_tokens or (8192 if device.type == "cuda" else 512)
     if draft is None:
@@ -344,6 +349,7 @@ def _run(settings: AlignSettings, report: Callable[[AlignProgress], None],
     trainer.round_to_saved()
     agreed, positions = trainer.agreement(held_out)
     after = agreed / max(positions, 1)
+    in_vocab = trainer.agreement(held_out, vocab)[0] / max(positions, 1) if vocab else None
     stop_if_cancelled()
 
     clock.phase("saving", 0.01, "Saving the aligned draft ...")
@@ -362,11 +368,15 @@ def _run(settings: AlignSettings, report: Callable[[AlignProgress], None],
         "agreement": {"before": round(before, 4), "after": round(after, 4), "positions": positions},
         "created_at": time.time(),
     }
+    if vocab:
+        manifest["agreement"]["in_draft_vocab"] = round(in_vocab, 4)
+        manifest["draft_vocab"] = vocab_note
     folder = store.write_result(store.result_name(display_name(target), kind),
-                                lambda path: _write(trainer, teacher, target, draft, path), manifest, root)
+                                lambda path: _write(trainer, teacher, target, draft, path, vocab), manifest, root)
     choice = f"head:{folder}" if kind == "head" else str(folder)
     result = AlignResult(folder, kind, before, after, positions, len(train_set), tokens, trainer.steps,
-                         time.perf_counter() - started, draft_choice=choice)
+                         time.perf_counter() - started, draft_choice=choice, draft_vocab=len(vocab or ()),
+                         agreement_in_vocab=in_vocab)
     if settings.trial:
         del teacher, trainer
         clock.phase("trial", 0.04, "Measuring the pair before and after (the pair trial) ...")
@@ -384,7 +394,25 @@ def _run(settings: AlignSettings, report: Callable[[AlignProgress], None],
     return result
 
 
-def _write(trainer, teacher, target: Path, draft: Path | None, path: Path) -> None:
+def _draft_vocab(settings: AlignSettings, draft: Path | None, tokenizer, train_set: list, held_out: list,
+                 vocab_size: int) -> tuple[list[int] | None, dict]:
+    """A head's draft vocabulary (app/align/draft_vocab.py): the trained answers' most frequent
+    tokens and the stop tokens, with what it covers of the held-out answers; None for a draft
+    model, where 0 was asked, or where it would be the whole vocabulary anyway."""
+    from app.align.draft_vocab import DEFAULT_SIZE, answer_counts, coverage, frequent
+    from app.align.teacher_torch import stop_ids
+
+    size = DEFAULT_SIZE if settings.draft_vocab is None else settings.draft_vocab
+    if draft is not None or not size:
+        return None, {}
+    vocab = [t for t in frequent(answer_counts(train_set), size, stop_ids(tokenizer)) if t < vocab_size]
+    if len(vocab) >= vocab_size:
+        return None, {}
+    return vocab, {"size": len(vocab), "held_out_coverage": round(coverage(vocab, answer_counts(held_out)), 4),
+                   "from": "the trained answers' most frequent tokens, and the stop tokens"}
+
+
+def _write(trainer, teacher, target: Path, draft: Path | None, path: Path, vocab: list[int] | None = None) -> None:
     import json
     import shutil
 
@@ -399,6 +427,11 @@ def _write(trainer, teacher, target: Path, draft: Path | None, path: Path) -> No
         config = {"model_type": HEAD_TYPE, "hidden_size": int(text.hidden_size),
                   "vocab_size": int(teacher.head_weight.shape[0]), "target_model_type": text.model_type,
                   "target": display_name(target), "architecture": "eagle-1 head: one decoder layer, MTP names"}
+        if vocab:
+            from app.align.draft_vocab import write
+
+            write(path, vocab)
+            config["draft_vocab"] = len(vocab)
         (path / "config.json").write_text(json.dumps(config, indent=1), encoding="utf-8")
     else:
         trainer.save(path)

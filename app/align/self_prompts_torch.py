@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import torch
 
-from app.align.teacher_torch import Teacher, _Cancelled, _stop_ids
+from app.align.teacher_torch import Teacher, _Cancelled, stop_ids
 from transformers import StoppingCriteriaList
 
 MARK = "\u2063\u2063ASK\u2063\u2063"  # a text no template writes, to find where the user's message goes
@@ -39,7 +39,7 @@ def self_prompts(teacher: Teacher, tokenizer, count: int, batch: int, seed: int 
     at `max_tokens`, shorter than MIN_WORDS words, repeated, or in `exclude` (prompts that measure
     the result) is dropped. Stops early once `enough()` or `cancelled()`."""
     prefix = user_prefix(tokenizer)
-    stops = set(_stop_ids(tokenizer))
+    stops = set(stop_ids(tokenizer))
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     generator_state = torch.random.get_rng_state()
     torch.manual_seed(seed)

@@ -143,7 +143,7 @@ def collect(teacher: Teacher, tokenizer, prompts: list[str], max_tokens: int, ba
     captured: list[torch.Tensor] = []
     hook = teacher.text_model.norm.register_forward_hook(lambda module, inputs, output: captured.append(output))
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    stops = set(_stop_ids(tokenizer))
+    stops = set(stop_ids(tokenizer))
     try:
         for start in range(0, len(prompts), batch):
             if cancelled() or enough():
@@ -200,7 +200,7 @@ def _prompt_ids(tokenizer, text: str) -> list[int]:
     return list(ids)
 
 
-def _stop_ids(tokenizer) -> list[int]:
+def stop_ids(tokenizer) -> list[int]:
     ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
     for name in ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|endoftext|>"):
         token = tokenizer.convert_tokens_to_ids(name)

@@ -147,14 +147,15 @@ def load_head_drafter(target: ModelBackend, folder) -> MTPDrafter:
     import json
     from pathlib import Path
 
-    from app.models.aligned_head import head_weights
+    from app.models.aligned_head import draft_vocab, head_weights
 
     config = json.loads((Path(target.folder) / "config.json").read_text())
     weights = head_weights(folder, config)
+    vocab = draft_vocab(folder, target.vocab_size)  # FR-Spec's subset, where the head has one
     if target.name == "torch":
         from app.engine.backends.mtp_torch import TorchMTPHead
 
-        return MTPDrafter(TorchMTPHead(target, weights), "aligned draft head")
+        return MTPDrafter(TorchMTPHead(target, weights, vocab), "aligned draft head")
     from app.engine.backends.mtp_mlx import MLXMTPHead
 
-    return MTPDrafter(MLXMTPHead(target, weights, aligned=True), "aligned draft head")
+    return MTPDrafter(MLXMTPHead(target, weights, aligned=True, vocab=vocab), "aligned draft head")

@@ -6,6 +6,8 @@ library, so pairing can tell one apart and check it fits before anything loads.
     model.safetensors  one decoder layer under the MTP layer's checkpoint names (mtp.fc, mtp.norm,
                        mtp.layers.0.*, ...): it drafts through the MTP drafter
     manifest.json      what it was aligned to, on what, for how long, and what it measured
+    draft_vocab.safetensors  (optional) one int32 tensor "ids": the tokens it drafts from
+                       (app/align/draft_vocab.py); without it, the whole vocabulary
 """
 
 from __future__ import annotations
@@ -14,12 +16,13 @@ import json
 from pathlib import Path
 
 from app.models.errors import ModelFileError
-from app.models.integrity import read_header
+from app.models.integrity import read_header, unreadable
 from app.models.mtp_weights import REQUIRED, MTPWeights
 
 HEAD_TYPE = "tandem_draft_head"
 WEIGHTS = "model.safetensors"
 MANIFEST = "manifest.json"
+DRAFT_VOCAB = "draft_vocab.safetensors"
 
 
 def _json(path: Path) -> dict:
@@ -68,3 +71,38 @@ def head_bytes(folder: str | Path) -> int:
     header = read_header(Path(folder) / WEIGHTS)[0]
     return sum(info["data_offsets"][1] - info["data_offsets"][0] for key, info in header.items()
                if key != "__metadata__" and isinstance(info, dict))
+
+
+def draft_vocab(folder: str | Path, vocab_size: int) -> list[int] | None:
+    """The token ids the head drafts from (ascending, each below `vocab_size`), or None where the
+    folder has no draft vocabulary (it drafts over the whole vocabulary). A damaged file is a
+    ModelFileError that says how to go on without it."""
+    import array
+    import sys
+
+    path = Path(folder) / DRAFT_VOCAB
+    if not path.is_file():
+        return None
+    fix = (f"Delete {DRAFT_VOCAB} from {Path(folder).name} to draft over the whole vocabulary, "
+           "or align the draft again.")
+    header, length, size = read_header(path)
+    info = header.get("ids")
+    if not isinstance(info, dict) or info.get("dtype") != "I32" or len(info.get("shape", ())) != 1:
+        raise ModelFileError(f"{path.name} holds no int32 \"ids\" vector. {fix}")
+    start, stop = (int(x) for x in info.get("data_offsets", (0, -1)))
+    if stop - start != 4 * int(info["shape"][0]) or 8 + length + stop > size:
+        raise ModelFileError(f"{path.name} is cut short or damaged. {fix}")
+    ids = array.array("i")
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(8 + length + start)
+            ids.frombytes(handle.read(stop - start))
+    except OSError as exc:
+        raise ModelFileError(unreadable(path, exc)) from exc
+    if sys.byteorder == "big":  # safetensors is little-endian
+        ids.byteswap()
+    out = ids.tolist()
+    if not out or any(b <= a for a, b in zip(out, out[1:], strict=False)) or out[0] < 0 or out[-1] >= vocab_size:
+        raise ModelFileError(f"{path.name}: its ids are not distinct ascending tokens of this model's "
+                             f"{vocab_size:,}. {fix}")
+    return out

@@ -63,12 +63,44 @@ def _block(language, aligned: bool) -> nn.Module:
                          "classes on MLX; use it on PyTorch.")
 
 
+class SubsetHead:
+    """The target's output head over some of its rows (a draft vocabulary, FR-Spec: app/align/
+    draft_vocab.py): logits (V',) float32, the head's at those ids and -inf elsewhere. The rows of
+    a quantized head stay quantized (codes, scales and biases are per row)."""
+
+    def __init__(self, module: nn.Module, ids: Sequence[int], limit: int):
+        self.limit = limit
+        self.ids = mx.array([i for i in ids if i < limit], dtype=mx.uint32)
+        self.module = module
+        self.parts = {name: module[name][self.ids] for name in ("weight", "scales", "biases", "bias")
+                      if name in module}
+        mx.eval(self.parts)
+
+    def __call__(self, h: mx.array) -> mx.array:
+        """h (..., D) -> logits (limit,) float32, at the last position."""
+        x = h.reshape(1, -1)
+        if "scales" in self.parts:
+            sub = mx.quantized_matmul(x, self.parts["weight"], scales=self.parts["scales"],
+                                      biases=self.parts.get("biases"), transpose=True,
+                                      group_size=self.module.group_size, bits=self.module.bits,
+                                      mode=getattr(self.module, "mode", "affine"))
+        else:
+            sub = x @ self.parts["weight"].T
+        if "bias" in self.parts:
+            sub = sub + self.parts["bias"]
+        out = mx.full((self.limit,), -mx.inf, dtype=mx.float32)
+        out[self.ids] = sub[0].astype(mx.float32)
+        return out
+
+
 class MLXMTPHead:
     """The MTP layer with its own KV cache: entry i read the token at position i + 1 beside the
     target's hidden state at position i (RoPE positions are the entries' indices). `aligned`: a
-    head Tandem trained (app/align/), saved in transformers' conventions for the target's norms."""
+    head Tandem trained (app/align/), saved in transformers' conventions for the target's norms.
+    With `vocab` (token ids) it drafts from those tokens only (SubsetHead)."""
 
-    def __init__(self, target: MLXBackend, weights: MTPWeights, aligned: bool = False):
+    def __init__(self, target: MLXBackend, weights: MTPWeights, aligned: bool = False,
+                 vocab: Sequence[int] | None = None):
         language = getattr(target.model, "language_model", target.model)
         if getattr(language, "args", None) is None:
             raise ModelFileError(f"{target.model_type}: Tandem cannot attach an MTP layer to this model's classes.")
@@ -101,6 +133,8 @@ class MLXMTPHead:
         mx.eval(self.layer.parameters())
         self.weights_bytes = sum(v.nbytes for _, v in tree_flatten(self.layer.parameters()))
         self._key = mx.random.key(entropy_seed())
+        self.vocab = list(vocab) if vocab else None
+        self.subset = None
         self.reset()
 
     def reset(self) -> None:
@@ -125,6 +159,12 @@ class MLXMTPHead:
         return key
 
     def _logits(self, h: mx.array) -> mx.array:
+        if self.vocab:
+            if self.subset is None or self.subset.limit != self.target.vocab_limit:
+                module = (self.language.model.embed_tokens if self.language.args.tie_word_embeddings
+                          else self.language.lm_head)
+                self.subset = SubsetHead(module, self.vocab, self.target.vocab_limit)
+            return self.subset(h[0, -1])
         if self.language.args.tie_word_embeddings:
             out = self.language.model.embed_tokens.as_linear(h)
         else:

@@ -1,0 +1,110 @@
+"""A draft head's vocabulary (FR-Spec; app/align/draft_vocab.py): the answers' most frequent tokens,
+chosen the same way from the same counts, read back without an array library (a damaged file is
+refused with what to do), and drafted from on both backends: the subset's logits are the target
+head's at those ids and -inf elsewhere, so nothing outside it is drafted while verification stays
+exact (tests/test_alignment.py runs the job's head, which has one, through the exactness tests)."""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections import Counter
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from app.align.draft_vocab import answer_counts, coverage, frequent, write
+from app.models.aligned_head import DRAFT_VOCAB, draft_vocab
+from app.models.errors import ModelFileError
+
+
+def test_the_most_frequent_tokens_are_chosen_ties_by_id_with_the_stop_tokens_added():
+    counts = Counter({7: 5, 3: 9, 11: 5, 2: 1, 40: 5})
+    assert frequent(counts, 3) == [3, 7, 11]  # 9, then the 5s by id: 7, 11 (40 loses the tie)
+    assert frequent(counts, 3, always=[99]) == [3, 7, 11, 99]
+    assert frequent(counts, 10) == [2, 3, 7, 11, 40]  # never a token the answers did not use
+    assert coverage([3, 7], counts) == pytest.approx(14 / 25)
+    assert coverage([3], Counter()) == 0.0
+
+
+def test_only_the_answers_tokens_are_counted_not_the_prompts():
+    seqs = [SimpleNamespace(ids=torch.tensor([1, 1, 1, 5, 6, 6]), answer_start=3),
+            SimpleNamespace(ids=torch.tensor([2, 6]), answer_start=1)]
+    assert answer_counts(seqs) == Counter({6: 3, 5: 1})
+
+
+def test_a_written_vocabulary_reads_back_and_a_folder_without_one_drafts_from_all(tmp_path):
+    assert draft_vocab(tmp_path, 100) is None
+    write(tmp_path, [0, 4, 17, 99])
+    assert draft_vocab(tmp_path, 100) == [0, 4, 17, 99]
+
+
+def _raw(path, header: dict, data: bytes) -> None:
+    text = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(text)) + text + data)
+
+
+@pytest.mark.parametrize("case", ["unsorted", "too large", "float", "cut short", "no ids"])
+def test_a_damaged_vocabulary_is_refused_with_how_to_go_on(tmp_path, case):
+    path = tmp_path / DRAFT_VOCAB
+    ids = {"unsorted": [5, 3, 9], "too large": [1, 2, 100]}.get(case, [1, 2, 3])
+    data = np.asarray(ids, dtype=np.int32).tobytes()
+    info = {"dtype": "I32", "shape": [3], "data_offsets": [0, 12]}
+    if case == "float":
+        info["dtype"] = "F32"
+    if case == "cut short":
+        data = data[:8]
+    _raw(path, {"other" if case == "no ids" else "ids": info}, data)
+    with pytest.raises(ModelFileError) as caught:
+        draft_vocab(tmp_path, 100)
+    assert f"Delete {DRAFT_VOCAB}" in str(caught.value) and "align the draft again" in str(caught.value)
+
+
+def test_the_torch_subset_head_gives_the_heads_logits_at_its_ids_and_minus_infinity_elsewhere(tiny_pair, tiny_q4):
+    from app.engine.backends.mtp_torch import SubsetHead
+    from app.engine.backends.torch_backend import TorchBackend
+    from app.models.screened_head_torch import ScreenedHead
+
+    ids = [0, 3, 17, 250, 1000, 1023]
+    hidden = torch.randn(64, generator=torch.Generator().manual_seed(0))
+    kinds = []
+    for folder, precision in ((tiny_pair["target"], "auto"), (tiny_q4[0], "gguf")):
+        backend = TorchBackend(folder, precision=precision)
+        head = backend.model.get_output_embeddings()
+        kinds.append(type(head))
+        limit = backend.vocab_limit
+        with torch.inference_mode():
+            full = head(hidden.view(1, 1, -1))[0, -1, :limit].float()
+            logits = SubsetHead(head, ids, limit)(hidden)
+        assert logits.shape == (limit,) and logits.dtype == torch.float32
+        inside = torch.zeros(limit, dtype=torch.bool)
+        inside[ids] = True
+        assert torch.isinf(logits[~inside]).all() and (logits[~inside] < 0).all()
+        # a screened head's rows are its int8 screen (bfloat16 output): close to its float32 logits
+        tolerance = 0.05 * float(full.abs().max()) if isinstance(head, ScreenedHead) else 1e-5
+        assert torch.allclose(logits[inside], full[inside], atol=tolerance)
+    assert ScreenedHead in kinds and torch.nn.Linear in kinds  # both kinds of head were taken apart
+
+
+def test_the_mlx_subset_head_matches_the_torch_one(tiny_pair):
+    pytest.importorskip("mlx_lm")
+    import mlx.core as mx
+
+    from app.engine.backends import load_backend
+    from app.engine.backends.mtp_mlx import SubsetHead as MLXSubset
+    from app.engine.backends.mtp_torch import SubsetHead
+
+    ids = [2, 9, 64, 511, 1023]
+    hidden = np.random.default_rng(1).standard_normal(64).astype(np.float32)
+    torch_target = load_backend(tiny_pair["target"], "torch")
+    with torch.inference_mode():
+        ours = SubsetHead(torch_target.model.get_output_embeddings(), ids, torch_target.vocab_limit)(
+            torch.tensor(hidden)).numpy()
+    mlx_target = load_backend(tiny_pair["target_mlx"], "mlx")
+    language = getattr(mlx_target.model, "language_model", mlx_target.model)
+    module = language.model.embed_tokens if language.args.tie_word_embeddings else language.lm_head
+    theirs = np.array(MLXSubset(module, ids, mlx_target.vocab_limit)(mx.array(hidden).reshape(1, 1, -1)))
+    assert np.isinf(theirs).sum() == np.isinf(ours).sum() == mlx_target.vocab_limit - len(ids)
+    assert np.abs(ours[ids] - theirs[ids]).max() < 1e-4

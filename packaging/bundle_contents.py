@@ -29,7 +29,8 @@ EXCLUDES = ("tkinter", "matplotlib", "IPython", "pytest", "hypothesis", "scipy",
 def resources_datas(root: Path = ROOT) -> list[tuple[str, str]]:
     """(source, folder inside the bundle) pairs: app.paths.resources_dir() finds them there."""
     res = root / "resources"
-    datas = [(str(res / "styles"), "resources/styles"), (str(res / "icons"), "resources/icons")]
+    datas = [(str(res / "styles"), "resources/styles"), (str(res / "icons"), "resources/icons"),
+             (str(res / "aligned"), "resources/aligned")]  # the demo's draft head (app/models/demo.demo_head)
     datas += [(str(res / name), "resources") for name in ("catalog.json", "NOTICE-SmolLM2.txt", "README.md")]
     datas += [(str(gguf), "resources/models") for gguf in sorted(DEMO_STAGE.glob("*.gguf"))]
     return datas

@@ -22,9 +22,11 @@ from app.models.errors import ModelFileError
 
 def test_the_most_frequent_tokens_are_chosen_ties_by_id_with_the_stop_tokens_added():
     counts = Counter({7: 5, 3: 9, 11: 5, 2: 1, 40: 5})
-    assert frequent(counts, 3) == [3, 7, 11]  # 9, then the 5s by id: 7, 11 (40 loses the tie)
-    assert frequent(counts, 3, always=[99]) == [3, 7, 11, 99]
-    assert frequent(counts, 10) == [2, 3, 7, 11, 40]  # never a token the answers did not use
+    assert frequent(counts, 3, 100) == [3, 7, 11]  # 9, then the 5s by id: 7, 11 (40 loses the tie)
+    assert frequent(counts, 3, 100, always=[99]) == [3, 7, 11, 99]
+    # fewer counted than asked: the lowest ids not counted fill it (a BPE's merge order)
+    assert frequent(counts, 7, 100) == [0, 1, 2, 3, 7, 11, 40]
+    assert frequent(counts, 7, 10, always=[12]) == [0, 1, 2, 3, 4, 5, 7]  # nothing at or past the vocabulary
     assert coverage([3, 7], counts) == pytest.approx(14 / 25)
     assert coverage([3], Counter()) == 0.0
 
@@ -63,7 +65,7 @@ def test_a_damaged_vocabulary_is_refused_with_how_to_go_on(tmp_path, case):
 
 
 def test_the_torch_subset_head_gives_the_heads_logits_at_its_ids_and_minus_infinity_elsewhere(tiny_pair, tiny_q4):
-    from app.engine.backends.mtp_torch import SubsetHead
+    from app.engine.backends.subset_head_torch import SubsetHead
     from app.engine.backends.torch_backend import TorchBackend
     from app.models.screened_head_torch import ScreenedHead
 
@@ -93,18 +95,48 @@ def test_the_mlx_subset_head_matches_the_torch_one(tiny_pair):
     import mlx.core as mx
 
     from app.engine.backends import load_backend
-    from app.engine.backends.mtp_mlx import SubsetHead as MLXSubset
-    from app.engine.backends.mtp_torch import SubsetHead
+    from app.engine.backends.subset_head_mlx import SubsetHead as MLXSubset
+    from app.engine.backends.subset_head_torch import SubsetHead
 
-    ids = [2, 9, 64, 511, 1023]
+    ids, said = [2, 9, 64, 511, 1023], [9, 700, 701]  # the conversation's tokens: one fixed, two new
     hidden = np.random.default_rng(1).standard_normal(64).astype(np.float32)
     torch_target = load_backend(tiny_pair["target"], "torch")
+    ours_head = SubsetHead(torch_target.model.get_output_embeddings(), ids, torch_target.vocab_limit)
+    ours_head.add(said)
     with torch.inference_mode():
-        ours = SubsetHead(torch_target.model.get_output_embeddings(), ids, torch_target.vocab_limit)(
-            torch.tensor(hidden)).numpy()
+        ours = ours_head(torch.tensor(hidden)).numpy()
     mlx_target = load_backend(tiny_pair["target_mlx"], "mlx")
     language = getattr(mlx_target.model, "language_model", mlx_target.model)
     module = language.model.embed_tokens if language.args.tie_word_embeddings else language.lm_head
-    theirs = np.array(MLXSubset(module, ids, mlx_target.vocab_limit)(mx.array(hidden).reshape(1, 1, -1)))
-    assert np.isinf(theirs).sum() == np.isinf(ours).sum() == mlx_target.vocab_limit - len(ids)
-    assert np.abs(ours[ids] - theirs[ids]).max() < 1e-4
+    theirs_head = MLXSubset(module, ids, mlx_target.vocab_limit)
+    theirs_head.add(said)
+    theirs = np.array(theirs_head(mx.array(hidden).reshape(1, 1, -1)))
+    inside = sorted({*ids, *said})
+    assert np.isinf(theirs).sum() == np.isinf(ours).sum() == mlx_target.vocab_limit - len(inside)
+    assert np.abs(ours[inside] - theirs[inside]).max() < 1e-4
+    theirs_head.clear()
+    assert np.isinf(np.array(theirs_head(mx.array(hidden)))[[700, 701]]).all()
+
+
+def test_the_conversations_tokens_join_the_subset_until_a_new_conversation(tiny_pair, monkeypatch):
+    from app.engine.backends import subset_head_torch
+    from app.engine.backends.subset_head_torch import SubsetHead
+    from app.engine.backends.torch_backend import TorchBackend
+
+    backend = TorchBackend(tiny_pair["target"])
+    head = backend.model.get_output_embeddings()
+    hidden = torch.randn(64, generator=torch.Generator().manual_seed(3))
+    with torch.inference_mode():
+        full = head(hidden.view(1, 1, -1))[0, -1].float()
+        subset = SubsetHead(head, [1, 2, 3], backend.vocab_limit)
+        subset.add([3, 500, 600, 500])
+        logits = subset(hidden)
+        assert torch.isfinite(logits).sum() == 5  # 1, 2, 3 and the two new ones, once each
+        assert torch.allclose(logits[[500, 600]], full[[500, 600]], atol=1e-5)
+        subset.add([700])
+        assert torch.isfinite(subset(hidden)[[1, 500, 700]]).all()  # added to, not replaced
+        subset.clear()
+        assert torch.isfinite(subset(hidden)).sum() == 3
+        monkeypatch.setattr(subset_head_torch, "EXTRA", 2)  # no more than EXTRA beyond the fixed part
+        subset.add([10, 11, 12, 13])
+        assert torch.isfinite(subset(hidden)).sum() == 5

@@ -42,6 +42,11 @@ def test_the_spec_names_only_files_and_modules_that_exist(tmp_path):
     for source, dest in bundle_contents.resources_datas(ROOT):
         assert Path(source).exists(), source
         assert dest.startswith("resources")  # where app.paths.resources_dir() looks when frozen
+    # the demo's aligned head goes where the frozen app looks for it (resources_dir()/aligned/<name>)
+    from app.models.demo import demo_head_dir
+
+    assert (str(ROOT / "resources" / "aligned"), "resources/aligned") in bundle_contents.resources_datas(ROOT)
+    assert demo_head_dir().parent.name == "aligned" and demo_head_dir().parent.parent.name == "resources"
     import importlib.util
 
     for family in bundle_contents.TORCH_FAMILIES:

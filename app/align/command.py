@@ -41,8 +41,8 @@ def add_parser(sub) -> None:
     align.add_argument("--batch-tokens", type=at_least_one("token"), default=None,
                        help="tokens a training step (default: 512 on the CPU, 8192 on a GPU)")
     align.add_argument("--draft-vocab", type=at_least_one("token", least=0), default=None, metavar="N",
-                       help="a head drafts from the N tokens the target's answers use most (FR-Spec; default "
-                            "4096; 0: the whole vocabulary)")
+                       help="a head drafts from the N tokens the target's answers use most, and the conversation's "
+                            "(FR-Spec; default 8192; 0: the whole vocabulary)")
     align.add_argument("--threads", type=at_least_one("thread"), default=None,
                        help="PyTorch threads (default: all cores)")
     align.add_argument("--seed", type=int, default=0)

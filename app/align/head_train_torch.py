@@ -89,7 +89,8 @@ class HeadTrainer:
     def agreement(self, sequences: list[Sequence], vocab: list[int] | None = None) -> tuple[int, int]:
         """(agreed, positions): how often the head's first draft after each answer position is the
         target's own argmax, teacher-forced on the target's answers (the drafts a round's first
-        position gets); with `vocab`, drafting from those tokens only (app/align/draft_vocab.py)."""
+        position gets); with `vocab`, drafting from those tokens and the ones read so far (the prompt
+        and the answer up to there), as the drafter does (app/engine/backends/subset_head_torch.py)."""
         self.layer.eval()
         ids = None if vocab is None else torch.tensor(vocab, dtype=torch.long, device=self.device)
         agreed = total = 0
@@ -99,10 +100,17 @@ class HeadTrainer:
                 continue
             out = self._run(s.ids[1:n + 1].view(1, -1).to(self.device),
                             s.hidden[:n].to(self.device, torch.float32).view(1, n, -1), None)[0]
-            if ids is None:
-                drafted = self.teacher.logits(out).argmax(-1)
-            else:
-                drafted = ids[self.teacher.logits(out, ids).argmax(-1)]
+            logits = self.teacher.logits(out)
+            if ids is not None:
+                allowed = torch.zeros(logits.shape, dtype=torch.bool, device=logits.device)
+                allowed[:, ids] = True
+                seen_at: dict[int, int] = {}
+                for position, token in enumerate(s.ids[: n + 1].tolist()):
+                    seen_at.setdefault(token, position)
+                for token, position in seen_at.items():  # output j has read ids[..j + 1]
+                    allowed[max(position - 1, 0):, token] = True
+                logits = logits.masked_fill(~allowed, float("-inf"))
+            drafted = logits.argmax(-1)
             wanted = self.teacher.logits(s.hidden[1:n + 1]).argmax(-1)
             first = max(0, s.answer_start - 2)  # outputs from here on predict answer tokens
             agreed += int((drafted[first:] == wanted[first:]).sum())

@@ -399,17 +399,18 @@ def _draft_vocab(settings: AlignSettings, draft: Path | None, tokenizer, train_s
     """A head's draft vocabulary (app/align/draft_vocab.py): the trained answers' most frequent
     tokens and the stop tokens, with what it covers of the held-out answers; None for a draft
     model, where 0 was asked, or where it would be the whole vocabulary anyway."""
-    from app.align.draft_vocab import DEFAULT_SIZE, answer_counts, coverage, frequent
+    from app.align.draft_vocab import DEFAULT_SIZE, answer_counts, coverage, coverage_in_context, frequent
     from app.align.teacher_torch import stop_ids
 
     size = DEFAULT_SIZE if settings.draft_vocab is None else settings.draft_vocab
     if draft is not None or not size:
         return None, {}
-    vocab = [t for t in frequent(answer_counts(train_set), size, stop_ids(tokenizer)) if t < vocab_size]
+    vocab = frequent(answer_counts(train_set), size, vocab_size, stop_ids(tokenizer))
     if len(vocab) >= vocab_size:
         return None, {}
     return vocab, {"size": len(vocab), "held_out_coverage": round(coverage(vocab, answer_counts(held_out)), 4),
-                   "from": "the trained answers' most frequent tokens, and the stop tokens"}
+                   "held_out_coverage_in_context": round(coverage_in_context(vocab, held_out), 4),
+                   "from": "the trained answers' most frequent tokens, then the lowest ids, and the stop tokens"}
 
 
 def _write(trainer, teacher, target: Path, draft: Path | None, path: Path, vocab: list[int] | None = None) -> None:

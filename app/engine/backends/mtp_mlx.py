@@ -18,6 +18,7 @@ from mlx_lm.models.cache import KVCache
 
 from app.engine.backends.base import entropy_seed
 from app.engine.backends.mlx_backend import DraftSteps, MLXBackend
+from app.engine.backends.subset_head_mlx import SubsetHead
 from app.engine.sampling import SamplingParams
 from app.models.errors import ModelFileError
 from app.models.mtp_weights import MTPWeights, norms_stored_zero_centered
@@ -61,36 +62,6 @@ def _block(language, aligned: bool) -> nn.Module:
         return type(language.model.layers[-1])(args)
     raise ModelFileError(f"{getattr(args, 'model_type', '?')}: Tandem cannot attach a draft head to this model's "
                          "classes on MLX; use it on PyTorch.")
-
-
-class SubsetHead:
-    """The target's output head over some of its rows (a draft vocabulary, FR-Spec: app/align/
-    draft_vocab.py): logits (V',) float32, the head's at those ids and -inf elsewhere. The rows of
-    a quantized head stay quantized (codes, scales and biases are per row)."""
-
-    def __init__(self, module: nn.Module, ids: Sequence[int], limit: int):
-        self.limit = limit
-        self.ids = mx.array([i for i in ids if i < limit], dtype=mx.uint32)
-        self.module = module
-        self.parts = {name: module[name][self.ids] for name in ("weight", "scales", "biases", "bias")
-                      if name in module}
-        mx.eval(self.parts)
-
-    def __call__(self, h: mx.array) -> mx.array:
-        """h (..., D) -> logits (limit,) float32, at the last position."""
-        x = h.reshape(1, -1)
-        if "scales" in self.parts:
-            sub = mx.quantized_matmul(x, self.parts["weight"], scales=self.parts["scales"],
-                                      biases=self.parts.get("biases"), transpose=True,
-                                      group_size=self.module.group_size, bits=self.module.bits,
-                                      mode=getattr(self.module, "mode", "affine"))
-        else:
-            sub = x @ self.parts["weight"].T
-        if "bias" in self.parts:
-            sub = sub + self.parts["bias"]
-        out = mx.full((self.limit,), -mx.inf, dtype=mx.float32)
-        out[self.ids] = sub[0].astype(mx.float32)
-        return out
 
 
 class MLXMTPHead:
@@ -139,6 +110,8 @@ class MLXMTPHead:
 
     def reset(self) -> None:
         self.cache = KVCache()
+        if getattr(self, "subset", None) is not None:
+            self.subset.clear()  # a new conversation: its tokens join the draft vocabulary afresh
 
     @property
     def length(self) -> int:
@@ -159,12 +132,8 @@ class MLXMTPHead:
         return key
 
     def _logits(self, h: mx.array) -> mx.array:
-        if self.vocab:
-            if self.subset is None or self.subset.limit != self.target.vocab_limit:
-                module = (self.language.model.embed_tokens if self.language.args.tie_word_embeddings
-                          else self.language.lm_head)
-                self.subset = SubsetHead(module, self.vocab, self.target.vocab_limit)
-            return self.subset(h[0, -1])
+        if self.subset is not None:
+            return self.subset(h)
         if self.language.args.tie_word_embeddings:
             out = self.language.model.embed_tokens.as_linear(h)
         else:
@@ -179,6 +148,12 @@ class MLXMTPHead:
               should_stop: Callable[[], bool] | None = None):
         """See TorchMTPHead.draft: read the pairs, then chain k steps on the layer's own output."""
         last = self._pass(mx.array([list(tokens)]), rows.reshape(1, *rows.shape[-2:]))[:, -1:]
+        if self.vocab:
+            if self.subset is None or self.subset.limit != self.target.vocab_limit:
+                module = (self.language.model.embed_tokens if self.language.args.tie_word_embeddings
+                          else self.language.lm_head)
+                self.subset = SubsetHead(module, self.vocab, self.target.vocab_limit)
+            self.subset.add(tokens)  # every committed token passes here once: the conversation's
         steps = DraftSteps(params, self._next_key)
         for i in range(k):
             if should_stop is not None and should_stop():

@@ -17,6 +17,7 @@ from transformers.cache_utils import DynamicCache
 from transformers.modeling_layers import MtpLayer
 
 from app.engine.backends.base import entropy_seed
+from app.engine.backends.subset_head_torch import SubsetHead
 from app.engine.backends.torch_backend import DraftSteps, TorchBackend
 from app.engine.sampling import SamplingParams
 from app.models.errors import ModelFileError
@@ -68,48 +69,6 @@ def run_layer(layer: MtpLayer, text_model, ids: torch.Tensor, hidden: torch.Tens
                  attention_mask=mask, position_ids=position_ids, cache=cache)
 
 
-class SubsetHead:
-    """The target's output head over some of its rows (a draft vocabulary, FR-Spec: app/align/
-    draft_vocab.py): logits (V',) float32 that are the head's at those ids and -inf elsewhere, for a
-    matmul over the subset alone. A draft's logits need not be the target's to the last bit (its
-    distribution is what verification uses), so a screened head's int8 rows serve as they are."""
-
-    def __init__(self, head: torch.nn.Module, ids: Sequence[int], limit: int):
-        from app.models.screened_head_torch import ScreenedHead
-
-        self.limit = limit
-        device = head.weight.device
-        self.ids = torch.tensor([i for i in ids if i < limit], dtype=torch.long, device=device)
-        self.codes = self.weight = None
-        if isinstance(head, ScreenedHead) and device.type == "cpu":  # PyTorch's int8 kernel is the CPU's
-            self.codes, self.scales = head.codes[self.ids].contiguous(), head.scales[self.ids].contiguous()
-        elif isinstance(head, ScreenedHead):
-            self.weight = head.codes[self.ids].float() * head.scales[self.ids].float()[:, None]
-        else:
-            self.weight = head.weight.detach()[self.ids].contiguous()
-        self.bias = getattr(head, "bias", None)
-        if self.bias is not None:
-            self.bias = self.bias.detach()[self.ids]
-
-    @classmethod
-    def fits(cls, head: torch.nn.Module) -> bool:
-        """Whether its rows can be taken: a plain weight matrix or a screened head (not a quantized
-        tensor subclass, whose rows would have to be decoded to be taken)."""
-        from app.models.screened_head_torch import ScreenedHead
-
-        weight = getattr(head, "weight", None)
-        return isinstance(head, ScreenedHead) or type(weight) in (torch.Tensor, torch.nn.Parameter)
-
-    def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
-        """hidden (D,) -> logits (limit,) float32."""
-        if self.codes is not None:
-            sub = torch.ops.aten._weight_int8pack_mm(hidden.view(1, -1).to(torch.bfloat16), self.codes, self.scales)[0]
-        else:
-            sub = torch.nn.functional.linear(hidden.to(self.weight.dtype), self.weight, self.bias)
-        out = torch.full((self.limit,), float("-inf"), device=sub.device)
-        return out.index_copy_(0, self.ids, sub.float())
-
-
 class TorchMTPHead:
     """The MTP layer with its own KV cache: entry i read the token at position i + 1 beside the
     target's hidden state at position i. With `vocab` (token ids), it drafts from those tokens only
@@ -149,6 +108,8 @@ class TorchMTPHead:
 
     def reset(self) -> None:
         self.cache = DynamicCache(config=self.config)
+        if getattr(self, "subset", None) is not None:
+            self.subset.clear()  # a new conversation: its tokens join the draft vocabulary afresh
 
     @property
     def length(self) -> int:
@@ -178,8 +139,10 @@ class TorchMTPHead:
         ids = torch.tensor([list(tokens)], dtype=torch.long, device=self.device)
         last = self._pass(ids, rows.view(1, *rows.shape[-2:]))[:, -1:]
         head, limit = self.target.model.get_output_embeddings(), self.target.vocab_limit
-        if self.subset is not None and self.subset.limit != limit:  # the target's vocab_limit changed
-            self.subset = SubsetHead(head, self.vocab, limit)
+        if self.subset is not None:
+            if self.subset.limit != limit:  # the target's vocab_limit changed
+                self.subset = SubsetHead(head, self.vocab, limit)
+            self.subset.add(tokens)  # every committed token passes here once: the conversation's
         steps = DraftSteps(params, self._generator)
         for i in range(k):
             if should_stop is not None and should_stop():

@@ -196,6 +196,18 @@ def test_an_aligned_head_keeps_the_targets_distribution_at_temperature_1(head, t
         assert _p_value(counts[position], exact[position]) > ALPHA / 2, position
 
 
+def test_a_quantized_head_whose_rows_cannot_be_taken_drafts_over_the_whole_vocabulary(head, tiny_pair, prompts):
+    from app.engine.backends.subset_head_torch import SubsetHead
+
+    target = load_backend(tiny_pair["target"], "torch", precision="int4-head")  # torchao's packed int4 head
+    assert not SubsetHead.fits(target.model.get_output_embeddings())
+    drafter = load_head_drafter(target, head[0].folder)
+    assert drafter.head.subset is None
+    plain, _ = _run(load_backend(tiny_pair["target"], "torch", precision="int4-head"), prompts[0])
+    tokens, stats = _run(target, prompts[0], drafter, draft_tokens=3)
+    assert tokens == plain and stats.drafted > 0
+
+
 def test_the_runner_pairs_an_aligned_head_by_its_choice_or_dropped_as_a_draft_folder(head, tiny_pair):
     from app.runner import ChatRequest, Runner
 
@@ -225,6 +237,12 @@ def test_a_head_aligned_to_another_model_is_refused_before_anything_loads(head, 
     (other / "config.json").write_text(json.dumps(config))
     runner = Runner()
     with pytest.raises(ModelFileError, match="aligned to .*hidden_size is 32; this model's is 64"):
+        runner.load(tiny_pair["target"], "torch", DraftChoice.head(str(other)), progress=lambda m: None)
+    assert runner.loaded is None
+    # a damaged draft vocabulary is refused there too, with the way to go on without it
+    (other / "config.json").write_text((head[0].folder / "config.json").read_text())
+    (other / "draft_vocab.safetensors").write_bytes(b"\x08" + b"\0" * 7 + b"{}      " + b"\1" * 5)
+    with pytest.raises(ModelFileError, match="Delete draft_vocab.safetensors"):
         runner.load(tiny_pair["target"], "torch", DraftChoice.head(str(other)), progress=lambda m: None)
     assert runner.loaded is None
 
@@ -386,17 +404,29 @@ def test_held_out_answers_share_no_subject_with_the_trained_ones():
 
 
 @pytest.mark.parametrize("backend", ["torch", "mlx"])
-def test_a_new_conversation_drafts_from_the_fixed_vocabulary_again_and_a_follow_up_keeps_its_tokens(
-        head, tiny_pair, prompts, backend):
+def test_the_conversations_tokens_follow_the_conversation_as_the_app_decodes_it(head, tiny_pair, prompts, backend):
+    """As Runner.chat decodes (the target's cache kept across turns, reuse_cache=True): a follow-up
+    turn keeps the first turn's tokens in the head's vocabulary, another conversation replaces them."""
     if backend == "mlx":
         pytest.importorskip("mlx_lm")
     result = head[0]
-    outside = next(t for t in range(1024) if t not in set(result_vocab(result)))
-    drafter = load_head_drafter(load_backend(tiny_pair["target"], backend), result.folder)
-    if backend == "mlx":  # the MLX head builds its subset at its first draft
-        _run(drafter.head.target, prompts[0], drafter, max_tokens=4)
-    drafter.head.subset.add([outside])
-    drafter.start(prompts[0], reuse=True)  # a follow-up turn of the same conversation
-    assert outside in drafter.head.subset.known
-    drafter.start(prompts[0], reuse=False)
-    assert outside not in drafter.head.subset.known
+    fixed = set(result_vocab(result))
+    target = load_backend(tiny_pair["target"], backend)
+    drafter = load_head_drafter(target, result.folder)
+    marker = [t for t in range(1024) if t not in fixed and t not in prompts[1]][:3]  # only in conversation A
+
+    def chat(prompt):
+        events = list(generate(target, lambda ids: "", prompt, drafter=drafter, max_tokens=8, draft_tokens=2,
+                               reuse_cache=True))
+        return [t for e in events if isinstance(e, Round) for t in e.emitted]
+
+    first = prompts[0] + marker
+    answer = chat(first)
+    assert set(marker) <= drafter.head.subset.known  # the conversation's tokens joined it
+    follow_up = first + answer + prompts[1][1:]
+    chat(follow_up)
+    assert set(marker) <= drafter.head.subset.known  # a follow-up turn is the same conversation
+    other = chat(prompts[1])
+    known = drafter.head.subset.known
+    assert not set(marker) & known  # another conversation: its tokens, not A's
+    assert fixed | set(prompts[1][1:]) <= known <= fixed | set(prompts[1]) | set(other)

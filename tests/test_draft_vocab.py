@@ -48,7 +48,8 @@ def _raw(path, header: dict, data: bytes) -> None:
     path.write_bytes(struct.pack("<Q", len(text)) + text + data)
 
 
-@pytest.mark.parametrize("case", ["unsorted", "too large", "float", "cut short", "no ids"])
+@pytest.mark.parametrize("case", ["unsorted", "too large", "float", "cut short", "no ids", "shape not a list",
+                                  "offsets missing", "negative offset"])
 def test_a_damaged_vocabulary_is_refused_with_how_to_go_on(tmp_path, case):
     path = tmp_path / DRAFT_VOCAB
     ids = {"unsorted": [5, 3, 9], "too large": [1, 2, 100]}.get(case, [1, 2, 3])
@@ -58,6 +59,12 @@ def test_a_damaged_vocabulary_is_refused_with_how_to_go_on(tmp_path, case):
         info["dtype"] = "F32"
     if case == "cut short":
         data = data[:8]
+    if case == "shape not a list":
+        info["shape"] = 3
+    if case == "offsets missing":
+        del info["data_offsets"]
+    if case == "negative offset":
+        info["data_offsets"] = [-4, 8]
     _raw(path, {"other" if case == "no ids" else "ids": info}, data)
     with pytest.raises(ModelFileError) as caught:
         draft_vocab(tmp_path, 100)

@@ -68,7 +68,7 @@ def coverage_in_context(ids: Iterable[int], sequences: Iterable) -> float:
     inside = total = 0
     for s in sequences:
         tokens = s.ids.tolist()
-        seen = fixed | set(tokens[: s.answer_start])
+        seen = fixed | set(tokens[1: s.answer_start])  # the drafter reads from the second token on
         for token in tokens[s.answer_start:]:
             inside += token in seen
             total += 1

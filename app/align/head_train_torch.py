@@ -105,10 +105,10 @@ class HeadTrainer:
                 allowed = torch.zeros(logits.shape, dtype=torch.bool, device=logits.device)
                 allowed[:, ids] = True
                 seen_at: dict[int, int] = {}
-                for position, token in enumerate(s.ids[: n + 1].tolist()):
+                for position, token in enumerate(s.ids[1: n + 1].tolist(), start=1):  # the drafter reads from 1
                     seen_at.setdefault(token, position)
-                for token, position in seen_at.items():  # output j has read ids[..j + 1]
-                    allowed[max(position - 1, 0):, token] = True
+                for token, position in seen_at.items():  # output j has read ids[1..j + 1]
+                    allowed[position - 1:, token] = True
                 logits = logits.masked_fill(~allowed, float("-inf"))
             drafted = logits.argmax(-1)
             wanted = self.teacher.logits(s.hidden[1:n + 1]).argmax(-1)

@@ -46,6 +46,10 @@ class MTPHead(Protocol):
     def concat(self, rows: Any, more: Any) -> Any:
         """Rows of hidden states one after the other, on the head's array library."""
 
+    def restart_vocab(self, tokens: Sequence[int]) -> None:
+        """A head with a draft vocabulary: its conversation part becomes `tokens` (the conversation
+        changed under it); a head without one ignores it."""
+
 
 class MTPDrafter(Drafter):
     wants_target_state = True
@@ -90,20 +94,19 @@ class MTPDrafter(Drafter):
                and self._pairs[valid] == committed[self._base + valid + 1]):
             valid += 1
         unread = 0 if self._rows is None else self._rows.shape[0]
-        if valid < len(self._pairs):
-            if self._base + valid != start:
-                self._restart(start)
-                self._rows = rows
-                return
-            del self._pairs[valid:]
-            self.head.trim(valid)
-            self._rows = rows
-        elif start <= self._next + unread:
+        if valid == len(self._pairs) and start <= self._next + unread:  # the same conversation, going on
             kept = None if self._rows is None else self._rows[: start - self._next]
             self._rows = rows if kept is None or kept.shape[0] == 0 else self.head.concat(kept, rows)
-        else:  # rows between are gone (a gap no answer leaves; but never read them out of place)
+            return
+        if valid < len(self._pairs) and self._base + valid == start:  # it kept what it shares with the last
+            del self._pairs[valid:]
+            self.head.trim(valid)
+        else:  # another conversation, or rows between are gone (never read them out of place)
             self._restart(start)
-            self._rows = rows
+        self._rows = rows
+        # a new chat, a set-aside one taken up again, a regenerated answer: the head's draft
+        # vocabulary takes this conversation's tokens up to here, not the last one's
+        self.head.restart_vocab(committed[1 : start + 1])
 
     def accepted(self, committed, proposal, n_accepted, state=None) -> None:
         self.head.trim(len(self._pairs))  # the chained steps' entries go, whatever the verdict

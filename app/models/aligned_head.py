@@ -87,10 +87,14 @@ def draft_vocab(folder: str | Path, vocab_size: int) -> list[int] | None:
            "or align the draft again.")
     header, length, size = read_header(path)
     info = header.get("ids")
-    if not isinstance(info, dict) or info.get("dtype") != "I32" or len(info.get("shape", ())) != 1:
-        raise ModelFileError(f"{path.name} holds no int32 \"ids\" vector. {fix}")
-    start, stop = (int(x) for x in info.get("data_offsets", (0, -1)))
-    if stop - start != 4 * int(info["shape"][0]) or 8 + length + stop > size:
+    try:
+        if not isinstance(info, dict) or info.get("dtype") != "I32" or len(info.get("shape", ())) != 1:
+            raise ValueError("no int32 vector")
+        count = int(info["shape"][0])
+        start, stop = (int(x) for x in info["data_offsets"])
+    except (KeyError, TypeError, ValueError):
+        raise ModelFileError(f"{path.name} holds no int32 \"ids\" vector. {fix}") from None
+    if not 0 <= start <= stop or stop - start != 4 * count or 8 + length + stop > size:
         raise ModelFileError(f"{path.name} is cut short or damaged. {fix}")
     ids = array.array("i")
     try:

@@ -105,7 +105,7 @@ class MLXMTPHead:
         self.weights_bytes = sum(v.nbytes for _, v in tree_flatten(self.layer.parameters()))
         self._key = mx.random.key(entropy_seed())
         self.vocab = list(vocab) if vocab else None
-        self.subset = None
+        self.subset = SubsetHead(self._subset_module(), self.vocab, target.vocab_limit) if self.vocab else None
         self.reset()
 
     def reset(self) -> None:
@@ -123,6 +123,14 @@ class MLXMTPHead:
 
     def concat(self, rows, more):
         return mx.concatenate([rows, more])
+
+    def restart_vocab(self, tokens: Sequence[int]) -> None:
+        if self.subset is not None:
+            self.subset.clear()
+            self.subset.add(tokens)
+
+    def _subset_module(self) -> nn.Module:
+        return self.language.model.embed_tokens if self.language.args.tie_word_embeddings else self.language.lm_head
 
     def seed(self, seed: int | None) -> None:
         self._key = mx.random.key(entropy_seed() if seed is None else seed)
@@ -148,11 +156,9 @@ class MLXMTPHead:
               should_stop: Callable[[], bool] | None = None):
         """See TorchMTPHead.draft: read the pairs, then chain k steps on the layer's own output."""
         last = self._pass(mx.array([list(tokens)]), rows.reshape(1, *rows.shape[-2:]))[:, -1:]
-        if self.vocab:
-            if self.subset is None or self.subset.limit != self.target.vocab_limit:
-                module = (self.language.model.embed_tokens if self.language.args.tie_word_embeddings
-                          else self.language.lm_head)
-                self.subset = SubsetHead(module, self.vocab, self.target.vocab_limit)
+        if self.subset is not None:
+            if self.subset.limit != self.target.vocab_limit:  # the target's vocab_limit changed
+                self.subset = SubsetHead(self._subset_module(), self.vocab, self.target.vocab_limit)
             self.subset.add(tokens)  # every committed token passes here once: the conversation's
         steps = DraftSteps(params, self._next_key)
         for i in range(k):

@@ -122,6 +122,11 @@ class TorchMTPHead:
     def concat(self, rows, more):
         return torch.cat([rows, more])
 
+    def restart_vocab(self, tokens: Sequence[int]) -> None:
+        if self.subset is not None:
+            self.subset.clear()
+            self.subset.add(tokens)
+
     def seed(self, seed: int | None) -> None:
         self._generator.manual_seed(entropy_seed() if seed is None else seed)
 

@@ -45,7 +45,8 @@ class SubsetHead:
 
     def add(self, tokens: Iterable[int]) -> None:
         """Take on the conversation's tokens (up to EXTRA beyond the fixed part)."""
-        new = sorted({int(t) for t in tokens if 0 <= int(t) < self.limit} - self.known)[: EXTRA - len(self.extra)]
+        new = [t for t in dict.fromkeys(int(t) for t in tokens) if 0 <= t < self.limit and t not in self.known]
+        new = new[: EXTRA - len(self.extra)]
         if new:
             self.known.update(new)
             self.extra += new

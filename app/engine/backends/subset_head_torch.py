@@ -34,12 +34,17 @@ class SubsetHead:
 
     @classmethod
     def fits(cls, head: torch.nn.Module) -> bool:
-        """Whether its rows can be taken: a plain weight matrix or a screened head (not a quantized
-        tensor subclass, whose rows would have to be decoded to be taken)."""
+        """Whether its rows can be taken: a screened head, or a linear head whose weight is a plain
+        floating-point (V, D) matrix. Not a quantized head (torchao's int4 head keeps packed codes
+        under `weight`, whose rows are not the vocabulary's): it drafts over the whole vocabulary."""
         from app.models.screened_head_torch import ScreenedHead
 
+        if isinstance(head, ScreenedHead):
+            return True
         weight = getattr(head, "weight", None)
-        return isinstance(head, ScreenedHead) or type(weight) in (torch.Tensor, torch.nn.Parameter)
+        return (isinstance(head, torch.nn.Linear) and type(weight) in (torch.Tensor, torch.nn.Parameter)
+                and weight.dim() == 2 and weight.is_floating_point()
+                and tuple(weight.shape) == (head.out_features, head.in_features))
 
     def _part(self, ids: list[int]) -> tuple[torch.Tensor, tuple]:
         """(ids, what a matmul over their rows needs): int8 codes and scales, or weight (and bias)."""
@@ -66,7 +71,9 @@ class SubsetHead:
 
     def add(self, tokens: Iterable[int]) -> None:
         """Take on the conversation's tokens (up to EXTRA beyond the fixed part)."""
-        new = sorted({int(t) for t in tokens if 0 <= int(t) < self.limit} - self.known)[: EXTRA - self.extra_count]
+        # in the order they came (where the cap binds, the first ones stay)
+        new = [t for t in dict.fromkeys(int(t) for t in tokens) if 0 <= t < self.limit and t not in self.known]
+        new = new[: EXTRA - self.extra_count]
         if not new:
             return
         self.known.update(new)

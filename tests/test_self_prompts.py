@@ -133,17 +133,27 @@ def test_a_gpu_asked_for_where_there_is_none_is_refused_with_what_to_do():
         resolve_device("cuda")
 
 
-def test_a_device_alignment_does_not_know_is_refused_with_the_ones_it_does(capsys, tmp_path):
+def test_a_device_alignment_does_not_know_is_refused_with_the_ones_it_does():
     from app.align.teacher_torch import resolve_device
-    from app.cli import main
 
     with pytest.raises(ModelFileError, match='"auto", "cpu" or "cuda"'):
         resolve_device("gpu")  # torch.device's own error was a traceback
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("--device", "gpu", "invalid choice: 'gpu'"),
+    ("--self-prompts", "-1", "takes at least 0 asks, not -1"),
+    ("--draft-vocab", "-1", "takes at least 0 tokens, not -1"),
+    ("--draft-vocab", "many", "takes a whole number of tokens, not 'many'"),
+])
+def test_tandem_cli_align_refuses_a_bad_value_before_anything_runs(flag, value, message, capsys, tmp_path):
+    from app.cli import main
+
     with pytest.raises(SystemExit) as exit_:
-        main(["align", "--device", "gpu", "--out", str(tmp_path)])
+        main(["align", flag, value, "--out", str(tmp_path)])
     assert exit_.value.code == 2
     err = capsys.readouterr().err
-    assert "invalid choice: 'gpu'" in err and "Traceback" not in err
+    assert message in err and "Traceback" not in err
     assert list(tmp_path.iterdir()) == []
 
 
@@ -152,13 +162,3 @@ def test_a_budget_that_leaves_no_time_to_train_saves_nothing_and_says_so(tiny_pa
         run(AlignSettings(target=str(tiny_pair["target"]), minutes=0.001, out=tmp_path, self_prompts=0, **QUICK))
     assert list(Path(tmp_path).iterdir()) == []
 
-
-def test_tandem_cli_align_refuses_a_negative_count_of_asks_before_anything_runs(capsys, tmp_path):
-    from app.cli import main
-
-    with pytest.raises(SystemExit) as exit_:
-        main(["align", "--self-prompts", "-1", "--out", str(tmp_path)])
-    assert exit_.value.code == 2
-    err = capsys.readouterr().err
-    assert "takes at least 0 asks, not -1" in err and "Traceback" not in err
-    assert list(tmp_path.iterdir()) == []

@@ -23,6 +23,7 @@ HEAD_TYPE = "tandem_draft_head"
 WEIGHTS = "model.safetensors"
 MANIFEST = "manifest.json"
 DRAFT_VOCAB = "draft_vocab.safetensors"
+DRAFT_VOCAB_EXTRA = 4096  # conversation tokens a draft vocabulary takes on beyond its fixed part, until a new one
 
 
 def _json(path: Path) -> dict:

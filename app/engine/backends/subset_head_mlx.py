@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 import mlx.core as mx
 import mlx.nn as nn
 
-from app.engine.backends.subset_head_torch import EXTRA  # one limit for both backends
+from app.models.aligned_head import DRAFT_VOCAB_EXTRA as EXTRA
 
 
 class SubsetHead:

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
-EXTRA = 4096  # conversation tokens a subset takes on beyond its fixed part, until `clear`
+from app.models.aligned_head import DRAFT_VOCAB_EXTRA as EXTRA
 
 
 class SubsetHead:
@@ -67,17 +67,15 @@ class SubsetHead:
         """Back to the fixed part (a new conversation)."""
         self.known = set(self.fixed)
         self.extra_ids, self.extra_rows = None, None
-        self.extra_count = 0
 
     def add(self, tokens: Iterable[int]) -> None:
         """Take on the conversation's tokens (up to EXTRA beyond the fixed part)."""
         # in the order they came (where the cap binds, the first ones stay)
         new = [t for t in dict.fromkeys(int(t) for t in tokens) if 0 <= t < self.limit and t not in self.known]
-        new = new[: EXTRA - self.extra_count]
+        new = new[: EXTRA - (0 if self.extra_ids is None else len(self.extra_ids))]
         if not new:
             return
         self.known.update(new)
-        self.extra_count += len(new)
         ids, rows = self._part(new)
         if self.extra_ids is None:
             self.extra_ids, self.extra_rows = ids, rows

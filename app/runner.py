@@ -34,7 +34,7 @@ from app.models.errors import ModelFileError
 from app.models.folder import check_model_folder
 from app.models.integrity import check_weights
 from app.models.memory import MemoryEstimate, NotEnoughMemory, check_fits, estimate, free_memory, longest_chat
-from app.models.aligned_head import draft_vocab, head_bytes, head_weights, is_aligned_head
+from app.models.aligned_head import draft_vocab, head_bytes, head_weights, is_aligned_head, subset_bytes
 from app.models.mtp_weights import find_mtp, mtp_bytes
 from app.models.pairing import check_tokenizers
 from app.models.resolve import display_name, resolve_model
@@ -267,8 +267,10 @@ class Runner:
             # a head dropped as a draft model drafts as one; its fit is checked before any weights load
             draft = DraftChoice.head(str(head_folder))
             head_weights(head_folder, config)
-            draft_vocab(head_folder, int((config.get("text_config") or config).get("vocab_size", 2 ** 31)))
-            models.append(MemoryEstimate("draft", head_bytes(head_folder) * 2, 0, models[0].context))
+            text = config.get("text_config") or config
+            vocab = draft_vocab(head_folder, int(text.get("vocab_size", 2 ** 31)))
+            models.append(MemoryEstimate("draft", head_bytes(head_folder) * 2 + subset_bytes(vocab, text), 0,
+                                         models[0].context))
         elif draft.kind in (DraftKind.MODEL, DraftKind.ASSISTANT):
             draft_folder = resolve_model(draft.source, backend, progress)
             if is_assistant_folder(draft_folder):  # a Gemma 4 assistant dropped as the draft: it drafts as one

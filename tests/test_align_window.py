@@ -235,6 +235,16 @@ def test_a_draft_that_measured_faster_is_paired_at_once_and_a_slower_one_is_not(
     assert not window.pairing.trial_running and "accepts 64%" in window.header.draft_slot.detail.text()
 
 
+def test_the_card_shows_each_speedup_with_its_trials_range():
+    from app.models.pair_memory import TrialResult
+    from ui.pairing.align_card import card_title
+
+    before = TrialResult(0.11, 0.99, 1.0, 117, 1.0, low=0.97, high=1.02)
+    after = TrialResult(0.34, 1.18, 1.4, 117, 1.0, low=1.15, high=1.22)
+    assert card_title([0.0, 0.68], before, after) == (
+        "Aligned draft — agrees 0% → 68%; accepts 11% → 34%, 1.0x (0.97-1.02) → 1.2x (1.15-1.22) here")
+
+
 def test_the_target_alone_is_timed_as_answers_run_with_the_job_paused_or_beside_it(window, fake_cli):
     """The side panel's yardstick, the target alone, was timed while the job trained even where
     answers run with it paused: the speedup shown was about 3x too high on the demo."""

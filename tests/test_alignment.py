@@ -225,6 +225,24 @@ def test_the_runner_pairs_an_aligned_head_by_its_choice_or_dropped_as_a_draft_fo
         assert "mtp" in {e.source for e in spec if isinstance(e, Round) and e.drafted}  # the head drafted
 
 
+def test_the_memory_check_counts_the_rows_the_draft_vocabulary_holds(head, tiny_pair):
+    """The copies of the target head's rows the subset drafts from (its fixed part and, at most,
+    DRAFT_VOCAB_EXTRA of the conversation's tokens) are memory the pair needs beside the target."""
+    from app.models.aligned_head import DRAFT_VOCAB_EXTRA, head_bytes
+    from app.runner import Runner
+
+    runner, estimates = Runner(), []
+    real_check = runner._check_memory
+    runner._check_memory = lambda models, *rest: (estimates.extend(models), real_check(models, *rest))[1]
+    runner.load(tiny_pair["target"], "torch", DraftChoice.head(str(head[0].folder)), progress=lambda m: None)
+    subset = runner.drafter.model.head.subset  # the head, with prompt lookup beside it
+    assert subset is not None
+    row = sum(t.element_size() * t.shape[-1] for t in subset.rows if t is not None and t.dim() == 2)
+    full = min(len(subset.fixed) + DRAFT_VOCAB_EXTRA, runner.target.vocab_size) * row  # every row it may hold
+    draft = next(e for e in estimates if e.name == "draft")
+    assert draft.weights - head_bytes(head[0].folder) * 2 >= full > 0
+
+
 def test_a_head_aligned_to_another_model_is_refused_before_anything_loads(head, tiny_pair, tmp_path):
     import shutil
 

@@ -112,8 +112,17 @@ def test_trial_results_are_kept_per_pair_and_a_damaged_file_is_set_aside(tmp_pat
     memory.set_trial("torch", "a", DraftChoice.model("b"), result)
     assert PairMemory(path).trial("torch", "a", DraftChoice.model("b")) == result
     assert PairMemory(path).trial("torch", "a", DraftChoice.model("c")) is None
-    assert result.summary() == "accepts 71%, about 2.1x faster here"
+    assert result.summary() == "accepts 71%, about 2.1x faster here"  # remembered before trials had a range
     assert "slower" in TrialResult(0.1, 0.8, 1.1, 10, 1.0).summary()
+    ranged = TrialResult(0.71, 2.14, 3.2, 120, 1.0, low=2.05, high=2.2)
+    memory.set_trial("torch", "a", DraftChoice.model("r"), ranged)
+    assert PairMemory(path).trial("torch", "a", DraftChoice.model("r")) == ranged
+    assert ranged.summary() == "accepts 71%, 2.1x faster here (2.05-2.20x)"
+    # a claim only where the whole range makes it
+    assert TrialResult(0.3, 1.08, 1.4, 80, 1.0, low=0.98, high=1.15).summary() == (
+        "accepts 30%, about as fast as the target alone here (0.98-1.15x)")
+    assert "slower" in TrialResult(0.1, 0.8, 1.1, 10, 1.0, low=0.75, high=0.9).summary()
+    assert "slower" not in TrialResult(0.1, 0.9, 1.1, 10, 1.0, low=0.85, high=0.97).summary()
     path.write_text("{not json")
     fresh = PairMemory(path)
     assert fresh.recent() == [] and list(tmp_path.glob("pairs.damaged-*"))

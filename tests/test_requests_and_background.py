@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from app.draft_choice import NO_DRAFT, PROMPT_LOOKUP, DraftChoice
+from app.draft_choice import NO_DRAFT, PAIR_DRAFT, PROMPT_LOOKUP, DraftChoice
 from app.engine.events import Finished, Round
-from app.pair_trial import TRIAL_PROMPTS, TrialProgress, run_trial
+from app.pair_trial import TRIAL_PASSES, TRIAL_PROMPTS, TrialProgress, run_trial
 from app.runner import CancelToken, ChatRequest, Runner
 from tests.test_pairing_and_runner import _padded_copy
 
@@ -68,9 +68,32 @@ def test_the_trial_gives_way_and_resumes_from_the_next_prompt(runner):
         result = run_trial(runner, lambda: wanted[0], progress=progress)
     finally:
         runner.chat = chat
-    assert result is not None and not progress.gave_way and progress.done == len(TRIAL_PROMPTS)
-    assert calls == [p for p in TRIAL_PROMPTS[1:] for _ in range(2)]  # resumed, nothing repeated
-    assert result.tokens == progress.spec_n and result.speedup > 0  # all three prompts count
+    assert result is not None and not progress.gave_way and progress.done == len(TRIAL_PROMPTS) * TRIAL_PASSES
+    # resumed, nothing repeated: the first pass's other prompts, then every prompt again
+    assert calls == [p for p in TRIAL_PROMPTS[1:] + TRIAL_PROMPTS * (TRIAL_PASSES - 1) for _ in range(2)]
+    assert result.tokens == progress.spec_n and result.speedup > 0  # every run counts
+    each = progress.speedups()
+    assert len(each) == TRIAL_PASSES and result.low == min(each + [result.speedup])
+    assert result.high == max(each + [result.speedup]) and result.low <= result.speedup <= result.high
+
+
+def test_the_trials_second_pass_runs_speculation_first(runner):
+    """Each side runs first in one of the passes, so neither is always the warm one."""
+    sides = []
+    chat = runner.chat
+
+    def recording_chat(request):
+        sides.append((request.messages[0]["content"], request.drafter))
+        return chat(request)
+
+    runner.chat = recording_chat
+    try:
+        result = run_trial(runner, prompts=TRIAL_PROMPTS[:1], tokens=8)
+    finally:
+        runner.chat = chat
+    first = TRIAL_PROMPTS[0]
+    assert sides == [(first, NO_DRAFT), (first, PAIR_DRAFT), (first, PAIR_DRAFT), (first, NO_DRAFT)][:2 * TRIAL_PASSES]
+    assert result is not None and result.low is not None and result.low <= result.high
 
 
 def test_a_timing_that_gives_way_yields_no_sample(runner):

@@ -43,8 +43,9 @@ def test_the_shipped_head_drafts_tokens_the_demo_takes_and_the_answer_stays_the_
     assert before < 0.01 < 0.3 < after  # as measured when it was made, on held-out answers
 
 
-def _trial(speedup: float) -> TrialResult:
-    return TrialResult(acceptance=0.5, speedup=speedup, tokens_per_pass=1.5, tokens=100, measured_at=1.0)
+def _trial(speedup: float, low: float | None = None, high: float | None = None) -> TrialResult:
+    return TrialResult(acceptance=0.5, speedup=speedup, tokens_per_pass=1.5, tokens=100, measured_at=1.0,
+                       low=low, high=high)
 
 
 def test_auto_drafts_the_demo_with_the_head_only_where_its_trial_measured_faster(tmp_path):
@@ -63,6 +64,20 @@ def test_auto_drafts_the_demo_with_the_head_only_where_its_trial_measured_faster
     assert demo_draft("demo", "torch", "float32", memory=memory) != head  # the float32 reference keeps its int4 copy
     assert demo_draft("demo", "mlx", memory=memory) != head
     assert demo_draft("demo", "torch", memory=memory, measured=False) == PROMPT_LOOKUP
+
+
+@pytest.mark.parametrize("head_range, lookup_range, picks_head", [
+    ((1.45, 1.55), (1.30, 1.40), True),  # the head's whole range above lookup's
+    ((1.38, 1.62), (1.30, 1.40), False),  # 7% ahead on the figures, but the ranges overlap
+    ((1.60, 1.70), (1.30, 1.65), False),  # lookup's range reaches the head's
+])
+def test_with_ranged_trials_auto_takes_the_head_only_where_its_range_clears_lookups(
+        tmp_path, head_range, lookup_range, picks_head):
+    head = demo_head()
+    memory = PairMemory(tmp_path / "pairs.json")
+    memory.set_trial("torch", "demo", head, _trial(sum(head_range) / 2, *head_range))
+    memory.set_trial("torch", "demo", PROMPT_LOOKUP, _trial(sum(lookup_range) / 2, *lookup_range))
+    assert (demo_draft("demo", "torch", memory=memory) == head) == picks_head
 
 
 @pytest.mark.parametrize("target, backend, offered", [("demo", "torch", True), ("demo", "mlx", False),

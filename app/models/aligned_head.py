@@ -74,6 +74,17 @@ def head_bytes(folder: str | Path) -> int:
                if key != "__metadata__" and isinstance(info, dict))
 
 
+def subset_bytes(vocab: list[int] | None, text_config: dict) -> int:
+    """At most what drafting from `vocab` holds beside the target (app/engine/backends/
+    subset_head_*.py): copies of the target head's rows for the vocabulary and up to
+    DRAFT_VOCAB_EXTRA of the conversation's tokens, counted at float32, the widest a head's rows
+    are kept at (a screened head's are int8, a bfloat16 target's half this)."""
+    if not vocab:
+        return 0
+    rows = min(len(vocab) + DRAFT_VOCAB_EXTRA, int(text_config.get("vocab_size", 2 ** 31)))
+    return rows * int(text_config.get("hidden_size", 0)) * 4
+
+
 def draft_vocab(folder: str | Path, vocab_size: int) -> list[int] | None:
     """The token ids the head drafts from (ascending, each below `vocab_size`), or None where the
     folder has no draft vocabulary (it drafts over the whole vocabulary). A damaged file is a

@@ -31,9 +31,10 @@ DEMO_VARIANTS = ("mlx", "mlx-4bit")
 # the float32 conversion with the int4 copy of the same weights. "demo:float32" is PyTorch's
 # float32 reference with that int4 self-draft: the pair the self-test and exactness checks run on.
 DEMO_REFERENCE = "demo:float32"
-# The head must beat prompt lookup's trial by this much before "auto" drafts with it: a pair trial
-# is a few prompts (two trials of the same pair here differ by a few percent), and lookup costs
-# neither memory nor a pass per token, so a tie keeps lookup.
+# The head must beat prompt lookup's trial before "auto" drafts with it: where both trials have
+# their range (app/pair_trial.py), the head's whole range must lie above lookup's; where one was
+# remembered without it, the head's figure must beat lookup's by this margin. Lookup costs neither
+# memory nor a pass per token, so a tie keeps lookup.
 HEAD_MARGIN = 1.05
 DEMO_DRAFT = DraftChoice.self_draft("int4")  # the reference's draft, and MLX's
 DEMO_SPECS = ("demo", DEMO_REFERENCE)
@@ -42,9 +43,9 @@ DEMO_SPECS = ("demo", DEMO_REFERENCE)
 def demo_draft(spec: str, backend: str, precision: str = "auto", memory=None, measured: bool = True) -> DraftChoice:
     """What "auto" drafts the demo with (see DEMO_REFERENCE); on PyTorch's GGUF the shipped aligned
     head (with prompt lookup beside it) where this computer's pair trials measured it faster than
-    prompt lookup alone, by HEAD_MARGIN. The bench measured the head with lookup 4% ahead of lookup
-    alone here (1.71x and 1.64x), inside a pair trial's spread, so lookup, which costs no memory,
-    stays the default until trials say otherwise. `measured=False`:
+    prompt lookup alone, beyond both trials' ranges (HEAD_MARGIN for a trial without one). The
+    bench measured the head with lookup 4% ahead of lookup alone here (1.71x and 1.64x), inside a
+    pair trial's spread, so lookup, which costs no memory, stays the default until trials say otherwise. `measured=False`:
     without reading the trials (the default as named in menus)."""
     fast = spec == "demo" and backend == "torch" and precision in ("auto", "gguf")
     if not fast:
@@ -63,7 +64,11 @@ def _head_measured_faster(backend: str, head: DraftChoice, memory) -> bool:
     # prompt lookup's own trial; else the one "auto" had while it meant prompt lookup (it is not
     # measured again once "auto" means the head, so the comparison stays put)
     lookup = memory.trial(backend, "demo", PROMPT_LOOKUP) or memory.trial(backend, "demo", AUTO_DRAFT)
-    return with_head is not None and lookup is not None and with_head.speedup > HEAD_MARGIN * lookup.speedup
+    if with_head is None or lookup is None:
+        return False
+    if None not in (with_head.low, lookup.high):
+        return with_head.low > lookup.high
+    return with_head.speedup > HEAD_MARGIN * lookup.speedup
 
 
 def demo_head_dir() -> Path:

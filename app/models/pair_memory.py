@@ -30,11 +30,26 @@ class TrialResult:
     tokens_per_pass: float
     tokens: int  # new tokens per run, summed over the prompts
     measured_at: float  # time.time()
+    low: float | None = None  # the speedup's range over the trial's passes (app/pair_trial.py);
+    high: float | None = None  # None in a trial remembered from before trials had one
+
+    def range(self) -> tuple[float, float]:
+        """(low, high): the passes' spread, or the figure alone where none was measured."""
+        return (self.speedup if self.low is None else self.low, self.speedup if self.high is None else self.high)
 
     def summary(self) -> str:
-        faster = f"about {self.speedup:.1f}x faster here" if self.speedup >= 1.05 else (
-            "about as fast as the target alone here" if self.speedup >= 0.95
-            else f"{self.speedup:.2f}x: slower than the target alone here")
+        """"accepts 71%, 2.1x faster here (2.0-2.2x)": faster or slower only where the whole range
+        says so, else about as fast."""
+        low, high = self.range()
+        ranged = self.low is not None and self.high is not None
+        if low >= 1.05:
+            faster = f"{'' if ranged else 'about '}{self.speedup:.1f}x faster here"
+        elif high < 0.95:
+            faster = f"{self.speedup:.2f}x: slower than the target alone here"
+        else:
+            faster = "about as fast as the target alone here"
+        if ranged:
+            faster += f" ({low:.2f}-{high:.2f}x)"
         return f"accepts {self.acceptance:.0%}, {faster}"
 
 
@@ -156,8 +171,11 @@ class PairMemory:
         except TypeError:  # written by another version
             return None
         numbers = [getattr(result, name) for name in TrialResult.__dataclass_fields__]
-        if not all(isinstance(n, (int, float)) and not isinstance(n, bool) and math.isfinite(n) for n in numbers):
+        if not all(n is None and name in ("low", "high") or isinstance(n, (int, float)) and not isinstance(n, bool)
+                   and math.isfinite(n) for name, n in zip(TrialResult.__dataclass_fields__, numbers, strict=True)):
             return None  # hand-edited or damaged: measured again on the next load
+        if (result.low is None) != (result.high is None) or result.low is not None and result.low > result.high:
+            return None
         return result
 
     def set_trial(self, backend: str, target: str, draft: DraftChoice, result: TrialResult) -> str | None:

@@ -36,7 +36,8 @@ def as_trial(value) -> TrialResult | None:
 
 
 def card_title(agreement, before: TrialResult | None, after: TrialResult | None) -> str:
-    """"Aligned draft — agrees 0% → 48%; accepts 31% → 64%, 0.9x → 1.5x here"."""
+    """"Aligned draft — agrees 0% → 48%; accepts 31% → 64%, 0.9x (0.85-0.95) → 1.5x (1.4-1.6) here",
+    each speedup with its trial's range where the trial measured one."""
     figures = list(agreement or [])
     line = "Aligned draft"
     if len(figures) == 2:
@@ -45,8 +46,15 @@ def card_title(agreement, before: TrialResult | None, after: TrialResult | None)
         # two decimals where one would show a difference as none ("1.0x → 1.0x", yet slower)
         digits = 2 if f"{before.speedup:.1f}" == f"{after.speedup:.1f}" and before.speedup != after.speedup else 1
         line += (f"; accepts {before.acceptance:.0%} → {after.acceptance:.0%}, "
-                 f"{before.speedup:.{digits}f}x → {after.speedup:.{digits}f}x here")
+                 f"{_speedup(before, digits)} → {_speedup(after, digits)} here")
     return line
+
+
+def _speedup(trial: TrialResult, digits: int) -> str:
+    text = f"{trial.speedup:.{digits}f}x"
+    if trial.low is not None and trial.high is not None:
+        text += f" ({trial.low:.2f}-{trial.high:.2f})"
+    return text
 
 
 def measured_faster(before: TrialResult | None, after: TrialResult | None) -> bool:

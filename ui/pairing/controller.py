@@ -40,7 +40,7 @@ class PairController(QObject):
     request_trial = Signal(object)  # PairRequest just loaded: measure it
     error = Signal(str)  # a message for a banner; the pair in use is untouched
     info = Signal(str)  # something to know, not wrong (a download cancelled, a fallback)
-    trial_shown = Signal(str)  # the Draft slot's detail line: "accepts 71%, about 2.1x faster here"
+    trial_shown = Signal(str)  # the Draft slot's detail line: "accepts 71%, 2.1x faster here (2.0-2.2x)"
 
     def __init__(self, strip: DownloadStrip, backend: str = "", memory: PairMemory | None = None,
                  ask_token: Callable[[str, str], str | None] = lambda repo, why: None,

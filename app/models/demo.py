@@ -45,8 +45,8 @@ def demo_draft(spec: str, backend: str, precision: str = "auto", memory=None, me
     head (with prompt lookup beside it) where this computer's pair trials measured it faster than
     prompt lookup alone, beyond both trials' ranges (HEAD_MARGIN for a trial without one). The
     bench measured the head with lookup 4% ahead of lookup alone here (1.71x and 1.64x), inside a
-    pair trial's spread, so lookup, which costs no memory, stays the default until trials say otherwise. `measured=False`:
-    without reading the trials (the default as named in menus)."""
+    pair trial's spread, so lookup, which costs no memory, stays the default until trials say
+    otherwise. `measured=False`: without reading the trials (the default as named in menus)."""
     fast = spec == "demo" and backend == "torch" and precision in ("auto", "gguf")
     if not fast:
         return DEMO_DRAFT

@@ -211,6 +211,9 @@ class TorchBackend(ModelBackend):
                 head = "bfloat16 head"
             self.precision = f"int4 (g{GROUP_SIZE}, {head})"
         self.model.eval()
+        from app.models.attention_torch import use_on_cpu
+
+        use_on_cpu(self.model, self._device)  # verify passes without copying the KV cache (attention_torch.py)
         self.device = str(self._device)
         self.device_note = cpu_fallback_reason() if self._device.type == "cpu" else ""
         self.threads = torch.get_num_threads()  # what a comparison run beside it should use

@@ -44,7 +44,7 @@ def demo_draft(spec: str, backend: str, precision: str = "auto", memory=None, me
     """What "auto" drafts the demo with (see DEMO_REFERENCE); on PyTorch's GGUF the shipped aligned
     head (with prompt lookup beside it) where this computer's pair trials measured it faster than
     prompt lookup alone, beyond both trials' ranges (HEAD_MARGIN for a trial without one). The
-    bench measured the head with lookup 4% ahead of lookup alone here (1.71x and 1.64x), inside a
+    bench measured the head with lookup 4-8% ahead of lookup alone here (1.71x, 1.77x: 1.64x), inside a
     pair trial's spread, so lookup, which costs no memory, stays the default until trials say
     otherwise. `measured=False`: without reading the trials (the default as named in menus)."""
     fast = spec == "demo" and backend == "torch" and precision in ("auto", "gguf")

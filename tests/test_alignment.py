@@ -382,6 +382,15 @@ def test_tandem_cli_align_writes_the_draft_and_remembers_the_pair(tiny_pair, cap
     assert f"--draft head:{folder}" in out
 
 
+def test_the_jobs_card_line_gives_each_speedup_with_its_trials_range_where_it_has_one():
+    from app.align.job import AlignResult
+
+    result = AlignResult(Path("x"), "head", 0.0, 0.68, 100, 10, 1000, 5, 1.0,
+                         trial_before={"acceptance": 0.11, "speedup": 0.99, "low": 0.97, "high": 1.02},
+                         trial_after={"acceptance": 0.34, "speedup": 1.18})  # a trial remembered without one
+    assert result.card() == "agrees 0% -> 68%; accepts 11% -> 34%, 1.0x (0.97-1.02) -> 1.2x here"
+
+
 
 @pytest.mark.parametrize("flag, word", [("--batch", "answer"), ("--prompts", "prompt"), ("--steps", "step"),
                                         ("--max-tokens", "token"), ("--threads", "thread"),

@@ -147,3 +147,27 @@ def test_the_conversations_tokens_join_the_subset_until_a_new_conversation(tiny_
         monkeypatch.setattr(subset_head_torch, "EXTRA", 2)  # no more than EXTRA beyond the fixed part
         subset.add([10, 11, 12, 13])
         assert torch.isfinite(subset(hidden)).sum() == 5
+
+
+def test_the_conversations_rows_are_written_in_place_as_they_come(tiny_pair, tiny_q4):
+    """A round's new tokens are written into buffers that double, not the rows already held
+    copied again at every round (for a wide head, tens of MB a round)."""
+    from app.engine.backends.subset_head_torch import GROWTH_FLOOR, SubsetHead
+    from app.engine.backends.torch_backend import TorchBackend
+
+    hidden = torch.randn(64, generator=torch.Generator().manual_seed(5))
+    for folder, precision in ((tiny_pair["target"], "auto"), (tiny_q4[0], "gguf")):
+        backend = TorchBackend(folder, precision=precision)
+        head = backend.model.get_output_embeddings()
+        subset = SubsetHead(head, [1, 2], backend.vocab_limit)
+        buffers = set()
+        said = list(range(100, 100 + GROWTH_FLOOR + 300))
+        with torch.inference_mode():
+            for i in range(0, len(said), 3):  # a few new tokens a round
+                subset.add(said[i:i + 3])
+                buffers.add(subset.extra_rows[0].data_ptr())
+            logits = subset(hidden)
+            reference = SubsetHead(head, [1, 2, *said], backend.vocab_limit)(hidden)
+        assert len(buffers) <= 3  # 256 rows, then 2x what was held: not one buffer per round
+        assert torch.isfinite(logits).sum() == 2 + len(said)
+        torch.testing.assert_close(logits, reference)  # the same logits as a subset holding them all

@@ -93,8 +93,16 @@ class AlignResult:
         line = f"agrees {self.agreement_before:.0%} -> {self.agreement_after:.0%}"
         if self.trial_before and self.trial_after:
             line += (f"; accepts {self.trial_before['acceptance']:.0%} -> {self.trial_after['acceptance']:.0%}, "
-                     f"{self.trial_before['speedup']:.1f}x -> {self.trial_after['speedup']:.1f}x here")
+                     f"{_speedup(self.trial_before)} -> {_speedup(self.trial_after)} here")
         return line
+
+
+def _speedup(trial: dict) -> str:
+    """"1.2x", with the trial's range where it measured one: "1.2x (1.15-1.22)"."""
+    text = f"{trial['speedup']:.1f}x"
+    if trial.get("low") is not None and trial.get("high") is not None:
+        text += f" ({trial['low']:.2f}-{trial['high']:.2f})"
+    return text
 
 
 def split(sequences: list, prompts: list[str], seed: int) -> tuple[list, list]:

@@ -99,9 +99,12 @@ def run_trial(runner: Runner, cancelled: Callable[[], bool] = lambda: False,
     if not (p.alone_s and p.spec_s and p.alone_n and p.spec_n):
         return None
     speedup = (p.spec_n / p.spec_s) / (p.alone_n / p.alone_s)
-    each = p.speedups() + [speedup]  # and the whole trial's own, so the figure lies within its range
+    each = p.speedups()
+    if len(each) == TRIAL_PASSES:  # a pass that measured nothing gives no range, not a narrow one
+        each.append(speedup)  # and the whole trial's own, so the figure lies within its range
+    low, high = (min(each), max(each)) if len(each) > TRIAL_PASSES else (None, None)
     return TrialResult(
         acceptance=p.accepted / p.drafted if p.drafted else 0.0,
         speedup=speedup,
         tokens_per_pass=p.spec_n / p.rounds if p.rounds else 0.0,
-        tokens=p.spec_n, measured_at=time.time(), low=min(each), high=max(each))
+        tokens=p.spec_n, measured_at=time.time(), low=low, high=high)

@@ -242,7 +242,7 @@ def test_the_card_shows_each_speedup_with_its_trials_range():
     before = TrialResult(0.11, 0.99, 1.0, 117, 1.0, low=0.97, high=1.02)
     after = TrialResult(0.34, 1.18, 1.4, 117, 1.0, low=1.15, high=1.22)
     assert card_title([0.0, 0.68], before, after) == (
-        "Aligned draft — agrees 0% → 68%; accepts 11% → 34%, 1.0x (0.97-1.02) → 1.2x (1.15-1.22) here")
+        "Aligned draft — agrees 0% → 68%; accepts 11% → 34%, 1.0x (0.97-1.02x) → 1.2x (1.15-1.22x) here")
 
 
 def test_the_target_alone_is_timed_as_answers_run_with_the_job_paused_or_beside_it(window, fake_cli):

@@ -9,7 +9,7 @@ import torch
 import transformers.integrations.sdpa_attention as sdpa
 
 from app.engine.backends.torch_backend import TorchBackend
-from app.models.attention_torch import NAME, use_on_cpu
+from app.models.attention_torch import BRANCHES_ON_SDPA, NAME, use_on_cpu
 
 
 @pytest.fixture
@@ -56,3 +56,31 @@ def test_only_a_cpu_model_on_sdpa_is_switched(tiny_pair):
     backend.model.set_attn_implementation("sdpa")
     assert not use_on_cpu(backend.model, torch.device("cuda"))  # CUDA's fast kernels take no mask with GQA
     assert backend.model.config._attn_implementation == "sdpa"
+
+
+def test_the_families_left_alone_are_those_whose_code_branches_on_the_name_sdpa():
+    """A model whose own code compares its attention's name with "sdpa" (Gemma 4 trims its input
+    before its KV-shared layers only then) would behave differently under another name."""
+    import re
+    from pathlib import Path
+
+    import transformers
+
+    compared = re.compile(r"""_attn_implementation\s*(?:==|!=)\s*["']sdpa["']"""
+                          r"""|_attn_implementation\s+(?:not\s+)?in\s*[(\[{][^)\]}]*["']sdpa["']""")
+    models = Path(transformers.__file__).parent / "models"
+    found = {folder.name for folder in models.iterdir() if folder.is_dir()
+             and any(compared.search(f.read_text(encoding="utf-8")) for f in folder.glob("modeling_*.py"))}
+    assert "gemma4" in found  # the scan finds what it is for
+    assert found == BRANCHES_ON_SDPA
+
+
+def test_a_family_that_branches_on_the_name_keeps_it(tiny_pair, monkeypatch):
+    import app.models.attention_torch as attention
+
+    backend = TorchBackend(tiny_pair["target"], device="cpu")
+    backend.model.set_attn_implementation("sdpa")
+    monkeypatch.setattr(attention, "BRANCHES_ON_SDPA", frozenset({"llama"}))
+    assert not use_on_cpu(backend.model, torch.device("cpu")) and backend.model.config._attn_implementation == "sdpa"
+    monkeypatch.setattr(attention, "BRANCHES_ON_SDPA", frozenset())
+    assert use_on_cpu(backend.model, torch.device("cpu")) and backend.model.config._attn_implementation == NAME

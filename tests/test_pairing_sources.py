@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 
 import pytest
 
 from app.draft_choice import AUTO_DRAFT, DraftChoice, DraftKind
 from app.models.catalog import DEMO_PAIR, load_catalog
 from app.models.errors import ModelFileError
-from app.models.pair_memory import MAX_RECENT, PairMemory, TrialResult
+from app.models.pair_memory import MAX_RECENT, PairMemory, TrialResult, read_trial
 from app.models.sources import classify, drag_verdict
 
 
@@ -123,6 +124,16 @@ def test_trial_results_are_kept_per_pair_and_a_damaged_file_is_set_aside(tmp_pat
         "accepts 30%, about as fast as the target alone here (0.98-1.15x)")
     assert "slower" in TrialResult(0.1, 0.8, 1.1, 10, 1.0, low=0.75, high=0.9).summary()
     assert "slower" not in TrialResult(0.1, 0.9, 1.1, 10, 1.0, low=0.85, high=0.97).summary()
+    # an alignment's trials are read as carefully: a damaged one is none, not a crash in the card
+    memory.set_alignment("torch", "a", DraftChoice.model("r"), DraftChoice.model("b"), result, ranged, (0.1, 0.5))
+    data = json.loads(path.read_text())
+    entry = next(iter(data["alignments"].values()))
+    entry["after"]["low"], entry["before"]["high"] = "x", 3.0  # not a number; half a range
+    path.write_text(json.dumps(data))
+    found = PairMemory(path).alignment("torch", "a")
+    assert found is not None and found["before"] is None and found["after"] is None
+    assert read_trial({**asdict(ranged), "low": 2.3}) is None  # upside down
+    assert read_trial({**asdict(ranged), "extra": 1}) is None and read_trial(asdict(ranged)) == ranged
     path.write_text("{not json")
     fresh = PairMemory(path)
     assert fresh.recent() == [] and list(tmp_path.glob("pairs.damaged-*"))

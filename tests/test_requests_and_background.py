@@ -96,6 +96,21 @@ def test_the_trials_second_pass_runs_speculation_first(runner):
     assert result is not None and result.low is not None and result.low <= result.high
 
 
+def test_a_pass_that_measured_nothing_gives_no_range():
+    """A range from one pass (or the figure alone) would look measured and be narrow."""
+    from types import SimpleNamespace
+
+    done = len(TRIAL_PROMPTS) * TRIAL_PASSES  # every run measured, so nothing runs again
+    progress = TrialProgress(done=done, alone_s=1.0, alone_n=10, spec_s=0.5, spec_n=10, drafted=8, accepted=6,
+                             rounds=5, passes=[[1.0, 10, 0.5, 10], [0.0, 0, 0.0, 0]])
+    result = run_trial(SimpleNamespace(loaded=True, drafter=True), progress=progress)
+    assert result is not None and result.speedup == pytest.approx(2.0)
+    assert result.low is None and result.high is None and "about 2.0x faster" in result.summary()
+    progress.passes[1] = [1.0, 10, 0.4, 10]
+    result = run_trial(SimpleNamespace(loaded=True, drafter=True), progress=progress)
+    assert (result.low, result.high) == (pytest.approx(2.0), pytest.approx(2.5))
+
+
 def test_a_timing_that_gives_way_yields_no_sample(runner):
     assert runner.time_target_alone(ASK, tokens=8, cancelled=lambda: True) is None
     seconds, context = runner.time_target_alone(ASK, tokens=8)

@@ -98,10 +98,10 @@ class AlignResult:
 
 
 def _speedup(trial: dict) -> str:
-    """"1.2x", with the trial's range where it measured one: "1.2x (1.15-1.22)"."""
+    """"1.2x", with the trial's range where it measured one: "1.2x (1.15-1.22x)"."""
     text = f"{trial['speedup']:.1f}x"
     if trial.get("low") is not None and trial.get("high") is not None:
-        text += f" ({trial['low']:.2f}-{trial['high']:.2f})"
+        text += f" ({trial['low']:.2f}-{trial['high']:.2f}x)"
     return text
 
 

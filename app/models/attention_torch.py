@@ -40,12 +40,33 @@ AttentionMaskInterface.register(NAME, sdpa_mask)  # the masks SDPA takes
 
 
 def use_on_cpu(model: torch.nn.Module, device: torch.device) -> bool:
-    """Route a CPU model that attends through SDPA here; True where it now does."""
+    """Route a CPU text model that attends through SDPA here; True where it now does. Left as it is:
+    a model with sub-models (a vision or audio tower has its own reasons for its attention), and
+    one whose code branches on the name "sdpa" (Gemma 4 trims its input before its KV-shared
+    layers only under that name; Falcon, GLM-5 Next), which a new name would change."""
     config = getattr(model, "config", None)
-    if device.type != "cpu" or getattr(config, "_attn_implementation", None) != "sdpa":
+    if (device.type != "cpu" or getattr(config, "_attn_implementation", None) != "sdpa"
+            or getattr(config, "sub_configs", None) or _branches_on_sdpa(model)):
         return False
     try:
         model.set_attn_implementation(NAME)
     except (ValueError, AttributeError):  # a model that cannot switch keeps transformers' own
+        config._attn_implementation_internal = "sdpa"
         return False
     return model.config._attn_implementation == NAME
+
+
+# transformers' model families whose code branches on the name "sdpa" (transformers 5.24;
+# tests/test_attention_torch.py scans the installed transformers and fails when this list is behind)
+BRANCHES_ON_SDPA = frozenset({
+    "axk2", "deepseek_v32", "dots3_note", "falcon", "gemma4", "gemma4_unified", "glm5_next", "glm_moe_dsa",
+    "hy_v4", "hy_v4_vl", "minimax_m3_vl", "mistral_large4"})
+
+
+def _branches_on_sdpa(model: torch.nn.Module) -> bool:
+    """By the family of its modules' code (a frozen app has the module names, not the sources)."""
+    for module in {type(m).__module__ for m in (model, *model.children())}:
+        parts = module.split(".")
+        if len(parts) > 2 and parts[:2] == ["transformers", "models"] and parts[2] in BRANCHES_ON_SDPA:
+            return True
+    return False

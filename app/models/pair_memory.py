@@ -53,6 +53,26 @@ class TrialResult:
         return f"accepts {self.acceptance:.0%}, {faster}"
 
 
+def read_trial(found) -> TrialResult | None:
+    """A trial as stored (pairs.json, the align job's JSON), or None where it is not one: another
+    version's fields, a number that is not one, half a range or one upside down (hand-edited or
+    damaged: measured again on the next load)."""
+    if not isinstance(found, dict):
+        return None
+    try:
+        result = TrialResult(**found)
+    except TypeError:
+        return None
+    fields = TrialResult.__dataclass_fields__
+    if not all(value is None and name in ("low", "high") or isinstance(value, (int, float))
+               and not isinstance(value, bool) and math.isfinite(value)
+               for name, value in ((name, getattr(result, name)) for name in fields)):
+        return None
+    if (result.low is None) != (result.high is None) or result.low is not None and result.low > result.high:
+        return None
+    return result
+
+
 MIN_CONTEXT = 256  # the least context the window offers: a message and an answer of some length
 
 
@@ -166,17 +186,7 @@ class PairMemory:
         found = self._data["trials"].get(pair_key(backend, target, draft))
         if not isinstance(found, dict):
             return None
-        try:
-            result = TrialResult(**found)
-        except TypeError:  # written by another version
-            return None
-        numbers = [getattr(result, name) for name in TrialResult.__dataclass_fields__]
-        if not all(n is None and name in ("low", "high") or isinstance(n, (int, float)) and not isinstance(n, bool)
-                   and math.isfinite(n) for name, n in zip(TrialResult.__dataclass_fields__, numbers, strict=True)):
-            return None  # hand-edited or damaged: measured again on the next load
-        if (result.low is None) != (result.high is None) or result.low is not None and result.low > result.high:
-            return None
-        return result
+        return read_trial(found)
 
     def set_trial(self, backend: str, target: str, draft: DraftChoice, result: TrialResult) -> str | None:
         """None once saved, else why it could not be (see _write)."""
@@ -190,12 +200,7 @@ class PairMemory:
         found = self._data["alignments"].get(alignment_key(backend, target))
         if not _alignment_entry(found):
             return None
-        trials = {}
-        for side in ("before", "after"):
-            try:
-                trials[side] = TrialResult(**found[side]) if isinstance(found.get(side), dict) else None
-            except TypeError:
-                trials[side] = None
+        trials = {side: read_trial(found.get(side)) for side in ("before", "after")}
         return {"aligned": DraftChoice.parse_loadable(found["aligned"]),
                 "original": DraftChoice.parse_loadable(found["original"]), **trials,
                 "agreement": list(found.get("agreement") or []), "active": bool(found.get("active", True))}

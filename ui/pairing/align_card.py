@@ -10,7 +10,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QCheckBox, QFrame, QGridLayout, QHBoxLayout, QLabel, QProgressBar, QPushButton,
                                QToolButton, QVBoxLayout, QWidget)
 
-from app.models.pair_memory import TrialResult
+from app.models.pair_memory import TrialResult, read_trial
 
 BAR_STEPS = 1000  # the bar's range: a fraction to a tenth of a percent
 
@@ -26,17 +26,14 @@ def eta_words(seconds: float | None) -> str:
 
 
 def as_trial(value) -> TrialResult | None:
-    """A trial as the job's JSON gives it (a dict), or as PairMemory does."""
+    """A trial as the job's JSON gives it (a dict), or as PairMemory does; None where it is not one."""
     if isinstance(value, TrialResult) or value is None:
         return value
-    try:
-        return TrialResult(**value)
-    except TypeError:
-        return None
+    return read_trial(value)
 
 
 def card_title(agreement, before: TrialResult | None, after: TrialResult | None) -> str:
-    """"Aligned draft — agrees 0% → 48%; accepts 31% → 64%, 0.9x (0.85-0.95) → 1.5x (1.4-1.6) here",
+    """"Aligned draft — agrees 0% → 48%; accepts 31% → 64%, 0.9x (0.85-0.95x) → 1.5x (1.40-1.60x) here",
     each speedup with its trial's range where the trial measured one."""
     figures = list(agreement or [])
     line = "Aligned draft"
@@ -53,7 +50,7 @@ def card_title(agreement, before: TrialResult | None, after: TrialResult | None)
 def _speedup(trial: TrialResult, digits: int) -> str:
     text = f"{trial.speedup:.{digits}f}x"
     if trial.low is not None and trial.high is not None:
-        text += f" ({trial.low:.2f}-{trial.high:.2f})"
+        text += f" ({trial.low:.2f}-{trial.high:.2f}x)"
     return text
 
 

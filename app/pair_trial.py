@@ -38,10 +38,6 @@ class TrialProgress:
     so each ratio compares like with like)."""
 
     done: int = 0  # prompt runs measured, both sides (len(prompts) * TRIAL_PASSES in all)
-    alone_s: float = 0.0
-    alone_n: int = 0
-    spec_s: float = 0.0
-    spec_n: int = 0
     drafted: int = 0
     accepted: int = 0
     rounds: int = 0
@@ -51,6 +47,14 @@ class TrialProgress:
     def speedups(self) -> list[float]:
         """The speedup of each pass measured so far."""
         return [(sn / ss) / (an / a_s) for a_s, an, ss, sn in self.passes if a_s and an and ss and sn]
+
+    def _total(self, column: int) -> float:
+        return sum(row[column] for row in self.passes)
+
+    alone_s = property(lambda self: self._total(0))
+    alone_n = property(lambda self: int(self._total(1)))
+    spec_s = property(lambda self: self._total(2))
+    spec_n = property(lambda self: int(self._total(3)))
 
 
 def run_trial(runner: Runner, cancelled: Callable[[], bool] = lambda: False,
@@ -87,10 +91,6 @@ def run_trial(runner: Runner, cancelled: Callable[[], bool] = lambda: False,
             progress.passes.append([0.0, 0, 0.0, 0])
         for i, value in enumerate((alone.decode_s, alone.decode_tokens, spec.decode_s, spec.decode_tokens)):
             progress.passes[number][i] += value
-        progress.alone_s += alone.decode_s
-        progress.alone_n += alone.decode_tokens
-        progress.spec_s += spec.decode_s
-        progress.spec_n += spec.decode_tokens
         progress.drafted += spec.drafted
         progress.accepted += spec.accepted
         progress.rounds += spec.rounds

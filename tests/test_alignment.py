@@ -386,8 +386,10 @@ def test_the_jobs_card_line_gives_each_speedup_with_its_trials_range_where_it_ha
     from app.align.job import AlignResult
 
     result = AlignResult(Path("x"), "head", 0.0, 0.68, 100, 10, 1000, 5, 1.0,
-                         trial_before={"acceptance": 0.11, "speedup": 0.99, "low": 0.97, "high": 1.02},
-                         trial_after={"acceptance": 0.34, "speedup": 1.18})  # a trial remembered without one
+                         trial_before={"acceptance": 0.11, "speedup": 0.99, "tokens_per_pass": 1.0, "tokens": 117,
+                                       "measured_at": 1.0, "low": 0.97, "high": 1.02},
+                         trial_after={"acceptance": 0.34, "speedup": 1.18, "tokens_per_pass": 1.4, "tokens": 117,
+                                      "measured_at": 1.0})  # a trial remembered without one
     assert result.card() == "agrees 0% -> 68%; accepts 11% -> 34%, 1.0x (0.97-1.02x) -> 1.2x here"
 
 

@@ -101,8 +101,7 @@ def test_a_pass_that_measured_nothing_gives_no_range():
     from types import SimpleNamespace
 
     done = len(TRIAL_PROMPTS) * TRIAL_PASSES  # every run measured, so nothing runs again
-    progress = TrialProgress(done=done, alone_s=1.0, alone_n=10, spec_s=0.5, spec_n=10, drafted=8, accepted=6,
-                             rounds=5, passes=[[1.0, 10, 0.5, 10], [0.0, 0, 0.0, 0]])
+    progress = TrialProgress(done=done, drafted=8, accepted=6, rounds=5, passes=[[1.0, 10, 0.5, 10], [0.0, 0, 0.0, 0]])
     result = run_trial(SimpleNamespace(loaded=True, drafter=True), progress=progress)
     assert result is not None and result.speedup == pytest.approx(2.0)
     assert result.low is None and result.high is None and "about 2.0x faster" in result.summary()

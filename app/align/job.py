@@ -90,19 +90,14 @@ class AlignResult:
 
     def card(self) -> str:
         """One line for the result card: "agrees 12% -> 64%; accepts 31% -> 64%, 0.9x -> 1.5x here"."""
+        from app.models.pair_memory import read_trial
+
         line = f"agrees {self.agreement_before:.0%} -> {self.agreement_after:.0%}"
-        if self.trial_before and self.trial_after:
-            line += (f"; accepts {self.trial_before['acceptance']:.0%} -> {self.trial_after['acceptance']:.0%}, "
-                     f"{_speedup(self.trial_before)} -> {_speedup(self.trial_after)} here")
+        before, after = read_trial(self.trial_before), read_trial(self.trial_after)
+        if before and after:
+            line += (f"; accepts {before.acceptance:.0%} -> {after.acceptance:.0%}, "
+                     f"{before.figure()} -> {after.figure()} here")
         return line
-
-
-def _speedup(trial: dict) -> str:
-    """"1.2x", with the trial's range where it measured one: "1.2x (1.15-1.22x)"."""
-    text = f"{trial['speedup']:.1f}x"
-    if trial.get("low") is not None and trial.get("high") is not None:
-        text += f" ({trial['low']:.2f}-{trial['high']:.2f}x)"
-    return text
 
 
 def split(sequences: list, prompts: list[str], seed: int) -> tuple[list, list]:

@@ -37,6 +37,13 @@ class TrialResult:
         """(low, high): the passes' spread, or the figure alone where none was measured."""
         return (self.speedup if self.low is None else self.low, self.speedup if self.high is None else self.high)
 
+    def figure(self, digits: int = 1) -> str:
+        """"1.2x", with the range where the trial measured one: "1.2x (1.15-1.22x)"."""
+        return f"{self.speedup:.{digits}f}x{self._range_text()}"
+
+    def _range_text(self) -> str:
+        return "" if self.low is None or self.high is None else f" ({self.low:.2f}-{self.high:.2f}x)"
+
     def summary(self) -> str:
         """"accepts 71%, 2.1x faster here (2.0-2.2x)": faster or slower only where the whole range
         says so, else about as fast."""
@@ -48,9 +55,7 @@ class TrialResult:
             faster = f"{self.speedup:.2f}x: slower than the target alone here"
         else:
             faster = "about as fast as the target alone here"
-        if ranged:
-            faster += f" ({low:.2f}-{high:.2f}x)"
-        return f"accepts {self.acceptance:.0%}, {faster}"
+        return f"accepts {self.acceptance:.0%}, {faster}{self._range_text()}"
 
 
 def read_trial(found) -> TrialResult | None:

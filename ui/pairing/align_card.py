@@ -43,15 +43,8 @@ def card_title(agreement, before: TrialResult | None, after: TrialResult | None)
         # two decimals where one would show a difference as none ("1.0x → 1.0x", yet slower)
         digits = 2 if f"{before.speedup:.1f}" == f"{after.speedup:.1f}" and before.speedup != after.speedup else 1
         line += (f"; accepts {before.acceptance:.0%} → {after.acceptance:.0%}, "
-                 f"{_speedup(before, digits)} → {_speedup(after, digits)} here")
+                 f"{before.figure(digits)} → {after.figure(digits)} here")
     return line
-
-
-def _speedup(trial: TrialResult, digits: int) -> str:
-    text = f"{trial.speedup:.{digits}f}x"
-    if trial.low is not None and trial.high is not None:
-        text += f" ({trial.low:.2f}-{trial.high:.2f}x)"
-    return text
 
 
 def measured_faster(before: TrialResult | None, after: TrialResult | None) -> bool:

@@ -14,8 +14,11 @@ from transformers.cache_utils import DynamicCache
 from app.engine.backends.base import ModelBackend, Verdict, entropy_seed
 from app.engine.backends.compile_torch import (StepCache, agree, compile_layers, decide, decoder_layers,
                                                uncompile_layers, warm_up)
+from app.engine.backends.cuda_graphs_torch import GraphedStep, HostIds
 from app.engine.backends.kv_cache_torch import block_grown_cache
 from app.engine.backends.layer_replay_torch import recurrent_mixers
+from app.engine.backends.lean_step_torch import LeanStep, why_not_lean
+from app.engine.backends.static_kv_torch import StaticKV
 from app.engine.backends.torch_cache import STATE_REPLAYS, TorchCache
 from app.engine.sampling import SamplingParams
 from app.models.folder import check_model_folder, context_length_of
@@ -28,6 +31,13 @@ transformers_logging.disable_progress_bar()  # the window and the CLI report loa
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 # "auto": the weights' own; "gguf": an imported GGUF's own (4-bit tensors stay 4-bit)
 PRECISIONS = ("auto", *_DTYPES, "int4", "int4-bf16-head", "int4-head", "gguf")
+# How passes run (TorchBackend.step): the lean step where the model allows it, or transformers' forward
+STEPS = ("auto", "lean", "transformers")
+# How the lean step's decode and verify passes run: "auto", as captured CUDA graphs on a GPU (eager
+# elsewhere); "off", eagerly at their exact shapes; "static", eagerly at the graphs' bucketed static
+# shapes over a fixed KV buffer (the graphs' own code without capture: what the CPU tests run).
+GRAPH_MODES = ("auto", "off", "static")
+MAX_WIDTH = 32  # positions a fixed KV buffer keeps past the planned context for a pass's padding
 
 
 def pick_device() -> torch.device:
@@ -102,13 +112,14 @@ class DraftSteps:
 
     def pick(self, logits: torch.Tensor) -> torch.Tensor:
         """The token after `logits` (V,), as a 0-d tensor on the device."""
+        # indexing by a 0-d tensor would read it back to the host (a sync): gather keeps it there
         if self.params.greedy:
             token = torch.argmax(logits)
-            p = torch.softmax(logits, -1)[token]
+            p = torch.softmax(logits, -1).gather(0, token.view(1))[0]
         else:
             probs = probs_from_logits(logits, self.params)
             token = torch.multinomial(probs, 1, generator=self.generator)[0]
-            p = probs[token]
+            p = probs.gather(0, token.view(1))[0]
             self.rows.append(probs)
         self.tokens.append(token)
         self.p_of.append(p)
@@ -134,7 +145,7 @@ def greedy_verdict(logits: torch.Tensor, drafts: torch.Tensor):
     top = torch.argmax(logits, -1)  # (k+1,)
     n = (top[:k] == drafts).int().cumprod(0).sum()
     q = torch.softmax(logits[:k], -1).gather(1, drafts.view(k, 1))[:, 0]
-    return n, top[n], q
+    return n, top.gather(0, n.view(1))[0], q  # gather: no read of n back to the host
 
 
 def residual(q: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
@@ -168,7 +179,7 @@ class TorchBackend(ModelBackend):
 
     def __init__(self, folder: Path, device: str | None = None, precision: str = "auto",
                  compile: str = "off", progress: Callable[[str], None] | None = None,
-                 state_replay: str = "layers"):
+                 state_replay: str = "layers", step: str = "auto", graphs: str = "auto"):
         config = check_model_folder(folder)
         if state_replay not in STATE_REPLAYS:
             raise ValueError(f"unknown state replay {state_replay!r}; choose one of {', '.join(STATE_REPLAYS)}")
@@ -228,13 +239,66 @@ class TorchBackend(ModelBackend):
         self._generator.manual_seed(entropy_seed())  # never torch's fixed default seed
         self.compiled = False
         self._hidden_hook = self._hidden = None
+        self._want_hidden = False
         self._mixers: dict | None = None  # found at the first reset (layer_replay_torch.py)
-        self.reset()
+        self._host_ids = HostIds(self._device)
+        self._lean: LeanStep | None = None
+        self._graphs: GraphedStep | None = None
+        if graphs not in GRAPH_MODES:
+            raise ValueError(f"unknown graphs mode {graphs!r}; choose one of {', '.join(GRAPH_MODES)}")
+        self._graph_mode = graphs
         want, self.compile_note = decide(compile, self._device)
+        self.lean_note = why_not_lean(self.model)  # why transformers' own forward runs ("" where it does not)
+        self.graph_note = ""  # why passes on CUDA run eagerly
+        self.step = "transformers" if want else step  # compiling compiles transformers' forward
         if want:
             self.compile_note = self._compile(progress or (lambda message: None))
+            if not self.compiled and step != "transformers":
+                self.step = step  # compiling failed or disagreed: the lean step, eagerly
         self.dtype = self.precision = _with_compile_state(self.precision, self.compiled,
                                                           "" if compile == "off" else self.compile_note)
+        self._base_precision = self.precision
+        self.dtype = self.precision = self._with_step(self.precision)
+
+    @property
+    def step(self) -> str:
+        """How passes run: "lean" (lean_step_torch.py, replayed as CUDA graphs on a GPU) or
+        "transformers" (transformers' own forward); "auto" on setting picks lean where it can."""
+        return "lean" if self._lean is not None else "transformers"
+
+    @step.setter
+    def step(self, step: str) -> None:
+        if step not in STEPS:
+            raise ValueError(f"unknown step {step!r}; choose one of {', '.join(STEPS)}")
+        if step == "lean" and self.lean_note:
+            raise ValueError(f"the lean step cannot run this model: {self.lean_note}")
+        if step == "lean" and self.compiled:
+            raise ValueError("the lean step runs eagerly or as CUDA graphs, not with compiled layers")
+        lean = step != "transformers" and not self.lean_note and not self.compiled
+        self._lean = LeanStep(self.model) if lean else None
+        self._graphs, self.graph_note = None, ""
+        if self._device.type == "cuda" and not lean:
+            self.graph_note = f"no CUDA graphs: transformers' forward runs ({self.lean_note or 'asked'})"
+        elif self._device.type == "cuda" and self._graph_mode == "off":
+            self.graph_note = "no CUDA graphs: turned off"
+        self.cache = None  # a new kind of cache: never hand the old one to the other step
+        self.reset()
+        if hasattr(self, "_base_precision"):
+            self.dtype = self.precision = self._with_step(self._base_precision)
+
+    def _with_step(self, precision: str) -> str:
+        """The precision words with how passes run, in the detail tooltips and `models info` show."""
+        short, _, detail = precision.partition(" (")
+        detail = detail.removesuffix(")")
+        if self._lean is not None:
+            how = "CUDA graphs" if self._captures() else "lean step"
+        else:
+            how = f"transformers' forward ({self.lean_note or 'asked'})" if not self.compiled else ""
+        if self.graph_note and self._lean is not None:
+            how += f"; {self.graph_note}"
+        if how:
+            detail = f"{detail}; passes: {how}" if detail else f"passes: {how}"
+        return f"{short} ({detail})" if detail else short
 
     def _compile(self, progress: Callable[[str], None]) -> str:
         """Compile the decoder layers (compile_torch.py) and build their graphs now, checked
@@ -292,7 +356,10 @@ class TorchBackend(ModelBackend):
             head.limit = limit
 
     def reset(self) -> None:
-        if getattr(self, "cache", None) is not None:
+        if self._lean is not None:
+            self._reset_lean()
+            return
+        if isinstance(getattr(self, "cache", None), TorchCache):
             self.cache.drop_recording()
         store = block_grown_cache(self.model.config, StepCache if self.compiled else DynamicCache)
         if self._mixers is None:
@@ -302,6 +369,57 @@ class TorchBackend(ModelBackend):
         self.cache = TorchCache(store, None if self.compiled else self._mixers, self._state_replay)
         self.held = ()
 
+    def _reset_lean(self) -> None:
+        """An empty KV buffer: grown as needed on the CPU; on CUDA fixed at the planned context
+        (allocated at the first pass, once the runner has set the context) and kept across resets,
+        since the captured graphs hold its address."""
+        self.held = ()
+        if self._graphs is not None:
+            self._graphs.kv.trim(0)
+            self.cache = self._graphs.kv
+            return
+        self.cache = self._lean.new_cache(fixed=self._captures() or self._graph_mode == "static")
+
+    def _captures(self) -> bool:
+        """Whether the lean step's passes replay as captured CUDA graphs."""
+        return (self._lean is not None and self._device.type == "cuda" and self._graph_mode == "auto"
+                and not self.graph_note)
+
+    def _graphed(self, n: int) -> GraphedStep | None:
+        """The graphs (or their static shapes) for a pass of n tokens at the cache's length, where
+        one fits; None: the pass runs eagerly at its own shape."""
+        if not (self._captures() or self._graph_mode == "static"):
+            return None
+        if self._graphs is None:
+            self.cache.reserve(1, planned=self.context_length + MAX_WIDTH)
+            try:
+                self._graphs = GraphedStep(self._lean, self.cache, capture=self._captures())
+            except Exception as exc:  # a CUDA build without graph support: eager, saying why
+                self.graph_note = f"no CUDA graphs ({type(exc).__name__}: {exc})"
+                self.dtype = self.precision = self._with_step(self._base_precision)
+                return None
+        return self._graphs if self._graphs.kv is self.cache and self._graphs.fits(n, self.cache.length) else None
+
+    @torch.inference_mode()  # the buffers are inference tensors (allocated inside a pass)
+    def park(self) -> object:
+        if isinstance(self.cache, StaticKV) and self.cache.fixed:
+            return self.cache.parked(), self.held  # the live buffer stays where the graphs read it
+        return super().park()
+
+    def cache_bytes(self) -> int:
+        if isinstance(self.cache, StaticKV) and self.cache.fixed:  # what park() would hold
+            return self.cache.nbytes() * self.cache.length // max(1, self.cache.capacity)
+        return super().cache_bytes()
+
+    @torch.inference_mode()
+    def restore(self, state: object) -> None:
+        cache, held = state
+        if isinstance(cache, StaticKV) and isinstance(self.cache, StaticKV) and self.cache.fixed:
+            self.cache.load(cache)
+            self.held = held
+            return
+        super().restore(state)
+
     @property
     def state_replay(self) -> str:
         """How rewinds rebuild recurrent state (torch_cache.STATE_REPLAYS): "layers", the recurrent
@@ -310,7 +428,10 @@ class TorchBackend(ModelBackend):
 
     @state_replay.setter
     def state_replay(self, mode: str) -> None:
-        self.cache.state_replay = mode  # checks the name
+        if mode not in STATE_REPLAYS:
+            raise ValueError(f"unknown state replay {mode!r}; choose one of {', '.join(STATE_REPLAYS)}")
+        if isinstance(self.cache, TorchCache):
+            self.cache.state_replay = mode
         self._state_replay = mode
 
     def seed(self, seed: int | None) -> None:
@@ -320,7 +441,8 @@ class TorchBackend(ModelBackend):
         if self._hidden_hook is not None:
             self._hidden_hook.remove()
         self._hidden_hook, self._hidden = None, None
-        if not on:
+        self._want_hidden = on and self._lean is not None  # the lean pass hands them back itself
+        if not on or self._want_hidden:
             return ""
         inner = getattr(self.model, "model", None)
         # a multimodal wrapper (Gemma 4's published checkpoints) keeps the text model in language_model
@@ -339,13 +461,26 @@ class TorchBackend(ModelBackend):
 
     def _forward(self, input_ids: torch.Tensor, keep: int) -> torch.Tensor:
         """Append input_ids (1, n) to the cache; logits of the last `keep` positions (keep, V')."""
+        if self._lean is not None:
+            n = input_ids.shape[1]
+            graphs = self._graphed(n)
+            if graphs is not None:
+                logits, hidden = graphs.forward(input_ids, keep)
+            else:
+                if isinstance(self.cache, StaticKV) and self.cache.fixed:
+                    self.cache.reserve(self.cache.length + n, planned=self.context_length + MAX_WIDTH)
+                logits, hidden = self._lean.forward(input_ids, self.cache, keep, self._want_hidden)
+            self.cache.appended(n)
+            if self._want_hidden:
+                self._hidden = hidden[None]
+            return logits[:, : self.vocab_limit].float()
         out = self.model(input_ids=input_ids, cache=self.cache.store, use_cache=True,
                          logits_to_keep=keep)
         self.cache.appended(input_ids.shape[1])
         return out.logits[0, :, : self.vocab_limit].float()
 
     def _ids(self, ids: Sequence[int]) -> torch.Tensor:
-        return torch.tensor([list(ids)], dtype=torch.long, device=self._device)  # (1, n)
+        return self._host_ids(ids)  # (1, n), without a synchronisation on CUDA
 
     @torch.inference_mode()
     def forward_last(self, ids: Sequence[int]) -> torch.Tensor:
@@ -391,7 +526,7 @@ class TorchBackend(ModelBackend):
         logits = self._forward(self._ids(ids), k + 1)
         drafts = proposal.ids_array
         if drafts is None:
-            drafts = torch.tensor(proposal.ids, dtype=torch.long, device=self._device)
+            drafts = self._ids(proposal.ids)
         drafts = drafts.view(k)
         if params.greedy:
             n, token, q = greedy_verdict(logits, drafts)

@@ -1,0 +1,282 @@
+"""A leaner forward pass over transformers' own modules, for the Llama family (Llama, Mistral,
+Qwen2, Qwen3, SmolLM2).
+
+transformers' forward spends most of a small model's decode step between the kernels: on the demo
+(30 layers) a one-token pass made about 1,300 PyTorch calls, each a few microseconds of dispatch,
+around 10 ms of int4 kernels (profile in docs/performance.md). The same weights, read
+by the same kernels, need far fewer calls when the pass is written for decoding (gpt-fast's
+`decode_one_token` is the model for this):
+
+- one KV buffer for all layers, written in place (static_kv_torch.py), with no per-layer cache
+  objects, mask builders or attention-interface dispatch;
+- a fused q/k/v or gate/up product (fused_projections_torch.py) is one kernel call, the int4/int8
+  kernels are called directly with the activation converted once per input;
+- RoPE is one batched matmul per layer by a per-pass rotation matrix (built once per pass from
+  transformers' own cos/sin), instead of rotate_half's slices, negation and concatenation;
+- the residual adds take the kernel's bfloat16 output as it is (an exact promotion to float32).
+
+Only the weights and the rotary embedding's cos/sin come from the transformers model; the
+arithmetic is the model family's own (RMSNorm, SiLU-gated MLP, grouped-query attention), and a
+test compares the logits with transformers' forward. The same code runs with static shapes (a
+padded width, a length bucket, positions as a tensor) for a CUDA graph to capture
+(cuda_graphs_torch.py): nothing in it reads a value back to the host.
+
+Anything outside that family, or with a layer kind it does not cover (sliding windows, rope that
+changes with the length, a multimodal wrapper), keeps transformers' forward, and says why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from app.engine.backends.static_kv_torch import StaticKV
+
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
+FIXED_ROPE = ("default", "linear", "llama3", "yarn")  # inv_freq does not depend on the length
+
+
+def why_not_lean(model: torch.nn.Module) -> str:
+    """"" where the lean step can run `model`, else why not (in a user's words)."""
+    config = model.config
+    kind = getattr(config, "model_type", "?")
+    if kind not in FAMILIES:
+        return f"the lean step covers {', '.join(FAMILIES)}, not {kind}"
+    inner = getattr(model, "model", None)
+    layers = getattr(inner, "layers", None)
+    if not isinstance(layers, torch.nn.ModuleList) or not len(layers):
+        return f"{kind}: no decoder layer list"
+    if getattr(config, "pretraining_tp", 1) not in (1, None):
+        return f"{kind}: pretraining_tp > 1"
+    types = set(getattr(config, "layer_types", None) or ("full_attention",))
+    if types != {"full_attention"} or (getattr(config, "sliding_window", None) and
+                                       getattr(config, "use_sliding_window", kind == "mistral")):
+        return f"{kind}: sliding-window layers"
+    rope = (getattr(config, "rope_parameters", None) or {}).get("rope_type", "default")
+    if rope not in FIXED_ROPE:
+        return f"{kind}: {rope} rope changes with the length"
+    if getattr(inner, "rotary_emb", None) is None or getattr(inner, "norm", None) is None:
+        return f"{kind}: no rotary embedding or final norm where expected"
+    for layer in layers:
+        attn, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
+        if not all(hasattr(attn, name) for name in ("q_proj", "k_proj", "v_proj", "o_proj")) or \
+                not all(hasattr(mlp, name) for name in ("gate_proj", "up_proj", "down_proj", "act_fn")):
+            return f"{kind}: a layer without the usual projections"
+    if model.get_output_embeddings() is None:
+        return f"{kind}: no output head"
+    return ""
+
+
+def rms_norm(x: torch.Tensor, norm: torch.nn.Module) -> torch.Tensor:
+    """transformers' LlamaRMSNorm in one call: float32 statistics, weight applied in x's dtype."""
+    if x.dtype == torch.float32:
+        return F.rms_norm(x, (x.shape[-1],), norm.weight, norm.variance_epsilon)
+    h = F.rms_norm(x.float(), (x.shape[-1],), None, norm.variance_epsilon)
+    return norm.weight * h.to(x.dtype)
+
+
+class _Product:
+    """One or more projections that read the same input, as one call: (n, in) -> (n, out...).
+
+    A fused stack (fused_projections_torch.SharedProduct) or a lone GGUF int4/int8 layer calls
+    its kernel directly on the input in the kernel's activation dtype (`act`); other modules
+    (nn.Linear, torchao's layers) are called as they are, and their outputs joined."""
+
+    def __init__(self, modules: list[torch.nn.Module], dtype: torch.dtype):
+        from app.models.fused_projections_torch import ProjectionSlice
+
+        shared = {id(m.shared): m.shared for m in modules if isinstance(m, ProjectionSlice)}
+        whole = len(shared) == 1 and all(isinstance(m, ProjectionSlice) for m in modules)
+        if whole:
+            fused = next(iter(shared.values())).fused
+            ordered = sorted(modules, key=lambda m: m.start)
+            whole = ordered == modules and modules[0].start == 0 and modules[-1].end == fused.out_features
+        self.kernel = _kernel(fused) if whole else (_kernel(modules[0]) if len(modules) == 1 else None)
+        self.modules = modules
+        self.act = getattr(fused if whole else modules[0], "act_dtype", dtype) if self.kernel else dtype
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kernel is not None:
+            return self.kernel(x)
+        if len(self.modules) == 1:
+            return self.modules[0](x)
+        return torch.cat([m(x) for m in self.modules], dim=-1)
+
+
+def _kernel(module: torch.nn.Module):
+    """PyTorch's weight-only kernel a GGUF layer runs on, called without the module's own dtype
+    round trip (the caller converts once); None for any other module."""
+    from app.models.gguf_blocks import GROUP
+    from app.models.gguf_layers_torch import GGUFInt4Linear, GGUFInt8Linear
+
+    if isinstance(module, GGUFInt4Linear):
+        packed, scales = module.packed, module.scales_and_zeros
+        return lambda x: torch.ops.aten._weight_int4pack_mm_for_cpu(x, packed, GROUP, scales)
+    if isinstance(module, GGUFInt8Linear):
+        codes, scales = module.weight_int8, module.scales
+        return lambda x: torch.ops.aten._weight_int8pack_mm(x, codes, scales)
+    return None
+
+
+@dataclass
+class _Layer:
+    input_norm: torch.nn.Module
+    post_norm: torch.nn.Module
+    qkv: _Product
+    o: _Product
+    gate_up: _Product
+    down: _Product
+    act_fn: torch.nn.Module
+    q_norm: torch.nn.Module | None  # Qwen3 normalises each head's q and k before RoPE
+    k_norm: torch.nn.Module | None
+
+
+@dataclass
+class StaticShape:
+    """A pass at a fixed shape, as a CUDA graph replays it: `positions` (width,) on the device
+    (padding past the real tokens continues the count), attention over the first `length`
+    positions of the buffer, the rest masked."""
+
+    positions: torch.Tensor
+    length: int
+
+
+class LeanStep:
+    """The forward pass (logits of the last `keep` positions, and the final norm's output when
+    asked) over `model`'s modules; `why_not_lean(model)` must be ""."""
+
+    def __init__(self, model: torch.nn.Module):
+        config = model.config
+        inner = model.model
+        self.model, self.embed, self.final_norm = model, inner.embed_tokens, inner.norm
+        self.rotary = inner.rotary_emb
+        self.head = model.get_output_embeddings()
+        first = inner.layers[0].self_attn
+        self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
+        self.head_dim = first.head_dim
+        self.scaling = first.scaling
+        self.dtype = _compute_dtype(model)
+        self.device = inner.norm.weight.device
+        self.layers = [self._layer(layer) for layer in inner.layers]
+        self._cos = self._sin = None  # (positions, head_dim) tables, grown with the cache
+        half = self.head_dim // 2
+        # rotate_half as a matrix: x @ P = cat(-x2, x1) (transformers' rotate_half)
+        swap = torch.zeros(self.head_dim, self.head_dim)
+        swap[torch.arange(half) + half, torch.arange(half)] = -1.0
+        swap[torch.arange(half), torch.arange(half) + half] = 1.0
+        self._swap = swap.to(self.device, self.dtype)
+        self._eye = torch.eye(self.head_dim, device=self.device, dtype=self.dtype)
+
+    def _layer(self, layer: torch.nn.Module) -> _Layer:
+        attn, mlp = layer.self_attn, layer.mlp
+        return _Layer(layer.input_layernorm, layer.post_attention_layernorm,
+                      _Product([attn.q_proj, attn.k_proj, attn.v_proj], self.dtype), _Product([attn.o_proj], self.dtype),
+                      _Product([mlp.gate_proj, mlp.up_proj], self.dtype), _Product([mlp.down_proj], self.dtype),
+                      mlp.act_fn, getattr(attn, "q_norm", None), getattr(attn, "k_norm", None))
+
+    def new_cache(self, capacity: int = 0, fixed: bool = False) -> StaticKV:
+        return StaticKV(len(self.layers), self.kv_heads, self.head_dim, self.dtype, self.device, capacity, fixed)
+
+    def rope_tables(self, end: int) -> None:
+        """cos/sin for positions 0..end-1 from the model's own rotary embedding (its scaling rules)."""
+        if self._cos is not None and self._cos.shape[0] >= end:
+            return
+        room = max(end, 2 * (0 if self._cos is None else self._cos.shape[0]), 256)
+        positions = torch.arange(room, device=self.device)[None]
+        probe = torch.empty(0, device=self.device, dtype=self.dtype)
+        cos, sin = self.rotary(probe, positions)  # (1, room, head_dim) in the model's dtype
+        self._cos, self._sin = cos[0], sin[0]
+
+    def _rotations(self, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """(n, hd, hd): x @ R[i] = x * cos_i + rotate_half(x) * sin_i, transformers' RoPE."""
+        return self._eye * cos[:, None, :] + self._swap * sin[:, None, :]
+
+    def forward(self, ids: torch.Tensor, kv: StaticKV, keep: int, hidden: bool = False,
+                static: StaticShape | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Append ids (1, n) at kv.length: logits of the last `keep` positions (keep, V) in the
+        head's dtype, and with `hidden` the final norm's output (n, D). `static`: the positions
+        and attended length come as tensors (a CUDA graph's capture); kv.appended is the caller's."""
+        n, start = ids.shape[1], kv.length
+        if static is None:  # eager: exact lengths
+            end = start + n
+            kv.reserve(end)
+            self.rope_tables(end)
+            rot = self._rotations(self._cos[start:end], self._sin[start:end])
+            # keys past each query's own position are hidden: only a pass of several tokens has any
+            mask = (torch.arange(end, device=self.device)[None, :] <=
+                    torch.arange(start, end, device=self.device)[:, None]) if n > 1 else None
+        else:
+            end = static.length
+            rot = self._rotations(self._cos.index_select(0, static.positions),
+                                  self._sin.index_select(0, static.positions))
+            mask = torch.arange(end, device=self.device)[None, :] <= static.positions[:, None]
+        x = self.embed(ids)[0].to(self.dtype)  # (n, D)
+        normed = self.body(x, kv.store, rot, mask, start, end, None if static is None else static.positions)
+        logits = self.head(normed[n - keep:])
+        return logits, (normed if hidden else None)
+
+    def body(self, x: torch.Tensor, store: torch.Tensor, rot: torch.Tensor, mask: torch.Tensor | None,
+             start: int, end: int, positions: torch.Tensor | None) -> torch.Tensor:
+        """The decoder layers and the final norm: x (n, D) -> (n, D), keys and values written into
+        `store` at start.. (or at `positions`), attention over its first `end` positions. Tensors in,
+        tensors out, no host reads: what torch.compile and a CUDA graph take whole."""
+        n = x.shape[0]
+        q_width, k_width = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        for index, layer in enumerate(self.layers):
+            h = rms_norm(x, layer.input_norm)
+            y = layer.qkv(h.to(layer.qkv.act)).to(self.dtype)  # (n, q + k + v)
+            qk = y[:, :q_width + k_width].view(n, self.heads + self.kv_heads, self.head_dim)
+            if layer.q_norm is not None:
+                qk = torch.cat([rms_norm(qk[:, :self.heads], layer.q_norm),
+                                rms_norm(qk[:, self.heads:], layer.k_norm)], dim=1)
+            qk = torch.bmm(qk, rot)  # RoPE: (n, H + Hkv, hd)
+            v = y[:, q_width + k_width:].view(n, self.kv_heads, self.head_dim)
+            keys, values = store[index, 0], store[index, 1]  # (Hkv, capacity, hd)
+            if positions is None:
+                keys[:, start:start + n] = qk[:, self.heads:].transpose(0, 1)
+                values[:, start:start + n] = v.transpose(0, 1)
+            else:
+                keys.index_copy_(1, positions, qk[:, self.heads:].transpose(0, 1))
+                values.index_copy_(1, positions, v.transpose(0, 1))
+            q = qk[:, :self.heads].transpose(0, 1)  # (H, n, hd)
+            out = self._attend(q, keys[:, :end], values[:, :end], mask)  # (n, H * hd)
+            x = x.add_(layer.o(out.to(layer.o.act)))  # the kernel's output promotes exactly
+            h = rms_norm(x, layer.post_norm)
+            gate, up = layer.gate_up(h.to(layer.gate_up.act)).to(self.dtype).chunk(2, dim=-1)
+            x = x.add_(layer.down((layer.act_fn(gate) * up).to(layer.down.act)))
+        return rms_norm(x, self.final_norm)
+
+    def _attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                mask: torch.Tensor | None) -> torch.Tensor:
+        """Grouped-query attention without repeating the KV heads: q (H, n, hd), keys/values
+        (Hkv, L, hd), mask (n, L) or None -> (n, H * hd)."""
+        n = q.shape[1]
+        if q.device.type == "cpu" or mask is None:
+            # PyTorch's kernels take grouped heads as they are (enable_gqa); on the CPU with a mask too
+            out = F.scaled_dot_product_attention(q[None], keys[None], values[None], attn_mask=mask,
+                                                 scale=self.scaling, enable_gqa=True)[0]
+            return out.transpose(0, 1).reshape(n, -1)
+        # CUDA's fused kernels take no mask with grouped heads (and SDPA would repeat the cache),
+        # so the queries of each KV head go together: (Hkv, group * n, hd) against that head's keys
+        group = self.heads // self.kv_heads
+        qg = q.reshape(self.kv_heads, group * n, self.head_dim)
+        # (Hkv, group * n, L), masked positions at -inf
+        scores = torch.baddbmm(_mask_bias(mask, group, q.dtype), qg, keys.transpose(1, 2), alpha=self.scaling)
+        weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+        out = torch.bmm(weights, values).view(self.heads, n, self.head_dim)
+        return out.transpose(0, 1).reshape(n, -1)
+
+
+def _mask_bias(mask: torch.Tensor, group: int, dtype: torch.dtype) -> torch.Tensor:
+    """(1, group * n, L): 0 where a query may attend, -inf elsewhere (each query row repeated for
+    the group's heads, which share its position)."""
+    bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, float("-inf"))
+    return bias.repeat(group, 1)[None]
+
+
+def _compute_dtype(model: torch.nn.Module) -> torch.dtype:
+    """The dtype the residual stream runs in: the norms' (a GGUF's int4 layers keep float32 norms;
+    a bfloat16 checkpoint's are bfloat16)."""
+    return model.model.norm.weight.dtype

@@ -170,10 +170,10 @@ class LeanStep:
         self._eye = torch.eye(self.head_dim, device=self.device, dtype=self.dtype)
 
     def _layer(self, layer: torch.nn.Module) -> _Layer:
-        attn, mlp = layer.self_attn, layer.mlp
+        attn, mlp, dtype = layer.self_attn, layer.mlp, self.dtype
         return _Layer(layer.input_layernorm, layer.post_attention_layernorm,
-                      _Product([attn.q_proj, attn.k_proj, attn.v_proj], self.dtype), _Product([attn.o_proj], self.dtype),
-                      _Product([mlp.gate_proj, mlp.up_proj], self.dtype), _Product([mlp.down_proj], self.dtype),
+                      _Product([attn.q_proj, attn.k_proj, attn.v_proj], dtype), _Product([attn.o_proj], dtype),
+                      _Product([mlp.gate_proj, mlp.up_proj], dtype), _Product([mlp.down_proj], dtype),
                       mlp.act_fn, getattr(attn, "q_norm", None), getattr(attn, "k_norm", None))
 
     def new_cache(self, capacity: int = 0, fixed: bool = False) -> StaticKV:

@@ -163,3 +163,13 @@ def test_llamacpp_rows_run_on_the_same_gguf_or_one_line_says_why(tiny_pair, tmp_
     assert total == 2 * 2 and 0 <= same <= total
     assert report["llama_cpp"]["ratios"]["tandem adaptive"]["vs_plain"]["median"] > 0
     assert all(d["method"] not in (PLAIN, LOOKUP) for d in report["exactness"]["divergences"])
+
+
+def test_the_near_tie_threshold_follows_the_logits_rounding():
+    from app.bench.exactness import tie_limit
+
+    # one bfloat16 ulp of a logit near 20 is 0.125: a gap of one ulp is a near-tie, not a clear gap
+    assert tie_limit("bfloat16", 20.0) > 0.125
+    assert tie_limit("bfloat16", 20.0) == 4 * tie_limit("bfloat16", 5.0)  # scales with the logit
+    assert tie_limit("float16", 20.0) < tie_limit("bfloat16", 20.0)
+    assert tie_limit("float32", 20.0) == 1e-3

@@ -326,7 +326,7 @@ def test_an_8bit_gguf_loads_as_int8_per_row_within_the_stated_tolerance(tmp_path
     folders = import_gguf(tmp_path / "q8.gguf", tmp_path / "import", mlx_variants=(), torch_variant="gguf")
     own = TorchBackend(folders["gguf"])
     assert own.dtype.startswith("8-bit GGUF (int8 per row from Q8_0 x14; int8 screen + float32 argmax from tied head")
-    assert own.dtype.endswith("; 4 fused q/k/v and gate/up matmuls)")
+    assert own.dtype.endswith("; 4 fused q/k/v and gate/up matmuls; passes: lean step)")
     layers = [m for m in own.model.modules() if isinstance(m, GGUFInt8Linear)]
     assert len(layers) == 4 * 2  # o, down, the stacked q/k/v and gate/up (int8 rows stack at any count)
     reference = gguf.GGUFReader(tmp_path / "q8.gguf", "r")

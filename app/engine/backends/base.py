@@ -44,6 +44,7 @@ class ModelBackend(ABC):
     weights_bytes: int
     vocab_limit: int  # logits are cut to the tokenizer's real vocabulary (padded embeddings)
     device_note: str = ""  # why it runs where it runs, when a user would expect otherwise
+    logits_dtype: str = "float32"  # what the logits are rounded to (the near-tie threshold follows it)
     # The token ids in the cache as the engine last left it (app/engine/reuse.py); () when unknown.
     held: tuple[int, ...] = ()
     cache: ModelCache  # what the model holds of the tokens it has read (app/engine/cache.py)
@@ -128,9 +129,14 @@ class ModelBackend(ABC):
         Leviathan/Chen proof needs the draft's sample independent of the acceptance test's)."""
 
     @abstractmethod
+    def top2(self, ids: Sequence[int]) -> tuple[float, float]:
+        """The two largest logits after `ids` on a fresh cache (the cache is reset after)."""
+
     def top2_gap(self, ids: Sequence[int]) -> float:
-        """Top-1 minus top-2 logit after `ids` on a fresh cache (the cache is reset after). Tells a
-        near-tie (numerics) from a bug when a temperature-0 output diverges."""
+        """Top-1 minus top-2 logit after `ids` on a fresh cache. Tells a near-tie (numerics) from a
+        bug when a temperature-0 output diverges."""
+        first, second = self.top2(ids)
+        return first - second
 
     @abstractmethod
     def prefill(self, ids: Sequence[int]) -> None:

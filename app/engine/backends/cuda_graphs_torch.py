@@ -109,8 +109,7 @@ class GraphedStep:
         n, start = ids.shape[1], self.kv.length
         width = width_bucket(n)
         length = length_bucket(start + width, self.kv.capacity)
-        self.ids[:, :n].copy_(ids)
-        torch.add(self._count[width], start, out=self.positions[width])
+        self._load_inputs(ids, start, width)
         key = (width, length)
         captured = self.graphs.get(key)
         if captured is None:
@@ -122,6 +121,11 @@ class GraphedStep:
             logits, hidden = self._pass(width, length)
             return logits[n - keep:n].clone(), hidden[:n].clone()
         return captured.logits[n - keep:n].clone(), captured.hidden[:n].clone()
+
+    def _load_inputs(self, ids: torch.Tensor, start: int, width: int) -> None:
+        """The pass's tokens and positions into the buffers the graphs read (device-side copies)."""
+        self.ids[:, :ids.shape[1]].copy_(ids)
+        torch.add(self._count[width], start, out=self.positions[width])
 
     def _pass(self, width: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
         static = StaticShape(self.positions[width], length)

@@ -158,6 +158,8 @@ class MLXBackend(ModelBackend):
                 self.dtype = precision
             elif precision.startswith("int4"):
                 self.dtype = _quantize_int4(self.model, include_head=precision == "int4-head")
+        # what the logits are rounded to (the bench's near-tie threshold follows it)
+        self.logits_dtype = self.dtype if self.dtype in ("bfloat16", "float16") else "float32"
         self.model_type = config.get("model_type", "?")
         self.context_length = context_length_of(config)
         self.vocab_size = int(config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size") or 0)
@@ -211,11 +213,11 @@ class MLXBackend(ModelBackend):
         """Logits of the last position after appending `ids`. (V,) float32."""
         return self._forward(mx.array([list(ids)]))[-1]
 
-    def top2_gap(self, ids: Sequence[int]) -> float:
+    def top2(self, ids: Sequence[int]) -> tuple[float, float]:
         self.reset()
         top = mx.sort(self.forward_last(ids))[-2:]
         self.reset()
-        return float((top[1] - top[0]).item())
+        return float(top[1].item()), float(top[0].item())
 
     def prefill(self, ids: Sequence[int]) -> None:
         if ids:

@@ -231,6 +231,9 @@ class TorchBackend(ModelBackend):
         self.dtype = self.precision
         self.model_type = config.get("model_type", "?")
         self.vocab_size = int(self.model.get_output_embeddings().weight.shape[0])
+        head = self.model.get_output_embeddings().weight
+        # what the logits are rounded to (a screened head's argmax and rescored rows are float32)
+        self.logits_dtype = str(head.dtype).removeprefix("torch.") if head.is_floating_point() else "float32"
         self.vocab_limit = self.vocab_size
         self.context_length = context_length_of(config)
         self.weights_bytes = sum(t.numel() * t.element_size()
@@ -285,6 +288,18 @@ class TorchBackend(ModelBackend):
         self.reset()
         if hasattr(self, "_base_precision"):
             self.dtype = self.precision = self._with_step(self._base_precision)
+
+    @property
+    def graphs(self) -> str:
+        """GRAPH_MODES: how the lean step's decode and verify passes run."""
+        return self._graph_mode
+
+    @graphs.setter
+    def graphs(self, mode: str) -> None:
+        if mode not in GRAPH_MODES:
+            raise ValueError(f"unknown graphs mode {mode!r}; choose one of {', '.join(GRAPH_MODES)}")
+        self._graph_mode = mode
+        self.step = self.step  # new caches and notes for the mode
 
     def _with_step(self, precision: str) -> str:
         """The precision words with how passes run, in the detail tooltips and `models info` show."""
@@ -488,11 +503,11 @@ class TorchBackend(ModelBackend):
         return self._forward(self._ids(ids), 1)[-1]
 
     @torch.inference_mode()
-    def top2_gap(self, ids: Sequence[int]) -> float:
+    def top2(self, ids: Sequence[int]) -> tuple[float, float]:
         self.reset()
-        top = torch.topk(self.forward_last(ids), 2).values
+        first, second = torch.topk(self.forward_last(ids), 2).values.tolist()
         self.reset()
-        return float(top[0] - top[1])
+        return first, second
 
     @torch.inference_mode()
     def prefill(self, ids: Sequence[int]) -> None:

@@ -1,0 +1,298 @@
+"""The CUDA measurements in one call: what a pass costs against what its weights need.
+
+    python benchmarks/cuda_bench.py --tokenizer TOK [--target t8b --draft d1b] [--out /tmp/cb]
+    python benchmarks/cuda_bench.py --quick          # tiny models on the CPU, graphs off (CI)
+
+1. Builds a random-weight Llama target and draft of real shapes on the device (SHAPES: the
+   Llama-3.1-8B and Llama-3.2-1B shapes with the demo's 49,152-token vocabulary, bf16), written
+   as model folders beside the demo's tokenizer (nothing can be downloaded on a GPU machine).
+2. Measures the read bandwidth in the same run with a read-only kernel (a reduction over 2 GiB).
+3. The bound of a pass: bytes it must read (weights except the input embedding, plus the KV cache
+   at CONTEXT tokens) over that bandwidth.
+4. The target's pass cost by width after a CONTEXT-token prefill: transformers' forward, the lean
+   step eagerly, the lean step as captured CUDA graphs; the draft's one-token pass; the int4
+   target (torchao) at width 1 beside bf16.
+5. GPU idle time per round (CUDA events around every pass against the wall clock) for the
+   target alone and with each drafter.
+6. `tandem-cli bench` on the pair: the 1B draft, `self:int4` and prompt lookup.
+
+Everything prints as it is measured (tee it: a call that runs out of time keeps what it had), then
+one summary table. Random weights accept nothing, so only costs count here. See docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+SHAPES = {  # ../shared/gpu/make_random.py's shapes
+    "t8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+                num_key_value_heads=8, tie_word_embeddings=False),
+    "d1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
+                num_key_value_heads=8, head_dim=64, tie_word_embeddings=True),
+    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, tie_word_embeddings=True),
+    "small": dict(hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=8,
+                  num_key_value_heads=2, tie_word_embeddings=True),
+}
+CONTEXT = 512
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json")
+
+
+def say(line: str) -> None:
+    print(line, flush=True)
+
+
+def build(shape: str, out: Path, tokenizer: Path, device: torch.device, dtype: torch.dtype) -> Path:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    folder = out / shape
+    if (folder / "config.json").exists():
+        return folder
+    start = time.perf_counter()
+    config = LlamaConfig(vocab_size=49152, max_position_embeddings=8192, rope_theta=500000.0, rms_norm_eps=1e-5,
+                         bos_token_id=1, eos_token_id=2, **SHAPES[shape])
+    torch.manual_seed(0)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            model = LlamaForCausalLM(config)
+    finally:
+        torch.set_default_dtype(previous)
+    model.save_pretrained(folder, safe_serialization=True)
+    for name in TOKENIZER_FILES:
+        if (tokenizer / name).exists():
+            shutil.copy(tokenizer / name, folder / name)
+    n = sum(p.numel() for p in model.parameters())
+    del model
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    say(f"built {shape}: {n / 1e9:.2f}B parameters in {time.perf_counter() - start:.0f} s")
+    return folder
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def read_bandwidth(device: torch.device, nbytes: int) -> float:
+    """Bytes per second a reduction reads (each byte once; a copy would count reads and writes)."""
+    x = torch.ones(nbytes // 2, dtype=torch.bfloat16, device=device)
+    for _ in range(3):
+        x.sum()
+    sync(device)
+    start = time.perf_counter()
+    for _ in range(10):
+        x.sum()
+    sync(device)
+    return 10 * x.numel() * 2 / (time.perf_counter() - start)
+
+
+def pass_bytes(backend, context: int) -> int:
+    """What one pass must read: every weight but the input embedding (a lookup reads a row), unless
+    the head shares it, plus the keys and values of `context` positions."""
+    model = backend.model
+    embed = model.get_input_embeddings()
+    tied = model.get_output_embeddings() is not None and getattr(model.get_output_embeddings(), "weight", None) is \
+        getattr(embed, "weight", None)
+    seen, total = set(), 0
+    for name, t in [*model.named_parameters(), *model.named_buffers()]:
+        if id(t) in seen or (not tied and name.endswith("embed_tokens.weight")):
+            continue
+        seen.add(id(t))
+        total += t.numel() * t.element_size()
+    config = model.config
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    kv = 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * context
+    return total + kv * next(model.parameters()).element_size()
+
+
+def pass_cost(backend, width: int, repeats: int, device: torch.device) -> float:
+    """Median seconds of one pass of `width` tokens after a CONTEXT-token prefill, cut back after each."""
+    ids = [(11 + 37 * i) % 40000 for i in range(CONTEXT + width)]
+    backend.reset()
+    with torch.inference_mode():
+        backend.prefill(ids[:CONTEXT])
+        times = []
+        for i in range(repeats + 3):
+            sync(device)
+            start = time.perf_counter()
+            backend._forward(backend._ids(ids[CONTEXT:CONTEXT + width]), width)
+            sync(device)
+            if i >= 3:  # the first passes capture graphs and warm the allocator
+                times.append(time.perf_counter() - start)
+            backend.truncate(CONTEXT)
+    backend.reset()
+    return statistics.median(times)
+
+
+class IdleMeter:
+    """GPU busy time inside every forward pass (CUDA events, read once at the end) against the
+    wall clock of the whole answer: what the GPU waited for the host."""
+
+    def __init__(self, backends):
+        self.events, self._originals = [], []
+        for backend in backends:
+            original = backend._forward
+            self._originals.append((backend, original))
+
+            def timed(ids, keep, original=original):
+                begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                begin.record()
+                out = original(ids, keep)
+                end.record()
+                self.events.append((begin, end))
+                return out
+
+            backend._forward = timed
+
+    def close(self) -> float:
+        torch.cuda.synchronize()
+        busy = sum(b.elapsed_time(e) for b, e in self.events) / 1e3
+        for backend, original in self._originals:
+            backend._forward = original
+        return busy
+
+
+def idle_share(runner, prompt: str, tokens: int) -> tuple[float, float]:
+    """(share of wall time the GPU idled, tokens/s) over one answer with the loaded pair."""
+    from app.engine.events import Finished
+    from app.runner import ChatRequest
+
+    draft = getattr(runner.drafter, "backend", None)
+    meter = IdleMeter([runner.target] + ([draft] if draft is not None else []))
+    start = time.perf_counter()
+    done = None
+    request = ChatRequest(messages=({"role": "user", "content": prompt},), max_tokens=tokens)
+    for event in runner.chat(request):
+        if isinstance(event, Finished):
+            done = event
+    wall = time.perf_counter() - start
+    busy = meter.close()
+    return max(0.0, 1 - busy / wall), (done.stats.decode_tokens / done.stats.decode_s if done else 0.0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny models on the CPU, graphs off (CI)")
+    parser.add_argument("--target", default=None, help="target shape (t8b; quick: small)")
+    parser.add_argument("--draft", default=None, help="draft shape (d1b; quick: tiny)")
+    parser.add_argument("--tokenizer", default=None, help="a folder with the demo's tokenizer files")
+    parser.add_argument("--out", default="/tmp/tandem-cuda-bench", help="where the random models go")
+    parser.add_argument("--widths", default="1,2,4,8,16")
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--skip-cli-bench", action="store_true")
+    args = parser.parse_args(argv)
+
+    from app.engine.backends.torch_backend import TorchBackend
+
+    device = torch.device("cpu" if args.quick or not torch.cuda.is_available() else "cuda")
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    target_shape = args.target or ("small" if args.quick else "t8b")
+    draft_shape = args.draft or ("tiny" if args.quick else "d1b")
+    repeats = 3 if args.quick else args.repeats
+    widths = [int(w) for w in args.widths.split(",")]
+    tokenizer = Path(args.tokenizer) if args.tokenizer else _demo_tokenizer()
+    out = Path(args.out)
+    card = torch.cuda.get_device_name() if device.type == "cuda" else "CPU"
+    say(f"device: {card}; torch {torch.__version__}; dtype {dtype}")
+    target_dir = build(target_shape, out, tokenizer, device, dtype)
+    draft_dir = build(draft_shape, out, tokenizer, device, dtype)
+    summary: dict[str, object] = {"card": card, "target": target_shape, "draft": draft_shape}
+
+    bandwidth = read_bandwidth(device, (64 << 20) if args.quick else (2 << 30))
+    summary["bandwidth_GBps"] = bandwidth / 1e9
+    say(f"read bandwidth {bandwidth / 1e9:.1f} GB/s")
+
+    graph_mode = "auto" if device.type == "cuda" else "static"  # static: the graphs' shapes, not captured
+    target = TorchBackend(target_dir, device=str(device), graphs=graph_mode)
+    bound = pass_bytes(target, CONTEXT) / bandwidth
+    summary["bound_ms"] = bound * 1e3
+    say(f"target: {target.precision}; bound of a pass {bound * 1e3:.2f} ms "
+        f"({pass_bytes(target, CONTEXT) / 1e9:.2f} GB at {CONTEXT} tokens of context)")
+    rows = []
+    modes = (("transformers", "transformers", "off"), ("lean eager", "lean", "off"),
+             ("lean graphs" if device.type == "cuda" else "lean static shapes", "lean", graph_mode))
+    for width in widths:
+        row = {"width": width}
+        for label, step, graphs in modes:
+            target.graphs = graphs
+            target.step = step
+            row[label] = pass_cost(target, width, repeats, device) * 1e3
+        rows.append(row)
+        say("width %2d: " % width + ", ".join(f"{k} {v:.2f} ms" for k, v in row.items() if k != "width")
+            + f"; bound {bound * 1e3:.2f} ms")
+    summary["passes"] = rows
+    target.step, target.graphs = "lean", graph_mode
+    draft = TorchBackend(draft_dir, device=str(device), graphs=graph_mode)
+    draft_ms = pass_cost(draft, 1, repeats, device) * 1e3
+    target_ms = pass_cost(target, 1, repeats, device) * 1e3
+    summary["draft_step_ms"], summary["draft_over_target"] = draft_ms, draft_ms / target_ms
+    say(f"draft one-token pass {draft_ms:.2f} ms = {draft_ms / target_ms:.2f} of the target's {target_ms:.2f} ms")
+    del draft
+    if device.type == "cuda":
+        try:
+            int4 = TorchBackend(target_dir, device=str(device), precision="int4", graphs=graph_mode)
+            int4_ms = pass_cost(int4, 1, repeats, device) * 1e3
+            summary["int4_ms"], summary["int4_speedup"] = int4_ms, target_ms / int4_ms
+            say(f"int4 target ({int4.precision}) width 1: {int4_ms:.2f} ms = {target_ms / int4_ms:.2f}x the bf16 pass")
+            del int4
+        except Exception as exc:  # report and go on: the rest of the table still counts
+            say(f"int4 target: failed ({type(exc).__name__}: {exc})")
+        torch.cuda.empty_cache()
+    del target
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        summary["idle"] = _idle_rows(target_dir, draft_dir)
+    if not args.skip_cli_bench:
+        from app.cli import main as cli
+
+        for drafter in (str(draft_dir), "self:int4", "ngram"):
+            if args.quick and drafter == "self:int4":
+                continue
+            say(f"--- tandem-cli bench, draft {drafter}")
+            cli(["bench", "--backend", "torch", "--model", str(target_dir), "--draft", drafter, "--no-anchors",
+                 "--ks", "", "--repeats", "1" if args.quick else "2", "--prompts", "2" if args.quick else "4",
+                 "--max-tokens", "16" if args.quick else "64"])
+    say("=== summary\n" + json.dumps(summary, indent=1))
+    return 0
+
+
+def _idle_rows(target_dir: Path, draft_dir: Path) -> list[dict]:
+    from app.cli import draft_choice
+    from app.runner import Runner
+
+    rows = []
+    for drafter in ("none", str(draft_dir), "ngram"):
+        runner = Runner()
+        runner.load(str(target_dir), "torch", draft=draft_choice(drafter))
+        prompt = "Write a Python function that checks whether a number is prime, with a docstring."
+        idle_share(runner, prompt, 16)  # warm: graphs captured here
+        idle, rate = idle_share(runner, prompt, 64)
+        rows.append({"draft": drafter, "gpu_idle_share": idle, "tokens_per_s": rate})
+        say(f"GPU idle {idle:.1%} of the wall clock, {rate:.1f} tok/s, draft {drafter}")
+        del runner
+        torch.cuda.empty_cache()
+    return rows
+
+
+def _demo_tokenizer() -> Path:
+    from app.models.demo import demo_folder
+
+    return demo_folder("torch", precision="float32")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""A/B in one process: a target pass by width through transformers' forward and through the lean
+step (app/engine/backends/lean_step_torch.py), on the same loaded model, interleaved A B B A.
+
+    python benchmarks/step_ab.py [--model demo] [--precision gguf] [--widths 1,2,5,9] [--context 300]
+
+Prints the median milliseconds of each pass kind per width (after a prefill of --context tokens,
+cut back after every pass) and the ratio, with the min and max over the blocks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def timed_passes(backend, ids: list[int], context: int, width: int, n: int) -> list[float]:
+    times = []
+    with torch.inference_mode():
+        backend.reset()
+        backend.prefill(ids[:context])
+        for _ in range(n):
+            start = time.perf_counter()
+            backend._forward(backend._ids(ids[context:context + width]), width)
+            times.append(time.perf_counter() - start)
+            backend.truncate(context)
+    return times
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="demo")
+    parser.add_argument("--precision", default="gguf")
+    parser.add_argument("--widths", default="1,2,5,9")
+    parser.add_argument("--context", type=int, default=300)
+    parser.add_argument("--passes", type=int, default=15, help="passes per block")
+    parser.add_argument("--blocks", type=int, default=4, help="A B B A blocks per width")
+    args = parser.parse_args(argv)
+
+    from app.engine.backends.torch_backend import TorchBackend
+    from app.models.resolve import resolve_model
+
+    folder = resolve_model(args.model, "torch", lambda message: None, precision=args.precision)
+    backend = TorchBackend(folder, device="cpu", precision=args.precision)
+    print(f"{args.model}: {backend.precision}; {torch.get_num_threads()} threads")
+    ids = [(11 + 37 * i) % min(40000, backend.vocab_size) for i in range(args.context + 32)]
+    print("width | transformers ms | lean ms | lean / transformers [min-max over blocks]")
+    for width in (int(w) for w in args.widths.split(",")):
+        medians = {"transformers": [], "lean": []}
+        for block in range(args.blocks):
+            for step in (("transformers", "lean") if block % 2 == 0 else ("lean", "transformers")):
+                backend.step = step
+                timed_passes(backend, ids, args.context, width, 2)  # warm
+                medians[step].append(statistics.median(timed_passes(backend, ids, args.context, width, args.passes)))
+        ratios = [lean / tf for lean, tf in zip(medians["lean"], medians["transformers"], strict=True)]
+        print(f"{width:5d} | {statistics.median(medians['transformers']) * 1e3:15.2f} | "
+              f"{statistics.median(medians['lean']) * 1e3:7.2f} | {statistics.median(ratios):.3f} "
+              f"[{min(ratios):.3f}-{max(ratios):.3f}]", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

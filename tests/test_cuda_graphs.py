@@ -1,0 +1,62 @@
+"""Captured CUDA graphs (app/engine/backends/cuda_graphs_torch.py) against the same passes run
+eagerly: marked `cuda`, skipped where no NVIDIA GPU is present (CI), run on a lent GPU machine
+with `python -m pytest -m cuda tests/test_cuda_graphs.py`."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from app.engine.backends import load_backend
+from app.engine.backends.cuda_graphs_torch import GraphedStep
+from app.engine.drafters import ModelDrafter, PromptLookupDrafter
+from app.engine.events import Round
+from app.engine.speculative import generate
+
+pytestmark = [pytest.mark.cuda,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")]
+
+PROMPT = [1, 969, 198, 20, 300, 301, 2, 198, 1, 520, 198, 40, 41, 42, 40, 41]
+LONG = 500  # crosses the 256 and 512 length buckets
+
+
+def _tokens(target, drafter=None, n=LONG, **options):
+    return [t for e in generate(target, lambda ids: "", PROMPT, drafter=drafter, max_tokens=n, **options)
+            if isinstance(e, Round) for t in e.emitted]
+
+
+@pytest.fixture(scope="module")
+def on_gpu(tiny_pair):
+    def load(role, graphs):
+        return load_backend(tiny_pair[role], "torch", device="cuda", graphs=graphs)
+    return {"eager": load("target", "off"), "graphs": load("target", "auto"),
+            "near": load("near", "auto"), "self": load("target", "auto")}
+
+
+def test_captured_passes_give_the_eager_tokens_over_500(on_gpu):
+    eager = _tokens(on_gpu["eager"])
+    assert len(eager) == LONG
+    graphs = on_gpu["graphs"]
+    assert _tokens(graphs) == eager
+    assert "CUDA graphs" in graphs.precision and graphs._graphs.graphs  # really captured
+    assert all(c.graph is not None for c in graphs._graphs.graphs.values())
+
+
+def test_captured_speculation_gives_the_eager_tokens(on_gpu):
+    eager = _tokens(on_gpu["eager"], n=200)
+    for drafter in (ModelDrafter(on_gpu["near"]), ModelDrafter(on_gpu["self"]), PromptLookupDrafter()):
+        assert _tokens(on_gpu["graphs"], drafter, n=200) == eager
+    assert _tokens(on_gpu["graphs"], ModelDrafter(on_gpu["near"]), n=200, draft_tokens=7) == eager
+
+
+def test_a_stale_graph_input_is_caught(on_gpu, monkeypatch):
+    """The comparison above must fail when a replay reads a stale input: here the token ids are no
+    longer copied into the graph's buffer, so every replay decodes the previous pass's tokens."""
+    eager = _tokens(on_gpu["eager"], n=64)
+
+    def positions_only(self, ids, start, width):  # the ids buffer keeps the previous pass's tokens
+        torch.add(self._count[width], start, out=self.positions[width])
+
+    monkeypatch.setattr(GraphedStep, "_load_inputs", positions_only)
+    on_gpu["graphs"].reset()
+    assert _tokens(on_gpu["graphs"], n=64) != eager

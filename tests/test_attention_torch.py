@@ -36,7 +36,8 @@ def _verify_logits(backend: TorchBackend, width: int) -> torch.Tensor:
 
 @pytest.mark.parametrize("width", [2, 4])
 def test_a_cpu_verify_pass_reads_the_grouped_cache_without_repeating_it(tiny_pair, repeats, width):
-    backend = TorchBackend(tiny_pair["target"], device="cpu")
+    # transformers' forward (a family the lean step does not cover attends this way)
+    backend = TorchBackend(tiny_pair["target"], device="cpu", step="transformers")
     config = backend.model.config
     assert config.num_key_value_heads < config.num_attention_heads  # grouped: the case this is for
     assert config._attn_implementation == NAME

@@ -50,7 +50,9 @@ def test_a_compile_that_fails_leaves_the_model_eager_and_says_why(tiny_q4, monke
     assert backend.compile_note == "compiling failed (RuntimeError: Compiler: cl is not found.)"
     assert "eager: compiling failed" in backend.dtype and ", compiled" not in backend.dtype
     assert any("Compiling" in m for m in messages)
-    assert type(backend.cache.store).__name__ == "DynamicCache"  # the eager cache, not the compiled one's
+    # eagerly through the lean step (its own KV buffer), not the compiled layers' cache
+    assert backend.step == "lean" and type(backend.cache).__name__ == "StaticKV"
+    assert "passes: lean step" in backend.dtype
     eager = TorchBackend(folder, precision="gguf")
     assert _run(backend, PROMPTS[0])[0] == _run(eager, PROMPTS[0])[0]
 

@@ -192,3 +192,17 @@ def test_stop_mid_round_leaves_the_static_cache_whole(pairs):
     follow = [*PROMPTS[0], *emitted]
     reference = pairs["transformers"]["target"]
     assert _tokens(target, follow, reuse_cache=True) == _tokens(reference, follow)
+
+
+def test_a_pass_that_cannot_be_captured_runs_eagerly_and_says_why(tiny_pair, monkeypatch):
+    from app.engine.backends import cuda_graphs_torch
+
+    def broken(self, width, length):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(cuda_graphs_torch.GraphedStep, "_build", broken)
+    target = load_backend(tiny_pair["target"], "torch", graphs="static")
+    reference = load_backend(tiny_pair["target"], "torch", step="transformers")
+    assert _tokens(target, PROMPTS[0]) == _tokens(reference, PROMPTS[0])
+    assert "no CUDA graphs: capturing a pass of width 12 failed (RuntimeError: operation not permitted" \
+        in target.precision

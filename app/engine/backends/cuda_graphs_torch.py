@@ -77,6 +77,10 @@ class HostIds:
         return row[:n].to(self.device, non_blocking=True).view(1, n)
 
 
+class CaptureError(RuntimeError):
+    """A pass could not be captured (the backend then runs eagerly and says why)."""
+
+
 class _Captured:
     def __init__(self, graph, logits: torch.Tensor, hidden: torch.Tensor):
         self.graph, self.logits, self.hidden = graph, logits, hidden
@@ -113,7 +117,12 @@ class GraphedStep:
         key = (width, length)
         captured = self.graphs.get(key)
         if captured is None:
-            captured = self.graphs[key] = self._build(width, length)
+            try:
+                captured = self.graphs[key] = self._build(width, length)
+            except Exception as exc:
+                raise CaptureError(f"capturing a pass of width {width} failed ({type(exc).__name__}: "
+                                   f"{str(exc).strip().splitlines()[0][:160] if str(exc).strip() else 'no message'})"
+                                   ) from exc
         elif captured.graph is not None:
             captured.graph.replay()
         self.replays += 1

@@ -14,7 +14,7 @@ from transformers.cache_utils import DynamicCache
 from app.engine.backends.base import ModelBackend, Verdict, entropy_seed
 from app.engine.backends.compile_torch import (StepCache, agree, compile_layers, decide, decoder_layers,
                                                uncompile_layers, warm_up)
-from app.engine.backends.cuda_graphs_torch import GraphedStep, HostIds
+from app.engine.backends.cuda_graphs_torch import CaptureError, GraphedStep, HostIds
 from app.engine.backends.kv_cache_torch import block_grown_cache
 from app.engine.backends.layer_replay_torch import recurrent_mixers
 from app.engine.backends.lean_step_torch import LeanStep, why_not_lean
@@ -403,7 +403,7 @@ class TorchBackend(ModelBackend):
     def _graphed(self, n: int) -> GraphedStep | None:
         """The graphs (or their static shapes) for a pass of n tokens at the cache's length, where
         one fits; None: the pass runs eagerly at its own shape."""
-        if not (self._captures() or self._graph_mode == "static"):
+        if self.graph_note or not (self._captures() or self._graph_mode == "static"):
             return None
         if self._graphs is None:
             self.cache.reserve(1, planned=self.context_length + MAX_WIDTH)
@@ -479,9 +479,14 @@ class TorchBackend(ModelBackend):
         if self._lean is not None:
             n = input_ids.shape[1]
             graphs = self._graphed(n)
-            if graphs is not None:
-                logits, hidden = graphs.forward(input_ids, keep)
-            else:
+            try:
+                logits, hidden = graphs.forward(input_ids, keep) if graphs is not None else (None, None)
+            except CaptureError as exc:  # eager from here on, saying why (the KV buffer stays as it is)
+                log.warning("decoding without CUDA graphs: %s", exc)
+                self.graph_note = f"no CUDA graphs: {exc}"
+                self._graphs, graphs = None, None
+                self.dtype = self.precision = self._with_step(self._base_precision)
+            if graphs is None:
                 if isinstance(self.cache, StaticKV) and self.cache.fixed:
                     self.cache.reserve(self.cache.length + n, planned=self.context_length + MAX_WIDTH)
                 logits, hidden = self._lean.forward(input_ids, self.cache, keep, self._want_hidden)

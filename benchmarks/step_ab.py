@@ -41,6 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--context", type=int, default=300)
     parser.add_argument("--passes", type=int, default=15, help="passes per block")
     parser.add_argument("--blocks", type=int, default=4, help="A B B A blocks per width")
+    parser.add_argument("--without-kernels", action="store_true",
+                        help="then time the lean step with its matmul kernels and head replaced by their "
+                             "outputs kept from a first call: what the step costs besides them")
     args = parser.parse_args(argv)
 
     from app.engine.backends.torch_backend import TorchBackend
@@ -62,7 +65,48 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{width:5d} | {statistics.median(medians['transformers']) * 1e3:15.2f} | "
               f"{statistics.median(medians['lean']) * 1e3:7.2f} | {statistics.median(ratios):.3f} "
               f"[{min(ratios):.3f}-{max(ratios):.3f}]", flush=True)
+    if args.without_kernels:
+        backend.step = "lean"
+        for width in (int(w) for w in args.widths.split(",")):
+            whole = statistics.median(timed_passes(backend, ids, args.context, width, args.passes))
+            restore = _stub_kernels(backend)
+            rest = statistics.median(timed_passes(backend, ids, args.context, width, args.passes))
+            restore()
+            print(f"width {width}: lean step {whole * 1e3:.2f} ms, of which besides the matmul kernels and the head "
+                  f"{rest * 1e3:.2f} ms", flush=True)
     return 0
+
+
+def _stub_kernels(backend):
+    """Replace the lean step's projection kernels and its head by their first outputs (per input
+    shape); returns the function that puts them back."""
+    lean, saved = backend._lean, []
+    products = [p for layer in lean.layers for p in (layer.qkv, layer.o, layer.gate_up, layer.down) if p.kernel]
+    for product in products:
+        kernel, outputs = product.kernel, {}
+
+        def kept(x, kernel=kernel, outputs=outputs):
+            if x.shape not in outputs:
+                outputs[x.shape] = kernel(x)
+            return outputs[x.shape]
+
+        saved.append((product, kernel))
+        product.kernel = kept
+    head, heads = lean.head, {}
+
+    def kept_head(x):
+        if x.shape not in heads:
+            heads[x.shape] = head(x)
+        return heads[x.shape]
+
+    lean.head = kept_head
+
+    def restore():
+        for product, kernel in saved:
+            product.kernel = kernel
+        lean.head = head
+
+    return restore
 
 
 if __name__ == "__main__":

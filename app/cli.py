@@ -218,14 +218,22 @@ def cmd_models_info(args) -> int:
         stored = config.get("dtype") or config.get("torch_dtype") or "?"
         print(f"{path.name}: {config.get('model_type', '?')}, {stored} safetensors, {check_weights(path) / 1e6:.1f} MB "
               "of weights; PyTorch loads them as stored (or at --precision)")
+        print(_passes_line(path))
         return 0
     for line in info_lines(path):
         print(line)
+    print(_passes_line(path))
     if args.check:
         folder = resolve_model(path, "torch", progress=_progress)
         for line in check_lines(path, folder):
             print(line)
     return 0
+
+
+def _passes_line(path) -> str:
+    from app.engine.backends.lean_step_torch import passes_line
+
+    return passes_line(path)
 
 
 def _ks(value: str) -> tuple[int, ...]:

@@ -206,3 +206,16 @@ def test_a_pass_that_cannot_be_captured_runs_eagerly_and_says_why(tiny_pair, mon
     assert _tokens(target, PROMPTS[0]) == _tokens(reference, PROMPTS[0])
     assert "no CUDA graphs: capturing a pass of width 12 failed (RuntimeError: operation not permitted" \
         in target.precision
+
+
+def test_models_info_says_how_passes_run(tiny_pair, capsys):
+    from app.cli import main
+
+    assert main(["models", "info", str(tiny_pair["target"])]) == 0
+    assert "passes on PyTorch: the lean step" in capsys.readouterr().out
+    from types import SimpleNamespace
+
+    from app.engine.backends.lean_step_torch import passes_words
+
+    words = passes_words(SimpleNamespace(model_type="qwen3_5"))
+    assert words.startswith("passes on PyTorch: transformers' forward (") and "not qwen3_5" in words

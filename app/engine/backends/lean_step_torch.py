@@ -38,16 +38,11 @@ FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
 FIXED_ROPE = ("default", "linear", "llama3", "yarn")  # inv_freq does not depend on the length
 
 
-def why_not_lean(model: torch.nn.Module) -> str:
-    """"" where the lean step can run `model`, else why not (in a user's words)."""
-    config = model.config
+def why_not_lean_config(config) -> str:
+    """What the config alone tells: "" where the lean step may run such a model, else why not."""
     kind = getattr(config, "model_type", "?")
     if kind not in FAMILIES:
         return f"the lean step covers {', '.join(FAMILIES)}, not {kind}"
-    inner = getattr(model, "model", None)
-    layers = getattr(inner, "layers", None)
-    if not isinstance(layers, torch.nn.ModuleList) or not len(layers):
-        return f"{kind}: no decoder layer list"
     if getattr(config, "pretraining_tp", 1) not in (1, None):
         return f"{kind}: pretraining_tp > 1"
     types = set(getattr(config, "layer_types", None) or ("full_attention",))
@@ -57,6 +52,20 @@ def why_not_lean(model: torch.nn.Module) -> str:
     rope = (getattr(config, "rope_parameters", None) or {}).get("rope_type", "default")
     if rope not in FIXED_ROPE:
         return f"{kind}: {rope} rope changes with the length"
+    return ""
+
+
+def why_not_lean(model: torch.nn.Module) -> str:
+    """"" where the lean step can run `model`, else why not (in a user's words)."""
+    config = model.config
+    kind = getattr(config, "model_type", "?")
+    reason = why_not_lean_config(config)
+    if reason:
+        return reason
+    inner = getattr(model, "model", None)
+    layers = getattr(inner, "layers", None)
+    if not isinstance(layers, torch.nn.ModuleList) or not len(layers):
+        return f"{kind}: no decoder layer list"
     if getattr(inner, "rotary_emb", None) is None or getattr(inner, "norm", None) is None:
         return f"{kind}: no rotary embedding or final norm where expected"
     for layer in layers:
@@ -67,6 +76,32 @@ def why_not_lean(model: torch.nn.Module) -> str:
     if model.get_output_embeddings() is None:
         return f"{kind}: no output head"
     return ""
+
+
+def passes_words(config) -> str:
+    """How PyTorch will run a model's passes, for `models info`."""
+    reason = why_not_lean_config(config)
+    if reason:
+        return f"passes on PyTorch: transformers' forward ({reason})"
+    return "passes on PyTorch: the lean step, replayed as CUDA graphs on an NVIDIA GPU (docs/performance.md)"
+
+
+def passes_line(path) -> str:
+    """How PyTorch will run the passes of the model at `path`, from its config: a folder's
+    config.json, or a GGUF's architecture (`tandem-cli models info`)."""
+    from types import SimpleNamespace
+
+    if path.suffix.lower() == ".gguf":
+        from app.models.gguf_import import inspect_gguf
+
+        return passes_words(SimpleNamespace(model_type=inspect_gguf(path).architecture))
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(str(path), trust_remote_code=False)
+    except (ValueError, OSError, KeyError) as exc:  # a family this transformers does not know
+        return f"passes on PyTorch: unknown ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})"
+    return passes_words(config)
 
 
 def rms_norm(x: torch.Tensor, norm: torch.nn.Module) -> torch.Tensor:

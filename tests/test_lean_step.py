@@ -123,12 +123,11 @@ def _tokens(target, prompt, drafter=None, **options):
 
 @pytest.fixture(scope="module")
 def pairs(tiny_pair):
-    def backends(step, graphs):
-        return {role: load_backend(tiny_pair[role], "torch", step=step, graphs=graphs)
-                for role in ("target", "draft", "near")} | {
-            "self": load_backend(tiny_pair["target"], "torch", step=step, graphs=graphs)}
-    return {"transformers": backends("transformers", "off"), "static": backends("lean", "static"),
-            "lean": backends("lean", "off")}
+    def load(role, step, graphs):
+        return load_backend(tiny_pair["target" if role == "self" else role], "torch", step=step, graphs=graphs)
+    static = {role: load(role, "lean", "static") for role in ("target", "draft", "near", "self")}
+    return {"transformers": {"target": load("target", "transformers", "off")}, "static": static,
+            "lean": {"target": load("target", "lean", "off")}}
 
 
 def test_static_shapes_give_transformers_tokens_with_every_drafter(pairs):

@@ -194,7 +194,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--widths", default="1,2,4,8,16")
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--skip-cli-bench", action="store_true")
+    parser.add_argument("--smoke", action="store_true",
+                        help="a minute's check first: imports, one tiny model's passes captured and eager, compared")
     args = parser.parse_args(argv)
+    if args.smoke:
+        return smoke(Path(args.tokenizer) if args.tokenizer else _demo_tokenizer(), Path(args.out))
 
     from app.engine.backends.torch_backend import TorchBackend
 
@@ -268,6 +272,35 @@ def main(argv: list[str] | None = None) -> int:
                  "--max-tokens", "16" if args.quick else "64"])
     say("=== summary\n" + json.dumps(summary, indent=1))
     return 0
+
+
+def smoke(tokenizer: Path, out: Path) -> int:
+    """Imports, a tiny random model built on the device, 40 greedy tokens with captured graphs
+    (static shapes on the CPU) against the same model eagerly: exit 0 only when they are equal."""
+    from app.engine.backends.torch_backend import TorchBackend
+    from app.engine.events import Round
+    from app.engine.speculative import generate
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    card = torch.cuda.get_device_name() if device.type == "cuda" else "CPU"
+    say(f"smoke: {card}; torch {torch.__version__}, CUDA {torch.version.cuda}")
+    folder = build("tiny", out, tokenizer, device, torch.float32)
+    prompt = [1, 969, 198, 20, 300, 301, 2, 198, 1, 520, 198]
+
+    def tokens(graphs: str):
+        backend = TorchBackend(folder, device=str(device), graphs=graphs)
+        start = time.perf_counter()
+        got = [t for e in generate(backend, lambda ids: "", prompt, max_tokens=40) if isinstance(e, Round)
+               for t in e.emitted]
+        return got, backend, time.perf_counter() - start
+
+    eager, _, eager_s = tokens("off")
+    graphed, backend, graphed_s = tokens("auto" if device.type == "cuda" else "static")
+    captured = sum(c.graph is not None for c in backend._graphs.graphs.values()) if backend._graphs else 0
+    same = graphed == eager
+    say(f"smoke: {backend.precision}; {captured} graphs captured; 40 tokens eager {eager_s:.2f} s, graphed "
+        f"{graphed_s:.2f} s; {'the same tokens' if same else 'DIFFERENT tokens: ' + str((eager, graphed))}")
+    return 0 if same else 1
 
 
 def _idle_rows(target_dir: Path, draft_dir: Path) -> list[dict]:

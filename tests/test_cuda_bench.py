@@ -25,3 +25,11 @@ def test_quick_cuda_bench_prints_its_table(tmp_path, demo):
         assert all(row[k] > 0 for k in ("transformers", "lean eager", "lean static shapes"))
     assert 0 < summary["draft_over_target"]
     assert "--- tandem-cli bench, draft ngram" in text and "Tandem" in text  # the bench's own table
+
+
+def test_the_smoke_check_compares_graphed_and_eager_tokens(tmp_path, demo):
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "cuda_bench.py"), "--smoke", "--out",
+                          str(tmp_path / "models"), "--tokenizer", str(demo["hf"])],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "the same tokens" in out.stdout and "passes: lean step" in out.stdout

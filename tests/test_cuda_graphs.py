@@ -25,10 +25,31 @@ def _tokens(target, drafter=None, n=LONG, **options):
             if isinstance(e, Round) for t in e.emitted]
 
 
+def tiny_folders(root) -> dict[str, object]:
+    """A tiny random Llama target and a noisy copy of it (accepts often, not always), written as
+    model folders; built here because a GPU machine has no demo model to take a tokenizer from
+    (the engine runs on token ids)."""
+    from tests.factories import tiny_llama
+
+    target, near = tiny_llama(1, context=1024), tiny_llama(1, context=1024)
+    with torch.no_grad():
+        torch.manual_seed(9)
+        for p in near.parameters():
+            if p.dim() == 2:
+                p.add_(torch.randn_like(p) * 0.35 * p.std())
+    folders = {}
+    for role, model in (("target", target), ("near", near)):
+        model.save_pretrained(root / role, safe_serialization=True)
+        folders[role] = root / role
+    return folders
+
+
 @pytest.fixture(scope="module")
-def on_gpu(tiny_pair):
+def on_gpu(tmp_path_factory):
+    folders = tiny_folders(tmp_path_factory.mktemp("cuda"))
+
     def load(role, graphs):
-        return load_backend(tiny_pair[role], "torch", device="cuda", graphs=graphs)
+        return load_backend(folders[role], "torch", device="cuda", graphs=graphs)
     return {"eager": load("target", "off"), "graphs": load("target", "auto"),
             "near": load("near", "auto"), "self": load("target", "auto")}
 

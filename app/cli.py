@@ -57,6 +57,8 @@ def _draft_tokens(value: str) -> int | None:
     return k
 
 
+GRAPHS_HELP = ("how a PyTorch model's decode and verify passes run on an NVIDIA GPU: auto (replayed as captured CUDA "
+               "graphs where the model allows it) or off (eagerly); docs/performance.md")
 COMPILE_HELP = ("how a PyTorch target decodes: auto (compiled where that measured faster; so far nowhere), "
                 "on (compiled decoder layers, checked against eager at load), off (eager)")
 CONTEXT_HELP = ("the most tokens a chat may hold (default: the model's own, or less where memory holds less); "
@@ -148,7 +150,8 @@ def cmd_generate(args) -> int:
     service = RunnerService()  # the same service the window and the server are clients of
     try:
         loaded = service.load(args.model, args.backend, draft=args.draft, precision=args.precision,
-                              compile=args.compile, progress=_progress, context=args.context).result()
+                              compile=args.compile, progress=_progress, context=args.context,
+                              graphs=args.graphs).result()
         _progress(f"Loaded {loaded.describe()} in {loaded.load_s:.1f}s")
         request = ChatRequest(tuple(messages), max_tokens=args.max_tokens, params=params,
                               draft_tokens=args.draft_tokens)
@@ -189,7 +192,8 @@ def cmd_serve(args) -> int:
         except ServerError as exc:
             raise ValueError(str(exc)) from None
         loaded = service.load(args.model, args.backend, draft=args.draft, precision=args.precision,
-                              compile=args.compile, progress=_progress, context=args.context).result()
+                              compile=args.compile, progress=_progress, context=args.context,
+                              graphs=args.graphs).result()
         from app.server.openai_api import model_id
 
         _progress(f"Loaded {loaded.describe()} in {loaded.load_s:.1f}s")
@@ -260,7 +264,7 @@ def cmd_bench(args) -> int:
     prompts = load_suite(args.suite, prompts=args.prompts, max_tokens=args.max_tokens, quick=args.quick)
     runner = Runner()
     loaded = runner.load(args.model, args.backend, draft=args.draft, precision=args.precision, progress=_progress,
-                         compile=args.compile, context=args.context)
+                         compile=args.compile, context=args.context, graphs=args.graphs)
     _progress(f"Loaded {loaded.describe()} in {loaded.load_s:.1f}s")
     methods = build_methods(runner, ks=args.ks, anchors=not args.no_anchors, progress=_progress)
     bench = run_bench(runner, prompts, methods, params=params, repeats=args.repeats,
@@ -315,6 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="the target's precision: auto (its weights' own), a float type, int4 weight-only, "
                           "or gguf (a .gguf file's own: its 4-bit tensors stay 4-bit; PyTorch on the CPU)")
     gen.add_argument("--compile", choices=COMPILE_CHOICES, default="auto", help=COMPILE_HELP)
+    gen.add_argument("--graphs", choices=("auto", "off"), default="auto", help=GRAPHS_HELP)
     gen.add_argument("--context", type=at_least_one("context token"), default=None, metavar="N", help=CONTEXT_HELP)
     gen.add_argument("--draft-tokens", type=_draft_tokens, default=None, metavar="auto|N",
                      help="draft length: auto (adaptive, the default) or a fixed N")
@@ -337,6 +342,7 @@ def build_parser() -> argparse.ArgumentParser:
                             '(as for generate)')
     bench.add_argument("--precision", default="auto", choices=PRECISION_CHOICES)
     bench.add_argument("--compile", choices=COMPILE_CHOICES, default="auto", help=COMPILE_HELP)
+    bench.add_argument("--graphs", choices=("auto", "off"), default="auto", help=GRAPHS_HELP)
     bench.add_argument("--context", type=at_least_one("context token"), default=None, metavar="N",
                        help=CONTEXT_HELP)
     bench.add_argument("--backend", choices=["mlx", "torch"], default=None)
@@ -363,6 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help='draft model, "self:<precision>", "mtp", "assistant:<folder>", "ngram", "none" or "auto"')
     serve.add_argument("--precision", default="auto", choices=PRECISION_CHOICES)
     serve.add_argument("--compile", choices=COMPILE_CHOICES, default="auto", help=COMPILE_HELP)
+    serve.add_argument("--graphs", choices=("auto", "off"), default="auto", help=GRAPHS_HELP)
     serve.add_argument("--context", type=at_least_one("context token"), default=None, metavar="N",
                        help="the most tokens a request may hold (default: the model's own, or what memory holds)")
     serve.add_argument("--backend", choices=["mlx", "torch"], default=None)

@@ -218,3 +218,17 @@ def test_models_info_says_how_passes_run(tiny_pair, capsys):
 
     words = passes_words(SimpleNamespace(model_type="qwen3_5"))
     assert words.startswith("passes on PyTorch: transformers' forward (") and "not qwen3_5" in words
+
+
+def test_graphs_off_reaches_the_target_and_its_draft(tiny_pair):
+    from app.cli import build_parser
+    from app.draft_choice import DraftChoice
+    from app.runner import Runner
+
+    assert build_parser().parse_args(["bench", "--graphs", "off"]).graphs == "off"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["generate", "--graphs", "sometimes"])
+    runner = Runner()
+    runner.load(str(tiny_pair["target"]), "torch", draft=DraftChoice.parse_loadable(str(tiny_pair["near"])),
+                progress=lambda message: None, graphs="off")
+    assert runner.target.graphs == "off" and runner.drafter.backend.graphs == "off"

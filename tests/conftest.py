@@ -103,17 +103,10 @@ def tiny_pair(tmp_path_factory, tiny_fields) -> dict[str, Path]:
     an unrelated draft (almost nothing accepted) and a noisy copy of the target (much accepted):
     {"target": hf folder, "draft": ..., "near": ..., "target_mlx": mlx folder, ...}."""
     from app.models.gguf_import import import_gguf
-    from tests.factories import tiny_llama, write_gguf
-
-    import torch
+    from tests.factories import near_copy, tiny_llama, write_gguf
 
     root = tmp_path_factory.mktemp("tiny")
-    near = tiny_llama(1)  # the target plus noise: accepts often but not always
-    with torch.no_grad():
-        torch.manual_seed(9)
-        for p in near.parameters():
-            if p.dim() == 2:
-                p.add_(torch.randn_like(p) * 0.35 * p.std())
+    near = near_copy(tiny_llama(1))  # the target plus noise: accepts often but not always
     models = {"target": tiny_llama(1), "draft": tiny_llama(2), "near": near}
     folders = {}
     for role, model in models.items():

@@ -44,6 +44,17 @@ def tiny_llama(seed: int, vocab: int = TINY_VOCAB, hidden: int = 64, layers: int
     return model
 
 
+def near_copy(model: LlamaForCausalLM, seed: int = 9, noise: float = 0.35) -> LlamaForCausalLM:
+    """`model` with noise added to its matrices, in place: a draft that agrees with it often but
+    not always."""
+    with torch.no_grad():
+        torch.manual_seed(seed)
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.add_(torch.randn_like(p) * noise * p.std())
+    return model
+
+
 def _permute(w: np.ndarray, n_head: int) -> np.ndarray:
     # llama.cpp convert_hf_to_gguf.py LlamaModel.permute: HF's rotate-half RoPE rows -> GGML's
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)

@@ -29,14 +29,9 @@ def tiny_folders(root) -> dict[str, object]:
     """A tiny random Llama target and a noisy copy of it (accepts often, not always), written as
     model folders; built here because a GPU machine has no demo model to take a tokenizer from
     (the engine runs on token ids)."""
-    from tests.factories import tiny_llama
+    from tests.factories import near_copy, tiny_llama
 
-    target, near = tiny_llama(1, context=1024), tiny_llama(1, context=1024)
-    with torch.no_grad():
-        torch.manual_seed(9)
-        for p in near.parameters():
-            if p.dim() == 2:
-                p.add_(torch.randn_like(p) * 0.35 * p.std())
+    target, near = tiny_llama(1, context=1024), near_copy(tiny_llama(1, context=1024))
     folders = {}
     for role, model in (("target", target), ("near", near)):
         model.save_pretrained(root / role, safe_serialization=True)

@@ -21,6 +21,13 @@ from app.engine.sampling import SamplingParams
 COMPILE_CHOICES = ("auto", "on", "off")
 
 
+def check_choice(what: str, value: str, choices) -> str:
+    """`value` when it is one of `choices`, else a ValueError that names them."""
+    if value not in choices:
+        raise ValueError(f"unknown {what} {value!r}; choose one of {', '.join(choices)}")
+    return value
+
+
 def entropy_seed() -> int:
     """A seed from the operating system's entropy: unseeded sampling differs on every run."""
     return secrets.randbits(63)

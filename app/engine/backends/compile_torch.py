@@ -26,7 +26,7 @@ from collections.abc import Callable
 import torch
 from transformers.cache_utils import DynamicCache
 
-from app.engine.backends.base import COMPILE_CHOICES
+from app.engine.backends.base import COMPILE_CHOICES, check_choice
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +48,7 @@ class StepCache(DynamicCache):
 
 def decide(mode: str, device: torch.device) -> tuple[bool, str]:
     """(compile?, why not) for `mode` ("auto", "on", "off") on `device`."""
-    if mode not in COMPILE_CHOICES:
-        raise ValueError(f"unknown compile mode {mode!r}; choose one of {', '.join(COMPILE_CHOICES)}")
+    check_choice("compile mode", mode, COMPILE_CHOICES)
     if mode == "off":
         return False, "compiling is off"
     if device.type == "cuda" and importlib.util.find_spec("triton") is None:

@@ -13,7 +13,7 @@ from mlx.utils import tree_flatten
 from mlx_lm.models.cache import make_prompt_cache
 from mlx_lm.utils import load_model
 
-from app.engine.backends.base import ModelBackend, Verdict, entropy_seed
+from app.engine.backends.base import ModelBackend, Verdict, check_choice, entropy_seed
 from app.engine.backends.mlx_cache import MLXCache
 from app.engine.sampling import SamplingParams
 from app.models.folder import check_model_folder, context_length_of
@@ -143,8 +143,7 @@ class MLXBackend(ModelBackend):
 
     def __init__(self, folder: Path, precision: str = "auto"):
         config = check_model_folder(folder)
-        if precision not in PRECISIONS:
-            raise ValueError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
+        check_choice("precision", precision, PRECISIONS)
         self.folder = folder
         self.model, self._config = load_model(folder)
         self.device = "metal" if mx.metal.is_available() else "cpu"

@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import torch
 
+from app.engine.backends.kv_cache_torch import STEP  # positions a growing buffer adds when full
 from app.engine.cache import ModelCache
-
-STEP = 256  # positions added when a growing buffer is full (as kv_cache_torch.py and mlx-lm)
 
 
 class ContextFullError(RuntimeError):

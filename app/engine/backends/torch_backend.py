@@ -11,7 +11,7 @@ from transformers import AutoModelForCausalLM
 from transformers.utils import logging as transformers_logging
 from transformers.cache_utils import DynamicCache
 
-from app.engine.backends.base import ModelBackend, Verdict, entropy_seed
+from app.engine.backends.base import ModelBackend, Verdict, check_choice, entropy_seed
 from app.engine.backends.compile_torch import (StepCache, agree, compile_layers, decide, decoder_layers,
                                                uncompile_layers, warm_up)
 from app.engine.backends.cuda_graphs_torch import CaptureError, GraphedStep, HostIds
@@ -71,16 +71,23 @@ def pick_dtype(stored: str | None, device: torch.device) -> torch.dtype:
     return dtype
 
 
+def _with_detail(precision: str, words: str, short_words: str = "") -> str:
+    """Precision words "short (detail)": `short_words` joined to the short part the status bar
+    shows, `words` to the detail tooltips show."""
+    short, _, detail = precision.partition(" (")
+    detail = detail.removesuffix(")")
+    short += short_words
+    if words:
+        detail = f"{detail}; {words}" if detail else words
+    return f"{short} ({detail})" if detail else short
+
+
 def _with_compile_state(precision: str, compiled: bool, eager_reason: str) -> str:
     """The precision words with how it decodes: ", compiled" in the short part the status bar
     shows; why it runs eagerly, where compiling was asked for, in the detail tooltips show."""
-    short, _, detail = precision.partition(" (")
-    detail = detail.removesuffix(")")
     if compiled:
-        short += ", compiled"
-    elif eager_reason:
-        detail = f"{detail}; eager: {eager_reason}" if detail else f"eager: {eager_reason}"
-    return f"{short} ({detail})" if detail else short
+        return _with_detail(precision, "", ", compiled")
+    return _with_detail(precision, f"eager: {eager_reason}" if eager_reason else "")
 
 
 def probs_from_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
@@ -181,11 +188,8 @@ class TorchBackend(ModelBackend):
                  compile: str = "off", progress: Callable[[str], None] | None = None,
                  state_replay: str = "layers", step: str = "auto", graphs: str = "auto"):
         config = check_model_folder(folder)
-        if state_replay not in STATE_REPLAYS:
-            raise ValueError(f"unknown state replay {state_replay!r}; choose one of {', '.join(STATE_REPLAYS)}")
-        self._state_replay = state_replay
-        if precision not in PRECISIONS:
-            raise ValueError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
+        self._state_replay = check_choice("state replay", state_replay, STATE_REPLAYS)
+        check_choice("precision", precision, PRECISIONS)
         self.folder = folder
         self._device = torch.device(device) if device else pick_device()
         stored = config.get("dtype") or config.get("torch_dtype")
@@ -247,9 +251,7 @@ class TorchBackend(ModelBackend):
         self._host_ids = HostIds(self._device)
         self._lean: LeanStep | None = None
         self._graphs: GraphedStep | None = None
-        if graphs not in GRAPH_MODES:
-            raise ValueError(f"unknown graphs mode {graphs!r}; choose one of {', '.join(GRAPH_MODES)}")
-        self._graph_mode = graphs
+        self._graph_mode = check_choice("graphs mode", graphs, GRAPH_MODES)
         want, self.compile_note = decide(compile, self._device)
         self.lean_note = why_not_lean(self.model)  # why transformers' own forward runs ("" where it does not)
         self.graph_note = ""  # why passes on CUDA run eagerly
@@ -271,8 +273,7 @@ class TorchBackend(ModelBackend):
 
     @step.setter
     def step(self, step: str) -> None:
-        if step not in STEPS:
-            raise ValueError(f"unknown step {step!r}; choose one of {', '.join(STEPS)}")
+        check_choice("step", step, STEPS)
         if step == "lean" and self.lean_note:
             raise ValueError(f"the lean step cannot run this model: {self.lean_note}")
         if step == "lean" and self.compiled:
@@ -296,24 +297,18 @@ class TorchBackend(ModelBackend):
 
     @graphs.setter
     def graphs(self, mode: str) -> None:
-        if mode not in GRAPH_MODES:
-            raise ValueError(f"unknown graphs mode {mode!r}; choose one of {', '.join(GRAPH_MODES)}")
-        self._graph_mode = mode
+        self._graph_mode = check_choice("graphs mode", mode, GRAPH_MODES)
         self.step = self.step  # new caches and notes for the mode
 
     def _with_step(self, precision: str) -> str:
         """The precision words with how passes run, in the detail tooltips and `models info` show."""
-        short, _, detail = precision.partition(" (")
-        detail = detail.removesuffix(")")
         if self._lean is not None:
             how = "CUDA graphs" if self._captures() else "lean step"
         else:
             how = f"transformers' forward ({self.lean_note or 'asked'})" if not self.compiled else ""
         if self.graph_note and self._lean is not None:
             how += f"; {self.graph_note}"
-        if how:
-            detail = f"{detail}; passes: {how}" if detail else f"passes: {how}"
-        return f"{short} ({detail})" if detail else short
+        return _with_detail(precision, f"passes: {how}" if how else "")
 
     def _compile(self, progress: Callable[[str], None]) -> str:
         """Compile the decoder layers (compile_torch.py) and build their graphs now, checked
@@ -406,14 +401,23 @@ class TorchBackend(ModelBackend):
         if self.graph_note or not (self._captures() or self._graph_mode == "static"):
             return None
         if self._graphs is None:
-            self.cache.reserve(1, planned=self.context_length + MAX_WIDTH)
+            self.cache.reserve(1, planned=self._planned())
             try:
                 self._graphs = GraphedStep(self._lean, self.cache, capture=self._captures())
             except Exception as exc:  # a CUDA build without graph support: eager, saying why
-                self.graph_note = f"no CUDA graphs ({type(exc).__name__}: {exc})"
-                self.dtype = self.precision = self._with_step(self._base_precision)
+                self._without_graphs(f"no CUDA graphs ({type(exc).__name__}: {exc})")
                 return None
         return self._graphs if self._graphs.kv is self.cache and self._graphs.fits(n, self.cache.length) else None
+
+    def _planned(self) -> int:
+        """Positions a fixed KV buffer is allocated for: the context, and room for a padded pass."""
+        return self.context_length + MAX_WIDTH
+
+    def _without_graphs(self, reason: str) -> None:
+        """Passes run eagerly from here on; the precision words say why."""
+        log.warning("decoding without CUDA graphs: %s", reason)
+        self.graph_note, self._graphs = reason, None
+        self.dtype = self.precision = self._with_step(self._base_precision)
 
     @torch.inference_mode()  # the buffers are inference tensors (allocated inside a pass)
     def park(self) -> object:
@@ -443,11 +447,9 @@ class TorchBackend(ModelBackend):
 
     @state_replay.setter
     def state_replay(self, mode: str) -> None:
-        if mode not in STATE_REPLAYS:
-            raise ValueError(f"unknown state replay {mode!r}; choose one of {', '.join(STATE_REPLAYS)}")
+        self._state_replay = check_choice("state replay", mode, STATE_REPLAYS)
         if isinstance(self.cache, TorchCache):
             self.cache.state_replay = mode
-        self._state_replay = mode
 
     def seed(self, seed: int | None) -> None:
         self._generator.manual_seed(entropy_seed() if seed is None else seed)
@@ -482,13 +484,11 @@ class TorchBackend(ModelBackend):
             try:
                 logits, hidden = graphs.forward(input_ids, keep) if graphs is not None else (None, None)
             except CaptureError as exc:  # eager from here on, saying why (the KV buffer stays as it is)
-                log.warning("decoding without CUDA graphs: %s", exc)
-                self.graph_note = f"no CUDA graphs: {exc}"
-                self._graphs, graphs = None, None
-                self.dtype = self.precision = self._with_step(self._base_precision)
+                self._without_graphs(f"no CUDA graphs: {exc}")
+                graphs = None
             if graphs is None:
                 if isinstance(self.cache, StaticKV) and self.cache.fixed:
-                    self.cache.reserve(self.cache.length + n, planned=self.context_length + MAX_WIDTH)
+                    self.cache.reserve(self.cache.length + n, planned=self._planned())
                 logits, hidden = self._lean.forward(input_ids, self.cache, keep, self._want_hidden)
             self.cache.appended(n)
             if self._want_hidden:

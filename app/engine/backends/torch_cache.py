@@ -17,6 +17,7 @@ import torch
 from transformers.cache_utils import (CacheLayerMixin, DynamicCache, DynamicLayer, DynamicSlidingWindowLayer,
                                       LinearAttentionCacheLayerMixin)
 
+from app.engine.backends.base import check_choice
 from app.engine.backends.layer_replay_torch import MixerInputs
 from app.engine.cache import ModelCache
 
@@ -78,9 +79,7 @@ class TorchCache(ModelCache):
 
     @state_replay.setter
     def state_replay(self, mode: str) -> None:
-        if mode not in STATE_REPLAYS:
-            raise ValueError(f"unknown state replay {mode!r}; choose one of {', '.join(STATE_REPLAYS)}")
-        self._state_replay = mode
+        self._state_replay = check_choice("state replay", mode, STATE_REPLAYS)
 
     @property
     def replays_layers(self) -> bool:

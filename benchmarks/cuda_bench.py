@@ -234,18 +234,27 @@ def main(argv: list[str] | None = None) -> int:
         for label, step, graphs in modes:
             target.graphs = graphs
             target.step = step
-            row[label] = pass_cost(target, width, repeats, device) * 1e3
+            cost = _guarded(f"width {width}, {label}", lambda: pass_cost(target, width, repeats, device))
+            row[label] = None if cost is None else cost * 1e3
+            if graphs != "off" and width == widths[0]:  # what really ran: captured, or why not
+                captured = sum(c.graph is not None for c in target._graphs.graphs.values()) if target._graphs else 0
+                say(f"{label}: {target.precision}; {captured} graphs captured")
         rows.append(row)
-        say("width %2d: " % width + ", ".join(f"{k} {v:.2f} ms" for k, v in row.items() if k != "width")
+        say("width %2d: " % width + ", ".join(f"{k} {v:.2f} ms" if v is not None else f"{k} failed"
+                                              for k, v in row.items() if k != "width")
             + f"; bound {bound * 1e3:.2f} ms")
     summary["passes"] = rows
     target.step, target.graphs = "lean", graph_mode
-    draft = TorchBackend(draft_dir, device=str(device), graphs=graph_mode)
-    draft_ms = pass_cost(draft, 1, repeats, device) * 1e3
     target_ms = pass_cost(target, 1, repeats, device) * 1e3
-    summary["draft_step_ms"], summary["draft_over_target"] = draft_ms, draft_ms / target_ms
-    say(f"draft one-token pass {draft_ms:.2f} ms = {draft_ms / target_ms:.2f} of the target's {target_ms:.2f} ms")
-    del draft
+
+    def draft_step():
+        draft = TorchBackend(draft_dir, device=str(device), graphs=graph_mode)
+        draft_ms = pass_cost(draft, 1, repeats, device) * 1e3
+        summary["draft_step_ms"], summary["draft_over_target"] = draft_ms, draft_ms / target_ms
+        say(f"draft one-token pass {draft_ms:.2f} ms = {draft_ms / target_ms:.2f} of the target's {target_ms:.2f} ms"
+            f" ({draft.precision})")
+
+    _guarded("the draft's step", draft_step)
     if device.type == "cuda":
         try:
             int4 = TorchBackend(target_dir, device=str(device), precision="int4", graphs=graph_mode)
@@ -259,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     del target
     if device.type == "cuda":
         torch.cuda.empty_cache()
-        summary["idle"] = _idle_rows(target_dir, draft_dir)
+        summary["idle"] = _guarded("GPU idle share", lambda: _idle_rows(target_dir, draft_dir))
     if not args.skip_cli_bench:
         from app.cli import main as cli
 
@@ -267,11 +276,24 @@ def main(argv: list[str] | None = None) -> int:
             if args.quick and drafter == "self:int4":
                 continue
             say(f"--- tandem-cli bench, draft {drafter}")
-            cli(["bench", "--backend", "torch", "--model", str(target_dir), "--draft", drafter, "--no-anchors",
+            _guarded(f"tandem-cli bench with {drafter}", lambda drafter=drafter: cli(
+                ["bench", "--backend", "torch", "--model", str(target_dir), "--draft", drafter, "--no-anchors",
                  "--ks", "", "--repeats", "1" if args.quick else "2", "--prompts", "2" if args.quick else "4",
-                 "--max-tokens", "16" if args.quick else "64"])
+                 "--max-tokens", "16" if args.quick else "64"]))
     say("=== summary\n" + json.dumps(summary, indent=1))
     return 0
+
+
+def _guarded(what: str, run):
+    """One section of a device call: a failure is printed whole and the call goes on (the rest of
+    the table still counts; a GPU call is too dear to lose to one section)."""
+    try:
+        return run()
+    except Exception:
+        import traceback
+
+        say(f"{what}: FAILED\n{traceback.format_exc()}")
+        return None
 
 
 def smoke(tokenizer: Path, out: Path) -> int:

@@ -24,6 +24,10 @@ def test_quick_cuda_bench_prints_its_table(tmp_path, demo):
     for row in summary["passes"]:
         assert all(row[k] > 0 for k in ("transformers", "lean eager", "lean static shapes"))
     assert 0 < summary["draft_over_target"]
+    loop = {row["draft"]: row for row in summary["loop"]}
+    assert loop["none"]["acceptance"] is None and loop["none"]["tokens_per_pass"] == 1.0
+    # the planted pair computes one token map, so its draft is accepted: the loop's ceiling is measured
+    assert loop["tiny-planted"]["acceptance"] > 0.9 and loop["tiny-planted"]["tokens_per_pass"] > 2
     assert "--- tandem-cli bench, draft ngram" in text and "Tandem" in text  # the bench's own table
 
 

@@ -41,6 +41,26 @@ def _family(kind: str):
     return model.eval()
 
 
+
+@torch.inference_mode()
+def test_dense_projections_become_one_stacked_weight_held_once():
+    """q/k/v and gate/up of a dense model become one matmul each: the modules' weights (and q/k/v
+    biases) turn into views of one stacked tensor, so the model's bytes do not grow, and a second
+    lean step over the same model (the step switched back and forth) stacks nothing again."""
+    model = _family("qwen2")
+    before = {name: p.clone() for name, p in model.named_parameters()}
+    LeanStep(model)
+    attn, mlp = model.model.layers[0].self_attn, model.model.layers[0].mlp
+    storage = attn.q_proj.weight.untyped_storage().data_ptr()
+    assert attn.k_proj.weight.untyped_storage().data_ptr() == storage == attn.v_proj.weight.untyped_storage().data_ptr()
+    assert attn.k_proj.bias.untyped_storage().data_ptr() == attn.q_proj.bias.untyped_storage().data_ptr()
+    assert mlp.up_proj.weight.untyped_storage().data_ptr() == mlp.gate_proj.weight.untyped_storage().data_ptr()
+    assert attn.o_proj.weight.untyped_storage().data_ptr() != storage  # a lone projection is left alone
+    for name, p in model.named_parameters():
+        assert torch.equal(p, before[name]), name  # the same numbers under the same names
+    LeanStep(model)
+    assert attn.q_proj.weight.untyped_storage().data_ptr() == storage  # no second stack
+
 @pytest.mark.parametrize("kind", ["llama", "qwen2", "qwen3", "mistral"])
 @torch.inference_mode()
 def test_lean_logits_equal_transformers(kind):

@@ -268,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         for label, step, graphs in modes:
             target.graphs = graphs
             target.step = step
-            cost = _guarded(f"width {width}, {label}", lambda: pass_cost(target, width, repeats, device))
+            cost = _guarded(f"width {width}, {label}", lambda t=target, w=width: pass_cost(t, w, repeats, device))
             row[label] = None if cost is None else cost * 1e3
             if graphs != "off" and width == widths[0]:  # what really ran: captured, or why not
                 captured = sum(c.graph is not None for c in target._graphs.graphs.values()) if target._graphs else 0

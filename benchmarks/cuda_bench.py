@@ -228,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--widths", default="1,2,4,8,16")
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--skip-cli-bench", action="store_true")
+    parser.add_argument("--skip-probe", action="store_true", help="no kernel profile, no fused-norm trial (CUDA)")
     parser.add_argument("--smoke", action="store_true",
                         help="a minute's check first: imports, one tiny model's passes captured and eager, compared")
     args = parser.parse_args(argv)
@@ -318,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
                 ["bench", "--backend", "torch", "--model", str(target_dir), "--draft", drafter, "--no-anchors",
                  "--ks", "", "--repeats", "1" if args.quick else "2", "--prompts", "2" if args.quick else "4",
                  "--max-tokens", "16" if args.quick else "64"]))
+    if device.type == "cuda" and not args.skip_probe:
+        _guarded("the kernels of a pass", lambda: kernel_probe(out / target_shape, out / draft_shape, repeats))
     say("=== summary\n" + json.dumps(summary, indent=1))
     return 0
 
@@ -361,6 +364,75 @@ def smoke(tokenizer: Path, out: Path) -> int:
     say(f"smoke: {backend.precision}; {captured} graphs captured; 40 tokens eager {eager_s:.2f} s, graphed "
         f"{graphed_s:.2f} s; {'the same tokens' if same else 'DIFFERENT tokens: ' + str((eager, graphed))}")
     return 0 if same else 1
+
+
+def kernel_profile(backend, passes: int = 10) -> None:
+    """The GPU kernels of one captured width-1 pass (PyTorch's profiler over `passes` replays):
+    how many, how long in all, and the names that take the most time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    ids = [(11 + 37 * i) % 40000 for i in range(CONTEXT + 1)]
+    backend.reset()
+    with torch.inference_mode():
+        backend.prefill(ids[:CONTEXT])
+        for _ in range(3):  # captured before the profile
+            backend._forward(backend._ids(ids[CONTEXT:]), 1)
+            backend.truncate(CONTEXT)
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(passes):
+                backend._forward(backend._ids(ids[CONTEXT:]), 1)
+                backend.truncate(CONTEXT)
+            torch.cuda.synchronize()
+        wall = (time.perf_counter() - start) / passes
+    backend.reset()
+    kernels = [e for e in prof.key_averages() if e.device_type.name == "CUDA" and e.device_time_total > 0]
+    count = sum(e.count for e in kernels) / passes
+    busy = sum(e.device_time_total for e in kernels) / passes / 1e3  # microseconds to ms
+    say(f"  {count:.0f} kernels per pass, {busy:.2f} ms of kernel time in {wall * 1e3:.2f} ms of wall clock "
+        f"(profiled); the most time:")
+    for e in sorted(kernels, key=lambda e: -e.device_time_total)[:12]:
+        say(f"    {e.count / passes:5.0f} x {e.device_time_total / e.count:7.1f} us  {e.key[:110]}")
+
+
+def kernel_probe(target_dir: Path, draft_dir: Path, repeats: int) -> None:
+    """What the launch-bound part of a captured pass is made of, and one trial at cutting it:
+    each model's kernels per width-1 pass, then the same passes with the norms' and the gated
+    activation's elementwise kernels fused by torch.compile (Triton), timed against the same
+    graphs without. A measurement for the next step of the CUDA issue, not a path Tandem runs."""
+    import torch.nn.functional as F
+
+    from app.engine.backends import lean_step_torch
+    from app.engine.backends.torch_backend import TorchBackend
+
+    device = torch.device("cuda")
+    for name, folder in (("draft", draft_dir), ("target", target_dir)):
+        backend = TorchBackend(folder, device="cuda", graphs="auto")
+        say(f"--- kernels of the {name}'s captured width-1 pass ({folder.name})")
+        kernel_profile(backend)
+        plain = {w: pass_cost(backend, w, repeats, device) * 1e3 for w in (1, 4)}
+
+        @torch.compile(dynamic=True)
+        def norm(x, weight, eps: float):
+            h = F.rms_norm(x.float(), (x.shape[-1],), None, eps)
+            return weight * h.to(x.dtype)
+
+        original = lean_step_torch.rms_norm
+        compile_start = time.perf_counter()
+        try:
+            lean_step_torch.rms_norm = lambda x, module: norm(x, module.weight, module.variance_epsilon)
+            backend.step = "lean"  # new graphs, captured with the fused norms
+            fused = {w: pass_cost(backend, w, repeats, device) * 1e3 for w in (1, 4)}
+            took = time.perf_counter() - compile_start
+            say("  norms fused by torch.compile: " + ", ".join(f"width {w} {plain[w]:.2f} -> {fused[w]:.2f} ms"
+                                                               for w in plain)
+                + f" (compiling and capturing {took:.0f} s)")
+            kernel_profile(backend)
+        finally:
+            lean_step_torch.rms_norm = original
+        del backend
+        torch.cuda.empty_cache()
 
 
 def _loop_rows(target_dir: Path, draft_dir: Path, device: torch.device, quick: bool) -> list[dict]:

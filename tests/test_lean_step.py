@@ -252,3 +252,36 @@ def test_graphs_off_reaches_the_target_and_its_draft(tiny_pair):
     runner.load(str(tiny_pair["target"]), "torch", draft=DraftChoice.parse_loadable(str(tiny_pair["near"])),
                 progress=lambda message: None, graphs="off")
     assert runner.target.graphs == "off" and runner.drafter.backend.graphs == "off"
+
+
+def test_a_capture_never_prices_a_draft_length(pairs, monkeypatch):
+    """A CUDA graph's capture costs 100 times a pass (measured on an H100: a planted 1B draft
+    accepted in full, and adaptive k still chose plain decoding after its first rounds had captured
+    graphs). Here each capture of the static path costs 10 s on the clock the engine reads: the
+    rounds that captured keep their acceptance, but no draft or verify cost includes one, and the
+    pair still drafts."""
+    import time
+
+    from app.engine.adaptive import DraftLengthController
+    from app.engine.backends import cuda_graphs_torch
+
+    offset = {"s": 0.0}
+    real_clock, real_build = time.perf_counter, cuda_graphs_torch.GraphedStep._build
+
+    def slow_build(self, width, length):
+        offset["s"] += 10.0
+        return real_build(self, width, length)
+
+    monkeypatch.setattr(time, "perf_counter", lambda: real_clock() + offset["s"])
+    monkeypatch.setattr(cuda_graphs_torch.GraphedStep, "_build", slow_build)
+    target = load_backend(pairs["static"]["target"].folder, "torch", graphs="static")  # nothing captured yet
+    draft = load_backend(pairs["static"]["self"].folder, "torch", graphs="static")
+    controller = DraftLengthController()
+    events = list(generate(target, lambda ids: "", PROMPTS[0], drafter=ModelDrafter(draft), max_tokens=N,
+                           controller=controller))
+    assert offset["s"] >= 40 and target.one_time_work > 0 and draft.one_time_work > 0  # captures happened
+    costs = controller.for_source(None).costs
+    assert costs.t_verify and max(costs.t_verify.values()) < 5
+    assert costs.t_draft is not None and costs.t_draft < 5
+    rounds = [e for e in events if isinstance(e, Round)]
+    assert sum(len(r.drafted) for r in rounds[-5:]) > 0  # the draft (the target itself) still drafts

@@ -48,8 +48,10 @@ class CostModel:
         self.reach_w = self.reach_w or [0.0] * self.max_k
 
     # --- measurements ---------------------------------------------------------------------
-    def record_round(self, drafted: int, accepted: int, draft_s: float, verify_s: float, read: int = 0) -> None:
-        """One verified round; `read`: committed tokens the drafter read before drafting (in draft_s)."""
+    def record_round(self, drafted: int, accepted: int, draft_s: float | None, verify_s: float | None,
+                     read: int = 0) -> None:
+        """One verified round; `read`: committed tokens the drafter read before drafting (in draft_s).
+        Timings of None (a round that captured a graph): its acceptance counts, its costs do not."""
         for i in range(self.max_k):
             self.accept_w[i] *= DECAY
             self.reach_w[i] *= DECAY
@@ -59,17 +61,20 @@ class CostModel:
                 self.accept_w[i] += 1.0
             else:
                 break  # positions after the first rejection were not reached
+        steady = self.steady(drafted, read)  # judged by the previous round's tokens
+        self.last_emitted = min(accepted, drafted) + 1
+        if draft_s is None or verify_s is None:
+            return
         if drafted:
             # A drafter that drafts every round reads one or two new tokens first; a probe after
             # plain rounds reads all of them (an MTP layer 24 pairs: 13 ms against 5 for a round
             # that drafts on). Counted as the cost of drafting, that made a head look too dear to
             # ever draft again, so such a round sets the cost only until a steady one measures it.
-            if self.steady(drafted, read):
+            if steady:
                 self.t_draft = _ema(self.t_draft if self.t_draft_steady else None, draft_s / drafted)
                 self.t_draft_steady = True
             elif self.t_draft is None:
                 self.t_draft = draft_s / drafted
-        self.last_emitted = min(accepted, drafted) + 1
         self.record_verify(drafted + 1, verify_s)
 
     def steady(self, drafted: int, read: int) -> bool:

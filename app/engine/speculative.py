@@ -55,6 +55,13 @@ def rollback_limit(target: ModelBackend, drafter: Drafter, committed: Sequence[i
     return max(min(limits), 0) if limits else None
 
 
+def one_time_work(target: ModelBackend, drafter: Drafter | None) -> int:
+    """Passes of the target and the draft model that did one-time work (a CUDA graph captured):
+    a round in which this changes is timed with that work in it, so its timings are left out."""
+    draft = getattr(drafter, "backend", None)
+    return target.one_time_work + (getattr(draft, "one_time_work", 0) if draft is not None else 0)
+
+
 def proposal_end(proposal: Proposal, stop_ids: frozenset[int], vocab_limit: int) -> int:
     """How much of a proposal is worth verifying: it ends at its first stop token (drafts after
     the answer's end are waste), and before any id the target's vocabulary does not have."""
@@ -265,6 +272,7 @@ def _generate(
                 yield Notice(f"Decoding without a draft from here: {why}.")
                 drafter = None
         proposal, verified, verify_s, rollback_s, replayed = NO_PROPOSAL, None, 0.0, 0.0, 0
+        work = one_time_work(target, drafter)
         if k:
             proposal, verified = speculative_round(target, drafter, committed, k, params, stop_ids, should_stop)
         verdict = verified.verdict if verified is not None else None
@@ -274,7 +282,8 @@ def _generate(
             emitted = (*proposal.ids[:accepted], verdict.token)
             n = len(proposal.ids)
             costs = ((NominalCosts.draft(n, proposal.source), NominalCosts.verify(n + 1)) if repeatable
-                     else (proposal.seconds, verify_s + rollback_s))
+                     else (proposal.seconds, verify_s + rollback_s) if one_time_work(target, drafter) == work
+                     else (None, None))  # a graph captured in this round: its acceptance counts, its time not
             control.record_round(n, accepted, *costs, proposal.read)
         elif should_stop():  # Stop pressed while drafting: nothing was verified
             answer.finish = "cancelled"
@@ -287,7 +296,7 @@ def _generate(
             if drafter is not None and drafter.wants_target_state:
                 state = TargetState(target.last_hidden(), held, target)
                 drafter.accepted([*committed, *emitted], NO_PROPOSAL, 0, state)
-            if drafter is not None:
+            if drafter is not None and (repeatable or one_time_work(target, drafter) == work):
                 controller.record_plain(NominalCosts.verify(1) if repeatable else verify_s)
         rounds += 1
         committed.extend(emitted)

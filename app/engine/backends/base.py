@@ -52,6 +52,9 @@ class ModelBackend(ABC):
     vocab_limit: int  # logits are cut to the tokenizer's real vocabulary (padded embeddings)
     device_note: str = ""  # why it runs where it runs, when a user would expect otherwise
     logits_dtype: str = "float32"  # what the logits are rounded to (the near-tie threshold follows it)
+    # Passes that did one-time work besides the pass (a CUDA graph captured): the engine keeps
+    # such a round's timings out of the costs that choose k, which a 100x capture once ruined.
+    one_time_work: int = 0
     # The token ids in the cache as the engine last left it (app/engine/reuse.py); () when unknown.
     held: tuple[int, ...] = ()
     cache: ModelCache  # what the model holds of the tokens it has read (app/engine/cache.py)

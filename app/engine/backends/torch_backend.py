@@ -481,11 +481,14 @@ class TorchBackend(ModelBackend):
         if self._lean is not None:
             n = input_ids.shape[1]
             graphs = self._graphed(n)
+            captured = len(graphs.graphs) if graphs is not None else 0
             try:
                 logits, hidden = graphs.forward(input_ids, keep) if graphs is not None else (None, None)
             except CaptureError as exc:  # eager from here on, saying why (the KV buffer stays as it is)
                 self._without_graphs(f"no CUDA graphs: {exc}")
                 graphs = None
+            if graphs is None or len(graphs.graphs) != captured:
+                self.one_time_work += graphs is not None or captured > 0  # a capture, or a failed one
             if graphs is None:
                 if isinstance(self.cache, StaticKV) and self.cache.fixed:
                     self.cache.reserve(self.cache.length + n, planned=self._planned())

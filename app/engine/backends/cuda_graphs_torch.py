@@ -21,9 +21,10 @@ Graphs are captured lazily, the first time a (width, length) is needed, into one
 their outputs are copied out before the next replay reuses it. The KV buffer is fixed at the
 planned context (static_kv_torch.py), so its address never changes under the graphs.
 
-Not yet run on a GPU: no GPU was lent to the session that wrote it (docs/performance.md); the
-CPU tests run the same static-shape code eagerly (`StaticShape` with graphs off), and
-tests/test_cuda_graphs.py holds the CUDA-marked tests for a GPU machine.
+Measured on an H100 (docs/performance.md): an 8B-shape bf16 pass replays in 7.3 ms against 22 ms
+eagerly through transformers (0.64 of its bandwidth bound), widths 2-16 within 1.10x of width 1.
+The CPU tests run the same static-shape code eagerly (`StaticShape` with graphs off), and
+tests/test_cuda_graphs.py holds the CUDA-marked tests (run with benchmarks/gpu_call.sh).
 """
 
 from __future__ import annotations

@@ -44,8 +44,8 @@ class Recorded(Drafter):
     def __init__(self, inner: Drafter):
         self.inner, self.proposals = inner, []
 
-    def start(self, prompt_ids, seed=None, reuse=False):
-        self.inner.start(prompt_ids, seed, reuse)
+    def start(self, prompt_ids, seed=None, reuse=False, should_stop=None):
+        self.inner.start(prompt_ids, seed, reuse, should_stop)
 
     def propose(self, committed, k, params, should_stop=None):
         proposal = self.inner.propose(committed, k, params, should_stop)

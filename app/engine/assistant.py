@@ -51,7 +51,8 @@ class Gemma4AssistantDrafter(Drafter):
         self._hidden = None  # (1, backbone) on the device: the target's state at _hidden_at
         self._hidden_at = -1
 
-    def start(self, prompt_ids: Sequence[int], seed: int | None = None, reuse: bool = False) -> None:
+    def start(self, prompt_ids: Sequence[int], seed: int | None = None, reuse: bool = False,
+              should_stop: Callable[[], bool] | None = None) -> None:
         self._hidden, self._hidden_at = None, -1
         self.runner.seed(draft_seed(seed))
 

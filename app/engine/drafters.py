@@ -20,6 +20,7 @@ from typing import Any
 
 from app.engine.backends.base import ModelBackend
 from app.engine.cache import Checkpoint
+from app.engine.prefill import prefill_chunked
 from app.engine.reuse import remember, start_cache
 from app.engine.sampling import SamplingParams
 
@@ -61,9 +62,11 @@ class Drafter(ABC):
     name: str = "drafter"
     wants_target_state: bool = False
 
-    def start(self, prompt_ids: Sequence[int], seed: int | None = None, reuse: bool = False) -> None:
+    def start(self, prompt_ids: Sequence[int], seed: int | None = None, reuse: bool = False,
+              should_stop: Callable[[], bool] | None = None) -> None:
         """A new generation begins after `prompt_ids`; `seed` is the user's (None: unseeded);
-        `reuse`: a cache may keep what it holds of the prompt (app/engine/reuse.py)."""
+        `reuse`: a cache may keep what it holds of the prompt (app/engine/reuse.py); a drafter
+        that reads the prompt stops reading when `should_stop()` turns true."""
 
     def finish(self, committed: Sequence[int] | None) -> None:
         """The generation ended with `committed` (None: a pass failed, caches are unknown)."""
@@ -103,10 +106,12 @@ class ModelDrafter(Drafter):
         self.name = f"draft model {backend.folder.name}"
         self._mark: Checkpoint | None = None  # the draft's cache before its last proposal
 
-    def start(self, prompt_ids: Sequence[int], seed: int | None = None, reuse: bool = False) -> None:
+    def start(self, prompt_ids: Sequence[int], seed: int | None = None, reuse: bool = False,
+              should_stop: Callable[[], bool] | None = None) -> None:
         kept = start_cache(self.backend, prompt_ids, reuse)
         self.backend.seed(draft_seed(seed))
-        self.backend.prefill(prompt_ids[kept:])  # with the target's prefill, not in round 1's draft time
+        # with the target's prefill, not in round 1's draft time; in chunks, so Stop is heard
+        prefill_chunked(self.backend, prompt_ids[kept:], should_stop or (lambda: False))
 
     def finish(self, committed: Sequence[int] | None) -> None:
         remember(self.backend, committed)  # the draft's cache holds a prefix of it (see accepted)
@@ -210,8 +215,9 @@ class LookupThenModelDrafter(Drafter):
     def backend(self) -> ModelBackend | None:
         return getattr(self.model, "backend", None)  # a draft model's; None for an MTP layer
 
-    def start(self, prompt_ids: Sequence[int], seed: int | None = None, reuse: bool = False) -> None:
-        self.model.start(prompt_ids, seed, reuse)
+    def start(self, prompt_ids: Sequence[int], seed: int | None = None, reuse: bool = False,
+              should_stop: Callable[[], bool] | None = None) -> None:
+        self.model.start(prompt_ids, seed, reuse, should_stop)
 
     def finish(self, committed: Sequence[int] | None) -> None:
         self.model.finish(committed)

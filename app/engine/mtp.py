@@ -71,7 +71,8 @@ class MTPDrafter(Drafter):
         """The position of the first hidden state the layer has not read."""
         return self._base + len(self._pairs)
 
-    def start(self, prompt_ids: Sequence[int], seed: int | None = None, reuse: bool = False) -> None:
+    def start(self, prompt_ids: Sequence[int], seed: int | None = None, reuse: bool = False,
+              should_stop: Callable[[], bool] | None = None) -> None:
         self.head.seed(draft_seed(seed))
         if not reuse:
             self._restart(0)

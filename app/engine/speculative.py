@@ -22,6 +22,7 @@ from app.engine.backends.base import ModelBackend, Verdict
 from app.engine.drafters import Drafter, Proposal, TargetState
 from app.engine.events import EmptyPromptError, Finished, GenerationStats, Notice, PromptTooLongError, Round
 from app.engine.output import AnswerStream
+from app.engine.prefill import chunks, prefill_chunked, split_last
 from app.engine.reuse import remember, start_cache
 from app.engine.sampling import SamplingParams
 
@@ -53,6 +54,21 @@ def rollback_limit(target: ModelBackend, drafter: Drafter, committed: Sequence[i
     limits = [room - catch_up for room in (target.rollback_room(),) if room is not None]
     limits += [room for room in (drafter.room(committed),) if room is not None]
     return max(min(limits), 0) if limits else None
+
+
+def _cancelled_in_prefill(prompt_tokens: int, seconds: float) -> Finished:
+    """Stop while the prompt was being read: nothing was answered."""
+    stats = GenerationStats(prompt_tokens=prompt_tokens, tokens=0, rounds=0, decode_tokens=0, drafted=0,
+                            accepted=0, prefill_s=seconds, decode_s=0.0, finish_reason="cancelled")
+    return Finished(stats, "")
+
+
+def _prompt_rows(target: ModelBackend, parts: list, lengths: list[int]):
+    """The hidden states of a prompt read in chunks, joined where every chunk kept a row per
+    position it read; otherwise the last chunk's rows alone (a drafter counts them from the end)."""
+    whole = all(part is not None and len(part) == n for part, n in zip(parts, lengths, strict=True))
+    joined = target.join_hidden(parts) if whole and len(parts) > 1 else None
+    return joined if joined is not None else parts[-1]
 
 
 def one_time_work(target: ModelBackend, drafter: Drafter | None) -> int:
@@ -232,14 +248,22 @@ def _generate(
         yield Notice(f"Decoding without a draft: {reason}.")
         drafter = None
     if drafter is not None:
-        drafter.start(prompt_ids, params.seed, reuse=reuse_cache)
-    first = target.next_token(prompt_ids[reused:], params)  # prefill what the cache lacks
+        drafter.start(prompt_ids, params.seed, reuse=reuse_cache, should_stop=should_stop)
+    # the prompt in chunks, Stop checked between them (app/engine/prefill.py); the last chunk's
+    # pass gives the first token
+    wants_state = drafter is not None and drafter.wants_target_state
+    head, last = split_last(prompt_ids[reused:])
+    rows: list | None = [] if wants_state else None
+    if not prefill_chunked(target, head, should_stop, rows) or should_stop():
+        yield _cancelled_in_prefill(len(prompt_ids), time.perf_counter() - start)
+        return
+    first = target.next_token(last, params)  # prefill what the cache lacks
     prefill_s = time.perf_counter() - start
     committed = [*prompt_ids, first]
-    if drafter is not None and drafter.wants_target_state:  # what the prefill read, for the drafter
+    if wants_state:  # what the prefill read, for the drafter
         # The rows end at the prompt's last position; a model may keep fewer than it read (Gemma 4
         # runs its KV-shared layers on the kept logits' positions only), so count them from the end.
-        hidden = target.last_hidden()
+        hidden = _prompt_rows(target, [*rows, target.last_hidden()], [*map(len, chunks(head)), len(last)])
         drafter.accepted(committed, NO_PROPOSAL, 0, TargetState(hidden, len(prompt_ids) - len(hidden), target))
     record.tokens = committed  # the same list, extended as the answer goes
     kept, text = answer.take((first,))

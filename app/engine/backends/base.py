@@ -131,6 +131,11 @@ class ModelBackend(ABC):
     def last_hidden(self):
         """(n, hidden) on the device: the last pass's positions, in order (None when off)."""
 
+    def join_hidden(self, parts: list):
+        """Several passes' `last_hidden` rows as one (n, hidden), in order (a prompt read in
+        chunks); None where this backend cannot join them."""
+        return parts[0] if len(parts) == 1 else None
+
     @abstractmethod
     def seed(self, seed: int | None) -> None:
         """Start this generation's random stream: from `seed` when one is given (every time, so a

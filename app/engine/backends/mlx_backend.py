@@ -202,6 +202,9 @@ class MLXBackend(ModelBackend):
         norm = getattr(self._text_model(), "norm", None)
         return norm.last[0] if isinstance(norm, _KeepsOutput) and norm.last is not None else None
 
+    def join_hidden(self, parts: list) -> mx.array:
+        return mx.concatenate(parts)
+
     def _forward(self, ids: mx.array) -> mx.array:
         """Append ids (1, n) to the cache; logits of every new position (n, V') float32."""
         logits = self.model(ids, cache=self.cache.layers)

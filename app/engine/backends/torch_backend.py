@@ -476,6 +476,9 @@ class TorchBackend(ModelBackend):
     def last_hidden(self) -> torch.Tensor | None:
         return None if self._hidden is None else self._hidden[0]
 
+    def join_hidden(self, parts: list) -> torch.Tensor:
+        return torch.cat(parts)
+
     def _forward(self, input_ids: torch.Tensor, keep: int) -> torch.Tensor:
         """Append input_ids (1, n) to the cache; logits of the last `keep` positions (keep, V')."""
         if self._lean is not None:

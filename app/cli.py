@@ -9,6 +9,7 @@ import sys
 from app.engine.backends.base import COMPILE_CHOICES
 from app.engine.events import Finished, Notice, PromptTooLongError, Round
 from app.engine.sampling import SamplingParams
+from app.exit_signals import close_engine, exit_code, raise_on_sigterm
 from app.models.errors import ModelFileError
 from app.models.pairing import PairingError
 from app.paths import FolderError
@@ -48,10 +49,49 @@ def draft_choice(text: str):
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+# Every `type=` below raises ArgumentTypeError with the words to show: from a plain ValueError
+# argparse says "invalid <the function's name> value" ("invalid _draft_tokens value").
+
+
+def whole_number(value: str) -> int:
+    """An argparse type for an integer option (--seed, --top-k, --port)."""
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value[:40]!r} is not a whole number") from None
+
+
+def real_number(value: str) -> float:
+    """An argparse type for a number that may have a fraction (--temperature, --top-p)."""
+    try:
+        return float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value[:40]!r} is not a number") from None
+
+
+def named(what: str):
+    """An argparse type for a model or a path that must be named: an empty one would be read as
+    the current folder (".: no config.json ...")."""
+
+    def name(value: str) -> str:
+        if not value.strip():
+            raise argparse.ArgumentTypeError(f"it is empty, so it names nothing: give {what}")
+        return value
+
+    return name
+
+
+MODEL = named('a model folder, a .gguf file or "demo"')
+
+
 def _draft_tokens(value: str) -> int | None:
-    if value == "auto":
+    if value.strip().lower() == "auto":
         return None
-    k = int(value)
+    try:
+        k = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value[:40]!r} is not a whole number: --draft-tokens takes auto or a "
+                                         "number from 1 to 32") from None
     if not 1 <= k <= 32:
         raise argparse.ArgumentTypeError("--draft-tokens takes auto or a number from 1 to 32")
     return k
@@ -74,7 +114,7 @@ def at_least_one(what: str, least: int = 1):
         try:
             n = int(value)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"takes a whole number of {what}s, not {value!r}") from None
+            raise argparse.ArgumentTypeError(f"takes a whole number of {what}s, not {value[:40]!r}") from None
         if n < least:
             raise argparse.ArgumentTypeError(f"takes at least {least} {what}{'s' if least != 1 else ''}, not {n}")
         return n
@@ -170,11 +210,12 @@ def cmd_generate(args) -> int:
                 elif isinstance(event, Finished):
                     sys.stdout.write("\n")
                     print(event.stats.summary(), file=sys.stderr)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt:  # Ctrl+C or SIGTERM (app/exit_signals.py): stop the answer, end the line
             handle.cancel()
+            sys.stdout.write("\n")
             raise
     finally:
-        service.close()
+        close_engine(service)
     return 0
 
 
@@ -201,7 +242,7 @@ def cmd_serve(args) -> int:
                   f"{', API key required' if server.api_key else ''}); Ctrl+C stops.")
         server.serve_forever()
     finally:
-        service.close()
+        close_engine(service)
     return 0
 
 
@@ -246,7 +287,8 @@ def _ks(value: str) -> tuple[int, ...]:
     except ValueError:
         ks = (0,)
     if not all(1 <= k <= 16 for k in ks):
-        raise argparse.ArgumentTypeError("--ks takes a comma list of draft lengths from 1 to 16, e.g. 2,4,6")
+        raise argparse.ArgumentTypeError(f"--ks takes a comma list of draft lengths from 1 to 16 (e.g. 2,4,6), "
+                                         f"not {value[:40]!r}")
     return ks
 
 
@@ -299,15 +341,15 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=cmd_demo)
 
     imp = sub.add_parser("import", help="convert a .gguf file into model folders")
-    imp.add_argument("gguf")
-    imp.add_argument("out")
+    imp.add_argument("gguf", type=named("a .gguf file"))
+    imp.add_argument("out", type=named("the folder to write the model folders into"))
     imp.add_argument("--variants", default="hf,mlx",
                      help="comma list of hf (float32), gguf (no weights: PyTorch reads the file itself), "
                           "mlx, mlx-4bit")
     imp.set_defaults(func=cmd_import)
 
     gen = sub.add_parser("generate", help="stream an answer to one prompt")
-    gen.add_argument("--model", "--target", dest="model", default="demo",
+    gen.add_argument("--model", "--target", dest="model", default="demo", type=MODEL,
                      help='model folder, .gguf file, or "demo" (default)')
     gen.add_argument("--draft", type=draft_choice, default="auto",
                      help='draft model folder or .gguf, "self:int4" / "self:int4-head" / "self:bfloat16" '
@@ -329,14 +371,14 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--system", default=None)
     gen.add_argument("--backend", choices=["mlx", "torch"], default=None)
     gen.add_argument("--max-tokens", type=at_least_one("new token"), default=256)
-    gen.add_argument("--temperature", type=float, default=0.0)
-    gen.add_argument("--top-p", type=float, default=1.0)
-    gen.add_argument("--top-k", type=int, default=0)
-    gen.add_argument("--seed", type=int, default=None)
+    gen.add_argument("--temperature", type=real_number, default=0.0)
+    gen.add_argument("--top-p", type=real_number, default=1.0)
+    gen.add_argument("--top-k", type=whole_number, default=0)
+    gen.add_argument("--seed", type=whole_number, default=None)
     gen.set_defaults(func=cmd_generate)
 
     bench = sub.add_parser("bench", help="measure Tandem against the target alone and the anchors")
-    bench.add_argument("--model", "--target", dest="model", default="demo")
+    bench.add_argument("--model", "--target", dest="model", default="demo", type=MODEL)
     bench.add_argument("--draft", type=draft_choice, default="auto",
                        help='draft model, "self:<precision>", "mtp", "assistant:<folder>", "ngram", or "auto" '
                             '(as for generate)')
@@ -346,24 +388,26 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--context", type=at_least_one("context token"), default=None, metavar="N",
                        help=CONTEXT_HELP)
     bench.add_argument("--backend", choices=["mlx", "torch"], default=None)
-    bench.add_argument("--temperature", type=float, default=0.0)
-    bench.add_argument("--top-p", type=float, default=1.0)
-    bench.add_argument("--top-k", type=int, default=0)
-    bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument("--temperature", type=real_number, default=0.0)
+    bench.add_argument("--top-p", type=real_number, default=1.0)
+    bench.add_argument("--top-k", type=whole_number, default=0)
+    bench.add_argument("--seed", type=whole_number, default=0)
     bench.add_argument("--repeats", type=at_least_one("repeat"), default=3)
     bench.add_argument("--ks", type=_ks, default=(2, 4, 6), help="fixed draft lengths to run besides adaptive")
-    bench.add_argument("--suite", default=None, help="prompt suite JSON (default: benchmarks/suite.json)")
+    bench.add_argument("--suite", default=None, type=named("a prompt suite's JSON file"),
+                       help="prompt suite JSON (default: benchmarks/suite.json)")
     bench.add_argument("--prompts", type=at_least_one("prompt"), default=None, help="use only the first N prompts")
     bench.add_argument("--max-tokens", type=at_least_one("new token"), default=None,
                        help="new tokens per prompt (default: the suite's)")
     bench.add_argument("--quick", action="store_true", help="2 prompts, 16 tokens (smoke test)")
     bench.add_argument("--no-anchors", action="store_true", help="skip transformers / mlx-lm")
-    bench.add_argument("--json", default=None, metavar="OUT", help="write every figure to this file")
+    bench.add_argument("--json", default=None, type=named("a file to write"), metavar="OUT",
+                       help="write every figure to this file")
     bench.add_argument("--verbose", action="store_true", help="print each run as it finishes")
     bench.set_defaults(func=cmd_bench)
 
     serve = sub.add_parser("serve", help="serve the pair over an OpenAI-compatible API (/v1/chat/completions)")
-    serve.add_argument("--model", "--target", dest="model", default="demo",
+    serve.add_argument("--model", "--target", dest="model", default="demo", type=MODEL,
                        help='model folder, .gguf file, or "demo" (default)')
     serve.add_argument("--draft", type=draft_choice, default="auto",
                        help='draft model, "self:<precision>", "mtp", "assistant:<folder>", "ngram", "none" or "auto"')
@@ -375,7 +419,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--backend", choices=["mlx", "torch"], default=None)
     serve.add_argument("--host", default="127.0.0.1",
                        help="the address to serve on (default 127.0.0.1, this computer only; any other needs a key)")
-    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("--port", type=whole_number, default=8080)
     serve.add_argument("--api-key", default=None,
                        help="a key every request must send as 'Authorization: Bearer KEY' (default: $TANDEM_API_KEY)")
     serve.set_defaults(func=cmd_serve)
@@ -387,7 +431,7 @@ def build_parser() -> argparse.ArgumentParser:
     models = sub.add_parser("models", help="what a model file holds and what runs of it")
     models_sub = models.add_subparsers(dest="models_command", required=True)
     info = models_sub.add_parser("info", help="tensor types, sizes and what PyTorch runs them as")
-    info.add_argument("path", help="a .gguf file or a model folder")
+    info.add_argument("path", type=named("a .gguf file or a model folder"), help="a .gguf file or a model folder")
     info.add_argument("--check", action="store_true",
                       help="also measure the loaded weights' error and perplexity against the file's own "
                            "dequantized weights in float32")
@@ -403,6 +447,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    raise_on_sigterm()
     try:
         return args.func(args)
     except (ModelFileError, PairingError, PromptTooLongError, ValueError) as exc:
@@ -411,8 +456,15 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # a file that cannot be read (a symlink loop, permissions), a folder not made
         print(f"tandem-cli: {_os_message(exc)}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl+C, or SIGTERM as Terminated
+        return exit_code(exc)
+
+
+WRONG_KIND = {
+    errno.EEXIST: "a file of that name is there, where a folder is to be made. Give a folder's path, or move the file.",
+    errno.ENOTDIR: "part of the path is a file, not a folder. Check the path.",
+    errno.EISDIR: "it is a folder, where a file belongs. Give a file's path.",
+}
 
 
 def _os_message(exc: OSError) -> str:
@@ -423,6 +475,8 @@ def _os_message(exc: OSError) -> str:
     if exc.errno == errno.ENAMETOOLONG:
         return (f"cannot use{where}: File name too long for this computer's file system ({len(name):,} characters). "
                 "Check the path.")
+    if exc.errno in WRONG_KIND:  # a file where a folder belongs, or the reverse: no link or permission is at fault
+        return f"cannot use{where}: {WRONG_KIND[exc.errno]}"
     return (f"cannot read or write{where}: {exc.strerror}. Check that the path exists, is not a broken "
             "or looping symbolic link, and that you may read it.")
 

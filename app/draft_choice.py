@@ -41,6 +41,9 @@ ARGUMENTS = {DraftKind.MODEL: "source", DraftKind.SELF: "precision", DraftKind.A
              DraftKind.HEAD: "source"}
 # and the prefix written before it ("self:int4"); a draft model is written as its source alone
 PREFIXES = {DraftKind.SELF: "self:", DraftKind.ASSISTANT: "assistant:", DraftKind.HEAD: "head:"}
+# what the folder after a prefix is, for a choice that names none
+FOLDER_WORDS = {DraftKind.ASSISTANT: "the folder of a Gemma 4 assistant (published beside its Gemma 4 model)",
+                DraftKind.HEAD: "the folder `tandem-cli align` wrote"}
 MODEL_ONLY_WORD = "model"  # a request's: the pair's draft model without prompt lookup beside it
 # Other spellings read (the Draft slot's keywords, older files); never written
 ALIASES = {"lookup": DraftKind.LOOKUP, "prompt lookup": DraftKind.LOOKUP, "n-gram": DraftKind.LOOKUP,
@@ -119,6 +122,9 @@ class DraftChoice:
             if word.startswith(prefix):
                 argument = text.strip()[len(prefix):].strip()  # a folder keeps its case; precisions are lowercase
                 field = ARGUMENTS[kind]
+                if field == "source" and not argument:  # else "a draft of kind head needs source"
+                    raise DraftChoiceError(f"“{prefix}” names no folder: write {prefix}<folder>, where <folder> "
+                                           f"is {FOLDER_WORDS[kind]}")
                 return cls(kind, **{field: argument.lower() if field == "precision" else argument})
         return None
 
@@ -132,7 +138,7 @@ class DraftChoice:
             raise DraftChoiceError(f"a draft is named by text, not by {type(text).__name__}: give {ACCEPTED}")
         stripped = text.strip()
         if not stripped:
-            raise DraftChoiceError(f"no draft named: give {ACCEPTED}")
+            raise DraftChoiceError(f"no draft named (the text is empty): give {ACCEPTED}")
         if "\0" in stripped:  # no file name holds one
             raise DraftChoiceError(f"{stripped[:40]!r} holds a NUL character, so it names no draft: give {ACCEPTED}")
         return cls.keyword(stripped) or cls.model(stripped)

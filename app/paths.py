@@ -59,6 +59,32 @@ def make_folder(path: Path, what: str) -> Path:
     return path
 
 
+def make_output_folder(path: Path, what: str) -> Path:
+    """mkdir -p for a folder the user named to write `what` into (`tandem-cli import`'s output,
+    `align --out`), or a FolderError that says what is in the way: mkdir's own "File exists" on a
+    file there reads as advice about links and permissions."""
+    path = Path(path).expanduser()
+    blocker = _in_the_way(path)
+    if blocker is not None:
+        if blocker.is_symlink() and not blocker.exists():
+            cause = f"{blocker} is a symbolic link that points nowhere (or loops)"
+        else:
+            cause = f"{'it' if blocker == path else blocker} is a file, not a folder"
+        error = FolderError(f"cannot write {what} to {path}: {cause}. Give a folder's path (it is made if it does "
+                            "not exist), or move that file away.")
+        error.errno = errno.ENOTDIR
+        raise error
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        cause = "the disk is full" if exc.errno == errno.ENOSPC else exc.strerror or type(exc).__name__
+        error = FolderError(f"cannot make the folder {path} for {what}: {cause}. Check that you may write to "
+                            f"{path.parent}, or give another folder.")
+        error.errno = exc.errno
+        raise error from exc
+    return path
+
+
 def data_dir() -> Path:
     """History database and other user data."""
     home = _home_override()

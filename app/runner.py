@@ -10,6 +10,7 @@ between rounds and between draft steps. `cancel()` cancels the request running n
 from __future__ import annotations
 
 import gc
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -182,6 +183,15 @@ class Runner:
             gc.collect()
             return warning, longest_chat(models, free + held)
 
+    def settle(self) -> None:
+        """Finish the device work queued on this (the engine's) thread: an MLX stream still
+        evaluating when the interpreter tears down could abort the process at exit ("terminate
+        called without an active exception"). The pair stays loaded: a runner outlives a service
+        that closes (the tests share one)."""
+        mlx_core = sys.modules.get("mlx.core")
+        if mlx_core is not None:
+            mlx_core.synchronize()
+
     def _held_bytes(self) -> int:
         """The weights of the pair in use, which a new pair replaces (and may unload to make room)."""
         held = self.target.weights_bytes if self.target is not None else 0
@@ -327,8 +337,18 @@ class Runner:
                 draft = DraftChoice.model(str(draft_folder))
         elif draft.kind is DraftKind.MTP:
             progress("Loading the model's built-in MTP layer ...")
-            mtp_drafter = load_mtp_drafter(target)
-            drafter, draft_weights = LookupThenModelDrafter(mtp_drafter), mtp_drafter.head.weights_bytes
+            try:
+                mtp_drafter = load_mtp_drafter(target)
+            except ModelFileError as exc:
+                if not auto:
+                    raise
+                # "auto" asked for the best draft that works, not for this layer: a broken one costs
+                # its speed-up, not the model
+                fallback = f"The model's built-in MTP layer cannot draft, so prompt lookup drafts instead. {exc}"
+                progress(fallback)
+                draft, notice = PROMPT_LOOKUP, " ".join(filter(None, (notice, fallback)))
+            else:
+                drafter, draft_weights = LookupThenModelDrafter(mtp_drafter), mtp_drafter.head.weights_bytes
         elif head_folder is not None:
             progress(f"Loading the aligned draft head {head_folder.name} ...")
             head_drafter = load_head_drafter(target, head_folder)
@@ -337,7 +357,7 @@ class Runner:
             progress(f"Loading assistant {display_name(assistant_folder)} ...")
             assistant = load_assistant_drafter(assistant_folder, target)
             drafter = assistant
-        elif draft.kind is DraftKind.LOOKUP:
+        if draft.kind is DraftKind.LOOKUP:  # asked for, or what "auto" fell back to above
             drafter = chat_lookup()
         self.target, self.drafter, self.tokenizer = target, drafter, tokenizer
         self._controllers.clear()

@@ -216,9 +216,10 @@ class RunnerService:
         return future
 
     def wanted(self) -> bool:
-        """Something other than background work waits for the engine."""
+        """Something other than background work waits for the engine (closing counts: a
+        background job gives way to it, or the thread outlives the process)."""
         with self._lock:
-            return bool(self._turns)
+            return self._closed or bool(self._turns)
 
     def pending(self) -> int:
         """Requests and calls waiting or running, background work aside."""
@@ -226,8 +227,10 @@ class RunnerService:
             running = self._running is not None and not self._running.background
             return sum(len(jobs) for jobs in self._waiting.values()) + running
 
-    def close(self, timeout: float = 10.0) -> None:
-        """Cancel everything, let the current round end, stop the thread."""
+    def close(self, timeout: float = 10.0) -> bool:
+        """Cancel everything, let the current round (or prompt chunk) end, stop the thread.
+        False when the thread was still running after `timeout` seconds (a pass that cannot be
+        cut: a load, one long chunk on a slow machine)."""
         self._cancel_requests("Tandem is closing")
         with self._lock:
             self._closed = True
@@ -239,6 +242,7 @@ class RunnerService:
             self._background.clear()
             self._lock.notify_all()
         self._thread.join(timeout)
+        return not self._thread.is_alive()
 
     # the queue
 
@@ -305,6 +309,7 @@ class RunnerService:
                 job = self._next()
                 self._running = job
             if job is None:
+                self._settle()
                 return
             try:
                 if job.handle is not None:
@@ -316,6 +321,15 @@ class RunnerService:
             finally:
                 with self._lock:
                     self._running = None
+
+    def _settle(self) -> None:
+        """The thread's last act on closing: its device work finished where it was queued (Runner.settle)."""
+        settle = getattr(self.runner, "settle", None)
+        if settle is not None:
+            try:
+                settle()
+            except Exception:  # noqa: BLE001 - closing goes on
+                log.exception("finishing the engine's device work failed")
 
     def _run_call(self, job: _Job) -> None:
         if not job.future.set_running_or_notify_cancel():

@@ -233,6 +233,23 @@ def _gguf_dangling(root):
     return root / "model.gguf", "model.gguf"
 
 
+def _tokenizer(tokenizer_config: dict | None, named: str, tokenizer_json: str | None = None):
+    """A model folder whose config and weights pass, with these tokenizer files (None: none)."""
+    def make(root: Path) -> tuple[Path, str]:
+        from tokenizers import Tokenizer, models
+
+        folder = _config(root / "m")
+        (folder / "model.safetensors").write_bytes(_safetensors({"w": {"dtype": "F32", "shape": [1],
+                                                                      "data_offsets": [0, 4]}}, b"\0" * 4))
+        if tokenizer_config is not None:
+            Tokenizer(models.WordLevel({"a": 0, "<unk>": 1}, unk_token="<unk>")).save(str(folder / "tokenizer.json"))
+            (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
+        if tokenizer_json is not None:
+            (folder / "tokenizer.json").write_text(tokenizer_json)
+        return folder, named
+    return make
+
+
 FILES = {
     "an empty folder": _empty_folder,
     "config.json and no weights": _config_only,
@@ -271,6 +288,12 @@ FILES = {
     "gguf a folder": _gguf_folder,
     "gguf a symlink loop": _gguf_loops,
     "gguf a dangling link": _gguf_dangling,
+    "tokenizer asks to run shipped code": _tokenizer(
+        {"auto_map": {"AutoTokenizer": ["tokenization_tiny.TinyTokenizer", None]}}, "auto_map"),
+    "tokenizer asks for shipped code (a list)": _tokenizer(
+        {"auto_map": ["tokenization_tiny.TinyTokenizer", None]}, "never runs"),
+    "no tokenizer files": _tokenizer(None, "tokenizer.json and tokenizer_config.json are missing"),
+    "tokenizer.json not JSON": _tokenizer({}, "tokenizer", tokenizer_json="{not json"),
 }
 
 
@@ -313,6 +336,26 @@ CLI_VALUES = {
     "compile unknown": (["--compile", "always"], "--compile"),
     "context 0": (["--context", "0"], "--context"),
     "context a word": (["--context", "long"], "--context"),
+    "context 1.5": (["--context", "1.5"], "--context"),
+    "draft-tokens a word": (["--draft-tokens", "abc"], "--draft-tokens: 'abc' is not a whole number"),
+    "draft-tokens 2.5": (["--draft-tokens", "2.5"], "--draft-tokens"),
+    "draft-tokens empty": (["--draft-tokens", ""], "--draft-tokens"),
+    "temperature empty": (["--temperature", ""], "--temperature"),
+    "top-p a word": (["--top-p", "high"], "--top-p: 'high' is not a number"),
+    "top-k a word": (["--top-k", "many"], "--top-k: 'many' is not a whole number"),
+    "seed a word": (["--seed", "lucky"], "--seed"),
+    "seed 1.5": (["--seed", "1.5"], "--seed"),
+    "max-tokens a word": (["--max-tokens", "lots"], "--max-tokens"),
+    "model empty": (["--model", ""], "empty"),
+    "model spaces": (["--model", "   "], "empty"),
+    "target empty": (["--target", ""], "--target"),
+    "draft empty": (["--draft", ""], "no draft named"),
+    "draft head: and no folder": (["--draft", "head:"], "names no folder"),
+    "draft assistant: and no folder": (["--draft", "assistant: "], "names no folder"),
+    "draft self: and no precision": (["--draft", "self:"], "no precision named"),
+    "draft self: at an unknown precision": (["--draft", "self:int3"], "int3"),
+    "draft a request's pair": (["--draft", "pair"], "loads nothing"),
+    "draft with a NUL": (["--draft", "a\0b"], "NUL"),
 }
 
 
@@ -343,6 +386,124 @@ def test_a_bad_bench_value_is_refused_before_any_model_loads(args, named, capsys
     assert_clear(err, named)
 
 
+# Other commands' values: every `type=` names its option, an empty model or path is refused as empty
+
+COMMAND_VALUES = {
+    "serve port a word": (["serve", "--port", "http"], "--port: 'http' is not a whole number"),
+    "serve model empty": (["serve", "--model", ""], "empty"),
+    "serve draft head: alone": (["serve", "--draft", "head:"], "names no folder"),
+    "bench model empty": (["bench", "--model", ""], "empty"),
+    "bench top-k a word": (["bench", "--top-k", "x"], "--top-k"),
+    "bench top-p a word": (["bench", "--top-p", "x"], "--top-p"),
+    "bench seed a word": (["bench", "--seed", "x"], "--seed"),
+    "bench ks words": (["bench", "--ks", "two,four"], "'two,four'"),
+    "bench json empty": (["bench", "--json", ""], "--json"),
+    "bench suite empty": (["bench", "--suite", ""], "--suite"),
+    "align minutes a word": (["align", "--minutes", "soon"], "--minutes: 'soon' is not a number"),
+    "align temperature a word": (["align", "--temperature", "warm"], "--temperature"),
+    "align seed 1.5": (["align", "--seed", "1.5"], "--seed"),
+    "align model empty": (["align", "--model", ""], "empty"),
+    "align draft empty": (["align", "--draft", ""], "--draft"),
+    "align out empty": (["align", "--out", ""], "--out"),
+    "import gguf empty": (["import", "", "out"], "empty"),
+    "import out empty": (["import", "model.gguf", ""], "empty"),
+    "models info empty": (["models", "info", ""], "empty"),
+}
+
+
+@pytest.mark.parametrize("argv, named", COMMAND_VALUES.values(), ids=COMMAND_VALUES.keys())
+def test_a_bad_value_to_any_command_is_refused_before_anything_loads(argv, named, capsys, monkeypatch):
+    import app.align.command
+    import app.models.gguf_import
+    from app.runner import Runner
+
+    # whatever a command would start, a refused value starts none of it (align would run for minutes)
+    for owner, name in ((Runner, "load"), (app.align.command, "run"), (app.models.gguf_import, "import_gguf")):
+        monkeypatch.setattr(owner, name, lambda *a, **k: pytest.fail("started"))
+    code, err = run_cli(argv, capsys)
+    assert code == 2
+    assert_clear(err, named)
+    assert not re.search(r"invalid \S+ value", err), err  # argparse naming a type function
+
+
+def _a_file(root: Path) -> Path:
+    (root / "notes.txt").write_text("mine")
+    return root / "notes.txt"
+
+
+def _dangling(root: Path) -> Path:
+    os.symlink(root / "gone", root / "out")
+    return root / "out"
+
+
+IMPORT_OUTPUTS = {
+    "the output a file": (_a_file, "is a file, not a folder"),
+    "the output inside a file": (lambda root: _a_file(root) / "models", "is a file, not a folder"),
+    "the output a dangling link": (_dangling, "points nowhere"),
+}
+
+
+@pytest.mark.parametrize("make, named", IMPORT_OUTPUTS.values(), ids=IMPORT_OUTPUTS.keys())
+def test_an_import_into_a_path_that_is_no_folder_is_refused_in_words(make, named, tmp_path, capsys):
+    root = tmp_path / "inputs"
+    root.mkdir()
+    (root / "model.gguf").write_bytes(_gguf_bytes(root))
+    out = make(root)
+    before = snapshot(root)
+    code, err = run_cli(["import", str(root / "model.gguf"), str(out)], capsys)
+    assert code in (1, 2)
+    assert_clear(err, str(out), named)
+    assert "Check that the path exists" not in err, err  # the advice for unreadable files, not this
+    assert snapshot(root) == before
+
+
+# Drafts refused while pairing, before any weights load (the demo as the target)
+
+def _head_folder(kind: str):
+    def make(root: Path) -> tuple[str, str]:
+        path = root / "head"
+        if kind == "a file":
+            path.write_text("not a head")
+        elif kind == "an empty folder":
+            path.mkdir()
+        elif kind == "a dangling link":
+            os.symlink(root / "gone", path)
+        return f"head:{path}", {"nowhere": "no such folder", "a file": "is a file, not a folder",
+                                "an empty folder": "not an aligned draft head",
+                                "a dangling link": "does not exist"}[kind]
+    return make
+
+
+def _empty_draft(root: Path) -> tuple[str, str]:
+    (root / "empty").mkdir()
+    return str(root / "empty"), "config.json"
+
+
+DRAFTS = {
+    "head: nowhere": _head_folder("nowhere"),
+    "head: a file": _head_folder("a file"),
+    "head: an empty folder": _head_folder("an empty folder"),
+    "head: a dangling link": _head_folder("a dangling link"),
+    "mtp on the demo": lambda root: ("mtp", "SmolLM2 135M Instruct (demo) has no built-in"),
+    "assistant: nowhere": lambda root: (f"assistant:{root / 'nowhere'}", "no such file or folder"),
+    "a draft model nowhere": lambda root: (str(root / "nowhere"), "no such file or folder"),
+    "a draft model an empty folder": _empty_draft,
+}
+
+
+@pytest.mark.parametrize("make", DRAFTS.values(), ids=DRAFTS.keys())
+def test_a_draft_that_cannot_pair_is_refused_in_words_before_any_weights_load(make, tmp_path, capsys,
+                                                                                monkeypatch):
+    import app.runner
+
+    monkeypatch.setattr(app.runner, "load_backend", lambda *a, **k: pytest.fail("weights were loaded"))
+    draft, named = make(tmp_path)
+    code, err = run_cli(["generate", "--backend", "torch", "--draft", draft, "--prompt", "hi"], capsys)
+    assert code in (1, 2)
+    assert_clear(err, named)
+    assert not re.search(r"\b(gguf|hf) has no", err), err  # the demo by its name, not its cache folder's
+
+
 # The window's settings file: a damaged value is reset, the others kept
 
 TANDEM_CONF = {
@@ -356,6 +517,21 @@ TANDEM_CONF = {
     "drawer a number": "[window]\nsettings_drawer=7\n",
     "last chat a word": "[chat]\nlast_conversation=abc\n",
     "last chat beyond 64 bits": "[chat]\nlast_conversation=99999999999999999999999\n",
+    # every field in every wrong shape an ini file holds: a number, a list, a point, an invalid
+    # value, a blob, a negative or fractional count (Qt reads "@..." back as typed values)
+    "geometry a point": "[window]\ngeometry=@Point(1 2)\n",
+    "splitter a number": "[window]\nsplitter=3\n",
+    "splitter a list": "[window]\nsplitter=a, b\n",
+    "side panel a number": "[window]\nside_panel=2\n",
+    "side panel a list": "[window]\nside_panel=true, false\n",
+    "side panel bytes": "[window]\nside_panel=@ByteArray(true)\n",
+    "drawer a word": "[window]\nsettings_drawer=maybe\n",
+    "drawer invalid": "[window]\nsettings_drawer=@Invalid()\n",
+    "last chat a list": "[chat]\nlast_conversation=1, 2\n",
+    "last chat a fraction": "[chat]\nlast_conversation=1.5\n",
+    "last chat negative": "[chat]\nlast_conversation=-3\n",
+    "last chat a size": "[chat]\nlast_conversation=@Size(1 2)\n",
+    "last chat a damaged variant": "[chat]\nlast_conversation=@Variant(\\0\\0\\0\\x7fgarbage)\n",
     "not an ini file": "\x00\x01\x02 binary junk \xff",
     "sections without values": "[window]\n[chat]\n[[[\n",
 }
@@ -486,8 +662,9 @@ def test_a_bad_drop_is_refused_in_words_and_the_pair_is_kept(text, pairing):
 
 @pytest.mark.parametrize("args, named", [
     (["--max-tokens", "0"], "--max-tokens"), (["--max-tokens", "-5"], "--max-tokens"),
-    (["--max-tokens", "lots"], "--max-tokens"), (["--backend", "cuda"], "--backend"),
-], ids=["window max-tokens 0", "window max-tokens -5", "window max-tokens a word", "window backend unknown"])
+    (["--max-tokens", "lots"], "--max-tokens"), (["--backend", "cuda"], "--backend"), (["--model", ""], "--model"),
+], ids=["window max-tokens 0", "window max-tokens -5", "window max-tokens a word", "window backend unknown",
+        "window model empty"])
 def test_a_bad_window_option_is_refused_before_the_window_opens(args, named, capsys):
     import ui.main
 

@@ -283,5 +283,5 @@ def test_an_assistant_choice_naming_an_ordinary_model_is_refused_before_loading(
         runner.load(tiny_pair["target"], "torch", DraftChoice.parse(f"assistant:{tiny_pair['draft']}"),
                     progress=said.append)
     assert runner.target is None and not any(line.startswith("Loading") for line in said)
-    with pytest.raises(DraftChoiceError, match="needs source"):
+    with pytest.raises(DraftChoiceError, match="“assistant:” names no folder"):
         DraftChoice.parse("assistant:")

@@ -7,6 +7,8 @@ tests quit that window mid-answer and start a new one over its files.
 
 from __future__ import annotations
 
+import os
+import signal
 import sqlite3
 import time
 from dataclasses import dataclass
@@ -336,10 +338,27 @@ def quit_mid_answer(session):
     sizes, size = window.splitter.sizes(), (window.width(), window.height())
     window.send("Tell me a long story about a knight.")
     wait_until(lambda: window.controller.pending is not None and window.controller.pending.text, ANSWER_TIMEOUT_MS)
-    seen = window.controller.pending.text
     conv_id = window.controller.current.id
-    window.close()
-    return {"seen": seen, "conv_id": conv_id, "sizes": sizes, "size": size}
+    # quit by Ctrl+C, as a terminal would (ui/quit_signals.py): the same path as the Quit menu
+    from PySide6.QtWidgets import QApplication
+
+    from ui.quit_signals import QuitOnSignals
+
+    signals = QuitOnSignals(QApplication.instance(), window)
+    shown, quitting = {}, window.controller.quitting
+
+    def quitting_now():  # what the window showed the moment Quit came
+        shown.setdefault("text", window.controller.pending.text if window.controller.pending else None)
+        quitting()
+
+    window.controller.quitting = quitting_now
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        wait_until(lambda: not window.thread.isRunning() and "text" in shown, 20_000)
+    finally:
+        signals.uninstall()
+    return {"seen": shown["text"], "conv_id": conv_id, "sizes": sizes, "size": size,
+            "signal": signals.received}
 
 
 def test_quitting_mid_answer_leaves_a_consistent_history(session, quit_mid_answer):
@@ -355,9 +374,10 @@ def test_quitting_mid_answer_leaves_a_consistent_history(session, quit_mid_answe
     db.close()
     user, answer = messages
     assert user.content == "Tell me a long story about a knight."
+    assert quit_mid_answer["signal"] == signal.SIGINT
     assert answer.status == "interrupted"  # the app closed before it was finished
-    assert answer.content.startswith(quit_mid_answer["seen"]) and answer.content
-    assert answer.stats["finish_reason"] == "cancelled"  # the worker ended it cleanly, after its round
+    # exactly what was on screen when Quit came: nothing the engine wrote after it, nobody saw
+    assert answer.content == quit_mid_answer["seen"] and answer.content
 
 
 def test_restart_shows_the_history_where_it_was_left(session, quit_mid_answer, qtbot, tmp_path):

@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from app.cli import at_least_one, draft_choice
+from app.cli import MODEL, at_least_one, draft_choice
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tandem")
-    parser.add_argument("--model", default="demo", help='model folder, .gguf, or "demo"')
+    parser.add_argument("--model", default="demo", type=MODEL, help='model folder, .gguf, or "demo"')
     parser.add_argument("--draft", type=draft_choice, default="auto",
                         help='draft model folder or .gguf, "self:int4" (the target\'s own weights in int4), '
                              '"mtp" (the checkpoint\'s own MTP layer), "assistant:<folder>" (a Gemma 4 assistant), '
@@ -44,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     app.setOrganizationName("Tandem")
     app.setDesktopFileName("tandem")  # Wayland and docks match the window to tandem.desktop
     app.setWindowIcon(QIcon(str(asset("icons", "tandem-256.png"))))
+    from ui.quit_signals import QuitOnSignals
+
+    signals = QuitOnSignals(app)  # Ctrl+C and SIGTERM quit as the Quit menu does
     if (problem := folders_problem()) is not None:
         show_startup_error(problem)
         return 1
@@ -53,8 +56,19 @@ def main(argv: list[str] | None = None) -> int:
 
     window = MainWindow(model=args.model, backend=args.backend, draft=args.draft, history_path=args.history,
                         max_tokens=args.max_tokens, settings=window_state.open_settings())
+    signals.window = window
     window.show()
-    return app.exec()
+    try:
+        code = signals.exit_code(app.exec())
+    finally:
+        signals.uninstall()
+    if not window.worker.engine_stopped:
+        # the engine's thread is still inside a load: the history is closed and nothing is
+        # pending, and an interpreter torn down around that thread could abort the process
+        from app.exit_signals import leave_now
+
+        leave_now(code, "tandem: quitting while a model was still loading; leaving it unfinished.")
+    return code
 
 
 def folders_problem() -> str | None:

@@ -77,9 +77,13 @@ class MainWindow(QMainWindow):
         self.store, history_message = open_history(Path(history_path) if history_path else None)
 
         self._build()
+        # a row of the history read with a part left out (bad JSON, a wrong type): said once, from here on
+        self.store.unreadable.listen(lambda text: self.banners.add(text, "warning", "history-rows"))
         self.settings_drawer.defaults = defaults
         self.pairing = PairController(self.download_strip, backend,
                                       ask_token=lambda repo, why: ask_token(self, repo, why), parent=self)
+        if self.pairing.memory.notice:  # pairs.json's entries skipped, or the file set aside, as it was read
+            self.banners.add(self.pairing.memory.notice, "warning", "pairs")
         self._start_worker()
         self.controller = ChatController(self.store, self.worker, self.chat_view, defaults, self)
         self.aligner = DraftAligner(self.align_strip, self.pairing, self.worker,
@@ -513,24 +517,26 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         if not self._closed:
             self._closed = True
-            # The window goes at once; the worker finishes its round (or draft step) behind it and
-            # the answer is stored as it ended.
+            # The answer stops now and keeps what the window showed (the Quit menu, the close box,
+            # Ctrl+C and SIGTERM all come here); the window goes at once, the engine ends its round
+            # (or prompt chunk, or draft step) behind it.
+            self.controller.quitting()
             self.hide()
             QCoreApplication.processEvents()
             self.shutdown()
         super().closeEvent(event)
 
     def shutdown(self) -> None:
-        """Stop after the current round, let the thread end, store what was written, close the history."""
+        """Stop after the current round, let the thread end, store what was shown, close the history."""
+        self.controller.quitting()  # first: nothing below may let the answer run on
+        self.worker.interrupt_trial()  # nor a pair trial, nor the wait for a load
         self.settings_drawer.flush_prompt()
         window_state.save(self.app_settings, self, self.splitter, side_panel=self.side_panel_action.isChecked(),
                           drawer=self.settings_action.isChecked(), conversation_id=self._current_id())
-        self.controller.closing = True
         if self.pairing.job is not None:  # a partial download is kept and resumes next time
             self.pairing.job.cancel()
             self.pairing.job.wait(5)
         self.aligner.shutdown()  # a job cut short removes what it wrote (or the next one does)
-        self.worker.interrupt_trial()
         self.worker.stop()
         self.thread.quit()
         self.thread.wait(QUIT_WAIT_MS)

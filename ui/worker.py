@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, replace
 
 from PySide6.QtCore import QObject, Signal, Slot
@@ -34,6 +35,7 @@ from app.service import END, RequestHandle, RunnerService, Started, Text, Traced
 
 REPAINT_INTERVAL_S = 1 / 30
 log = logging.getLogger(__name__)
+QUIT_POLL_S = 0.2  # how often a load's wait checks whether the window is quitting
 
 
 @dataclass(frozen=True)
@@ -119,6 +121,8 @@ class EngineWorker(QObject):
         # engine (the pair trial, re-timing the target alone) gives way at once and resumes later.
         # (The service also makes it give way to any other client's request.)
         self._engine_wanted = threading.Event()
+        self._quitting = threading.Event()  # the window is going: a load is not waited for
+        self.engine_stopped = True  # False when quitting left the engine's thread in a pass (a load)
         self._trial: tuple[PairRequest, TrialProgress] | None = None  # a trial still to finish
         self._trial_running = False  # a part of it is with the service now
         self._handle: RequestHandle | None = None  # the window's request being answered
@@ -173,13 +177,16 @@ class EngineWorker(QObject):
             self._engine_wanted.clear()
 
     def interrupt_trial(self) -> None:
-        """Called from the GUI thread when quitting: background work ends after its round."""
+        """Called from the GUI thread when quitting: background work ends after its round, and
+        a load under way is no longer waited for (nothing of it needs keeping)."""
+        self._quitting.set()
         self._engine_wanted.set()
         self.stop()
 
     def close(self) -> None:
-        """When quitting, after the worker's thread has ended: the service stops too."""
-        self.service.close()
+        """When quitting, after the worker's thread has ended: the service stops too (a load in
+        progress cannot be cut: `engine_stopped` says whether its thread ended in time)."""
+        self.engine_stopped = self.service.close()
 
     def _give_way(self, service_wants: callable) -> callable:
         return lambda: self._engine_wanted.is_set() or service_wants()
@@ -191,8 +198,14 @@ class EngineWorker(QObject):
             self._continue_trial()
 
     def _load(self, request: PairRequest, draft: DraftChoice):
-        return self.service.load(request.target, request.backend or None, draft=draft, precision=request.precision,
-                                 context=request.context, client=self.CLIENT, progress=self.progress.emit).result()
+        future = self.service.load(request.target, request.backend or None, draft=draft, precision=request.precision,
+                                   context=request.context, client=self.CLIENT, progress=self.progress.emit)
+        while True:  # a quitting window does not wait out a load (minutes for a large model)
+            try:
+                return future.result(timeout=QUIT_POLL_S)
+            except FutureTimeout:
+                if self._quitting.is_set():
+                    raise RuntimeError("Tandem is quitting: the load was left unfinished.") from None
 
     @Slot(object)
     def load_pair(self, request: PairRequest) -> None:

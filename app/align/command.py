@@ -12,15 +12,15 @@ from app.align.job import DEVICES, AlignCancelled, AlignProgress, AlignSettings,
 
 
 def add_parser(sub) -> None:
-    from app.cli import at_least_one  # here: app.cli imports this module
+    from app.cli import MODEL, at_least_one, named, real_number, whole_number  # here: app.cli imports this module
 
     align = sub.add_parser("align", help="align a draft to its target on the target's own answers")
-    align.add_argument("--model", "--target", dest="target", default="demo",
+    align.add_argument("--model", "--target", dest="target", default="demo", type=MODEL,
                        help='the target: model folder, .gguf file, or "demo" (default)')
-    align.add_argument("--draft", default="head",
+    align.add_argument("--draft", default="head", type=named('"head" or a draft model\'s folder or .gguf'),
                        help='"head" (default: train a draft head on the target\'s hidden states, EAGLE-style) or '
                             "a draft model's folder or .gguf to distil the target into (same tokenizer)")
-    align.add_argument("--minutes", type=float, default=12.0, help="the job's time budget (default 12)")
+    align.add_argument("--minutes", type=real_number, default=12.0, help="the job's time budget (default 12)")
     align.add_argument("--prompts", type=at_least_one("prompt"), default=None,
                        help="answers to collect (default: what the budget allows)")
     align.add_argument("--steps", type=at_least_one("step"), default=None,
@@ -28,7 +28,7 @@ def add_parser(sub) -> None:
     align.add_argument("--max-tokens", type=at_least_one("token"), default=128, help="tokens per answer (default 128)")
     align.add_argument("--batch", type=at_least_one("answer"), default=None,
                        help="answers generated together (default: 64 for a target under 2 GB in float32, fewer above)")
-    align.add_argument("--temperature", type=float, default=0.0,
+    align.add_argument("--temperature", type=real_number, default=0.0,
                        help="the temperature you chat at: answers are sampled at it, 0 greedy (default)")
     align.add_argument("--history", action="store_true",
                        help="also use your own chat messages as prompts (they never leave this computer)")
@@ -45,12 +45,13 @@ def add_parser(sub) -> None:
                             "(FR-Spec; default 8192; 0: the whole vocabulary)")
     align.add_argument("--threads", type=at_least_one("thread"), default=None,
                        help="PyTorch threads (default: all cores)")
-    align.add_argument("--seed", type=int, default=0)
+    align.add_argument("--seed", type=whole_number, default=0)
     align.add_argument("--no-trial", action="store_true", help="skip the pair trial before and after")
     align.add_argument("--backend", choices=["mlx", "torch"], default="torch", help="what the pair trial runs on")
     align.add_argument("--original-draft", default="ngram",
                        help='the draft the pair had before ("ngram" default), measured as "before"')
-    align.add_argument("--out", default=None, help="where to write the aligned draft (default: Tandem's data folder)")
+    align.add_argument("--out", default=None, type=named("the folder to write the aligned draft into"),
+                       help="where to write the aligned draft (default: Tandem's data folder)")
     align.add_argument("--json-progress", action="store_true", help="progress as JSON lines on stdout")
     align.set_defaults(func=cmd_align)
 

@@ -14,6 +14,7 @@ import torch
 from app.align.batches_torch import batches, candidates, distill_loss, optimizer_step
 from app.align.teacher_torch import Sequence, Teacher
 from app.models.errors import ModelFileError
+from app.models.names import display_name
 
 
 def load_student(folder: Path) -> torch.nn.Module:
@@ -30,8 +31,8 @@ def load_student(folder: Path) -> torch.nn.Module:
 
     config = json.loads((folder / "config.json").read_text())
     if config.get("quantization") or config.get("quantization_config"):
-        raise ModelFileError(f"{folder.name} holds quantized weights, which cannot be fine-tuned here. Align the "
-                             "original checkpoint of the draft (or its .gguf).")
+        raise ModelFileError(f"{display_name(folder)} holds quantized weights, which cannot be fine-tuned here. "
+                             "Align the original checkpoint of the draft (or its .gguf).")
     return AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32, trust_remote_code=False,
                                                 use_safetensors=True)
 

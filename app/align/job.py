@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from app.models.errors import ModelFileError
+from app.paths import make_output_folder
 
 HELD_OUT = 0.1  # of the answers: agreement is measured on these, never trained on
 # where the time goes when the job plans by the clock: answering, then training, then the rest. Data is
@@ -244,8 +245,7 @@ def _run(settings: AlignSettings, report: Callable[[AlignProgress], None],
     clock = Clock(report)
     clock.phase("checking", 0.0, "Checking the pair ...")
     target, draft, device = check(settings)
-    root = settings.out or store.aligned_dir()
-    root.mkdir(parents=True, exist_ok=True)
+    root = make_output_folder(settings.out, "the aligned draft") if settings.out else store.aligned_dir()
     store.remove_stale_partials(root)
 
     def stop_if_cancelled():

@@ -26,6 +26,7 @@ import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
 from app.models.errors import ModelFileError
+from app.models.names import display_name
 
 
 TOP = 32  # the teacher's most likely tokens kept per position: the candidates of the distillation softmax
@@ -76,18 +77,19 @@ class Teacher:
             config = _config(folder)
             if config.get("quantization") or config.get("quantization_config"):
                 kind = "MLX" if config.get("quantization") else "pre-quantized"
-                raise ModelFileError(f"{folder.name} holds quantized weights ({kind}), which PyTorch cannot train "
-                                     "against. Align against the original checkpoint (or its .gguf).")
+                raise ModelFileError(f"{display_name(folder)} holds quantized weights ({kind}), which PyTorch "
+                                     "cannot train against. Align against the original checkpoint (or its .gguf).")
             self.model = AutoModelForCausalLM.from_pretrained(
                 str(folder), dtype=torch.float32, trust_remote_code=False, use_safetensors=True)
         self.model.to(self.device).eval().requires_grad_(False)
         self.text_model = getattr(self.model, "model", None)
         if self.text_model is None or not hasattr(self.text_model, "norm") or not hasattr(self.text_model, "layers"):
-            raise ModelFileError(f"{folder.name}: Tandem cannot read this model's hidden states to align a draft to.")
+            raise ModelFileError(f"{display_name(folder)}: Tandem cannot read this model's hidden states to align a "
+                                 "draft to.")
         head = self.model.get_output_embeddings()
         weight = getattr(head, "weight", None)
         if weight is None:
-            raise ModelFileError(f"{folder.name}: its output head has no weight matrix to distil from.")
+            raise ModelFileError(f"{display_name(folder)}: its output head has no weight matrix to distil from.")
         self.head_weight = weight.detach().float()  # (V, D)
         self.config = self.model.config
         self.hidden_size = int(self.head_weight.shape[1])

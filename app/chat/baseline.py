@@ -10,6 +10,7 @@ baseline with the answers it is compared with.
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 
@@ -68,14 +69,14 @@ class Baseline:
     @classmethod
     def from_dict(cls, data) -> Baseline | None:
         """None for anything that is not a stored baseline (older answers stored one number)."""
-        if isinstance(data, (int, float)) and data > 0:  # trace version 1: one sample, context unknown
-            return cls((float(data),), 0, 0)
+        if isinstance(data, (int, float)) and not isinstance(data, bool):  # version 1: one sample, context unknown
+            return cls((float(data),), 0, 0) if 0 < data < 2**64 else None  # 10**400 is no time, nor a float
         if not isinstance(data, dict):
             return None
         try:
-            samples = tuple(float(s) for s in data["samples"] if float(s) > 0)
+            samples = tuple(float(s) for s in data["samples"] if 0 < float(s) < math.inf)
             baseline = cls(samples[-KEEP:], int(data.get("context", 0)), int(data.get("tokens", 0)))
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, OverflowError):  # int(Infinity), float(10**400): damaged
             return None
         return baseline if samples else None
 

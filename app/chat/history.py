@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from app import paths
+from app.chat.history_format import format_problem
+from app.chat.history_rows import STATUSES, UnreadableParts, conversation_fields, message_fields, version_fields
 
 DEFAULT_TITLE = "New chat"
 TITLE_CHARS = 48
-STATUSES = ("complete", "stopped", "error", "interrupted")
 BUSY_TIMEOUT_S = 2.0
 
 # Primary SQLite result codes (the low byte of an extended code). Only these two kinds of failure
@@ -179,6 +180,7 @@ class HistoryStore:
         self._busy_timeout = busy_timeout
         self.path = path
         self.recovery_message: str | None = None  # set when a damaged file was moved aside
+        self.unreadable = UnreadableParts(path)  # rows' fields that could not be read (app/chat/history_rows.py)
 
     @classmethod
     def open(
@@ -253,7 +255,10 @@ class HistoryStore:
         row = self._db.execute("SELECT * FROM conversations WHERE id = ?", (conv_id,)).fetchone()
         if row is None:
             raise HistoryError(f"There is no conversation {conv_id} in the chat history; it may have been deleted.")
-        return _conversation(row)
+        conversation = _conversation(row, self.unreadable)
+        if conversation is None:
+            raise HistoryError(f"Conversation {conv_id} in the chat history cannot be read (its id is damaged).")
+        return conversation
 
     def list_conversations(self, search: str = "") -> list[Conversation]:
         """Newest activity first. `search` matches titles and message text, ignoring case (Unicode-aware)."""
@@ -268,21 +273,21 @@ class HistoryStore:
                ORDER BY c.updated DESC, c.id DESC""",
             (needle,),
         ).fetchall()
-        return [_conversation(row) for row in rows]
+        return [c for row in rows if (c := _conversation(row, self.unreadable)) is not None]
 
     def messages(self, conv_id: int) -> list[Message]:
         """The conversation as it reads: each answer in the version on screen."""
         rows = self._db.execute(
             f"{_MESSAGE_SELECT} WHERE m.conversation_id = ? ORDER BY m.position", (conv_id,)
         ).fetchall()
-        return [_message(row) for row in rows]
+        return [m for row in rows if (m := _message(row, self.unreadable)) is not None]
 
     def versions(self, answer_id: int) -> list[AnswerVersion]:
         """Every version of an answer, oldest first (none for an id that is not an answer)."""
         rows = self._db.execute(
             "SELECT * FROM answer_versions WHERE message_id = ? ORDER BY number", (answer_id,)
         ).fetchall()
-        return [_version(row) for row in rows]
+        return [v for row in rows if (v := _version(row, self.unreadable)) is not None]
 
     # Turns: each method is one transaction
 
@@ -470,7 +475,11 @@ class HistoryStore:
         )
 
     def _get_message(self, message_id: int) -> Message:
-        return _message(self._db.execute(f"{_MESSAGE_SELECT} WHERE m.id = ?", (message_id,)).fetchone())
+        row = self._db.execute(f"{_MESSAGE_SELECT} WHERE m.id = ?", (message_id,)).fetchone()
+        message = None if row is None else _message(row, self.unreadable)
+        if message is None:
+            raise HistoryError(f"Message {message_id} in the chat history cannot be read; it may have been deleted.")
+        return message
 
 
 # Opening: look before touching, then connect and migrate
@@ -489,7 +498,7 @@ def _check_integrity(path: Path, busy_timeout: float) -> str | None:
         # quick_check reads every page once (O(file size)), without the slower index cross-checks.
         problems = [row[0] for row in db.execute("PRAGMA quick_check").fetchall()]
         if problems == ["ok"]:
-            return None
+            return format_problem(db, MIGRATIONS)  # whole pages can still hold a format no migration fits
         detail = " ".join(" ".join(problems).split())  # one line for a dialog; the file keeps the rest
         return detail if len(detail) <= 120 else detail[:119] + "…"
     except sqlite3.DatabaseError as exc:
@@ -524,11 +533,16 @@ def _connect(path: Path, busy_timeout: float) -> sqlite3.Connection:
             raise _open_error(path, exc) from exc
         raise
     db.row_factory = sqlite3.Row
-    db.create_function("casefold", 1, lambda text: text.casefold() if text else "", deterministic=True)
+    # a search reads every title and text: one stored as a number or a blob must match nothing, not raise
+    db.create_function("casefold", 1, lambda text: text.casefold() if isinstance(text, str) else "",
+                       deterministic=True)
     return db
 
 
 def _refuse_newer(path: Path, version: int) -> None:
+    if version < 0:  # set aside by open() when it finds one; here only if one appeared since
+        raise HistoryError(f"The chat history at {path} records format {version}, which no Tandem writes; the "
+                           "file was left as it is. Move it aside and start Tandem again for a new history.")
     if version > len(MIGRATIONS):
         raise HistoryError(
             f"The chat history at {path} was written by a newer Tandem (format {version}; this version reads up "
@@ -628,14 +642,9 @@ def _dump(value) -> str | None:
     return None if value is None else json.dumps(value, ensure_ascii=False)
 
 
-def _load(text: str | None):
-    return None if text is None else json.loads(text)
-
-
-def _conversation(row: sqlite3.Row) -> Conversation:
-    return Conversation(
-        row["id"], row["title"], row["system_prompt"], json.loads(row["settings"]), row["created"], row["updated"]
-    )
+def _conversation(row: sqlite3.Row, unreadable: UnreadableParts) -> Conversation | None:
+    fields = conversation_fields(row, unreadable)  # each checked; None: the row is skipped
+    return None if fields is None else Conversation(**fields)
 
 
 _MESSAGE_SELECT = (
@@ -644,16 +653,11 @@ _MESSAGE_SELECT = (
 )
 
 
-def _message(row: sqlite3.Row) -> Message:
-    return Message(
-        row["id"], row["conversation_id"], row["position"], row["role"], row["content"], row["status"],
-        _load(row["settings"]), _load(row["stats"]), _load(row["trace"]), row["created"],
-        row["version"], row["version_count"], row["thinking"],
-    )
+def _message(row: sqlite3.Row, unreadable: UnreadableParts) -> Message | None:
+    fields = message_fields(row, unreadable)
+    return None if fields is None else Message(**fields)
 
 
-def _version(row: sqlite3.Row) -> AnswerVersion:
-    return AnswerVersion(
-        row["message_id"], row["number"], row["content"], row["status"], _load(row["settings"]),
-        _load(row["stats"]), _load(row["trace"]), row["created"], row["thinking"],
-    )
+def _version(row: sqlite3.Row, unreadable: UnreadableParts) -> AnswerVersion | None:
+    fields = version_fields(row, unreadable)
+    return None if fields is None else AnswerVersion(**fields)

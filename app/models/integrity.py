@@ -12,6 +12,7 @@ from pathlib import Path
 
 from app.models.errors import ModelFileError
 from app.models.folder import check_model_folder
+from app.models.names import display_name
 
 MAX_HEADER = 100 * 1024 * 1024  # the safetensors format's own limit on the JSON header
 
@@ -112,8 +113,9 @@ def check_weights(folder: str | Path) -> int:
         missing = [s for s in shards if not (folder / s).is_file()]
         if missing:
             raise ModelFileError(
-                f"{folder.name} is a partial download: {len(missing)} of {len(shards)} weight files are missing "
-                f"({', '.join(missing[:3])}). Download the model again; a hub download resumes where it stopped.")
+                f"{display_name(folder)} is a partial download: {len(missing)} of {len(shards)} weight files are "
+                f"missing ({', '.join(missing[:3])}). Download the model again; a hub download resumes where it "
+                "stopped.")
         files = [folder / s for s in shards]
     else:
         files = sorted(folder.glob("*.safetensors"))

@@ -101,3 +101,26 @@ def norms_stored_zero_centered(folder: str | Path) -> bool:
             if "conv1d.weight" in key and isinstance(info, dict):
                 return info["shape"][-1] != 1
     return True  # no recurrent layer to tell by: the MTP weights come only in the original layout
+
+
+def mtp_misfit(shapes: dict[str, tuple[int, ...]], wanted: dict[str, tuple[int, ...]], prefix: str) -> str | None:
+    """Why a checkpoint's MTP tensors (their names without `prefix` -> shapes) do not load into a
+    layer that takes `wanted` (the same names -> shapes), in words naming the first tensor that is
+    missing, unexpected or of another shape, and how many more are; None where they fit."""
+    def size(shape) -> str:
+        return " x ".join(str(n) for n in shape) or "a single number"
+
+    problems = [f"{prefix}{name} is missing" for name in sorted(set(wanted) - set(shapes))]
+    problems += [f"{prefix}{name} is not part of this model's MTP layer" for name in sorted(set(shapes) - set(wanted))]
+    problems += [f"{prefix}{name} is {size(shapes[name])} where this model's MTP layer takes {size(wanted[name])}"
+                 for name in sorted(set(shapes) & set(wanted)) if tuple(shapes[name]) != tuple(wanted[name])]
+    if not problems:
+        return None
+    more = len(problems) - 1
+    return problems[0] + (f" (and {more} more tensor{'s' if more > 1 else ''} like it)" if more else "")
+
+
+def misfit_message(name: str, model_type: str, misfit: str) -> str:
+    """A ModelFileError's words for mtp_misfit's answer; `name` the model (or head) as the user knows it."""
+    return (f"{name}: its MTP weights do not fit {model_type}'s decoder layer: {misfit}. The file is damaged or "
+            "was made for another model (another size or kind): download it again, or choose another draft.")

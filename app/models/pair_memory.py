@@ -2,8 +2,11 @@
 each pair's trial result ("accepts 71%, about 2.1x faster here"), in one small JSON file.
 
 A damaged file is set aside and started afresh: it holds nothing a user typed, only what the app
-measured and can measure again. Drafts are written in DraftChoice's text form ("ngram",
-"self:int4", a path), the words every version wrote, and read back typed.
+measured and can measure again. Every field is checked where it is read (type and range): an
+entry that fails is skipped, the others kept, and `notice` says once, in words, what was skipped
+(a number where a list belongs once stopped the demo loading on every start). Drafts are written
+in DraftChoice's text form ("ngram", "self:int4", a path), the words every version wrote, and read
+back typed.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from app.draft_choice import PROMPT_LOOKUP, DraftChoice, DraftChoiceError, DraftKind
+from app.engine.backends import BACKENDS
 from app.paths import data_dir
 
 MAX_RECENT = 8
@@ -69,8 +73,7 @@ def read_trial(found) -> TrialResult | None:
     except TypeError:
         return None
     fields = TrialResult.__dataclass_fields__
-    if not all(value is None and name in ("low", "high") or isinstance(value, (int, float))
-               and not isinstance(value, bool) and math.isfinite(value)
+    if not all(value is None and name in ("low", "high") or _number(value)
                for name, value in ((name, getattr(result, name)) for name in fields)):
         return None
     if (result.low is None) != (result.high is None) or result.low is not None and result.low > result.high:
@@ -79,6 +82,8 @@ def read_trial(found) -> TrialResult | None:
 
 
 MIN_CONTEXT = 256  # the least context the window offers: a message and an answer of some length
+MAX_CONTEXT = 2**31 - 1  # the most a 32-bit count holds (the window's spin boxes, the engines' positions)
+LISTED_PROBLEMS = 3  # a notice names this many skipped entries, then counts the rest
 
 
 def pair_key(backend: str, target: str, draft: DraftChoice) -> str:
@@ -88,7 +93,28 @@ def pair_key(backend: str, target: str, draft: DraftChoice) -> str:
 class PairMemory:
     def __init__(self, path: Path | None = None):
         self.path = path or data_dir() / FILE_NAME
+        self.skipped: list[str] = []  # entries (or their figures) refused on read, in words ("contexts “x”: ...")
+        self.damage = ""  # why the whole file could not be read ("not JSON"), where it could not
+        self.set_aside_as: Path | None = None  # where that file went
         self._data = self._read()
+
+    @property
+    def notice(self) -> str | None:
+        """What the user should be told, once, about the file as it was read (the window shows it
+        as a banner); None where it read whole."""
+        parts = []
+        if self.damage:
+            where = (f"was set aside as {self.set_aside_as.name}" if self.set_aside_as is not None
+                     else "could not be moved aside")
+            parts.append(f"Tandem could not read {self.path} ({self.damage}); it {where} and Tandem started afresh. "
+                         "It held only pairs and speeds Tandem measured, which it measures again.")
+        if self.skipped:
+            listed = "; ".join(self.skipped[:LISTED_PROBLEMS])
+            if len(self.skipped) > LISTED_PROBLEMS:
+                listed += f"; and {len(self.skipped) - LISTED_PROBLEMS} more"
+            parts.append(f"Parts of {self.path} could not be read and were left out ({listed}). Everything else "
+                         "was kept; the next save writes the file without them.")
+        return " ".join(parts) or None
 
     def _read(self) -> dict:
         """What the file holds that can be used: entries of the wrong shape (hand-edited, another
@@ -97,32 +123,64 @@ class PairMemory:
             data = json.loads(self.path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             data = {}
-        except (OSError, ValueError):  # not JSON, not UTF-8, not a file: set aside, start afresh
-            self._set_aside()
-            data = {}
+        except UnicodeDecodeError:
+            data = self._set_aside("it is not UTF-8 text")
+        except ValueError:
+            data = self._set_aside("it is not JSON")
+        except RecursionError:  # "[[[[...": nested deeper than the parser goes
+            data = self._set_aside("its JSON is nested too deeply")
+        except OSError as exc:  # a folder, a file without read permission
+            data = self._set_aside(exc.strerror or type(exc).__name__)
         if not isinstance(data, dict):
-            self._set_aside()
-            data = {}
-        recent = data.get("recent")
-        trials = data.get("trials")
-        contexts = data.get("contexts")
-        alignments = data.get("alignments")
-        return {"recent": [entry for item in (recent if isinstance(recent, list) else [])
-                           if (entry := _recent_entry(item)) is not None][:MAX_RECENT],
-                "trials": {key: value for key, value in (trials.items() if isinstance(trials, dict) else ())
-                           if isinstance(key, str) and isinstance(value, dict)},
-                "contexts": {key: value for key, value in (contexts.items() if isinstance(contexts, dict) else ())
-                             if isinstance(key, str) and isinstance(value, int) and not isinstance(value, bool)
-                             and value >= MIN_CONTEXT},
-                "alignments": {key: value for key, value in
-                               (alignments.items() if isinstance(alignments, dict) else ())
-                               if isinstance(key, str) and _alignment_entry(value)}}
+            data = self._set_aside(f"it holds {_shown(data)}, not an object of entries")
+        # alignments first: they change what a pair loads with, so the notice names them first
+        alignments = {}
+        for key, value in self._section(data, "alignments", dict).items():
+            entry, problems = _alignment_entry(value)
+            self.skipped.extend(f"alignments “{key}”: {problem}" for problem in problems)
+            if entry is not None:
+                alignments[key] = entry
+        recent = []
+        for number, item in enumerate(self._section(data, "recent", list), 1):
+            entry, problem = _recent_entry(item)
+            if problem:
+                self.skipped.append(f"recent entry {number}: {problem}")
+            elif len(recent) < MAX_RECENT:
+                recent.append(entry)
+        trials = {}
+        for key, value in self._section(data, "trials", dict).items():
+            if read_trial(value) is None:
+                self.skipped.append(f"trials “{key}”: {_shown(value)} is not a trial as Tandem writes it")
+            else:
+                trials[key] = value
+        contexts = {}
+        for key, value in self._section(data, "contexts", dict).items():
+            if _whole(value) and MIN_CONTEXT <= value <= MAX_CONTEXT:
+                contexts[key] = value
+            else:
+                self.skipped.append(f"contexts “{key}”: {_shown(value)} is not a whole number of tokens from "
+                                    f"{MIN_CONTEXT} to {MAX_CONTEXT:,}")
+        return {"recent": recent, "trials": trials, "contexts": contexts, "alignments": alignments}
 
-    def _set_aside(self) -> None:
+    def _section(self, data: dict, name: str, kind: type) -> list | dict:
+        """One of the file's sections, or an empty one where it is missing or of the wrong type."""
+        found = data.get(name)
+        if isinstance(found, kind):
+            return found
+        if found is not None:
+            self.skipped.append(f"{name}: {_shown(found)} is not a {'list' if kind is list else 'JSON object'}")
+        return kind()
+
+    def _set_aside(self, why: str) -> dict:
+        """Move the unreadable file aside (kept, never deleted) and start afresh: an empty memory."""
+        self.damage = why
+        aside = self.path.with_suffix(f".damaged-{int(time.time())}")
         try:
-            self.path.replace(self.path.with_suffix(f".damaged-{int(time.time())}"))
-        except OSError:  # a read-only folder: leave it, it is read defensively anyway
+            self.path.replace(aside)
+            self.set_aside_as = aside
+        except OSError:  # a read-only folder: leave it; the notice says so
             pass
+        return {}
 
     def _write(self) -> str | None:
         """None once saved; else a sentence for the user (disk full, read-only folder). What was
@@ -201,14 +259,15 @@ class PairMemory:
     def alignment(self, backend: str, target: str) -> dict | None:
         """The target's latest alignment (`tandem-cli align`, the window's Align draft): {"aligned",
         "original" (DraftChoices), "before", "after" (TrialResults or None), "agreement" ([before,
-        after]), "active" (whether "auto" pairs the target with it)}; None where there is none."""
+        after], or [] where none was read), "active" (whether "auto" pairs the target with it)};
+        None where there is none. Each field was checked as the file was read (_alignment_entry)."""
         found = self._data["alignments"].get(alignment_key(backend, target))
-        if not _alignment_entry(found):
+        if found is None:
             return None
-        trials = {side: read_trial(found.get(side)) for side in ("before", "after")}
         return {"aligned": DraftChoice.parse_loadable(found["aligned"]),
-                "original": DraftChoice.parse_loadable(found["original"]), **trials,
-                "agreement": list(found.get("agreement") or []), "active": bool(found.get("active", True))}
+                "original": DraftChoice.parse_loadable(found["original"]),
+                "before": read_trial(found.get("before")), "after": read_trial(found.get("after")),
+                "agreement": list(found.get("agreement") or []), "active": found.get("active", True) is not False}
 
     def set_alignment(self, backend: str, target: str, aligned: DraftChoice, original: DraftChoice,
                       before: TrialResult | None, after: TrialResult | None, agreement: tuple[float, float],
@@ -240,15 +299,86 @@ def alignment_key(backend: str, target: str) -> str:
     return f"{backend}|{same_pair(target, NO_DRAFT, backend)[0]}"
 
 
-def _alignment_entry(value) -> bool:
-    if not isinstance(value, dict) or not all(isinstance(value.get(k), str) for k in ("aligned", "original")):
-        return False
+def _alignment_entry(value) -> tuple[dict | None, list[str]]:
+    """An alignment as alignment() reads it, and what was wrong with it in words. Without a draft
+    to load for "aligned" and "original" the entry is skipped; a figure of the wrong shape
+    (before, after, agreement, active) is dropped to its default and the entry kept."""
+    if not isinstance(value, dict):
+        return None, [f"{_shown(value)} is not an alignment (a JSON object)"]
+    drafts = {}
+    for name in ("aligned", "original"):
+        try:
+            drafts[name] = DraftChoice.parse_loadable(value.get(name))
+        except DraftChoiceError:
+            return None, [f"{name} is {_shown(value.get(name))}, not a draft Tandem can load"]
+        if drafts[name].source and not _nameable(drafts[name].source):
+            return None, [f"{name} is {_shown(value.get(name))}, which no folder or model can be named"]
+    aligned = drafts["aligned"]
+    if aligned.kind is DraftKind.HEAD and (folder := local_folder(aligned.source)) is not None:
+        from app.models.aligned_head import is_aligned_head
+
+        if not is_aligned_head(folder):  # a plain model named as a head never loads
+            return None, [f"aligned names {aligned.source}, which is not an aligned draft head (its config.json "
+                          "is not the one `tandem-cli align` writes); its target drafts with its default draft"]
+    entry, problems = {**value}, []
+    for name in ("before", "after"):
+        if entry.get(name) is not None and read_trial(entry[name]) is None:
+            problems.append(f"{name} is {_shown(entry[name])}, not a trial as Tandem writes it (left out)")
+            entry[name] = None
+    agreement = entry.get("agreement")
+    if agreement is None:
+        entry["agreement"] = []
+    elif not (isinstance(agreement, list) and len(agreement) in (0, 2)
+              and all(_number(a) and 0 <= a <= 1 for a in agreement)):
+        problems.append(f"agreement is {_shown(agreement)}, not two fractions from 0 to 1 (left out)")
+        entry["agreement"] = []
+    if not isinstance(entry.get("active", True), bool):
+        problems.append(f"active is {_shown(entry['active'])}, not true or false (read as true)")
+        entry["active"] = True
+    return entry, problems
+
+
+def _nameable(name: str) -> bool:
+    """Whether a file system takes `name` as a path (the menus look it up): not too long, no
+    "~nobody/" home, no NUL."""
     try:
-        DraftChoice.parse_loadable(value["aligned"])
-        DraftChoice.parse_loadable(value["original"])
-    except DraftChoiceError:
+        Path(name).expanduser().exists()
+    except (OSError, RuntimeError, ValueError):
         return False
     return True
+
+
+def local_folder(source: str) -> Path | None:
+    """The folder a draft names, where it is one on this computer; None for a hub id, a missing
+    folder, or a name no file system takes (too long, "~nobody/...")."""
+    if not source:  # a draft without a folder (prompt lookup): Path("") would be the current folder
+        return None
+    try:
+        path = Path(source).expanduser()
+        return path if path.is_dir() else None
+    except (OSError, RuntimeError, ValueError):
+        return None
+
+
+def _number(value) -> bool:
+    """A finite JSON number a float holds (true and false are not numbers here, though Python
+    counts them; 10**400 is a JSON number that no float holds, and math.isfinite raises on it)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return abs(value) < 2**63
+    return isinstance(value, float) and math.isfinite(value)
+
+
+def _whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _shown(value) -> str:
+    """A value from the file as a user would see it there, cut short: `5`, `"abc"`, `[1, 2]`."""
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):
+        text = repr(value)
+    return text if len(text) <= 40 else text[:39] + "…"
 
 
 def same_pair(target: str, draft: DraftChoice, backend: str | None = None) -> tuple[str, DraftChoice]:
@@ -291,31 +421,42 @@ def recent_title(target: str, draft: DraftChoice, backend: str | None = None) ->
     return f"{name} alone" if draft.kind is DraftKind.NONE else f"{name} + {draft.label}"
 
 
-def _recent_entry(item) -> dict | None:
-    """A recent pair as the menus need it, or None when it cannot name a pair; a missing title is
-    made from the names (older files had none)."""
+def _recent_entry(item) -> tuple[dict | None, str]:
+    """A recent pair as the menus need it, or None and why it cannot name a pair; a missing title
+    is made from the names (older files had none)."""
     if not isinstance(item, dict):
-        return None
-    names = [item.get(key) for key in ("backend", "target", "draft")]
-    if not all(isinstance(name, str) and name for name in names):
-        return None
+        return None, f"{_shown(item)} is not a pair (a JSON object)"
+    for key in ("backend", "target", "draft"):
+        if not isinstance(item.get(key), str) or not item[key].strip():
+            return None, f"{key} is {_shown(item.get(key))}, not a name"
+    if item["backend"] not in BACKENDS:
+        return None, f"backend is {_shown(item['backend'])}, not one of {', '.join(BACKENDS)}"
+    if not _nameable(item["target"]):
+        return None, f"target is {_shown(item['target'])}, which no folder or model can be named"
     try:
-        DraftChoice.parse_loadable(names[2])  # recent() reads it typed
+        draft = DraftChoice.parse_loadable(item["draft"])  # recent() reads it typed
     except DraftChoiceError:
-        return None
+        return None, f"draft is {_shown(item['draft'])}, not a draft Tandem can load"
+    if draft.source and not _nameable(draft.source):
+        return None, f"draft is {_shown(item['draft'])}, which no folder or model can be named"
     title = item.get("title")
     if not isinstance(title, str) or not title.strip():
-        title = f"{names[1]} + {names[2]}"
-    return {**item, "title": title}
+        title = f"{item['target']} + {item['draft']}"
+    return {**item, "title": title}, ""
 
 
 def aligned_draft(backend: str, target: str, memory: PairMemory | None = None) -> DraftChoice | None:
     """The draft an alignment made for `target`, where "auto" should pair them: the alignment is
     active (not undone), its draft is still on disk, and it did not measure slower than the
     original draft in its own before/after trial."""
+    from app.models.aligned_head import is_aligned_head
+
     found = (memory or PairMemory()).alignment(backend, str(target))
-    if found is None or not found["active"] or not Path(found["aligned"].source).is_dir():
+    folder = None if found is None else local_folder(found["aligned"].source)
+    if found is None or not found["active"] or folder is None:
         return None
+    if found["aligned"].kind is DraftKind.HEAD and not is_aligned_head(folder):
+        return None  # replaced by another folder since pairs.json was read: the default draft instead
     before, after = found["before"], found["after"]
     if before is not None and after is not None and after.speedup < before.speedup:
         return None

@@ -9,6 +9,9 @@ from app.models.errors import ModelFileError
 from app.models.folder import check_model_folder
 from app.models.gguf_import import (GGUF_VARIANT, GGUFInfo, import_gguf, import_variants, imported, inspect_gguf,
                                     sha256_of)
+# the names are display_name's (app/models/names.py); kept importable from here, where they used to live
+from app.models.names import DEMO_LABEL, DEMO_REFERENCE_LABEL, display_name
+from app.models.names import DEMO_SHORT as DEMO_SHORT, is_demo_folder as is_demo_folder
 from app.paths import models_dir
 
 
@@ -20,6 +23,8 @@ def resolve_model(spec: str | Path, backend: str, progress=print, precision: str
 
     if str(spec) in DEMO_SPECS:
         return demo_folder(backend, progress, precision, spec=str(spec))
+    if isinstance(spec, str) and not spec.strip():  # Path("") is the current folder, which no one meant
+        raise ModelFileError('No model named (the name is empty): give a model folder, a .gguf file or "demo".')
     path = Path(spec).expanduser()
     if path.is_file() and path.suffix.lower() == ".gguf":
         info = inspect_gguf(path)
@@ -66,40 +71,6 @@ def check_import_fits(info: GGUFInfo, folders: int) -> None:
         raise ModelFileError(
             f"{info.path.name}: importing it writes about {need * folders / 1e9:.1f} GB of float32 weights, but "
             f"only {disk / 1e9:.1f} GB of disk is free in {models_dir()}. Free some space. {advice}")
-
-
-DEMO_LABEL = "SmolLM2 135M Instruct (demo)"
-DEMO_REFERENCE_LABEL = "SmolLM2 135M Instruct (demo, float32 reference)"
-DEMO_SHORT = "Demo: SmolLM2 135M"  # where the draft is named beside it (recent pairs)
-# The folders an imported GGUF is converted into: the model's name is the folder above them
-VARIANT_WORDS = {"hf": "", "gguf": "", "mlx": "", "mlx-4bit": " (4-bit)"}
-IMPORT_DIGEST = re.compile(r"-[0-9a-f]{12}$")  # resolve_model names an import's cache <stem>-<sha256[:12]>
-
-
-def is_demo_folder(folder: Path) -> bool:
-    """A folder the demo was imported into (app/models/demo.py), wherever the cache lives."""
-    from app.models.demo import DEMO_NAME
-
-    folder = Path(folder)
-    return folder.parent.name == DEMO_NAME and folder.name in VARIANT_WORDS
-
-
-def display_name(folder: Path) -> str:
-    """A model's name as a user knows it. Imported folders are named for their variant (hf, mlx,
-    mlx-4bit) inside a cache folder named for the file and its hash: show the model. A hub
-    download lives in the hub's cache as models--org--name/snapshots/<commit>: show org/name."""
-    folder = Path(folder)
-    if folder.parent.name == "snapshots" and folder.parent.parent.name.startswith("models--"):
-        return "/".join(folder.parent.parent.name.split("--")[1:3])
-    if is_demo_folder(folder):
-        words = {"mlx-4bit": "SmolLM2 135M Instruct (demo, 4-bit)", "hf": DEMO_REFERENCE_LABEL}
-        return words.get(folder.name, DEMO_LABEL)
-    if folder.name in VARIANT_WORDS or folder.name.startswith("mlx-"):
-        words = VARIANT_WORDS.get(folder.name, f" ({folder.name.removeprefix('mlx-')})")
-        return IMPORT_DIGEST.sub("", folder.parent.name) + words
-    if folder.suffix.lower() == ".gguf":
-        return folder.stem
-    return folder.name
 
 
 def model_label(spec: str) -> str:

@@ -20,16 +20,54 @@ END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<
                       "<|end_of_text|>", "</s>", "<turn|>")
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+
+def shipped_code(folder: Path) -> tuple[str, str] | None:
+    """(file, class) where a folder's tokenizer is to be built by Python code shipped with the
+    model (an `auto_map` naming a tokenizer class, in tokenizer_config.json or config.json), else
+    None. Tandem never runs that code (trust_remote_code=False)."""
+    for name in ("tokenizer_config.json", "config.json"):
+        try:
+            found = json.loads((folder / name).read_text(encoding="utf-8")).get("auto_map")
+        except (OSError, ValueError, AttributeError):
+            continue
+        # tokenizer_config.json: {"AutoTokenizer": [slow, fast]} or, older, [slow, fast] itself
+        refs = found.get("AutoTokenizer") if isinstance(found, dict) else found if name != "config.json" else None
+        refs = [refs] if isinstance(refs, str) else [r for r in refs or () if isinstance(r, str)]
+        if refs:
+            return name, refs[-1]
+    return None
+
+
+def tokenizer_problem(folder: Path, exc: Exception) -> str:
+    """Why transformers could not build a folder's tokenizer, in words: its own refusal of shipped
+    code advises trust_remote_code=True and a hub address the folder does not have."""
+    from app.models.names import display_name
+
+    code = shipped_code(folder)
+    if code is not None and ("trust_remote_code" in str(exc) or "custom code" in str(exc)):
+        where, ref = code
+        module = ref.split("--")[-1].rsplit(".", 1)[0]
+        return (f"{display_name(folder)}: its tokenizer asks to run Python code shipped with the model ({where}'s "
+                f"auto_map names {ref}, from {module}.py), and Tandem never runs a model's own code. Use a copy of "
+                "the model whose tokenizer_config.json names a tokenizer class transformers has (such as "
+                "PreTrainedTokenizerFast, with tokenizer.json) and no auto_map.")
+    missing = [name for name in TOKENIZER_FILES if not (folder / name).is_file()]
+    if missing:
+        return (f"{folder}: the tokenizer cannot be loaded: {' and '.join(missing)} "
+                f"{'is' if len(missing) == 1 else 'are'} missing. Copy the model's tokenizer files into the folder.")
+    detail = " ".join(str(exc).split())[:300] or type(exc).__name__
+    return f"{folder}: the tokenizer cannot be loaded ({detail}). Its tokenizer files may be damaged: copy them again."
+
+
 class ChatTokenizer:
     def __init__(self, folder: str | Path):
         folder = Path(folder)
         try:
             self._tok = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False)
         except Exception as exc:  # transformers raises many kinds here; the user needs one message
-            raise ModelFileError(
-                f"{folder}: the tokenizer cannot be loaded ({exc}). The folder needs "
-                "tokenizer.json and tokenizer_config.json."
-            ) from exc
+            raise ModelFileError(tokenizer_problem(folder, exc)) from exc
         self.folder = folder
         self.stop_ids = frozenset(self._stop_ids(folder))
 

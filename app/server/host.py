@@ -3,24 +3,35 @@
 `ApiServer` runs uvicorn on a thread of its own (the window's switch, the tests) or in the
 foreground (`tandem-cli serve`). It binds its socket itself, before uvicorn starts, so a port in
 use is a clear error at once and port 0 gets a free port whose number is known.
+
+Stopping (Ctrl+C, SIGTERM, `stop()`) ends each answer in flight with an error, a stream's with
+the error event and `data: [DONE]`, before uvicorn waits for the connections to close; the
+engine thread is its owner's to close (`RunnerService.close`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import logging
 import os
 import socket
 import threading
+from collections.abc import Callable
 
 import uvicorn
 
+from app.server.api_key import KEY_VARIABLE as API_KEY_VARIABLE
+from app.server.api_key import key_problem
+from app.server.limits import ReadLimits, protocol_with_deadline
 from app.server.openai_api import MAX_BODY_BYTES, create_app
 from app.service import RunnerService
 
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8080
-API_KEY_VARIABLE = "TANDEM_API_KEY"
 MAX_CONNECTIONS = 64  # beyond this uvicorn answers 503 at once rather than queue without end
+# Once the answers are ended, what is left to wait for is a response being written, or a body
+# still arriving: both short, and a stop should not take longer than this.
+GRACEFUL_STOP_S = 5
 log = logging.getLogger(__name__)
 
 
@@ -45,18 +56,21 @@ def api_key_from(given: str | None) -> str | None:
 
 class ApiServer:
     def __init__(self, service: RunnerService, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
-                 api_key: str | None = None, max_body: int = MAX_BODY_BYTES):
+                 api_key: str | None = None, max_body: int = MAX_BODY_BYTES, limits: ReadLimits = ReadLimits()):
         if not is_loopback(host) and not api_key:
             raise ServerError(f"Serving on {host} lets other machines use this model: set an API key first "
                               f"(--api-key KEY, or ${API_KEY_VARIABLE}), or serve on 127.0.0.1.")
+        if api_key and key_problem(api_key):
+            raise ServerError(key_problem(api_key))
         if not 0 <= port <= 65535:
             raise ServerError(f"The port must be from 1 to 65535 (0 picks a free one), not {port}.")
         self.service, self.host, self.api_key = service, host, api_key
         self.socket = self._bind(host, port)
         self.port = self.socket.getsockname()[1]
-        config = uvicorn.Config(create_app(service, api_key, max_body), log_level="warning",
-                                limit_concurrency=MAX_CONNECTIONS, timeout_graceful_shutdown=5)
-        self._server = uvicorn.Server(config)
+        app = create_app(service, api_key, max_body, limits)
+        config = uvicorn.Config(app, log_level="warning", http=protocol_with_deadline(limits.headers_s),
+                                limit_concurrency=MAX_CONNECTIONS, timeout_graceful_shutdown=GRACEFUL_STOP_S)
+        self._server = _Uvicorn(config, on_stop=app.state.answers.stop_all)
         self._thread: threading.Thread | None = None
 
     @staticmethod
@@ -79,7 +93,7 @@ class ApiServer:
         return f"http://{host}:{self.port}/v1"
 
     def serve_forever(self) -> None:
-        """In the foreground, until Ctrl+C."""
+        """In the foreground, until Ctrl+C or SIGTERM; returns once the server has stopped."""
         self._server.run(sockets=[self.socket])
 
     def start(self) -> None:
@@ -101,3 +115,23 @@ class ApiServer:
     @property
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn's server, which ends the answers in flight as it stops, and returns (rather than
+    raise the signal again) when a signal stopped it: the signal's work is done."""
+
+    def __init__(self, config: uvicorn.Config, on_stop: Callable[[], None]):
+        super().__init__(config)
+        self._on_stop = on_stop
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        # first, or uvicorn would wait out GRACEFUL_STOP_S for streams that never end and cut them
+        self._on_stop()
+        await super().shutdown(sockets)
+
+    @contextlib.contextmanager
+    def capture_signals(self):
+        with super().capture_signals():
+            yield
+            self._captured_signals.clear()

@@ -3,14 +3,14 @@
 
 Every request is one more client of the service (app/service.py), so the window and the server
 take fair turns on the one loaded pair. A client that disconnects cancels its request: the engine
-stops within one round. Errors are OpenAI's error object with the status OpenAI uses. Each answer
-carries its speculative figures in an extra `tandem` field.
+stops within one round (app/server/streams.py). Bodies are checked whole before anything renders
+(app/server/requests.py); slow clients are timed (app/server/limits.py). Errors are OpenAI's error
+object with the status OpenAI uses. Each answer carries its speculative figures in an extra
+`tandem` field.
 """
 
 from __future__ import annotations
 
-import asyncio
-import hmac
 import json
 import time
 import uuid
@@ -18,20 +18,22 @@ from collections.abc import AsyncIterator
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
+from jinja2 import TemplateError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
+from app.chat.thinking import THINKING
 from app.engine.events import Finished
 from app.models.resolve import display_name
-from app.runner import ChatRequest
+from app.server.api_key import RequireKey
+from app.server.limits import BodyDeadline, ReadLimits
 from app.server.requests import ApiError, ChatBody, CompletionBody, parse_body
+from app.server.streams import Answer, OpenAnswers
 from app.server.tool_calls import ToolCallSplitter, tool_format
-from app.chat.thinking import ANSWER, THINKING
-from app.service import END, RequestHandle, RunnerService, Text, Traced
+from app.service import RunnerService, Text, Traced
 
-CLIENT = "server"  # the service's name for this client
 MAX_BODY_BYTES = 16 * 1024 * 1024  # an agent's whole repository in context is far less
-DISCONNECT_POLL_S = 0.25
 FINISH_REASONS = {"stop": "stop", "stop_string": "stop", "length": "length", "context": "length",
                   "cancelled": "stop"}
 
@@ -41,10 +43,16 @@ def model_id(service: RunnerService) -> str | None:
     return None if loaded is None else display_name(loaded.folder)
 
 
-def create_app(service: RunnerService, api_key: str | None = None, max_body: int = MAX_BODY_BYTES) -> FastAPI:
-    """The API app. With `api_key`, every request needs `Authorization: Bearer <key>`."""
+def create_app(service: RunnerService, api_key: str | None = None, max_body: int = MAX_BODY_BYTES,
+               limits: ReadLimits = ReadLimits()) -> FastAPI:
+    """The API app. With `api_key` (ASCII: app/server/api_key.py), every request needs
+    `Authorization: Bearer <key>`. `app.state.answers.stop_all()` ends the answers in flight."""
     app = FastAPI(title="Tandem", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.service = service
+    answers = app.state.answers = OpenAnswers()
+    app.add_middleware(BodyDeadline, limits=limits)
+    if api_key is not None:
+        app.add_middleware(RequireKey, key=api_key)  # added last: the outermost, before any body is read
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> JSONResponse:
@@ -54,17 +62,6 @@ def create_app(service: RunnerService, api_key: str | None = None, max_body: int
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         kind = "not_found" if exc.status_code == 404 else None
         return ApiError(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", code=kind).response()
-
-    @app.middleware("http")
-    async def authorize(request: Request, call_next):
-        if api_key is not None:
-            given = request.headers.get("authorization", "")
-            scheme, _, token = given.partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), api_key.encode()):
-                return ApiError(401, "This server needs an API key: send it as 'Authorization: Bearer <key>' "
-                                     "(the key given to tandem-cli serve --api-key, or TANDEM_API_KEY).",
-                                code="invalid_api_key").response()
-        return await call_next(request)
 
     @app.get("/v1/models")
     async def models() -> dict:
@@ -79,13 +76,14 @@ def create_app(service: RunnerService, api_key: str | None = None, max_body: int
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
-        body = parse_body(await _read_body(request, max_body), ChatBody)
-        return await _answer(request, service, body, chat=True)
+        # off the event loop: a 16 MiB body takes a while to parse and check
+        body = await run_in_threadpool(parse_body, await _read_body(request, max_body), ChatBody)
+        return await _answer(request, service, answers, body, chat=True)
 
     @app.post("/v1/completions")
     async def completions(request: Request):
-        body = parse_body(await _read_body(request, max_body), CompletionBody)
-        return await _answer(request, service, body, chat=False)
+        body = await run_in_threadpool(parse_body, await _read_body(request, max_body), CompletionBody)
+        return await _answer(request, service, answers, body, chat=False)
 
     return app
 
@@ -96,11 +94,14 @@ async def _read_body(request: Request, limit: int) -> bytes:
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise _too_large(limit)
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _too_large(limit)
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise _too_large(limit)
+            chunks.append(chunk)
+    except ClientDisconnect:  # nobody reads the answer; this keeps the log free of a traceback
+        raise ApiError(400, "The client went away before its request body arrived.") from None
     return b"".join(chunks)
 
 
@@ -120,7 +121,8 @@ def _check_model(service: RunnerService, name: str) -> str:
     return loaded
 
 
-async def _answer(http: Request, service: RunnerService, body: ChatBody | CompletionBody, chat: bool):
+async def _answer(http: Request, service: RunnerService, answers: OpenAnswers, body: ChatBody | CompletionBody,
+                  chat: bool):
     name = _check_model(service, body.model)
     runner = service.runner
     fmt = tool_format(runner.tokenizer.chat_template) if chat and body.tools else None
@@ -129,20 +131,38 @@ async def _answer(http: Request, service: RunnerService, body: ChatBody | Comple
                             "send the request without `tools`, or load a model whose template has them.",
                        param="tools")
     request = body.to_request(runner.loaded.context_length, with_tools=fmt is not None)
-    prompt = await run_in_threadpool(runner.prompt_ids, request)
+    try:
+        prompt = await run_in_threadpool(runner.prompt_ids, request)
+    except TemplateError as exc:  # the template's own refusal ("roles must alternate", ...)
+        raise ApiError(400, f"{name}'s chat template cannot render these messages: {exc}",
+                       param="messages" if chat else "prompt") from exc
     context = runner.loaded.context_length
     if len(prompt) >= context:
         raise ApiError(400, f"The prompt is {len(prompt):,} tokens but {name}'s context holds {context:,}: "
                             "shorten the conversation.", param="messages" if chat else "prompt",
                        code="context_length_exceeded")
-    stream = _Stream(service, request, len(prompt))
+    answer = answers.open(service, request, len(prompt))
     started = _Started(kind="chat.completion" if chat else "text_completion", model=name)
     if body.stream:
-        include_usage = bool((body.stream_options or {}).get("include_usage"))
-        return StreamingResponse(_sse(http, stream, started, fmt, chat, include_usage),
-                                 media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-    text, thinking, finished = await stream.whole(http)
+        return _EventStream(_sse(answer, started, fmt, chat, body.include_usage), answer)
+    text, thinking, finished = await answer.whole(http.receive)
     return _whole_response(started, text, thinking, finished, fmt, chat, len(prompt))
+
+
+class _EventStream(StreamingResponse):
+    """Server-sent events whose answer is closed however the response ends: Starlette may cancel
+    it before the events' generator has started (a client gone at once), and then no `finally`
+    in the generator runs."""
+
+    def __init__(self, events: AsyncIterator[str], answer: Answer):
+        super().__init__(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        self.answer = answer
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.answer.close()
 
 
 class _Started:
@@ -150,58 +170,6 @@ class _Started:
         prefix = "chatcmpl" if kind == "chat.completion" else "cmpl"
         self.id = f"{prefix}-{uuid.uuid4().hex}"
         self.kind, self.model, self.created = kind, model, int(time.time())
-
-
-class _Stream:
-    """One request's events, handed from the service's thread to this event loop."""
-
-    def __init__(self, service: RunnerService, request: ChatRequest, prompt_tokens: int):
-        self.loop = asyncio.get_running_loop()
-        self.queue: asyncio.Queue = asyncio.Queue()
-        self.prompt_tokens = prompt_tokens
-        self.handle: RequestHandle = service.submit(request, client=CLIENT, listener=self._hand_over)
-
-    def _hand_over(self, item) -> None:  # on the service's thread
-        self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
-
-    async def events(self, http: Request | None = None) -> AsyncIterator[object]:
-        """The request's events; a client that went away cancels it (within one round). With
-        `http`, disconnects are polled for (a streamed response learns of them from Starlette,
-        which cancels the generator: the `finally` below)."""
-        try:
-            while True:
-                try:
-                    item = await asyncio.wait_for(self.queue.get(), DISCONNECT_POLL_S if http else None)
-                except TimeoutError:
-                    if await http.is_disconnected():
-                        self.handle.cancel()
-                        return
-                    continue
-                if item is END:
-                    if self.handle.error is not None:
-                        raise _engine_error(self.handle.error)
-                    return
-                yield item
-        finally:
-            if not self.handle.done.is_set():
-                self.handle.cancel()  # the client went away mid-stream: nothing runs on for nobody
-
-    async def whole(self, http: Request) -> tuple[str, str, Finished | None]:
-        """(the answer, a reasoning model's thinking, the Finished)."""
-        answer, thinking, finished = [], [], None
-        async for item in self.events(http):
-            if isinstance(item, (Traced, Text)):
-                answer.append(item.part(ANSWER))
-                thinking.append(item.part(THINKING))
-            elif isinstance(item, Finished):
-                finished = item
-        return "".join(answer), "".join(thinking), finished
-
-
-def _engine_error(exc: BaseException) -> ApiError:
-    if isinstance(exc, ValueError):  # the prompt, the context: the request's fault
-        return ApiError(400, str(exc), code="context_length_exceeded" if "context" in str(exc) else None)
-    return ApiError(500, f"The answer failed: {exc}", type_="server_error")
 
 
 def _stats(finished: Finished | None, prompt_tokens: int) -> tuple[dict, dict]:
@@ -256,8 +224,7 @@ def _chunk(started: _Started, chat: bool, delta: dict | str | None, finish: str 
     return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
 
 
-async def _sse(http: Request, stream: _Stream, started: _Started, fmt, chat: bool,
-               include_usage: bool) -> AsyncIterator[str]:
+async def _sse(answer: Answer, started: _Started, fmt, chat: bool, include_usage: bool) -> AsyncIterator[str]:
     splitter = ToolCallSplitter(fmt)
     finished = None
     if chat:
@@ -283,10 +250,10 @@ async def _sse(http: Request, stream: _Stream, started: _Started, fmt, chat: boo
                     yield _chunk(started, chat, {"content": content} if chat else content)
 
     try:
-        async for item in stream.events():
+        async for item in answer.events():
             if isinstance(item, (Traced, Text)):
                 pending.extend(item.pieces)
-                if not stream.queue.empty():
+                if not answer.queue.empty():
                     continue  # more rounds wait already (a slow client): one chunk carries them all
             elif isinstance(item, Finished):
                 finished = item
@@ -294,7 +261,9 @@ async def _sse(http: Request, stream: _Stream, started: _Started, fmt, chat: boo
                 yield chunk
         for chunk in flush():
             yield chunk
-    except ApiError as exc:  # after the stream began: the error goes in it, as OpenAI's does
+    except ApiError as exc:  # after the stream began (or as the server stops): in the stream, as OpenAI's are
+        for chunk in flush():  # what was written before it
+            yield chunk
         yield f"data: {json.dumps(exc.body(), ensure_ascii=False)}\n\n"
         yield "data: [DONE]\n\n"
         return
@@ -305,7 +274,7 @@ async def _sse(http: Request, stream: _Stream, started: _Started, fmt, chat: boo
             yield _chunk(started, chat, {"content": rest})
         if calls:
             yield _chunk(started, chat, {"tool_calls": [c.to_openai(i) for i, c in enumerate(calls)]})
-    usage, figures = _stats(finished, stream.prompt_tokens)
+    usage, figures = _stats(finished, answer.prompt_tokens)
     yield _chunk(started, chat, {} if chat else "", _finish_reason(finished, calls), tandem=figures)
     if include_usage:
         payload = {"id": started.id, "object": "chat.completion.chunk" if chat else "text_completion",

@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import time
+import sys
 from dataclasses import asdict, dataclass, replace
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.chat.baseline import Baseline
 from app.chat.history import BUSY_TIMEOUT_S, Conversation, HistoryError, HistoryStore, HistoryWriteError, Message
+from app.chat.recovery import write_recovery
 from app.chat.settings import ChatSettings
 from app.chat.trace import TurnTrace
 from app.engine.events import Finished, GenerationStats
@@ -374,19 +374,32 @@ class ChatController(QObject):
             self.pending.record |= {"target": target_text(info)[0], "draft": draft_text(info)[0],
                                     "backend": info.backend, "device": info.device}
 
+    def quitting(self) -> None:
+        """The window is quitting: the answer stops now, and what it stores is what was shown,
+        so reports still on their way (the rest of a round, a last round) are left out."""
+        self.closing = True
+        if self._cancel is not None:
+            self._cancel.cancel()
+
     def _on_thinking(self, delta: str) -> None:
+        if self.closing:
+            return
         if self.pending is not None:
             self.pending.thinking += delta
             if self.pending.widget is not None:
                 self.pending.widget.stream_thinking(delta)
 
     def _on_text(self, delta: str) -> None:
+        if self.closing:  # never shown: the window is going
+            return
         if self.pending is not None:
             self.pending.text += delta
             if self.pending.widget is not None:
                 self.pending.widget.stream(delta)
 
     def _on_rounds(self, rounds: list) -> None:
+        if self.closing:
+            return
         if self.pending is not None:
             self.pending.trace.add(rounds)
             if self.pending.widget is not None:  # its chat is on screen, and so is its trace
@@ -400,9 +413,11 @@ class ChatController(QObject):
             self.view.add_notice(message, before=self.pending.widget)
 
     def _on_finished(self, event: Finished) -> None:
+        if self.closing:  # quitting: exactly what was shown, marked interrupted (finish_on_quit)
+            return
         status = "complete"
         if event.stats.finish_reason == "cancelled":
-            status = "interrupted" if self.closing else "stopped"
+            status = "stopped"
         pending = self.pending
         if self._finish(event.text, status, stats_record(event.stats)):
             self.answer_finished.emit(event.stats)
@@ -466,24 +481,29 @@ class ChatController(QObject):
         return not self.unsaved
 
     def finish_on_quit(self) -> None:
-        """The worker has ended but never reported (it was loading, or failed to stop in time):
-        keep what arrived, marked as interrupted. Then a last try for answers not saved yet."""
+        """Quitting with an answer under way: it is stored as the window showed it when Quit came,
+        marked interrupted (the engine's count of what it wrote after that is no figure of it).
+        Then a last try for answers not saved yet."""
         if self.pending is not None:
             self._finish(self.pending.text, "interrupted", {})
         if self.unsaved and not self.save_unsaved(wait_s=BUSY_TIMEOUT_S):
             self._keep_aside()
 
     def _keep_aside(self) -> None:
-        """Quitting while the history still refuses some answers: they go to a JSON file beside it
-        (readable by the user only), so nothing is lost; a full disk may refuse that too."""
-        path = self.store.path.with_name(f"unsaved-answers-{time.strftime('%Y%m%d-%H%M%S')}.json")
-        try:
-            with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as f:
-                json.dump([asdict(answer) for answer in self.unsaved.values()], f, ensure_ascii=False, indent=1)
-            log.error("%d answer(s) the chat history refused were written to %s", len(self.unsaved), path)
-        except OSError as exc:
-            log.error("%d answer(s) could not be saved (%s): %r", len(self.unsaved), exc,
-                      [answer.text for answer in self.unsaved.values()])
+        """Quitting while the history still refuses some answers: they go to a JSON file (readable
+        by the user only) beside it, else in the cache or the temporary folder (app/chat/recovery.py),
+        and stderr says where, so nothing is lost."""
+        answers = [asdict(answer) for answer in self.unsaved.values()]
+        path, refused = write_recovery(answers, self.store.path)
+        if path is not None:
+            message = f"Tandem: {len(answers)} answer(s) the chat history refused were saved to {path}"
+            log.error("%s", message)
+            print(message, file=sys.stderr)
+            return
+        message = (f"Tandem: {len(answers)} answer(s) could not be saved anywhere ({'; '.join(refused)}); "
+                   f"their text follows: {json.dumps([a['text'] for a in answers], ensure_ascii=False)}")
+        log.error("%s", message)
+        print(message, file=sys.stderr)
 
     def _set_busy(self, busy: bool) -> None:
         self.view.set_busy(busy)

@@ -12,12 +12,11 @@ import gc
 import os
 import threading
 from dataclasses import replace
-from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
 from app.draft_choice import NO_DRAFT, DraftChoice, DraftKind
-from app.models.pair_memory import PairMemory, same_pair
+from app.models.pair_memory import PairMemory, local_folder, same_pair
 from app.models.resolve import display_name, model_label
 from ui.pairing.align_card import AlignStrip, as_trial, card_title, measured_faster
 from ui.pairing.align_job import (CAN_PAUSE, AlignJob, AlignOptions, align_arguments, aligning_unavailable,
@@ -284,7 +283,7 @@ class DraftAligner(QObject):
         for key in (alignment_key(job_target(request.target, info.folder)),  # what the job records it under
                     same_pair(str(request.target), NO_DRAFT, info.backend)[0]):  # what "auto" looks it up by
             found = memory.alignment(info.backend, key)
-            if found is not None and Path(found["aligned"].source).is_dir():
+            if found is not None and local_folder(found["aligned"].source) is not None:
                 return found, key
         return None, ""
 

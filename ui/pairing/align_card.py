@@ -4,6 +4,7 @@ with Use aligned draft / Use original draft; or what went wrong, with the way ou
 
 from __future__ import annotations
 
+import math
 import time
 
 from PySide6.QtCore import Qt, Signal
@@ -35,9 +36,11 @@ def as_trial(value) -> TrialResult | None:
 def card_title(agreement, before: TrialResult | None, after: TrialResult | None) -> str:
     """"Aligned draft — agrees 0% → 48%; accepts 31% → 64%, 0.9x (0.85-0.95x) → 1.5x (1.40-1.60x) here",
     each speedup with its trial's range where the trial measured one."""
-    figures = list(agreement or [])
     line = "Aligned draft"
-    if len(figures) == 2:
+    # only two numbers are figures: a hand-edited pairs.json once put text here ("ab" formatted as a
+    # percentage raised, and the card with it); app/models/pair_memory.py leaves such a value out too
+    figures = list(agreement) if isinstance(agreement, (list, tuple)) else []
+    if len(figures) == 2 and all(_figure(f) for f in figures):
         line += f" — agrees {figures[0]:.0%} → {figures[1]:.0%}"
     if before is not None and after is not None:
         # two decimals where one would show a difference as none ("1.0x → 1.0x", yet slower)
@@ -45,6 +48,13 @@ def card_title(agreement, before: TrialResult | None, after: TrialResult | None)
         line += (f"; accepts {before.acceptance:.0%} → {after.acceptance:.0%}, "
                  f"{before.figure(digits)} → {after.figure(digits)} here")
     return line
+
+
+def _figure(value) -> bool:
+    """A number a percentage can be formatted from (math.isfinite raises on an int beyond a float)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return abs(value) < 2**63
+    return isinstance(value, float) and math.isfinite(value)
 
 
 def measured_faster(before: TrialResult | None, after: TrialResult | None) -> bool:

@@ -117,5 +117,5 @@ def race_notice(record: dict) -> str:
         return (f"Race{pair}: speculation ran {record['ratio']:.2f}× as fast as the target alone "
                 f"({record['speculative']['tokens_per_s']:.1f} against {record['alone']['tokens_per_s']:.1f} "
                 f"tokens/s). {_verdict(record)}")
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, OverflowError):  # a stored 1e400 overflows its format
         return "Race: this question was raced, but its result could not be read."

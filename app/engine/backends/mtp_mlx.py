@@ -21,7 +21,8 @@ from app.engine.backends.mlx_backend import DraftSteps, MLXBackend
 from app.engine.backends.subset_head_mlx import SubsetHead
 from app.engine.sampling import SamplingParams
 from app.models.errors import ModelFileError
-from app.models.mtp_weights import MTPWeights, norms_stored_zero_centered
+from app.models.mtp_weights import MTPWeights, misfit_message, mtp_misfit, norms_stored_zero_centered
+from app.models.names import display_name
 
 # RMSNorm weights that Qwen3.5's checkpoints store as offsets from 1 (mlx.nn.RMSNorm wants the scale)
 NORMS = ("pre_fc_norm_embedding.weight", "pre_fc_norm_hidden.weight", "norm.weight", ".input_layernorm.weight",
@@ -95,11 +96,12 @@ class MLXMTPHead:
                     value = value + 1.0
                 loaded[name] = value.astype(dtype)
         ours = dict(tree_flatten(self.layer.parameters()))
-        if set(loaded) != set(ours):
-            extra = sorted(set(loaded) - set(ours))[:2]
-            missing = sorted(set(ours) - set(loaded))[:2]
-            raise ModelFileError(f"{target.folder.name}: its MTP weights do not fit {target.model_type}'s decoder "
-                                 f"layer on MLX (unexpected {extra}, missing {missing}).")
+        # by name and shape before load_weights, whose error names neither the model nor the fix
+        misfit = mtp_misfit({name: tuple(value.shape) for name, value in loaded.items()},
+                            {name: tuple(value.shape) for name, value in ours.items()}, weights.prefix)
+        if misfit is not None:
+            owner = display_name(next(iter(weights.files.values())).parent)  # the model's folder, or a head's
+            raise ModelFileError(misfit_message(owner, target.model_type, misfit))
         self.layer.load_weights(list(loaded.items()))
         mx.eval(self.layer.parameters())
         self.weights_bytes = sum(v.nbytes for _, v in tree_flatten(self.layer.parameters()))

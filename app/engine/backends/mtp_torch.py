@@ -21,7 +21,8 @@ from app.engine.backends.subset_head_torch import SubsetHead
 from app.engine.backends.torch_backend import DraftSteps, TorchBackend
 from app.engine.sampling import SamplingParams
 from app.models.errors import ModelFileError
-from app.models.mtp_weights import MTPWeights
+from app.models.mtp_weights import MTPWeights, misfit_message, mtp_misfit
+from app.models.names import display_name
 
 # Qwen3.5's names (under mtp.) -> transformers' MtpLayer's
 RENAMES = (("fc.", "eh_proj."), ("pre_fc_norm_embedding.", "enorm."), ("pre_fc_norm_hidden.", "hnorm."),
@@ -90,12 +91,19 @@ class TorchMTPHead:
                 continue  # a second MTP layer: Qwen3.5 chains its first; later ones wait for a model that uses them
             with safe_open(str(path), framework="pt", device="cpu") as f:
                 state[to_layer_name(name)] = f.get_tensor(weights.prefix + name)
+        # each tensor checked by name and shape first: load_state_dict's own error names the layer
+        # class, not the checkpoint's tensor, and lists every mismatch on one long line
+        owner = display_name(next(iter(weights.files.values())).parent)  # the model's folder, or a head's
+        wanted = {to_checkpoint_name(name): tuple(value.shape) for name, value in self.layer.state_dict().items()}
+        found = {to_checkpoint_name(name): tuple(value.shape) for name, value in state.items()}
+        misfit = mtp_misfit(found, wanted, weights.prefix)
+        if misfit is not None:
+            raise ModelFileError(misfit_message(owner, target.model_type, misfit))
         try:
             self.layer.load_state_dict(state, strict=True)
-        except RuntimeError as exc:
-            first = str(exc).strip().splitlines()[0][:200]
-            raise ModelFileError(f"{target.folder.name}: its MTP weights do not fit {target.model_type}'s "
-                                 f"decoder layer ({first}).") from exc
+        except RuntimeError as exc:  # what the names and shapes did not show (a dtype it cannot take)
+            detail = " ".join(str(exc).strip().splitlines()[1:])[:300] or str(exc)[:300]
+            raise ModelFileError(misfit_message(owner, target.model_type, detail.strip())) from exc
         self.layer.to(device=device, dtype=dtype)
         self.weights_bytes = sum(p.numel() * p.element_size() for p in self.layer.parameters())
         self._generator = torch.Generator(device=device)

@@ -371,6 +371,7 @@ def test_a_bad_cli_value_is_refused_before_any_model_loads(args, named, capsys, 
     code, err = run_cli(argv, capsys)
     assert code == 2
     assert_clear(err, named)
+    assert not re.search(r"invalid \S+ value", err), err  # argparse naming a type function ("_draft_tokens")
 
 
 @pytest.mark.parametrize("args, named", [
@@ -417,9 +418,12 @@ def test_a_bad_value_to_any_command_is_refused_before_anything_loads(argv, named
     import app.models.gguf_import
     from app.runner import Runner
 
+    def never(*a, **k):  # an AssertionError, not pytest.fail: the server's engine thread passes it on
+        raise AssertionError("a refused value started the command's work")
+
     # whatever a command would start, a refused value starts none of it (align would run for minutes)
     for owner, name in ((Runner, "load"), (app.align.command, "run"), (app.models.gguf_import, "import_gguf")):
-        monkeypatch.setattr(owner, name, lambda *a, **k: pytest.fail("started"))
+        monkeypatch.setattr(owner, name, never)
     code, err = run_cli(argv, capsys)
     assert code == 2
     assert_clear(err, named)
@@ -665,9 +669,13 @@ def test_a_bad_drop_is_refused_in_words_and_the_pair_is_kept(text, pairing):
     (["--max-tokens", "lots"], "--max-tokens"), (["--backend", "cuda"], "--backend"), (["--model", ""], "--model"),
 ], ids=["window max-tokens 0", "window max-tokens -5", "window max-tokens a word", "window backend unknown",
         "window model empty"])
-def test_a_bad_window_option_is_refused_before_the_window_opens(args, named, capsys):
+def test_a_bad_window_option_is_refused_before_the_window_opens(args, named, capsys, monkeypatch):
     import ui.main
 
+    def never(*a, **k):  # an option let through would go on to open the window and wait in its event loop
+        raise AssertionError("the window was being opened")
+
+    monkeypatch.setattr(ui.main, "folders_problem", never)  # checked before the window is built
     with pytest.raises(SystemExit) as exit_:
         ui.main.main(args)
     assert exit_.value.code == 2

@@ -150,8 +150,10 @@ def _stack_dense(modules: list[torch.nn.Module]):
     to three fewer kernel launches per projection group, which is what a small model's pass is
     made of. None where the modules are not plain nn.Linear layers alike (quantized, offloaded)."""
     first = modules[0]
+    if not all(type(m) is torch.nn.Linear for m in modules):
+        return None
     weight = first.weight
-    if not all(type(m) is torch.nn.Linear for m in modules) or weight.device.type == "meta" or any(
+    if weight.device.type == "meta" or any(
             m.weight.dtype != weight.dtype or m.weight.device != weight.device or m.in_features != first.in_features
             or (m.bias is None) != (first.bias is None) or m._forward_hooks or m._forward_pre_hooks
             for m in modules):

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.signals import kill_if_running, signal_and_wait
+
 ROOT = Path(__file__).resolve().parent.parent
 BOUND_S = 20  # a behaviour bound (the process ends), not a speed figure
 
@@ -48,14 +50,10 @@ def test_a_signal_during_a_long_prefill_ends_the_command_cleanly(sig, code, demo
     try:
         _wait_for_line(proc, "Loaded ")
         time.sleep(0.5)  # the prefill is under way (it takes seconds); the signal lands inside it
-        sent = time.monotonic()
-        proc.send_signal(sig)
-        out, err = proc.communicate(timeout=BOUND_S)
-        took = time.monotonic() - sent
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+    except BaseException:
+        kill_if_running(proc)
+        raise
+    err, took = signal_and_wait(proc, sig, BOUND_S)
     assert proc.returncode == code, err[-2000:]
     assert not any(a in err for a in ABORTS), err[-2000:]
     assert took < BOUND_S

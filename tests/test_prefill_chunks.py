@@ -32,6 +32,18 @@ class StateReader(Drafter):
             self.handed.append((len(committed), state.start, None if state.hidden is None else len(state.hidden)))
 
 
+def _count_prefills(backend, monkeypatch) -> tuple[list[int], object]:
+    """(the length of each prefill pass of `backend`'s class from now on, the unpatched prefill)."""
+    reads, original = [], type(backend).prefill
+
+    def counted(self, ids):
+        reads.append(len(ids))
+        return original(self, ids)
+
+    monkeypatch.setattr(type(backend), "prefill", counted)
+    return reads, original
+
+
 def _answer(target, drafter=None, **options):
     events = list(generate(target, lambda ids: "", PROMPT, drafter=drafter, max_tokens=N, **options))
     return [t for e in events if isinstance(e, Round) for t in e.emitted], events[-1]
@@ -48,14 +60,7 @@ def test_chunks_give_the_one_pass_answer_and_every_prompt_row(backends, monkeypa
     whole, _ = _answer(target)
     whole_near, _ = _answer(target, ModelDrafter(backends["near"]), draft_tokens=3)
     monkeypatch.setattr(prefill, "PREFILL_CHUNK", 8)  # 25 prompt tokens: passes of 8, 8, 8 and 1
-    reads = []
-    original = type(target).prefill
-
-    def counted(self, ids):
-        reads.append(len(ids))
-        return original(self, ids)
-
-    monkeypatch.setattr(type(target), "prefill", counted)
+    reads, original = _count_prefills(target, monkeypatch)
     assert _answer(target)[0] == whole
     assert reads[:3] == [8, 8, 8]  # the prompt really was read in chunks
     assert _answer(target, ModelDrafter(backends["near"]), draft_tokens=3)[0] == whole_near == whole
@@ -69,14 +74,7 @@ def test_stop_is_heard_between_chunks_and_the_next_answer_is_whole(backends, mon
     target = backends["target"]
     whole, _ = _answer(target)
     monkeypatch.setattr(prefill, "PREFILL_CHUNK", 8)
-    reads = []
-    original = type(target).prefill
-
-    def counted(self, ids):
-        reads.append(len(ids))
-        return original(self, ids)
-
-    monkeypatch.setattr(type(target), "prefill", counted)
+    reads, original = _count_prefills(target, monkeypatch)
     tokens, finished = _answer(target, should_stop=lambda: len(reads) >= 1)  # Stop during the first chunk
     assert tokens == [] and isinstance(finished, Finished)
     assert finished.stats.finish_reason == "cancelled" and finished.stats.tokens == 0

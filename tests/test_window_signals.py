@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.signals import kill_if_running, signal_and_wait
+
 pytest.importorskip("pytestqt")
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,14 +36,10 @@ def test_a_signal_quits_the_real_window_and_keeps_the_history(sig, demo, tmp_pat
             time.sleep(0.1)  # polling a file another process makes: there is no event to wait on
         assert proc.poll() is None, proc.communicate()[1][-2000:]
         assert history.exists(), "the window never opened its history"
-        sent = time.monotonic()
-        proc.send_signal(sig)
-        _, err = proc.communicate(timeout=BOUND_S)
-        took = time.monotonic() - sent
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+    except BaseException:
+        kill_if_running(proc)
+        raise
+    err, took = signal_and_wait(proc, sig, BOUND_S)
     assert proc.returncode == 128 + sig, err[-2000:]
     assert "Traceback" not in err and "terminate called" not in err and "KeyboardInterrupt" not in err, err[-2000:]
     assert took < BOUND_S

@@ -12,11 +12,11 @@ Qt-free; app/chat/history.py builds its dataclasses from what these functions re
 from __future__ import annotations
 
 import json
-import math
 import sqlite3
 from collections.abc import Callable
 
 from app.chat.settings import ChatSettings
+from app.json_fields import is_number, is_whole, shown
 
 STATUSES = ("complete", "stopped", "error", "interrupted")
 UNREADABLE_STATUS = "interrupted"  # an answer whose status cannot be read is shown as cut short
@@ -74,7 +74,7 @@ def conversation_fields(row: sqlite3.Row, parts: UnreadableParts) -> dict | None
     settings = read.json_object("settings") or {}
     refused = ChatSettings.read(settings)[1]  # each field as the chat will read it
     for name in refused:
-        parts.note(read.where, f"the setting “{name}”", f"{_shown(settings[name])} is not a value it takes; "
+        parts.note(read.where, f"the setting “{name}”", f"{shown(settings[name])} is not a value it takes; "
                    "the default is used")
     return {"id": conv_id, "title": read.text("title", f"Chat {conv_id}"), "system_prompt": read.text("system_prompt"),
             "settings": {k: v for k, v in settings.items() if k not in refused},
@@ -110,7 +110,7 @@ def _body(read: _Reader) -> dict:
     """What a message and an answer's version both hold."""
     status = read.value("status")
     if status not in STATUSES:
-        read.note("status", f"{_shown(status)} is none of {', '.join(STATUSES)}; shown as {UNREADABLE_STATUS}")
+        read.note("status", f"{shown(status)} is none of {', '.join(STATUSES)}; shown as {UNREADABLE_STATUS}")
         status = UNREADABLE_STATUS
     return {"content": read.text("content"), "status": status, "settings": read.json_object("settings"),
             "stats": _stats(read), "trace": read.json("trace"), "created": read.number("created"),
@@ -125,9 +125,9 @@ def _stats(read: _Reader) -> dict | None:
     kept = {}
     for name, value in stats.items():
         if name in STATS_COUNTS:
-            fits, wanted = _whole(value) and 0 <= value < 2**63, "a whole number"
+            fits, wanted = is_whole(value) and 0 <= value < 2**63, "a whole number"
         elif name in STATS_FIGURES:
-            fits, wanted = _number(value), "a number"
+            fits, wanted = is_number(value), "a number"
         elif name in STATS_TEXTS:
             fits, wanted = isinstance(value, str), "text"
         else:  # a race's record (read by its own reader), or another version's figure: kept as it is
@@ -135,7 +135,7 @@ def _stats(read: _Reader) -> dict | None:
         if fits:
             kept[name] = value
         else:
-            read.note(f"the figure “{name}”", f"{_shown(value)} is not {wanted}; left out")
+            read.note(f"the figure “{name}”", f"{shown(value)} is not {wanted}; left out")
     return kept
 
 
@@ -157,20 +157,20 @@ class _Reader:
         """An id or a number that names a row: any whole number SQLite holds, else None (the
         caller skips the row and says so)."""
         value = self.value(column)
-        return value if _whole(value) else None
+        return value if is_whole(value) else None
 
     def count(self, column: str) -> int:
         value = self.value(column)
-        if _whole(value) and value >= 0:
+        if is_whole(value) and value >= 0:
             return value
-        self.note(column, f"{_shown(value)} is not a whole number; 0 is used")
+        self.note(column, f"{shown(value)} is not a whole number; 0 is used")
         return 0
 
     def number(self, column: str) -> float:
         value = self.value(column)
-        if _number(value):
+        if is_number(value):
             return float(value)
-        self.note(column, f"{_shown(value)} is not a time")
+        self.note(column, f"{shown(value)} is not a time")
         return 0.0
 
     def text(self, column: str, default: str = "") -> str:
@@ -182,7 +182,7 @@ class _Reader:
                 pass
         if isinstance(value, str):
             return value
-        self.note(column, f"{_shown(value)} is not text")
+        self.note(column, f"{shown(value)} is not text")
         return default
 
     def json(self, column: str):
@@ -200,25 +200,7 @@ class _Reader:
         value = self.json(column)
         if value is None or isinstance(value, dict):
             return value
-        self.note(column, f"{_shown(value)} is not a JSON object; left out")
+        self.note(column, f"{shown(value)} is not a JSON object; left out")
         return None
 
 
-def _whole(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _number(value) -> bool:
-    """A number the window can format as one: finite, and an int a float holds (10**400 is not)."""
-    if _whole(value):
-        return abs(value) < 2**63
-    return isinstance(value, float) and math.isfinite(value)
-
-
-def _shown(value) -> str:
-    """A stored value as a user could recognise it, cut short."""
-    try:
-        text = json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError, RecursionError):
-        text = repr(value)
-    return text if len(text) <= 40 else text[:39] + "…"

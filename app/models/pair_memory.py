@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import errno
 import json
-import math
 import os
 import time
 from dataclasses import asdict, dataclass
@@ -21,6 +20,7 @@ from pathlib import Path
 
 from app.draft_choice import PROMPT_LOOKUP, DraftChoice, DraftChoiceError, DraftKind
 from app.engine.backends import BACKENDS
+from app.json_fields import is_number, is_whole, shown
 from app.paths import data_dir
 
 MAX_RECENT = 8
@@ -73,7 +73,7 @@ def read_trial(found) -> TrialResult | None:
     except TypeError:
         return None
     fields = TrialResult.__dataclass_fields__
-    if not all(value is None and name in ("low", "high") or _number(value)
+    if not all(value is None and name in ("low", "high") or is_number(value)
                for name, value in ((name, getattr(result, name)) for name in fields)):
         return None
     if (result.low is None) != (result.high is None) or result.low is not None and result.low > result.high:
@@ -132,7 +132,7 @@ class PairMemory:
         except OSError as exc:  # a folder, a file without read permission
             data = self._set_aside(exc.strerror or type(exc).__name__)
         if not isinstance(data, dict):
-            data = self._set_aside(f"it holds {_shown(data)}, not an object of entries")
+            data = self._set_aside(f"it holds {shown(data)}, not an object of entries")
         # alignments first: they change what a pair loads with, so the notice names them first
         alignments = {}
         for key, value in self._section(data, "alignments", dict).items():
@@ -150,15 +150,15 @@ class PairMemory:
         trials = {}
         for key, value in self._section(data, "trials", dict).items():
             if read_trial(value) is None:
-                self.skipped.append(f"trials “{key}”: {_shown(value)} is not a trial as Tandem writes it")
+                self.skipped.append(f"trials “{key}”: {shown(value)} is not a trial as Tandem writes it")
             else:
                 trials[key] = value
         contexts = {}
         for key, value in self._section(data, "contexts", dict).items():
-            if _whole(value) and MIN_CONTEXT <= value <= MAX_CONTEXT:
+            if is_whole(value) and MIN_CONTEXT <= value <= MAX_CONTEXT:
                 contexts[key] = value
             else:
-                self.skipped.append(f"contexts “{key}”: {_shown(value)} is not a whole number of tokens from "
+                self.skipped.append(f"contexts “{key}”: {shown(value)} is not a whole number of tokens from "
                                     f"{MIN_CONTEXT} to {MAX_CONTEXT:,}")
         return {"recent": recent, "trials": trials, "contexts": contexts, "alignments": alignments}
 
@@ -168,7 +168,7 @@ class PairMemory:
         if isinstance(found, kind):
             return found
         if found is not None:
-            self.skipped.append(f"{name}: {_shown(found)} is not a {'list' if kind is list else 'JSON object'}")
+            self.skipped.append(f"{name}: {shown(found)} is not a {'list' if kind is list else 'JSON object'}")
         return kind()
 
     def _set_aside(self, why: str) -> dict:
@@ -304,15 +304,15 @@ def _alignment_entry(value) -> tuple[dict | None, list[str]]:
     to load for "aligned" and "original" the entry is skipped; a figure of the wrong shape
     (before, after, agreement, active) is dropped to its default and the entry kept."""
     if not isinstance(value, dict):
-        return None, [f"{_shown(value)} is not an alignment (a JSON object)"]
+        return None, [f"{shown(value)} is not an alignment (a JSON object)"]
     drafts = {}
     for name in ("aligned", "original"):
         try:
             drafts[name] = DraftChoice.parse_loadable(value.get(name))
         except DraftChoiceError:
-            return None, [f"{name} is {_shown(value.get(name))}, not a draft Tandem can load"]
+            return None, [f"{name} is {shown(value.get(name))}, not a draft Tandem can load"]
         if drafts[name].source and not _nameable(drafts[name].source):
-            return None, [f"{name} is {_shown(value.get(name))}, which no folder or model can be named"]
+            return None, [f"{name} is {shown(value.get(name))}, which no folder or model can be named"]
     aligned = drafts["aligned"]
     if aligned.kind is DraftKind.HEAD and (folder := local_folder(aligned.source)) is not None:
         from app.models.aligned_head import is_aligned_head
@@ -323,17 +323,17 @@ def _alignment_entry(value) -> tuple[dict | None, list[str]]:
     entry, problems = {**value}, []
     for name in ("before", "after"):
         if entry.get(name) is not None and read_trial(entry[name]) is None:
-            problems.append(f"{name} is {_shown(entry[name])}, not a trial as Tandem writes it (left out)")
+            problems.append(f"{name} is {shown(entry[name])}, not a trial as Tandem writes it (left out)")
             entry[name] = None
     agreement = entry.get("agreement")
     if agreement is None:
         entry["agreement"] = []
     elif not (isinstance(agreement, list) and len(agreement) in (0, 2)
-              and all(_number(a) and 0 <= a <= 1 for a in agreement)):
-        problems.append(f"agreement is {_shown(agreement)}, not two fractions from 0 to 1 (left out)")
+              and all(is_number(a) and 0 <= a <= 1 for a in agreement)):
+        problems.append(f"agreement is {shown(agreement)}, not two fractions from 0 to 1 (left out)")
         entry["agreement"] = []
     if not isinstance(entry.get("active", True), bool):
-        problems.append(f"active is {_shown(entry['active'])}, not true or false (read as true)")
+        problems.append(f"active is {shown(entry['active'])}, not true or false (read as true)")
         entry["active"] = True
     return entry, problems
 
@@ -360,25 +360,6 @@ def local_folder(source: str) -> Path | None:
         return None
 
 
-def _number(value) -> bool:
-    """A finite JSON number a float holds (true and false are not numbers here, though Python
-    counts them; 10**400 is a JSON number that no float holds, and math.isfinite raises on it)."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return abs(value) < 2**63
-    return isinstance(value, float) and math.isfinite(value)
-
-
-def _whole(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _shown(value) -> str:
-    """A value from the file as a user would see it there, cut short: `5`, `"abc"`, `[1, 2]`."""
-    try:
-        text = json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError, RecursionError):
-        text = repr(value)
-    return text if len(text) <= 40 else text[:39] + "…"
 
 
 def same_pair(target: str, draft: DraftChoice, backend: str | None = None) -> tuple[str, DraftChoice]:
@@ -425,20 +406,20 @@ def _recent_entry(item) -> tuple[dict | None, str]:
     """A recent pair as the menus need it, or None and why it cannot name a pair; a missing title
     is made from the names (older files had none)."""
     if not isinstance(item, dict):
-        return None, f"{_shown(item)} is not a pair (a JSON object)"
+        return None, f"{shown(item)} is not a pair (a JSON object)"
     for key in ("backend", "target", "draft"):
         if not isinstance(item.get(key), str) or not item[key].strip():
-            return None, f"{key} is {_shown(item.get(key))}, not a name"
+            return None, f"{key} is {shown(item.get(key))}, not a name"
     if item["backend"] not in BACKENDS:
-        return None, f"backend is {_shown(item['backend'])}, not one of {', '.join(BACKENDS)}"
+        return None, f"backend is {shown(item['backend'])}, not one of {', '.join(BACKENDS)}"
     if not _nameable(item["target"]):
-        return None, f"target is {_shown(item['target'])}, which no folder or model can be named"
+        return None, f"target is {shown(item['target'])}, which no folder or model can be named"
     try:
         draft = DraftChoice.parse_loadable(item["draft"])  # recent() reads it typed
     except DraftChoiceError:
-        return None, f"draft is {_shown(item['draft'])}, not a draft Tandem can load"
+        return None, f"draft is {shown(item['draft'])}, not a draft Tandem can load"
     if draft.source and not _nameable(draft.source):
-        return None, f"draft is {_shown(item['draft'])}, which no folder or model can be named"
+        return None, f"draft is {shown(item['draft'])}, which no folder or model can be named"
     title = item.get("title")
     if not isinstance(title, str) or not title.strip():
         title = f"{item['target']} + {item['draft']}"

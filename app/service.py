@@ -71,9 +71,7 @@ class Text:
 
 def cancelled_before_start(prompt_tokens: int = 0) -> Finished:
     """The Finished of a request cancelled before it ran: nothing was written."""
-    stats = GenerationStats(prompt_tokens=prompt_tokens, tokens=0, rounds=0, decode_tokens=0, drafted=0,
-                            accepted=0, prefill_s=0.0, decode_s=0.0, finish_reason="cancelled")
-    return Finished(stats, "")
+    return Finished(GenerationStats.nothing_written(prompt_tokens), "")
 
 
 class RequestHandle:

@@ -51,6 +51,12 @@ class GenerationStats:
     rollback_s: float = 0.0  # both caches' checkpoints and rewinds, all rounds (Round.rollback_s)
     replayed: int = 0  # committed tokens passes read again after recurrent state went back
 
+    @classmethod
+    def nothing_written(cls, prompt_tokens: int = 0, prefill_s: float = 0.0) -> GenerationStats:
+        """An answer cancelled before its first token (waiting, or while its prompt was read)."""
+        return cls(prompt_tokens=prompt_tokens, tokens=0, rounds=0, decode_tokens=0, drafted=0, accepted=0,
+                   prefill_s=prefill_s, decode_s=0.0, finish_reason="cancelled")
+
     @property
     def acceptance_rate(self) -> float:
         return self.accepted / self.drafted if self.drafted else 0.0

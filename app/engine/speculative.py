@@ -58,9 +58,7 @@ def rollback_limit(target: ModelBackend, drafter: Drafter, committed: Sequence[i
 
 def _cancelled_in_prefill(prompt_tokens: int, seconds: float) -> Finished:
     """Stop while the prompt was being read: nothing was answered."""
-    stats = GenerationStats(prompt_tokens=prompt_tokens, tokens=0, rounds=0, decode_tokens=0, drafted=0,
-                            accepted=0, prefill_s=seconds, decode_s=0.0, finish_reason="cancelled")
-    return Finished(stats, "")
+    return Finished(GenerationStats.nothing_written(prompt_tokens, seconds), "")
 
 
 def _prompt_rows(target: ModelBackend, parts: list, lengths: list[int]):

@@ -99,6 +99,9 @@ def _draft_tokens(value: str) -> int | None:
 
 GRAPHS_HELP = ("how a PyTorch model's decode and verify passes run on an NVIDIA GPU: auto (replayed as captured CUDA "
                "graphs where the model allows it) or off (eagerly); docs/performance.md")
+GLUE_HELP = ("the glue between a PyTorch model's matmuls (norms, RoPE, activations): auto (fused by torch.compile "
+             "where passes replay as CUDA graphs), on (fused wherever the lean step runs; the CPU needs a C++ "
+             "compiler), off (eager ops); docs/performance.md")
 COMPILE_HELP = ("how a PyTorch target decodes: auto (compiled where that measured faster; so far nowhere), "
                 "on (compiled decoder layers, checked against eager at load), off (eager)")
 CONTEXT_HELP = ("the most tokens a chat may hold (default: the model's own, or less where memory holds less); "
@@ -191,7 +194,7 @@ def cmd_generate(args) -> int:
     try:
         loaded = service.load(args.model, args.backend, draft=args.draft, precision=args.precision,
                               compile=args.compile, progress=_progress, context=args.context,
-                              graphs=args.graphs).result()
+                              graphs=args.graphs, glue=args.glue).result()
         _progress(f"Loaded {loaded.describe()} in {loaded.load_s:.1f}s")
         request = ChatRequest(tuple(messages), max_tokens=args.max_tokens, params=params,
                               draft_tokens=args.draft_tokens)
@@ -234,7 +237,7 @@ def cmd_serve(args) -> int:
             raise ValueError(str(exc)) from None
         loaded = service.load(args.model, args.backend, draft=args.draft, precision=args.precision,
                               compile=args.compile, progress=_progress, context=args.context,
-                              graphs=args.graphs).result()
+                              graphs=args.graphs, glue=args.glue).result()
         from app.server.openai_api import model_id
 
         _progress(f"Loaded {loaded.describe()} in {loaded.load_s:.1f}s")
@@ -306,7 +309,7 @@ def cmd_bench(args) -> int:
     prompts = load_suite(args.suite, prompts=args.prompts, max_tokens=args.max_tokens, quick=args.quick)
     runner = Runner()
     loaded = runner.load(args.model, args.backend, draft=args.draft, precision=args.precision, progress=_progress,
-                         compile=args.compile, context=args.context, graphs=args.graphs)
+                         compile=args.compile, context=args.context, graphs=args.graphs, glue=args.glue)
     _progress(f"Loaded {loaded.describe()} in {loaded.load_s:.1f}s")
     methods = build_methods(runner, ks=args.ks, anchors=not args.no_anchors, progress=_progress)
     bench = run_bench(runner, prompts, methods, params=params, repeats=args.repeats,
@@ -362,6 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "or gguf (a .gguf file's own: its 4-bit tensors stay 4-bit; PyTorch on the CPU)")
     gen.add_argument("--compile", choices=COMPILE_CHOICES, default="auto", help=COMPILE_HELP)
     gen.add_argument("--graphs", choices=("auto", "off"), default="auto", help=GRAPHS_HELP)
+    gen.add_argument("--glue", choices=("auto", "on", "off"), default="auto", help=GLUE_HELP)
     gen.add_argument("--context", type=at_least_one("context token"), default=None, metavar="N", help=CONTEXT_HELP)
     gen.add_argument("--draft-tokens", type=_draft_tokens, default=None, metavar="auto|N",
                      help="draft length: auto (adaptive, the default) or a fixed N")
@@ -385,6 +389,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--precision", default="auto", choices=PRECISION_CHOICES)
     bench.add_argument("--compile", choices=COMPILE_CHOICES, default="auto", help=COMPILE_HELP)
     bench.add_argument("--graphs", choices=("auto", "off"), default="auto", help=GRAPHS_HELP)
+    bench.add_argument("--glue", choices=("auto", "on", "off"), default="auto", help=GLUE_HELP)
     bench.add_argument("--context", type=at_least_one("context token"), default=None, metavar="N",
                        help=CONTEXT_HELP)
     bench.add_argument("--backend", choices=["mlx", "torch"], default=None)
@@ -414,6 +419,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--precision", default="auto", choices=PRECISION_CHOICES)
     serve.add_argument("--compile", choices=COMPILE_CHOICES, default="auto", help=COMPILE_HELP)
     serve.add_argument("--graphs", choices=("auto", "off"), default="auto", help=GRAPHS_HELP)
+    serve.add_argument("--glue", choices=("auto", "on", "off"), default="auto", help=GLUE_HELP)
     serve.add_argument("--context", type=at_least_one("context token"), default=None, metavar="N",
                        help="the most tokens a request may hold (default: the model's own, or what memory holds)")
     serve.add_argument("--backend", choices=["mlx", "torch"], default=None)

@@ -232,7 +232,7 @@ class Runner:
 
     def load(self, spec: str | Path, backend: str | None = None, draft: DraftChoice = NO_DRAFT,
              precision: str = "auto", progress=print, compile: str = "auto",
-             context: int | None = None, graphs: str = "auto") -> LoadedModel:
+             context: int | None = None, graphs: str = "auto", glue: str = "auto") -> LoadedModel:
         """Load a target (folder, .gguf, or "demo") at `precision` and its draft (none, prompt
         lookup, a self-draft: a copy of the target's weights, a draft model, or auto). Everything is checked
         before anything replaces the current pair. `compile` ("auto", "on", "off") is how the
@@ -310,7 +310,8 @@ class Runner:
                                       draft_precision) from exc
         self.kept.forget()  # the old pair's set-aside caches: their memory is the new pair's now
         progress(f"Loading {display_name(folder)} with {'MLX' if backend == 'mlx' else 'PyTorch'} ...")
-        options = {"compile": compile, "progress": progress, "graphs": graphs} if backend == "torch" else {}
+        options = ({"compile": compile, "progress": progress, "graphs": graphs, "glue": glue}
+                   if backend == "torch" else {})
         target = load_backend(folder, backend, precision=precision, **options)
         # The context chats are fitted to: the model's own, or less where asked or where memory
         # holds less (fitting then leaves out old turns before the KV cache can outgrow memory).
@@ -327,7 +328,7 @@ class Runner:
         if draft_folder is not None:
             which = f"the same model in {draft_precision}" if draft_precision else display_name(draft_folder)
             progress(f"Loading draft {which} ...")
-            draft_options = {"graphs": graphs} if backend == "torch" else {}
+            draft_options = {"graphs": graphs, "glue": glue} if backend == "torch" else {}
             draft_backend = load_backend(draft_folder, backend, precision=draft_precision or "auto", **draft_options)
             limit = min(target.vocab_limit, draft_backend.vocab_size)
             target.vocab_limit = draft_backend.vocab_limit = limit

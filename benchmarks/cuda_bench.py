@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--widths", default="1,2,4,8,16")
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--skip-cli-bench", action="store_true")
-    parser.add_argument("--skip-probe", action="store_true", help="no kernel profile, no fused-norm trial (CUDA)")
+    parser.add_argument("--skip-probe", action="store_true", help="no kernel profiles (CUDA)")
     parser.add_argument("--smoke", action="store_true",
                         help="a minute's check first: imports, one tiny model's passes captured and eager, compared")
     args = parser.parse_args(argv)
@@ -261,45 +261,75 @@ def main(argv: list[str] | None = None) -> int:
     summary["bound_ms"] = bound * 1e3
     say(f"target: {target.precision}; bound of a pass {bound * 1e3:.2f} ms "
         f"({pass_bytes(target, CONTEXT) / 1e9:.2f} GB at {CONTEXT} tokens of context)")
+    cuda = device.type == "cuda"
+    # (label, step, graphs, glue); the fused glue (layer_glue_torch.py) only where passes are captured
+    modes = [("transformers", "transformers", "off", "off"), ("lean eager", "lean", "off", "off"),
+             ("lean graphs" if cuda else "lean static shapes", "lean", graph_mode, "off")]
+    if cuda:
+        modes.append(("graphs, fused glue", "lean", graph_mode, "auto"))
+    costs: dict[str, dict[int, float | None]] = {}
+    for label, step, graphs, glue in modes:
+        def build_mode(t=target, step=step, graphs=graphs, glue=glue):
+            start = time.perf_counter()
+            t._glue_mode, t._graph_mode = glue, graphs
+            t.step = step
+            return time.perf_counter() - start
+        took = _guarded(f"{label}: set-up", build_mode)
+        costs[label] = {}
+        for width in widths:
+            cost = None if took is None else _guarded(
+                f"width {width}, {label}", lambda t=target, w=width: pass_cost(t, w, repeats, device))
+            costs[label][width] = None if cost is None else cost * 1e3
+        if graphs != "off":  # what really ran: captured, or why not
+            captured = sum(c.graph is not None for c in target._graphs.graphs.values()) if target._graphs else 0
+            say(f"{label}: {target.precision}; {captured} graphs captured; set-up {took or 0:.1f} s")
     rows = []
-    modes = (("transformers", "transformers", "off"), ("lean eager", "lean", "off"),
-             ("lean graphs" if device.type == "cuda" else "lean static shapes", "lean", graph_mode))
     for width in widths:
-        row = {"width": width}
-        for label, step, graphs in modes:
-            target.graphs = graphs
-            target.step = step
-            cost = _guarded(f"width {width}, {label}", lambda t=target, w=width: pass_cost(t, w, repeats, device))
-            row[label] = None if cost is None else cost * 1e3
-            if graphs != "off" and width == widths[0]:  # what really ran: captured, or why not
-                captured = sum(c.graph is not None for c in target._graphs.graphs.values()) if target._graphs else 0
-                say(f"{label}: {target.precision}; {captured} graphs captured")
+        row = {"width": width, **{label: costs[label].get(width) for label, *_ in modes}}
         rows.append(row)
         say("width %2d: " % width + ", ".join(f"{k} {v:.2f} ms" if v is not None else f"{k} failed"
                                               for k, v in row.items() if k != "width")
             + f"; bound {bound * 1e3:.2f} ms")
     summary["passes"] = rows
-    target.step, target.graphs = "lean", graph_mode
+    target._glue_mode, target._graph_mode = "auto", graph_mode
+    target.step = "lean"
     target_ms = pass_cost(target, 1, repeats, device) * 1e3
+    say(f"target width 1 as Tandem runs it ({target.precision}): {target_ms:.2f} ms = "
+        f"{bound * 1e3 / target_ms:.2f} of the bound")
 
     def draft_step():
-        draft = TorchBackend(draft_dir, device=str(device), graphs=graph_mode)
-        draft_ms = pass_cost(draft, 1, repeats, device) * 1e3
-        summary["draft_step_ms"], summary["draft_over_target"] = draft_ms, draft_ms / target_ms
-        say(f"draft one-token pass {draft_ms:.2f} ms = {draft_ms / target_ms:.2f} of the target's {target_ms:.2f} ms"
-            f" ({draft.precision})")
+        for glue in (("off", "auto") if cuda else ("off",)):
+            draft = TorchBackend(draft_dir, device=str(device), graphs=graph_mode, glue=glue)
+            draft_ms = pass_cost(draft, 1, repeats, device) * 1e3
+            summary[f"draft_step_ms_glue_{glue}"] = draft_ms
+            summary["draft_step_ms"], summary["draft_over_target"] = draft_ms, draft_ms / target_ms
+            say(f"draft one-token pass {draft_ms:.2f} ms = {draft_ms / target_ms:.2f} of the target's "
+                f"{target_ms:.2f} ms ({draft.precision})")
+            del draft
 
     _guarded("the draft's step", draft_step)
-    if device.type == "cuda":
-        try:
-            int4 = TorchBackend(target_dir, device=str(device), precision="int4", graphs=graph_mode)
-            int4_ms = pass_cost(int4, 1, repeats, device) * 1e3
-            summary["int4_ms"], summary["int4_speedup"] = int4_ms, target_ms / int4_ms
-            say(f"int4 target ({int4.precision}) width 1: {int4_ms:.2f} ms = {target_ms / int4_ms:.2f}x the bf16 pass")
-            del int4
-        except Exception as exc:  # report and go on: the rest of the table still counts
-            say(f"int4 target: failed ({type(exc).__name__}: {exc})")
-        torch.cuda.empty_cache()
+    if cuda:
+        from app.models import torch_quantize
+
+        plain_quantize = torch_quantize.quantize_int4
+        # torchao's int4 (tinygemm) at Tandem's group of 32, glue eager and fused; then groups of 128
+        for group, glue in ((32, "auto"), (32, "off"), (128, "auto")):
+            def int4_pass(group=group, glue=glue):
+                torch_quantize.quantize_int4 = lambda model, **kw: plain_quantize(model, group_size=group, **kw)
+                try:
+                    int4 = TorchBackend(target_dir, device=str(device), precision="int4", graphs=graph_mode, glue=glue)
+                finally:
+                    torch_quantize.quantize_int4 = plain_quantize
+                int4_ms = pass_cost(int4, 1, repeats, device) * 1e3
+                summary[f"int4_g{group}_glue_{glue}_ms"] = int4_ms
+                if group == 32 and glue == "auto":
+                    summary["int4_ms"], summary["int4_speedup"] = int4_ms, target_ms / int4_ms
+                say(f"int4 g{group} target ({int4.precision}) width 1: {int4_ms:.2f} ms = "
+                    f"{target_ms / int4_ms:.2f}x the bf16 pass")
+                del int4
+                torch.cuda.empty_cache()
+
+            _guarded(f"int4 g{group} glue {glue}", int4_pass)
     del target
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -397,42 +427,19 @@ def kernel_profile(backend, passes: int = 10) -> None:
 
 
 def kernel_probe(target_dir: Path, draft_dir: Path, repeats: int) -> None:
-    """What the launch-bound part of a captured pass is made of, and one trial at cutting it:
-    each model's kernels per width-1 pass, then the same passes with the norms' and the gated
-    activation's elementwise kernels fused by torch.compile (Triton), timed against the same
-    graphs without. A measurement for the next step of the CUDA issue, not a path Tandem runs."""
-    import torch.nn.functional as F
-
-    from app.engine.backends import lean_step_torch
+    """What a captured pass is made of, with the glue eager and fused (layer_glue_torch.py): each
+    model's kernels per width-1 pass and the pass cost at widths 1 and 4."""
     from app.engine.backends.torch_backend import TorchBackend
 
     device = torch.device("cuda")
     for name, folder in (("draft", draft_dir), ("target", target_dir)):
-        backend = TorchBackend(folder, device="cuda", graphs="auto")
-        say(f"--- kernels of the {name}'s captured width-1 pass ({folder.name})")
-        kernel_profile(backend)
-        plain = {w: pass_cost(backend, w, repeats, device) * 1e3 for w in (1, 4)}
-
-        @torch.compile(dynamic=True)
-        def norm(x, weight, eps: float):
-            h = F.rms_norm(x.float(), (x.shape[-1],), None, eps)
-            return weight * h.to(x.dtype)
-
-        original = lean_step_torch.rms_norm
-        compile_start = time.perf_counter()
-        try:
-            lean_step_torch.rms_norm = lambda x, module: norm(x, module.weight, module.variance_epsilon)
-            backend.step = "lean"  # new graphs, captured with the fused norms
-            fused = {w: pass_cost(backend, w, repeats, device) * 1e3 for w in (1, 4)}
-            took = time.perf_counter() - compile_start
-            say("  norms fused by torch.compile: " + ", ".join(f"width {w} {plain[w]:.2f} -> {fused[w]:.2f} ms"
-                                                               for w in plain)
-                + f" (compiling and capturing {took:.0f} s)")
+        for glue in ("off", "auto"):
+            backend = TorchBackend(folder, device="cuda", graphs="auto", glue=glue)
+            say(f"--- kernels of the {name}'s captured width-1 pass ({folder.name}; {backend.precision})")
             kernel_profile(backend)
-        finally:
-            lean_step_torch.rms_norm = original
-        del backend
-        torch.cuda.empty_cache()
+            say("  " + ", ".join(f"width {w} {pass_cost(backend, w, repeats, device) * 1e3:.2f} ms" for w in (1, 4)))
+            del backend
+            torch.cuda.empty_cache()
 
 
 def _loop_rows(target_dir: Path, draft_dir: Path, device: torch.device, quick: bool) -> list[dict]:

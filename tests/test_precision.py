@@ -123,3 +123,30 @@ def test_a_4bit_offer_for_a_target_with_its_4bit_self_draft_drafts_by_lookup(dem
                          progress=said.append)
     assert loaded.draft == PROMPT_LOOKUP and loaded.draft_bytes == 0
     assert any("would be the target itself" in line for line in said)
+
+
+def test_int4_stacks_the_projections_that_read_one_input(tiny_pair, monkeypatch):
+    """q/k/v and gate/up are quantized as one stacked layer each, called as one kernel by the lean
+    step: the same logits as each projection quantized alone (per-row groups do not change), and
+    transformers' forward reads the same stack through the old names."""
+    import torch
+
+    from app.engine.backends.torch_backend import TorchBackend
+    from app.models import torch_quantize
+
+    stacked = TorchBackend(tiny_pair["target"], precision="int4")
+    layer = stacked.model.model.layers[0]
+    assert type(layer.self_attn.k_proj).__name__ == "ProjectionSlice"
+    assert type(layer.mlp.up_proj.shared.fused).__name__ == "WeightOnlyInt4Linear"
+    products = stacked._lean.layers[0]
+    assert products.qkv.kernel is not None and products.gate_up.kernel is not None
+    assert products.qkv.act == torch.bfloat16
+    monkeypatch.setattr(torch_quantize, "stack_shared_inputs", lambda model: 0)
+    alone = TorchBackend(tiny_pair["target"], precision="int4")
+    assert type(alone.model.model.layers[0].self_attn.k_proj).__name__ == "WeightOnlyInt4Linear"
+    ids = [5, 17, 300, 42, 7, 7, 9]
+    want = alone.forward_last(ids)
+    torch.testing.assert_close(stacked.forward_last(ids), want, atol=1e-5, rtol=1e-5)
+    stacked.step = "transformers"
+    stacked.reset()
+    torch.testing.assert_close(stacked.forward_last(ids), want, atol=1e-5, rtol=1e-5)

@@ -43,6 +43,7 @@ def quantize_int4(model: torch.nn.Module, include_head: bool = False,
     quantized head costs the most agreement). Returns how many layers were quantized."""
     from torchao.quantization.linear_quant_modules import Int4WeightOnlyQuantizer
 
+    stack_shared_inputs(model)
     device = next(model.parameters()).device
     # the CPU kernel runs in bfloat16 (5x faster than float32 activations here); CUDA's too
     precision = torch.bfloat16
@@ -68,6 +69,37 @@ def quantize_int4(model: torch.nn.Module, include_head: bool = False,
             setattr(parent, name, holder[0])
             count += 1
     return count
+
+
+@torch.no_grad()
+def stack_shared_inputs(model: torch.nn.Module) -> int:
+    """Before quantizing: q/k/v and gate/up of each layer as one Linear over their rows stacked,
+    behind their old names (fused_projections_torch.install), for the families the lean step runs.
+    Quantized, each group is one int4 matmul instead of three (or two) and a concatenation: on an
+    8B shape k and v are 1,024 rows each, far too small alone to read at the GPU's bandwidth. Each
+    row's groups are quantized as they would be alone, so the numbers do not change. Returns how
+    many groups were stacked."""
+    from app.engine.backends.lean_step_torch import why_not_lean
+    from app.models.fused_projections_torch import GROUPS, install
+
+    if why_not_lean(model):
+        return 0
+    stacked = 0
+    for layer in model.model.layers:
+        for owner_name, names in GROUPS.items():
+            owner = getattr(layer, owner_name)
+            parts = [getattr(owner, name) for name in names]
+            first = parts[0]
+            if not all(type(p) is torch.nn.Linear and p.bias is None and p.in_features == first.in_features
+                       and p.weight.dtype == first.weight.dtype and p.weight.device == first.weight.device
+                       for p in parts):
+                continue
+            fused = torch.nn.Linear(first.in_features, sum(p.out_features for p in parts), bias=False,
+                                    device=first.weight.device, dtype=first.weight.dtype)
+            fused.weight.copy_(torch.cat([p.weight for p in parts]))
+            install(owner, names, fused)
+            stacked += 1
+    return stacked
 
 
 class LowPrecisionHead(torch.nn.Module):

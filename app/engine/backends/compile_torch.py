@@ -69,7 +69,7 @@ def decoder_layers(model: torch.nn.Module):
     return layers if isinstance(layers, torch.nn.ModuleList) and len(layers) else None
 
 
-def _use_cache_dir() -> None:
+def use_cache_dir() -> None:
     """Inductor keeps compiled kernels on disk; keep them in Tandem's cache, where a later load
     finds them, rather than a temporary folder. (Inductor writes its default into the environment
     when first asked, so the default is replaced and a folder the user chose is kept.)"""
@@ -84,7 +84,7 @@ def _use_cache_dir() -> None:
 
 def compile_layers(model: torch.nn.Module) -> None:
     layers = decoder_layers(model)
-    _use_cache_dir()
+    use_cache_dir()
     import torch._dynamo.config as dynamo_config
 
     # each layer's index is an int attribute read by the (eager) cache update: unspecialised, it

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from app.engine.backends.layer_glue_torch import EagerGlue, FusedGlue
 from app.engine.backends.static_kv_torch import StaticKV
 
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
@@ -104,14 +105,6 @@ def passes_line(path) -> str:
     return passes_words(config)
 
 
-def rms_norm(x: torch.Tensor, norm: torch.nn.Module) -> torch.Tensor:
-    """transformers' LlamaRMSNorm in one call: float32 statistics, weight applied in x's dtype."""
-    if x.dtype == torch.float32:
-        return F.rms_norm(x, (x.shape[-1],), norm.weight, norm.variance_epsilon)
-    h = F.rms_norm(x.float(), (x.shape[-1],), None, norm.variance_epsilon)
-    return norm.weight * h.to(x.dtype)
-
-
 class _Product:
     """One or more projections that read the same input, as one call: (n, in) -> (n, out...).
 
@@ -133,7 +126,7 @@ class _Product:
         if self.kernel is None and len(modules) > 1:
             self.kernel = _stack_dense(modules)
         self.modules = modules
-        self.act = getattr(fused if whole else modules[0], "act_dtype", dtype) if self.kernel else dtype
+        self.act = _act_dtype(fused if whole else modules[0], dtype) if self.kernel else dtype
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.kernel is not None:
@@ -200,7 +193,21 @@ def _kernel(module: torch.nn.Module):
     if isinstance(module, GGUFInt8Linear):
         codes, scales = module.weight_int8, module.scales
         return lambda x: torch.ops.aten._weight_int8pack_mm(x, codes, scales)
+    if type(module).__name__ == "WeightOnlyInt4Linear" and not getattr(module, "padding", True):
+        # torchao's int4 layer (torch_quantize.py): the kernel its forward calls, without the
+        # reshapes and dtype round trips around it (the caller converts to `precision` once)
+        packed, scales, group = module.weight, module.scales_and_zeros, module.groupsize
+        if scales.dtype != torch.bfloat16 or module.precision != torch.bfloat16:
+            return None
+        ops = torch.ops.aten
+        mm = ops._weight_int4pack_mm_for_cpu if packed.device.type == "cpu" else ops._weight_int4pack_mm
+        return lambda x: mm(x, packed, group, scales)
     return None
+
+
+def _act_dtype(module: torch.nn.Module, dtype: torch.dtype) -> torch.dtype:
+    """The activation dtype a kernel called directly takes: a GGUF layer's, torchao's precision."""
+    return getattr(module, "act_dtype", None) or getattr(module, "precision", None) or dtype
 
 
 @dataclass
@@ -230,7 +237,7 @@ class LeanStep:
     """The forward pass (logits of the last `keep` positions, and the final norm's output when
     asked) over `model`'s modules; `why_not_lean(model)` must be ""."""
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, fused: bool = False):
         config = model.config
         inner = model.model
         self.model, self.embed, self.final_norm = model, inner.embed_tokens, inner.norm
@@ -244,13 +251,12 @@ class LeanStep:
         self.device = inner.norm.weight.device
         self.layers = [self._layer(layer) for layer in inner.layers]
         self._cos = self._sin = None  # (positions, head_dim) tables, grown with the cache
-        half = self.head_dim // 2
-        # rotate_half as a matrix: x @ P = cat(-x2, x1) (transformers' rotate_half)
-        swap = torch.zeros(self.head_dim, self.head_dim)
-        swap[torch.arange(half) + half, torch.arange(half)] = -1.0
-        swap[torch.arange(half), torch.arange(half) + half] = 1.0
-        self._swap = swap.to(self.device, self.dtype)
-        self._eye = torch.eye(self.head_dim, device=self.device, dtype=self.dtype)
+        self.glue = self.new_glue(fused)
+
+    def new_glue(self, fused: bool) -> EagerGlue:
+        """The glue between the matmuls (layer_glue_torch.py): fused by torch.compile, or eager."""
+        kind = FusedGlue if fused else EagerGlue
+        return kind(self.heads, self.kv_heads, self.head_dim, self.dtype).to(self.device)
 
     def _layer(self, layer: torch.nn.Module) -> _Layer:
         attn, mlp, dtype = layer.self_attn, layer.mlp, self.dtype
@@ -272,10 +278,6 @@ class LeanStep:
         cos, sin = self.rotary(probe, positions)  # (1, room, head_dim) in the model's dtype
         self._cos, self._sin = cos[0], sin[0]
 
-    def _rotations(self, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        """(n, hd, hd): x @ R[i] = x * cos_i + rotate_half(x) * sin_i, transformers' RoPE."""
-        return self._eye * cos[:, None, :] + self._swap * sin[:, None, :]
-
     def forward(self, ids: torch.Tensor, kv: StaticKV, keep: int, hidden: bool = False,
                 static: StaticShape | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Append ids (1, n) at kv.length: logits of the last `keep` positions (keep, V) in the
@@ -286,53 +288,42 @@ class LeanStep:
             end = start + n
             kv.reserve(end)
             self.rope_tables(end)
-            rot = self._rotations(self._cos[start:end], self._sin[start:end])
+            rope = self.glue.rope_inputs(self._cos[start:end], self._sin[start:end])
             # keys past each query's own position are hidden: only a pass of several tokens has any
             mask = (torch.arange(end, device=self.device)[None, :] <=
                     torch.arange(start, end, device=self.device)[:, None]) if n > 1 else None
         else:
             end = static.length
-            rot = self._rotations(self._cos.index_select(0, static.positions),
-                                  self._sin.index_select(0, static.positions))
+            rope = self.glue.rope_inputs(self._cos.index_select(0, static.positions),
+                                         self._sin.index_select(0, static.positions))
             mask = torch.arange(end, device=self.device)[None, :] <= static.positions[:, None]
         if mask is not None and self.device.type != "cpu":
             # CUDA's path takes the mask as an additive bias, built once per pass for every layer
             mask = _mask_bias(mask, self.heads // self.kv_heads, self.dtype)
         x = self.embed(ids)[0].to(self.dtype)  # (n, D)
-        normed = self.body(x, kv.store, rot, mask, start, end, None if static is None else static.positions)
+        normed = self.body(x, kv.store, rope, mask, start, end, None if static is None else static.positions)
         logits = self.head(normed[n - keep:])
         return logits, (normed if hidden else None)
 
-    def body(self, x: torch.Tensor, store: torch.Tensor, rot: torch.Tensor, mask: torch.Tensor | None,
+    def body(self, x: torch.Tensor, store: torch.Tensor, rope, mask: torch.Tensor | None,
              start: int, end: int, positions: torch.Tensor | None) -> torch.Tensor:
         """The decoder layers and the final norm: x (n, D) -> (n, D), keys and values written into
         `store` at start.. (or at `positions`), attention over its first `end` positions. Tensors in,
-        tensors out, no host reads: what torch.compile and a CUDA graph take whole."""
-        n = x.shape[0]
-        q_width, k_width = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        for index, layer in enumerate(self.layers):
-            h = rms_norm(x, layer.input_norm)
-            y = layer.qkv(h.to(layer.qkv.act)).to(self.dtype)  # (n, q + k + v)
-            qk = y[:, :q_width + k_width].view(n, self.heads + self.kv_heads, self.head_dim)
-            if layer.q_norm is not None:
-                qk = torch.cat([rms_norm(qk[:, :self.heads], layer.q_norm),
-                                rms_norm(qk[:, self.heads:], layer.k_norm)], dim=1)
-            qk = torch.bmm(qk, rot)  # RoPE: (n, H + Hkv, hd)
-            v = y[:, q_width + k_width:].view(n, self.kv_heads, self.head_dim)
+        tensors out, no host reads: what a CUDA graph takes whole. Each residual add goes with the
+        norm after it (one fused kernel where the glue is fused)."""
+        glue, layers = self.glue, self.layers
+        h = glue.norm(x, layers[0].input_norm, layers[0].qkv.act)
+        for index, layer in enumerate(layers):
+            q, kv = glue.split_rope(layer.qkv(h), rope, layer.q_norm, layer.k_norm)
+            glue.write(store[index], kv, start, positions)
             keys, values = store[index, 0], store[index, 1]  # (Hkv, capacity, hd)
-            if positions is None:
-                keys[:, start:start + n] = qk[:, self.heads:].transpose(0, 1)
-                values[:, start:start + n] = v.transpose(0, 1)
-            else:
-                keys.index_copy_(1, positions, qk[:, self.heads:].transpose(0, 1))
-                values.index_copy_(1, positions, v.transpose(0, 1))
-            q = qk[:, :self.heads].transpose(0, 1)  # (H, n, hd)
             out = self._attend(q, keys[:, :end], values[:, :end], mask)  # (n, H * hd)
-            x = x.add_(layer.o(out.to(layer.o.act)))  # the kernel's output promotes exactly
-            h = rms_norm(x, layer.post_norm)
-            gate, up = layer.gate_up(h.to(layer.gate_up.act)).to(self.dtype).chunk(2, dim=-1)
-            x = x.add_(layer.down((layer.act_fn(gate) * up).to(layer.down.act)))
-        return rms_norm(x, self.final_norm)
+            x, h = glue.add_norm(x, layer.o(out.to(layer.o.act)), layer.post_norm, layer.gate_up.act)
+            y = layer.down(glue.gated(layer.gate_up(h), layer.act_fn, layer.down.act))
+            following = layers[index + 1] if index + 1 < len(layers) else None
+            norm, act = (following.input_norm, following.qkv.act) if following else (self.final_norm, self.dtype)
+            x, h = glue.add_norm(x, y, norm, act)
+        return h
 
     def _attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
                 mask: torch.Tensor | None) -> torch.Tensor:
@@ -350,7 +341,7 @@ class LeanStep:
         qg = q.reshape(self.kv_heads, group * n, self.head_dim)
         # (Hkv, group * n, L), masked positions at -inf
         scores = torch.baddbmm(mask, qg, keys.transpose(1, 2), alpha=self.scaling)
-        weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)  # upcast inside the kernel
+        weights = self.glue.softmax(scores, q.dtype)
         out = torch.bmm(weights, values).view(self.heads, n, self.head_dim)
         return out.transpose(0, 1).reshape(n, -1)
 

@@ -17,6 +17,7 @@ from app.engine.backends.compile_torch import (StepCache, agree, compile_layers,
 from app.engine.backends.cuda_graphs_torch import CaptureError, GraphedStep, HostIds
 from app.engine.backends.kv_cache_torch import block_grown_cache
 from app.engine.backends.layer_replay_torch import recurrent_mixers
+from app.engine.backends.layer_glue_torch import why_not_fused
 from app.engine.backends.lean_step_torch import LeanStep, why_not_lean
 from app.engine.backends.static_kv_torch import StaticKV
 from app.engine.backends.torch_cache import STATE_REPLAYS, TorchCache
@@ -37,6 +38,10 @@ STEPS = ("auto", "lean", "transformers")
 # elsewhere); "off", eagerly at their exact shapes; "static", eagerly at the graphs' bucketed static
 # shapes over a fixed KV buffer (the graphs' own code without capture: what the CPU tests run).
 GRAPH_MODES = ("auto", "off", "static")
+# The glue between the lean step's matmuls (layer_glue_torch.py): "auto" fuses it with torch.compile
+# where the passes replay as CUDA graphs and Triton exists; "on" wherever the lean step runs (the
+# CPU too, with a C++ compiler); "off" keeps PyTorch's eager ops.
+GLUE_MODES = ("auto", "on", "off")
 MAX_WIDTH = 32  # positions a fixed KV buffer keeps past the planned context for a pass's padding
 
 
@@ -186,7 +191,7 @@ class TorchBackend(ModelBackend):
 
     def __init__(self, folder: Path, device: str | None = None, precision: str = "auto",
                  compile: str = "off", progress: Callable[[str], None] | None = None,
-                 state_replay: str = "layers", step: str = "auto", graphs: str = "auto"):
+                 state_replay: str = "layers", step: str = "auto", graphs: str = "auto", glue: str = "auto"):
         config = check_model_folder(folder)
         self._state_replay = check_choice("state replay", state_replay, STATE_REPLAYS)
         check_choice("precision", precision, PRECISIONS)
@@ -252,6 +257,9 @@ class TorchBackend(ModelBackend):
         self._lean: LeanStep | None = None
         self._graphs: GraphedStep | None = None
         self._graph_mode = check_choice("graphs mode", graphs, GRAPH_MODES)
+        self._glue_mode = check_choice("glue mode", glue, GLUE_MODES)
+        self.glue_note = ""  # why the lean step's glue runs eagerly where passes are captured
+        self._progress = progress or (lambda message: None)
         want, self.compile_note = decide(compile, self._device)
         self.lean_note = why_not_lean(self.model)  # why transformers' own forward runs ("" where it does not)
         self.graph_note = ""  # why passes on CUDA run eagerly
@@ -285,6 +293,7 @@ class TorchBackend(ModelBackend):
             self.graph_note = f"no CUDA graphs: transformers' forward runs ({self.lean_note or 'asked'})"
         elif self._device.type == "cuda" and self._graph_mode == "off":
             self.graph_note = "no CUDA graphs: turned off"
+        self._fuse_glue()
         self.cache = None  # a new kind of cache: never hand the old one to the other step
         self.reset()
         if hasattr(self, "_base_precision"):
@@ -300,10 +309,61 @@ class TorchBackend(ModelBackend):
         self._graph_mode = check_choice("graphs mode", mode, GRAPH_MODES)
         self.step = self.step  # new caches and notes for the mode
 
+    @property
+    def glue(self) -> str:
+        """GLUE_MODES: whether the glue between the lean step's matmuls is fused where it can be."""
+        return self._glue_mode
+
+    @glue.setter
+    def glue(self, mode: str) -> None:
+        self._glue_mode = check_choice("glue mode", mode, GLUE_MODES)
+        self.step = self.step  # a new lean step, and new graphs, with that glue
+
+    def _fuse_glue(self) -> None:
+        """Fuse the lean step's glue (layer_glue_torch.py) where passes are captured and it can be,
+        compiled here, at load, by a few passes into a scratch cache (widths 1 and several: the
+        two shapes torch.compile specialises), not in the first answer. Inductor keeps the kernels
+        on disk, so a later load takes seconds. A failure leaves the glue eager, saying why."""
+        self.glue_note = ""
+        if self._lean is None or (self._glue_mode == "auto" and not self._captures()):
+            return
+        if self._glue_mode == "off":
+            self.glue_note = "glue eager: turned off"
+            return
+        reason = why_not_fused(self.model.config, self._device, asked=self._glue_mode == "on")
+        if reason:
+            self.glue_note = f"glue eager: {reason}"
+            return
+        self._progress("Compiling the glue between the kernels (once; kept on disk)")
+        self._lean.glue = self._lean.new_glue(True)
+        try:
+            with torch.inference_mode():
+                scratch = self._lean.new_cache()
+                for ids in ([1, 2, 3, 4, 5], [6], [7, 8, 9, 10]):
+                    self._lean.forward(torch.tensor([ids], device=self._device), scratch, 1)
+                    scratch.appended(len(ids))
+        except Exception as exc:  # no C++ compiler for Triton's launcher, an op Inductor cannot take
+            self._unfuse(exc)
+
+    def _unfuse(self, exc: BaseException) -> None:
+        """The eager glue from here on, with the reason in the precision words; captured graphs
+        are dropped (they ran the fused kernels), the KV buffer kept."""
+        log.warning("the lean step's glue runs eagerly: %s: %s", type(exc).__name__, exc)
+        first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else "no message"
+        self.glue_note = f"glue eager: fusing it failed ({type(exc).__name__}: {first})"
+        self._lean.glue = self._lean.new_glue(False)
+        self._graphs = None
+        if hasattr(self, "_base_precision"):
+            self.dtype = self.precision = self._with_step(self._base_precision)
+
     def _with_step(self, precision: str) -> str:
         """The precision words with how passes run, in the detail tooltips and `models info` show."""
         if self._lean is not None:
             how = "CUDA graphs" if self._captures() else "lean step"
+            if self._lean.glue.fused:
+                how += ", glue fused by torch.compile"
+            elif self.glue_note and (self._captures() or self._glue_mode == "on"):
+                how += f" ({self.glue_note})"
         else:
             how = f"transformers' forward ({self.lean_note or 'asked'})" if not self.compiled else ""
         if self.graph_note and self._lean is not None:
@@ -482,28 +542,40 @@ class TorchBackend(ModelBackend):
     def _forward(self, input_ids: torch.Tensor, keep: int) -> torch.Tensor:
         """Append input_ids (1, n) to the cache; logits of the last `keep` positions (keep, V')."""
         if self._lean is not None:
-            n = input_ids.shape[1]
-            graphs = self._graphed(n)
-            captured = len(graphs.graphs) if graphs is not None else 0
             try:
-                logits, hidden = graphs.forward(input_ids, keep) if graphs is not None else (None, None)
-            except CaptureError as exc:  # eager from here on, saying why (the KV buffer stays as it is)
-                self._without_graphs(f"no CUDA graphs: {exc}")
-                graphs = None
-            if graphs is None or len(graphs.graphs) != captured:
-                self.one_time_work += graphs is not None or captured > 0  # a capture, or a failed one
-            if graphs is None:
-                if isinstance(self.cache, StaticKV) and self.cache.fixed:
-                    self.cache.reserve(self.cache.length + n, planned=self._planned())
-                logits, hidden = self._lean.forward(input_ids, self.cache, keep, self._want_hidden)
-            self.cache.appended(n)
-            if self._want_hidden:
-                self._hidden = hidden[None]
-            return logits[:, : self.vocab_limit].float()
+                return self._lean_forward(input_ids, keep)
+            except Exception as exc:
+                if not self._lean.glue.fused:
+                    raise
+                self._unfuse(exc)  # whatever failed in the fused glue, the eager glue runs the pass
+                return self._lean_forward(input_ids, keep)
         out = self.model(input_ids=input_ids, cache=self.cache.store, use_cache=True,
                          logits_to_keep=keep)
         self.cache.appended(input_ids.shape[1])
         return out.logits[0, :, : self.vocab_limit].float()
+
+    def _lean_forward(self, input_ids: torch.Tensor, keep: int) -> torch.Tensor:
+        """The lean step's pass: replayed as a graph where one fits, else eagerly."""
+        n = input_ids.shape[1]
+        graphs = self._graphed(n)
+        captured = len(graphs.graphs) if graphs is not None else 0
+        try:
+            logits, hidden = graphs.forward(input_ids, keep) if graphs is not None else (None, None)
+        except CaptureError as exc:  # eager from here on, saying why (the KV buffer stays as it is)
+            if self._lean.glue.fused:
+                raise  # first the graphs again with the eager glue (_forward)
+            self._without_graphs(f"no CUDA graphs: {exc}")
+            graphs = None
+        if graphs is None or len(graphs.graphs) != captured:
+            self.one_time_work += graphs is not None or captured > 0  # a capture, or a failed one
+        if graphs is None:
+            if isinstance(self.cache, StaticKV) and self.cache.fixed:
+                self.cache.reserve(self.cache.length + n, planned=self._planned())
+            logits, hidden = self._lean.forward(input_ids, self.cache, keep, self._want_hidden)
+        self.cache.appended(n)
+        if self._want_hidden:
+            self._hidden = hidden[None]
+        return logits[:, : self.vocab_limit].float()
 
     def _ids(self, ids: Sequence[int]) -> torch.Tensor:
         return self._host_ids(ids)  # (1, n), without a synchronisation on CUDA

@@ -433,9 +433,13 @@ def kernel_probe(target_dir: Path, draft_dir: Path, repeats: int) -> None:
 
     device = torch.device("cuda")
     for name, folder in (("draft", draft_dir), ("target", target_dir)):
-        for glue in ("off", "auto"):
+        for glue, sdpa in (("off", False), ("auto", False), ("auto", True)):
             backend = TorchBackend(folder, device="cuda", graphs="auto", glue=glue)
-            say(f"--- kernels of the {name}'s captured width-1 pass ({folder.name}; {backend.precision})")
+            if sdpa:  # masked attention as one SDPA call over the grouped queries; graphs captured anew
+                backend._lean.grouped_sdpa, backend._graphs = True, None
+                backend.reset()
+            how = backend.precision + (", grouped SDPA" if sdpa else "")
+            say(f"--- kernels of the {name}'s captured width-1 pass ({folder.name}; {how})")
             kernel_profile(backend)
             say("  " + ", ".join(f"width {w} {pass_cost(backend, w, repeats, device) * 1e3:.2f} ms" for w in (1, 4)))
             del backend
@@ -452,9 +456,13 @@ def _loop_rows(target_dir: Path, draft_dir: Path, device: torch.device, quick: b
         runner = Runner()
         runner.load(str(target_dir), "torch", draft=draft_choice(drafter))
         prompt = "Write a Python function that checks whether a number is prime, with a docstring."
-        answer_costs(runner, prompt, 16, False)  # warm: graphs captured here
-        row = {"draft": Path(drafter).name, **answer_costs(runner, prompt, 16 if quick else 96,
-                                                            device.type == "cuda")}
+        tokens = 16 if quick else 96
+        answer_costs(runner, prompt, tokens, False)  # warm: the graphs of the widths it uses captured here
+        row = {"draft": Path(drafter).name, **answer_costs(runner, prompt, tokens, device.type == "cuda")}
+        for role, backend in (("target", runner.target), ("draft", getattr(runner.drafter, "backend", None))):
+            if backend is not None and getattr(backend, "_graphs", None) is not None:
+                say(f"  {role}: {backend.precision}; {len(backend._graphs.graphs)} graphs, "
+                    f"{backend._graphs.replays} replays, one-time work in {backend.one_time_work} passes")
         rows.append(row)
         say(f"planted pair, draft {row['draft']}: {row['tokens_per_s']:.1f} tok/s, acceptance "
             f"{'-' if row['acceptance'] is None else format(row['acceptance'], '.0%')}, "

@@ -252,6 +252,9 @@ class LeanStep:
         self.layers = [self._layer(layer) for layer in inner.layers]
         self._cos = self._sin = None  # (positions, head_dim) tables, grown with the cache
         self.glue = self.new_glue(fused)
+        # masked attention over each KV head's queries together (`_attend`): CUDA's path; with
+        # grouped_sdpa as SDPA over them (one kernel) instead of baddbmm, softmax and bmm
+        self.grouped, self.grouped_sdpa = self.device.type != "cpu", False
 
     def new_glue(self, fused: bool) -> EagerGlue:
         """The glue between the matmuls (layer_glue_torch.py): fused by torch.compile, or eager."""
@@ -297,7 +300,7 @@ class LeanStep:
             rope = self.glue.rope_inputs(self._cos.index_select(0, static.positions),
                                          self._sin.index_select(0, static.positions))
             mask = torch.arange(end, device=self.device)[None, :] <= static.positions[:, None]
-        if mask is not None and self.device.type != "cpu":
+        if mask is not None and self.grouped:
             # CUDA's path takes the mask as an additive bias, built once per pass for every layer
             mask = _mask_bias(mask, self.heads // self.kv_heads, self.dtype)
         x = self.embed(ids)[0].to(self.dtype)  # (n, D)
@@ -330,7 +333,7 @@ class LeanStep:
         """Grouped-query attention without repeating the KV heads: q (H, n, hd), keys/values
         (Hkv, L, hd), mask (n, L) on the CPU, on CUDA its `_mask_bias`, or None -> (n, H * hd)."""
         n = q.shape[1]
-        if q.device.type == "cpu" or mask is None:
+        if not self.grouped or mask is None:
             # PyTorch's kernels take grouped heads as they are (enable_gqa); on the CPU with a mask too
             out = F.scaled_dot_product_attention(q[None], keys[None], values[None], attn_mask=mask,
                                                  scale=self.scaling, enable_gqa=True)[0]
@@ -339,6 +342,10 @@ class LeanStep:
         # so the queries of each KV head go together: (Hkv, group * n, hd) against that head's keys
         group = self.heads // self.kv_heads
         qg = q.reshape(self.kv_heads, group * n, self.head_dim)
+        if self.grouped_sdpa:  # one fused kernel (memory-efficient attention takes the bias)
+            out = F.scaled_dot_product_attention(qg[None], keys[None], values[None], attn_mask=mask[None],
+                                                 scale=self.scaling)[0]
+            return out.view(self.heads, n, self.head_dim).transpose(0, 1).reshape(n, -1)
         # (Hkv, group * n, L), masked positions at -inf
         scores = torch.baddbmm(mask, qg, keys.transpose(1, 2), alpha=self.scaling)
         weights = self.glue.softmax(scores, q.dtype)

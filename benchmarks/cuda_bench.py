@@ -433,13 +433,9 @@ def kernel_probe(target_dir: Path, draft_dir: Path, repeats: int) -> None:
 
     device = torch.device("cuda")
     for name, folder in (("draft", draft_dir), ("target", target_dir)):
-        for glue, sdpa in (("off", False), ("auto", False), ("auto", True)):
+        for glue in ("off", "auto"):
             backend = TorchBackend(folder, device="cuda", graphs="auto", glue=glue)
-            if sdpa:  # masked attention as one SDPA call over the grouped queries; graphs captured anew
-                backend._lean.grouped_sdpa, backend._graphs = True, None
-                backend.reset()
-            how = backend.precision + (", grouped SDPA" if sdpa else "")
-            say(f"--- kernels of the {name}'s captured width-1 pass ({folder.name}; {how})")
+            say(f"--- kernels of the {name}'s captured width-1 pass ({folder.name}; {backend.precision})")
             kernel_profile(backend)
             say("  " + ", ".join(f"width {w} {pass_cost(backend, w, repeats, device) * 1e3:.2f} ms" for w in (1, 4)))
             del backend

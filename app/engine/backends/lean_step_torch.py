@@ -252,9 +252,10 @@ class LeanStep:
         self.layers = [self._layer(layer) for layer in inner.layers]
         self._cos = self._sin = None  # (positions, head_dim) tables, grown with the cache
         self.glue = self.new_glue(fused)
-        # masked attention over each KV head's queries together (`_attend`): CUDA's path; with
-        # grouped_sdpa as SDPA over them (one kernel) instead of baddbmm, softmax and bmm
-        self.grouped, self.grouped_sdpa = self.device.type != "cpu", False
+        # masked attention over each KV head's queries together (`_attend`): CUDA's path. (One SDPA
+        # call over the grouped queries, cuDNN's kernel, measured no faster on an H100: 7.01 against
+        # 6.95 ms for the 8B shape's width-1 pass, docs/performance.md)
+        self.grouped = self.device.type != "cpu"
 
     def new_glue(self, fused: bool) -> EagerGlue:
         """The glue between the matmuls (layer_glue_torch.py): fused by torch.compile, or eager."""
@@ -342,10 +343,6 @@ class LeanStep:
         # so the queries of each KV head go together: (Hkv, group * n, hd) against that head's keys
         group = self.heads // self.kv_heads
         qg = q.reshape(self.kv_heads, group * n, self.head_dim)
-        if self.grouped_sdpa:  # one fused kernel (memory-efficient attention takes the bias)
-            out = F.scaled_dot_product_attention(qg[None], keys[None], values[None], attn_mask=mask[None],
-                                                 scale=self.scaling)[0]
-            return out.view(self.heads, n, self.head_dim).transpose(0, 1).reshape(n, -1)
         # (Hkv, group * n, L), masked positions at -inf
         scores = torch.baddbmm(mask, qg, keys.transpose(1, 2), alpha=self.scaling)
         weights = self.glue.softmax(scores, q.dtype)

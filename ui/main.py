@@ -10,12 +10,14 @@ from app.cli import MODEL, at_least_one, draft_choice
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tandem")
-    parser.add_argument("--model", default="demo", type=MODEL, help='model folder, .gguf, or "demo"')
-    parser.add_argument("--draft", type=draft_choice, default="auto",
+    # neither named: the pair used last loads again (its precision and context too), else the demo
+    parser.add_argument("--model", default=None, type=MODEL,
+                        help='model folder, .gguf, or "demo" (default: the pair used last, else the demo)')
+    parser.add_argument("--draft", type=draft_choice, default=None,
                         help='draft model folder or .gguf, "self:int4" (the target\'s own weights in int4), '
                              '"mtp" (the checkpoint\'s own MTP layer), "assistant:<folder>" (a Gemma 4 assistant), '
-                             '"ngram" (prompt lookup), "none", or "auto" (default: the demo\'s measured best '
-                             'draft, else prompt lookup)')
+                             '"ngram" (prompt lookup), "none", or "auto" (the measured best draft, else prompt '
+                             'lookup; default: the pair used last, else "auto")')
     parser.add_argument("--backend", choices=["mlx", "torch"], default="")
     parser.add_argument("--max-tokens", type=at_least_one("new token"), default=None,
                         help="max new tokens for new chats (default 1024; each chat can change it)")

@@ -62,7 +62,7 @@ def open_history(path: Path | None) -> tuple[HistoryStore, str | None]:
 class MainWindow(QMainWindow):
     request_race = Signal(object)  # ChatRequest
 
-    def __init__(self, model: str = "demo", backend: str = "", draft: DraftChoice = AUTO_DRAFT,
+    def __init__(self, model: str | None = "demo", backend: str = "", draft: DraftChoice | None = AUTO_DRAFT,
                  history_path: str | Path | None = None, settings: QSettings | None = None,
                  max_tokens: int | None = None, chat_defaults: ChatSettings | None = None):
         super().__init__()
@@ -96,7 +96,7 @@ class MainWindow(QMainWindow):
             self.banners.add(history_message, "warning", "history")
         self.chat_view.set_greeting_hint("Loading the model…")
         self.setAcceptDrops(True)  # two models dropped anywhere pair up; the slots take one each
-        self.pairing.request_pair.emit(PairRequest(model, draft, backend))
+        self.pairing.start(model, draft)
 
     # Building
 
@@ -497,6 +497,8 @@ class MainWindow(QMainWindow):
 
     def _on_load_failed(self, message: str) -> None:
         model = self.controller.model
+        if model is None and self.pairing.remembered_failed(message):
+            return  # the last session's pair is gone or broken: the demo loads, and a banner says why
         self.banners.add(f"Could not load the model. {message}", "error", "pairing")
         if model is not None:  # the pair in use was never touched: say so, and carry on with it
             self.header.show_loaded(model)

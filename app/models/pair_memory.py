@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from app.draft_choice import PROMPT_LOOKUP, DraftChoice, DraftChoiceError, DraftKind
-from app.engine.backends import BACKENDS
+from app.engine.backends import BACKENDS, PRECISIONS
 from app.json_fields import is_number, is_whole, shown
 from app.paths import data_dir
 
@@ -203,9 +203,9 @@ class PairMemory:
         return None
 
     def recent(self, backend: str | None = None) -> list[dict]:
-        """Newest first: {"backend", "target", "draft" (a DraftChoice), "title"}."""
-        return [{**r, "draft": DraftChoice.parse_loadable(r["draft"])} for r in self._data["recent"]
-                if backend is None or r.get("backend") == backend]
+        """Newest first: {"backend", "target", "draft" (a DraftChoice), "precision", "title"}."""
+        return [{**r, "draft": DraftChoice.parse_loadable(r["draft"]), "precision": r.get("precision", "auto")}
+                for r in self._data["recent"] if backend is None or r.get("backend") == backend]
 
     def recent_pairs(self, backend: str | None = None) -> list[dict]:
         """The recent pairs as a menu lists them: newest first, one entry per pair however it was
@@ -222,10 +222,18 @@ class PairMemory:
                                "tooltip": f"Target: {entry['target']}\nDraft: {draft_words(draft)}"})
         return listed
 
-    def add_recent(self, backend: str, target: str, draft: DraftChoice, title: str = "") -> str | None:
+    def last_pair(self, backend: str | None = None) -> dict | None:
+        """The pair loaded last (on `backend`, where one is given), what a new session loads again:
+        {"backend", "target", "draft" (a DraftChoice), "precision", "title"}; None before any."""
+        found = self.recent(backend)
+        return found[0] if found else None
+
+    def add_recent(self, backend: str, target: str, draft: DraftChoice, title: str = "",
+                   precision: str = "auto") -> str | None:
         """None once saved, else why it could not be (see _write). The entry replaces any naming the
-        same pair (see same_pair); `title` defaults to recent_title's."""
-        entry = {"backend": backend, "target": target, "draft": str(draft),
+        same pair (see same_pair); `title` defaults to recent_title's; `precision` is the target's
+        (a pair taken at int4 to fit loads at int4 again)."""
+        entry = {"backend": backend, "target": target, "draft": str(draft), "precision": precision,
                  "title": title or recent_title(target, draft, backend)}
         key = (backend, *same_pair(target, draft, backend))
         kept = [stored for stored, r in zip(self._data["recent"], self.recent(), strict=True)
@@ -423,7 +431,10 @@ def _recent_entry(item) -> tuple[dict | None, str]:
     title = item.get("title")
     if not isinstance(title, str) or not title.strip():
         title = f"{item['target']} + {item['draft']}"
-    return {**item, "title": title}, ""
+    precision = item.get("precision", "auto")  # older files wrote none: the weights' own
+    if precision not in PRECISIONS:
+        return None, f"precision is {shown(precision)}, not one of {', '.join(PRECISIONS)}"
+    return {**item, "title": title, "precision": precision}, ""
 
 
 def aligned_draft(backend: str, target: str, memory: PairMemory | None = None) -> DraftChoice | None:

@@ -58,6 +58,8 @@ class PairController(QObject):
         self._new_token: str | None = None
         self.trial_running = False
         self.trial_text = ""  # what the Draft slot last showed of the trial, to show again
+        self.remembered: dict | None = None  # the last session's pair, while it loads at start
+        self._precision = "auto"  # the target's precision for the next load (a recent pair's)
         self.trial_shown.connect(lambda text: setattr(self, "trial_text", text))
         strip.cancel_requested.connect(self.cancel_download)
 
@@ -105,7 +107,40 @@ class PairController(QObject):
         self.choose_known(*pair.specs)
 
     def choose_recent(self, entry: dict) -> None:
+        self._precision = entry.get("precision", "auto")
         self.choose_known(entry["target"], entry["draft"])
+
+    def start(self, target: str | None, draft: DraftChoice | None) -> None:
+        """The session's first pair: what the command line named, else the pair loaded last (its
+        precision and context too, remembered in pairs.json), else the demo with "auto"."""
+        try:
+            backend = self.backend or default_backend()
+        except RuntimeError:  # no array library at all: the load says so
+            backend = None
+        last = self.memory.last_pair(backend) if target is None and draft is None and backend else None
+        if last is None:
+            self.request_pair.emit(PairRequest(target or "demo", draft or AUTO_DRAFT, self.backend,
+                                               context=self.memory.context(target or "demo")))
+            return
+        self.remembered = last
+        try:
+            sources = [("target", classify(last["target"], "target")), ("draft", draft_source(last["draft"]))]
+        except ModelFileError as exc:  # its folder is gone: the demo, saying why
+            self.remembered_failed(str(exc))
+            return
+        self._precision = last["precision"]
+        self._fetch(sources)
+
+    def remembered_failed(self, why: str) -> bool:
+        """The pair remembered from the last session could not load: say why and load the demo.
+        False where no remembered pair was being loaded (the failure is the user's new choice)."""
+        last, self.remembered = self.remembered, None
+        if last is None:
+            return False
+        self.error.emit(f"The pair you used last, {last['title']}, could not be loaded ({why.rstrip('.')}). "
+                        "Tandem loads the demo instead; the pair stays in the Recent pairs menu.")
+        self.request_pair.emit(PairRequest("demo", AUTO_DRAFT, self.backend, context=self.memory.context("demo")))
+        return True
 
     def cancel_download(self) -> None:
         if self.job is not None:
@@ -166,10 +201,14 @@ class PairController(QObject):
             if new_token:  # saved once it has worked, never over a good token the user already has
                 self._fetch(sources, new_token, tries + 1)
                 return
-        self.error.emit(str(exc) if isinstance(exc, (ModelFileError, ValueError)) else f"The download failed: {exc}")
+        message = str(exc) if isinstance(exc, (ModelFileError, ValueError)) else f"The download failed: {exc}"
+        if not self.remembered_failed(message):
+            self.error.emit(message)
 
     def _job_cancelled(self) -> None:
         self._end_job()
+        if self.remembered_failed("its download was cancelled"):
+            return
         self.info.emit("Download cancelled. What was fetched is kept: choosing the model again resumes it.")
 
     def _precheck_for(self, missing: list[tuple[str, ModelSource]], resolved: dict[str, tuple]):
@@ -222,8 +261,9 @@ class PairController(QObject):
         keep_draft = "target" in resolved and "draft" not in resolved
         if keep_draft and draft.kind is DraftKind.MTP:  # the old target's own layer: the new one's, if it has one
             draft, draft_name = AUTO_DRAFT, AUTO_DRAFT
+        precision, self._precision = self._precision, "auto"  # a recent pair's, once
         self.request_pair.emit(PairRequest(target, draft, self.backend, target_name, draft_name, keep_draft,
-                                           context=self.memory.context(target_name)))
+                                           precision=precision, context=self.memory.context(target_name)))
 
     def set_context(self, tokens: int | None) -> None:
         """A context length for the loaded target (None: its own), remembered for that model; the
@@ -239,9 +279,9 @@ class PairController(QObject):
     # What the worker reported
 
     def on_paired(self, request: PairRequest, info: LoadedModel) -> None:
-        self.current, self.loaded = request, info
+        self.current, self.loaded, self.remembered = request, info, None
         target_name, draft_name = request.named()
-        problem = self.memory.add_recent(info.backend, target_name, draft_name)
+        problem = self.memory.add_recent(info.backend, target_name, draft_name, precision=request.precision)
         if problem:  # the pair works; only remembering it failed (a full or read-only folder)
             self.error.emit(problem)
         remembered = self.memory.trial(info.backend, target_name, draft_name)

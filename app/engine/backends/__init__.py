@@ -10,6 +10,8 @@ from pathlib import Path
 from app.engine.backends.base import ModelBackend
 
 BACKENDS = ("mlx", "torch")
+# every precision a target may be loaded at on some backend (each backend checks its own)
+PRECISIONS = ("auto", "float32", "bfloat16", "float16", "int4", "int4-bf16-head", "int4-head", "gguf")
 
 
 def available_backends() -> list[str]:

@@ -202,6 +202,20 @@ def test_stop_pressed_with_send_is_never_lost_and_says_stopping_at_once(window, 
         assert blocker.args[0].tokens <= 1  # nothing after the prefill's token
         assert stored(window)[-1].status == "stopped"
         assert window.composer.stop_button.text() == "Stop"
+        assert window.status.currentMessage() != "Stopping…"  # the stop is over: never left saying it
+
+
+def test_the_last_answers_figures_are_not_shown_while_the_next_streams(window, qtbot):
+    answered(window, qtbot, lambda: window.send("Hello"))
+    assert "tok/s" in window.status.last_answer.text()
+    seen = []
+    receiver = OnGuiThread(lambda _delta: seen.append(window.status.last_answer.text()))
+    window.worker.text.connect(receiver.call)
+    answered(window, qtbot, lambda: window.send("And again"))
+    window.worker.text.disconnect(receiver.call)
+    assert seen and all(text == "" for text in seen)  # nothing of the previous answer while this one ran
+    assert "tok/s" in window.status.last_answer.text()  # this answer's, once it ended
+    assert "first token in" in window.chat_view.last_message().stats_label.text()
 
 
 def test_regenerate_writes_a_new_version_and_keeps_the_first(window, qtbot):
@@ -301,8 +315,10 @@ def test_the_server_switch_serves_the_pair_and_the_panel_shows_its_traffic(windo
     answered(window, qtbot, lambda: window.send("Hello"))
     assert not panel.source_label.isVisible()
     url = switch.server.url
+    assert any("Serving the loaded model" in text for text in window.banners.texts())
     switch.action.setChecked(False)
     assert switch.server is None and not switch.label.isVisible()
+    assert not any("Serving the loaded model" in text for text in window.banners.texts())  # no longer so
     with pytest.raises(openai.APIConnectionError):
         openai.OpenAI(base_url=url, api_key="unused", max_retries=0, timeout=5).models.list()
 

@@ -75,6 +75,11 @@ class BannerStack(QWidget):
         banner.hide()
         banner.deleteLater()
 
+    def remove(self, topic: str) -> None:
+        """Take down the banner of `topic`, if one is shown (what it said is no longer so)."""
+        if topic in self._shown:
+            self._remove(topic)
+
     def get(self, topic: str) -> Banner | None:
         return self._shown.get(topic)
 

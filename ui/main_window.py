@@ -451,6 +451,10 @@ class MainWindow(QMainWindow):
         self.status.showMessage("Stopping…")
 
     def _on_busy(self, busy: bool) -> None:
+        if self.status.currentMessage() == "Stopping…":  # the stop has happened (or a new answer began)
+            self.status.showMessage("Stopped." if not busy else "", COPIED_MS)
+        if busy:  # the figures shown are the previous answer's until this one ends
+            self.status.show_record(None)
         self.composer.stop_button.setText("Stop")
         self.composer.stop_button.setEnabled(True)
         self.composer.set_busy(busy)

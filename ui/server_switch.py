@@ -71,6 +71,7 @@ class ServerSwitch(QObject):
         elif not on and self.server is not None:
             self.server.stop()
             self.server = None
+            self.banners.remove("server")  # "Serving the loaded model on ..." is no longer so
         self.copy_action.setEnabled(self.server is not None)
         self._show_label()
 

@@ -311,7 +311,9 @@ def stats_line(stats: dict) -> str:
     parts = [f"{stats['tokens']} tokens", f"{stats.get('tokens_per_s', 0):.1f} tok/s"]
     if stats.get("drafted"):
         parts.append(f"{stats.get('acceptance', 0):.0%} of drafts accepted")
-    if stats.get("reused_tokens"):  # the caches kept the conversation so far: only the rest was read
-        parts.append(f"first token in {stats.get('prefill_s', 0):.2f}s, "
-                     f"{stats['reused_tokens']:,} of {stats.get('prompt_tokens', 0):,} prompt tokens kept")
+    if isinstance(stats.get("prefill_s"), (int, float)):  # the first answer of a chat too, not only follow-ups
+        first = f"first token in {stats['prefill_s']:.2f}s"
+        if stats.get("reused_tokens"):  # the caches kept the conversation so far: only the rest was read
+            first += f", {stats['reused_tokens']:,} of {stats.get('prompt_tokens', 0):,} prompt tokens kept"
+        parts.append(first)
     return " · ".join(parts)

@@ -227,7 +227,7 @@ class DraftAligner(QObject):
     def _cancelled(self, message: str) -> None:
         self.job = None
         self._reload_if_unloaded()
-        self.strip.show_error("Alignment cancelled", message)
+        self.strip.show_error(*cancel_words(message))
 
     def _reload_if_unloaded(self) -> None:
         """The pair let go for the job loads again as it was (unless another was loaded meanwhile)."""
@@ -300,3 +300,13 @@ class DraftAligner(QObject):
         if problem:
             self.pairing.error.emit(problem)
         self.pairing.choose_draft(found["aligned"] if aligned else found["original"])
+
+
+def cancel_words(message: str) -> tuple[str, str]:
+    """(title, note) for a cancelled job's card, saying "cancelled" once: the job's message
+    ("Alignment cancelled: nothing was saved.") splits into its title and the rest."""
+    if not message.startswith("Alignment cancelled"):
+        return "Alignment cancelled", message
+    cut = min((i for i in (message.find(":"), message.find(";")) if i >= 0), default=len(message))
+    title, rest = message[:cut].strip().rstrip("."), message[cut + 1:].strip()
+    return title, rest[:1].upper() + rest[1:]

@@ -38,6 +38,7 @@ class RoundListModel(QAbstractListModel):
         return None
 
     def append(self, rounds: list[RoundTrace]) -> None:
+        rounds = _shown(rounds)
         if rounds:
             first = len(self._rounds)
             self.beginInsertRows(QModelIndex(), first, first + len(rounds) - 1)
@@ -46,11 +47,17 @@ class RoundListModel(QAbstractListModel):
 
     def set_rounds(self, rounds: list[RoundTrace]) -> None:
         self.beginResetModel()
-        self._rounds = list(rounds)
+        self._rounds = _shown(rounds)
         self.endResetModel()
 
     def rounds(self) -> list[RoundTrace]:
         return self._rounds
+
+
+def _shown(rounds: list[RoundTrace]) -> list[RoundTrace]:
+    """The rounds that have a token to show: a round whose only token was the end of the answer
+    (never shown, nor counted) would be an empty numbered row. The figures still count its pass."""
+    return [r for r in rounds if r.chips]
 
 
 class ChipDelegate(QStyledItemDelegate):

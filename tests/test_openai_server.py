@@ -89,6 +89,25 @@ def test_models_lists_the_loaded_model_and_completions_take_a_raw_prompt(service
     assert whole.usage.prompt_tokens == len(service.runner.tokenizer.encode("The sea is"))
 
 
+def test_the_model_is_an_id_clients_expect_and_its_shown_name_is_accepted(service, client):
+    """"SmolLM2 135M Instruct (demo)" in the window, "smollm2-135m-instruct" to clients: a
+    request may name either, and the answer carries the id."""
+    from app.models.resolve import display_name
+    from app.server.openai_api import api_id
+
+    assert api_id("SmolLM2 135M Instruct (demo)") == "smollm2-135m-instruct"
+    assert api_id("Llama 3.1 8B Instruct") == "llama-3.1-8b-instruct"
+    ident, shown = model_id(service), display_name(service.runner.loaded.folder)
+    assert " " not in ident and "(" not in ident and ident == ident.lower()
+    for name in (ident, shown):
+        answer = client.chat.completions.create(model=name, messages=[{"role": "user", "content": "Hi"}],
+                                                max_tokens=2, temperature=0)
+        assert answer.model == ident
+        assert client.models.retrieve(name).id == ident
+    with pytest.raises(openai.NotFoundError, match=ident):
+        client.chat.completions.create(model="another-model", messages=[{"role": "user", "content": "Hi"}])
+
+
 @pytest.mark.parametrize("body, status, param, words", [
     (b"{not json", 400, None, "not valid JSON"),
     ({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}, 404, "model", "not loaded here"),

@@ -48,3 +48,42 @@ def test_a_round_with_only_the_hidden_end_draws_no_row(qtbot):
     assert view.model_.rowCount() == 1
     view.set_rounds([shown, only_end, shown])
     assert view.model_.rowCount() == 2
+
+
+def test_the_context_dialog_names_the_model_as_the_user_knows_it(monkeypatch, qtbot):
+    """Not "with demo" (the internal name of the demo) but the model's name."""
+    from types import SimpleNamespace
+
+    from PySide6.QtWidgets import QInputDialog
+
+    from ui.pairing import slot_menu
+
+    asked = []
+    monkeypatch.setattr(QInputDialog, "getInt", staticmethod(lambda *args: (asked.append(args[2]), (0, False))[1]))
+    pairing = SimpleNamespace(loaded=SimpleNamespace(own_context=8192, context_length=8192),
+                              current=SimpleNamespace(named=lambda: ("demo", None)))
+    slot_menu._choose_context(pairing, None)
+    assert "with SmolLM2 135M Instruct (demo)." in asked[0] and "with demo" not in asked[0]
+
+
+def test_think_before_answering_shows_what_the_model_does(qtbot):
+    """Ticked and greyed out for a model that does not think read as a promise it cannot keep: the
+    box shows what the model does, and the chat's own choice comes back with a model that has the switch."""
+    from app.chat.settings import ChatSettings
+    from ui.chat.settings_drawer import SettingsDrawer
+
+    drawer = SettingsDrawer()
+    qtbot.addWidget(drawer)
+    drawer.set_values(ChatSettings(thinking=True), "")
+    drawer.set_thinking_switch("")  # a model that never thinks
+    assert not drawer.thinking.isChecked() and not drawer.thinking.isEnabled()
+    assert drawer.values().thinking is True  # the chat's choice is kept, not overwritten by the display
+    drawer.set_thinking_switch("always")
+    assert drawer.thinking.isChecked() and not drawer.thinking.isEnabled()
+    drawer.set_thinking_switch("switch")
+    assert drawer.thinking.isChecked() and drawer.thinking.isEnabled()
+    drawer.thinking.click()  # the user turns it off
+    assert drawer.values().thinking is False
+    drawer.set_thinking_switch("")
+    drawer.set_thinking_switch("switch")
+    assert not drawer.thinking.isChecked()  # their choice, not the default

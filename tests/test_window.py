@@ -304,6 +304,8 @@ def test_the_server_switch_serves_the_pair_and_the_panel_shows_its_traffic(windo
     asking.start()
     qtbot.waitUntil(lambda: "API request" in panel.source_label.text() and panel.source_label.isVisible(),
                     timeout=ANSWER_TIMEOUT_MS)
+    assert "API request 1 " in panel.source_label.text()  # the API's first, whatever the window answered before
+    assert model == "smollm2-135m-instruct"  # an id as clients write them; the window's name is accepted too
     qtbot.waitUntil(lambda: switch.served == 1, timeout=ANSWER_TIMEOUT_MS)
     asking.join(60)
     (answer,) = answers

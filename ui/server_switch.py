@@ -31,6 +31,7 @@ class ServerSwitch(QObject):
         self._answering = answering
         self.server: ApiServer | None = None
         self.served = 0
+        self.received = 0  # API requests so far, numbered apart from the window's own answers
         self.shown: int | None = None  # the request whose rounds the panel shows
         self._trace: TurnTrace | None = None  # its trace (the panel may have gone on to the window's own)
         self.action = QAction("Serve the model to other apps (OpenAI API)", menu)
@@ -99,10 +100,11 @@ class ServerSwitch(QObject):
     # traffic, on the GUI thread
 
     def _on_started(self, number: int, client: str) -> None:
+        self.received += 1  # the service numbers every request, the window's too: the API's count is its own
         if self._answering():
             return  # the panel shows the window's own answer; the server's waits its turn there
         self.shown, self._trace = number, TurnTrace(baseline=self.panel.baseline)
-        self.panel.begin(self._trace, source=f"API request {number} ({client})")
+        self.panel.begin(self._trace, source=f"API request {self.received} ({client})")
 
     def _showing(self, number: int) -> bool:
         return number == self.shown and self.panel.trace is self._trace

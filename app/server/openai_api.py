@@ -12,6 +12,7 @@ object with the status OpenAI uses. Each answer carries its speculative figures 
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -39,8 +40,22 @@ FINISH_REASONS = {"stop": "stop", "stop_string": "stop", "length": "length", "co
 
 
 def model_id(service: RunnerService) -> str | None:
+    """The loaded model's id as clients send it: "smollm2-135m-instruct" (`api_id`)."""
     loaded = service.runner.loaded
-    return None if loaded is None else display_name(loaded.folder)
+    return None if loaded is None else api_id(display_name(loaded.folder))
+
+
+def api_id(name: str) -> str:
+    """A model's display name as an API id, the form clients and their config files expect (no
+    spaces or parentheses): "SmolLM2 135M Instruct (demo)" -> "smollm2-135m-instruct"."""
+    base = re.sub(r"\s*\([^)]*\)\s*$", "", name)
+    return re.sub(r"[^a-z0-9._]+", "-", base.lower()).strip("-.") or "model"
+
+
+def _known_names(service: RunnerService) -> set[str]:
+    """What a request may name the loaded model by: its id, and the name the window shows."""
+    loaded = service.runner.loaded
+    return set() if loaded is None else {model_id(service), display_name(loaded.folder)}
 
 
 def create_app(service: RunnerService, api_key: str | None = None, max_body: int = MAX_BODY_BYTES,
@@ -71,8 +86,7 @@ def create_app(service: RunnerService, api_key: str | None = None, max_body: int
 
     @app.get("/v1/models/{name:path}")
     async def one_model(name: str) -> dict:
-        _check_model(service, name)
-        return {"id": name, "object": "model", "created": 0, "owned_by": "tandem"}
+        return {"id": _check_model(service, name), "object": "model", "created": 0, "owned_by": "tandem"}
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
@@ -115,7 +129,7 @@ def _check_model(service: RunnerService, name: str) -> str:
     if loaded is None:
         raise ApiError(503, "No model is loaded: load one in Tandem's window, or name one to tandem-cli serve.",
                        type_="server_error", code="model_not_loaded")
-    if name != loaded:
+    if name not in _known_names(service):
         raise ApiError(404, f"The model '{name}' is not loaded here: this server answers with '{loaded}' "
                             "(GET /v1/models lists it).", param="model", code="model_not_found")
     return loaded

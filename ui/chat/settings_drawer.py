@@ -66,6 +66,8 @@ class SettingsDrawer(QFrame):
         self.set_pair_draft("the pair's draft")
         self.thinking = QCheckBox("Think before answering")
         self.thinking.setEnabled(False)  # until a model whose template has the switch is loaded
+        self._reasoning = ""  # the loaded model's: "switch", "always" or "" (set_thinking_switch)
+        self._wanted_thinking = True  # the chat's choice, shown where the model has the switch
         self.reset_button = QPushButton("Defaults")
         self.reset_button.setToolTip(wrap_tip("Put the generation settings back to Tandem's defaults"))
         self.reset_button.clicked.connect(lambda: self.set_values(self.defaults, self.system_prompt.toPlainText(),
@@ -78,6 +80,7 @@ class SettingsDrawer(QFrame):
         for widget in (self.temperature, self.top_p, self.top_k, self.max_tokens, self.draft_tokens):
             widget.valueChanged.connect(self._edited)
         self.drafter.currentIndexChanged.connect(self._edited)
+        self.thinking.toggled.connect(self._thinking_toggled)
         self.thinking.toggled.connect(self._edited)
         self._layout()
         self.set_values(ChatSettings(), "")
@@ -117,11 +120,23 @@ class SettingsDrawer(QFrame):
         self.drafter.setItemText(REQUEST_CHOICES.index(PAIR_DRAFT), f"The pair's draft ({name})")
 
     def set_thinking_switch(self, reasoning: str) -> None:
-        """The loaded model's thinking: "switch" (its template turns it on and off), "always", or ""."""
+        """The loaded model's thinking: "switch" (its template turns it on and off), "always", or "".
+        Without a switch the box shows what the model does (ticked: always thinks; empty: never),
+        and the chat's own choice is kept for a model that has one."""
+        self._reasoning = reasoning
+        self._show_thinking()
         self.thinking.setEnabled(reasoning == "switch")
         self.thinking.setToolTip(wrap_tip(TIPS["thinking"] if reasoning == "switch" else
                                           "This model always thinks before it answers: its template has no switch"
                                           if reasoning == "always" else "This model does not think before answering"))
+
+    def _show_thinking(self) -> None:
+        shown = {"switch": self._wanted_thinking, "always": True}.get(self._reasoning, False)
+        quiet, self._quiet = getattr(self, "_quiet", False), True
+        try:
+            self.thinking.setChecked(shown)
+        finally:
+            self._quiet = quiet
 
     def values(self) -> ChatSettings:
         draft_tokens = self.draft_tokens.value()
@@ -129,7 +144,7 @@ class SettingsDrawer(QFrame):
             temperature=round(self.temperature.value(), 2), top_p=round(self.top_p.value(), 2),
             top_k=self.top_k.value(), max_tokens=self.max_tokens.value(),
             draft_tokens=draft_tokens or None, drafter=REQUEST_CHOICES[max(0, self.drafter.currentIndex())],
-            thinking=self.thinking.isChecked(),
+            thinking=self.thinking.isChecked() if self._reasoning == "switch" else self._wanted_thinking,
         )
 
     def set_values(self, settings: ChatSettings, system_prompt: str, announce: bool = False) -> None:
@@ -142,7 +157,8 @@ class SettingsDrawer(QFrame):
             self.max_tokens.setValue(settings.max_tokens)
             self.draft_tokens.setValue(settings.draft_tokens or 0)
             self.drafter.setCurrentIndex(REQUEST_CHOICES.index(settings.drafter))
-            self.thinking.setChecked(settings.thinking)
+            self._wanted_thinking = settings.thinking
+            self._show_thinking()
             if self.system_prompt.toPlainText() != system_prompt:
                 self.system_prompt.setPlainText(system_prompt)
             self._prompt_timer.stop()
@@ -163,6 +179,10 @@ class SettingsDrawer(QFrame):
     def _prompt_edited(self) -> None:
         if not self._quiet:
             self._prompt_timer.start()
+
+    def _thinking_toggled(self, on: bool) -> None:
+        if not self._quiet and self._reasoning == "switch":  # the user's own click
+            self._wanted_thinking = on
 
     def _edited(self, *_args) -> None:
         if not self._quiet:

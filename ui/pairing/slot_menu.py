@@ -8,6 +8,7 @@ from PySide6.QtWidgets import QFileDialog, QInputDialog, QMenu, QMessageBox, QWi
 from app.draft_choice import NO_DRAFT, PROMPT_LOOKUP, DraftChoice, DraftKind
 from app.models.catalog import CatalogPair, load_catalog
 from app.models.draft_heads import has_mtp
+from app.models.names import model_label
 from ui.pairing.controller import PairController
 from ui.tips import wrap_tip
 
@@ -103,9 +104,10 @@ def _choose_context(pairing: PairController, parent: QWidget) -> None:
 
     loaded = pairing.loaded
     own = loaded.own_context or loaded.context_length
+    name = model_label(pairing.current.named()[0]) if pairing.current else "this model"  # never "demo"
     tokens, ok = QInputDialog.getInt(
         parent, "Context length",
-        f"The most tokens a chat may hold with {pairing.current.named()[0] if pairing.current else 'this model'}.\n"
+        f"The most tokens a chat may hold with {name}.\n"
         f"The model reads up to {own:,}; longer chats leave out their oldest turns. Less context takes\n"
         "less memory. The pair loads again with it.",
         loaded.context_length, MIN_CONTEXT, max(own, MIN_CONTEXT), 1024)

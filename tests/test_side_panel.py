@@ -155,6 +155,28 @@ def test_race_mode_runs_both_and_marks_identical_answers(panel_session):
     window.race_dialog.close()
 
 
+def test_a_race_compares_at_temperature_0_with_the_chats_one_click_away(panel_session):
+    """A chat at temperature 0.7 races at 0 (the exact comparison: the same text on both sides);
+    a button races again at 0.7, and the dialog says the answers are then different samples."""
+    from app.chat.settings import ChatSettings
+
+    window = panel_session.window
+    _answer(window, "Name a fruit", max_tokens=12)
+    window.controller.settings = ChatSettings(temperature=0.7, max_tokens=12, draft_tokens=4)
+    request = window.controller.race_request()
+    assert request.params.temperature == 0.0 and window.controller.race_request(None).params.temperature == 0.7
+    window.start_race()
+    wait_until(lambda: not window.controller.busy, ANSWER_TIMEOUT_MS)
+    dialog = window.race_dialog
+    assert "At temperature 0" in dialog.how.text() and "identical" in dialog.summary.text()
+    assert dialog.rerun_button is not None and "0.7" in dialog.rerun_button.text()
+    dialog.rerun_button.click()
+    assert window.race_dialog is not dialog and window.race_dialog.temperature == 0.7
+    wait_until(lambda: not window.controller.busy, ANSWER_TIMEOUT_MS)
+    assert "different samples" in window.race_dialog.how.text() and window.race_dialog.rerun_button is None
+    window.race_dialog.close()
+
+
 
 class TextReceiver(QObject):
     """Receives the worker's race_text on the GUI thread (a plain callable would run on the worker's)."""

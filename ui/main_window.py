@@ -297,16 +297,22 @@ class MainWindow(QMainWindow):
 
     # Race mode
 
-    def start_race(self) -> None:
-        """Answer the open chat's last question with the target alone, then speculatively."""
-        request = self.controller.race_request()
+    def start_race(self, at_chat_temperature: bool = False) -> None:
+        """Answer the open chat's last question with the target alone, then speculatively: at
+        temperature 0 (the exact comparison), or at the chat's own where asked."""
+        if self.race_dialog is not None and self.race_dialog.isVisible():
+            self.race_dialog.close()
+        request = self.controller.race_request(None if at_chat_temperature else 0.0)
         if request is None:
             self.banners.add("Race mode needs a loaded model, an idle engine and a chat with a question "
                              "in it: send a message first.", "warning", "race")
             return
         self.controller.set_racing(True)
-        self.race_dialog = RaceDialog(self)
+        self.race_dialog = RaceDialog(self, temperature=request.params.temperature)
         self.race_dialog.finished.connect(self._on_race_dialog_closed)
+        chat = self.controller.settings.temperature
+        if not at_chat_temperature and chat > 0:  # the chat's own temperature, one click away
+            self.race_dialog.offer_rerun(chat, lambda: self.start_race(at_chat_temperature=True))
         self.race_dialog.show()
         self.request_race.emit(request)
 

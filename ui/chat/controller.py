@@ -127,8 +127,10 @@ class ChatController(QObject):
         self.racing = racing
         self._set_busy(self.busy)
 
-    def race_request(self) -> ChatRequest | None:
-        """The open chat up to its last question, with its settings, for race mode."""
+    def race_request(self, temperature: float | None = 0.0) -> ChatRequest | None:
+        """The open chat up to its last question, with its settings, for race mode: at temperature
+        0 unless asked (the exact comparison: both sides must write the same text; above 0 they
+        are two samples, and their lengths alone make the ratio noise), None for the chat's own."""
         if self.busy or self.model is None or self.current is None:
             return None
         history = self._history(self.current.id)
@@ -138,7 +140,10 @@ class ChatController(QObject):
             return None
         questions = [m for m in self.store.messages(self.current.id) if m.role == "user"]
         self.race_question = (self.current.id, questions[-1].id) if questions else None
-        return self._request(history)
+        request = self._request(history)
+        if temperature is None:
+            return request
+        return replace(request, params=replace(request.params, temperature=temperature))
 
     def save_race(self, record: dict) -> None:
         """A finished race, kept with the question it raced and shown under it (now and whenever

@@ -16,12 +16,16 @@ RUNNING = "Racing… the target alone answers first, then speculation. Close can
 
 
 class RaceDialog(QDialog):
-    def __init__(self, parent: QWidget | None = None):
+    def __init__(self, parent: QWidget | None = None, temperature: float = 0.0):
         super().__init__(parent)
         self.setWindowTitle("Race: the target alone against speculation")
         self.resize(980, 560)
         self.running = True
+        self.temperature = temperature
         self.summary = QLabel(RUNNING)
+        self.how = QLabel(temperature_words(temperature))
+        self.how.setObjectName("mutedLabel")
+        self.how.setWordWrap(True)
         self.summary.setObjectName("raceSummary")
         self.summary.setWordWrap(True)
         font = self.summary.font()
@@ -46,10 +50,20 @@ class RaceDialog(QDialog):
         self.buttons.rejected.connect(self.reject)
         self.close_button = self.buttons.button(QDialogButtonBox.StandardButton.Close)
         self.close_button.setToolTip("Cancels the race if it is still running")
+        self.rerun_button = None
         layout = QVBoxLayout(self)
         layout.addWidget(self.summary)
+        layout.addWidget(self.how)
         layout.addLayout(grid, 1)
         layout.addWidget(self.buttons)
+
+    def offer_rerun(self, temperature: float, rerun) -> None:
+        """A button that races again at the chat's own temperature."""
+        self.rerun_button = self.buttons.addButton(f"Race at the chat's temperature ({temperature:g})",
+                                                   QDialogButtonBox.ButtonRole.ActionRole)
+        self.rerun_button.setToolTip("Both sides sample at the chat's temperature: two different answers, "
+                                     "so their speeds compare answers of different lengths")
+        self.rerun_button.clicked.connect(rerun)
 
     def append_text(self, side: int, delta: str) -> None:
         """More of one side's answer, as it is written; the pane follows the end unless scrolled up."""
@@ -85,6 +99,14 @@ class RaceDialog(QDialog):
         for stats in self.stats:
             if stats.text() in ("writing…", "waits for the target alone"):
                 stats.setText("stopped")
+
+
+def temperature_words(temperature: float) -> str:
+    if temperature == 0:
+        return ("At temperature 0: the exact comparison. Both sides must write the same text, so the ratio "
+                "compares the same tokens written two ways.")
+    return (f"At temperature {temperature:g}: the two answers are different samples, of different lengths, so "
+            "the ratio is noisier than at temperature 0.")
 
 
 def side_line(s) -> str:

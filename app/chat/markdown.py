@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass, field
 
 from markdown_it import MarkdownIt
+from markdown_it.token import Token
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import get_lexer_by_name
@@ -69,7 +70,80 @@ class Rendered:
 
 def _parser() -> MarkdownIt:
     # CommonMark plus the GitHub extras models use most; html=False escapes raw HTML.
-    return MarkdownIt("commonmark", {"html": False, "breaks": True}).enable(["table", "strikethrough"])
+    md = MarkdownIt("commonmark", {"html": False, "breaks": True}).enable(["table", "strikethrough"])
+    md.core.ruler.after("block", "unfenced_code", _unfenced_code)
+    return md
+
+
+# A line that opens an indented block of code: a Python compound statement, or a line ending in an
+# opening bracket (C, JavaScript, Rust, JSON...). Prose ending in a colon ("The steps are:") is not.
+_CODE_OPENER = re.compile(r"^\s*(?:(?:async\s+)?def|class|if|elif|else|for|while|try|except|finally|with|match|"
+                          r"case)\b.*:\s*(?:#.*)?$|[{\[(]\s*$")
+
+
+def _code_start(lines: list[str]) -> int | None:
+    """Where code starts in a paragraph's source lines: the first line that opens a block and is
+    followed by a line indented deeper. Markdown would join such lines as prose and drop their
+    indentation (an indented block cannot interrupt a paragraph); None where none does."""
+    for i, line in enumerate(lines[:-1]):
+        if _CODE_OPENER.search(line):
+            following = lines[i + 1]
+            if following.strip() and _indent(following) > _indent(line):
+                return i
+    return None
+
+
+def _indent(line: str) -> int:
+    return len(line.expandtabs(4)) - len(line.expandtabs(4).lstrip())
+
+
+def _unfenced_code(state) -> None:
+    """Markdown's core rule after block parsing: code a model wrote without a fence, inside a
+    top-level paragraph ("Here it is:\ndef f(x):\n    return x"), becomes a code block of its
+    source lines, indentation kept, with a Copy link like a fenced one; the prose before it stays
+    a paragraph."""
+    lines = state.src.split("\n")
+    tokens, out, i = state.tokens, [], 0
+    while i < len(tokens):
+        opening = tokens[i]
+        if (opening.type != "paragraph_open" or opening.level != 0 or not opening.map or i + 2 >= len(tokens)
+                or tokens[i + 1].type != "inline"):
+            out.append(opening)
+            i += 1
+            continue
+        start, end = opening.map
+        cut = _code_start(lines[start:end])
+        if cut is None:
+            out.append(opening)
+            i += 1
+            continue
+        inline, closing = tokens[i + 1], tokens[i + 2]
+        if cut:  # the prose before the code: still a paragraph, of its own lines
+            inline.content = "\n".join(line.strip() for line in lines[start:start + cut])
+            opening.map = inline.map = [start, start + cut]
+            out += [opening, inline, closing]
+        code = Token("code_block", "code", 0)
+        code.content, code.map, code.block = "\n".join(lines[start + cut:end]) + "\n", [start + cut, end], True
+        code.meta = {"unfenced": True}
+        code.info = "python" if lines[start + cut].rstrip().endswith(":") else ""  # for its colours
+        out.append(code)
+        i += 3
+    state.tokens = _joined(out, lines)
+
+
+def _joined(tokens: list, lines: list[str]) -> list:
+    """Unfenced code that a blank line split (the part after it is Markdown's own indented block,
+    its indentation cut by four) as one block of its source lines."""
+    out: list = []
+    for token in tokens:
+        before = out[-1] if out else None
+        if (token.type == "code_block" and before is not None and before.type == "code_block" and before.map
+                and token.map and (before.meta or {}).get("unfenced")):
+            before.content = "\n".join(lines[before.map[0]:token.map[1]]).rstrip("\n") + "\n"
+            before.map = [before.map[0], token.map[1]]
+            continue
+        out.append(token)
+    return out
 
 
 class MarkdownRenderer:

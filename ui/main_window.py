@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 
 from PySide6.QtCore import QCoreApplication, QEvent, QMetaObject, QSettings, Qt, QThread, Signal
-from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtGui import QAction, QActionGroup, QKeySequence
 from PySide6.QtWidgets import QApplication, QHBoxLayout, QMainWindow, QMessageBox, QSplitter, QVBoxLayout, QWidget
 
 from app.chat.history import HistoryError, HistoryStore
@@ -177,6 +177,15 @@ class MainWindow(QMainWindow):
         self.side_panel_action = action(view_menu, "Draft activity", self.side_panel_host.setVisible,
                                         "Ctrl+Shift+D", True, "Show or hide the side panel: draft tokens, live graphs")
         self.list_action = action(view_menu, "Chat list", self.conversation_list.setVisible, "Ctrl+Shift+L", True)
+        view_menu.addSeparator()
+        theme_menu = view_menu.addMenu("Theme")
+        self.theme_actions = QActionGroup(self)  # one of them checked: the menu marks the current choice
+        for choice, words in (("system", "As the system"), ("light", "Light"), ("dark", "Dark")):
+            item = theme_menu.addAction(words)
+            item.setCheckable(True)
+            item.setData(choice)
+            self.theme_actions.addAction(item)
+            item.triggered.connect(lambda _checked=False, choice=choice: self.set_theme(choice))
         self.header.settings_button.setDefaultAction(self.settings_action)
         self.header.side_panel_button.setDefaultAction(self.side_panel_action)
 
@@ -282,6 +291,14 @@ class MainWindow(QMainWindow):
             event.acceptProposedAction()
             self.pairing.drop("window", texts)
 
+    def set_theme(self, choice: str, save: bool = True) -> None:
+        """View → Theme: the system's, light or dark, kept for the next start."""
+        self.theme.set_choice(choice)
+        for item in self.theme_actions.actions():
+            item.setChecked(item.data() == self.theme.choice)
+        if save:
+            self.app_settings.setValue(window_state.THEME, self.theme.choice)
+
     def _on_theme(self, t) -> None:
         self.chat_view.set_renderer(MarkdownRenderer(t.markdown_style()))
         self.draft_panel.set_dark(t.dark)
@@ -349,6 +366,7 @@ class MainWindow(QMainWindow):
         self.side_panel_host.setVisible(self.side_panel_action.isChecked())
         self.settings_action.setChecked(window_state.flag(settings, window_state.SETTINGS_DRAWER, False))
         self.list_action.setChecked(True)
+        self.set_theme(str(settings.value(window_state.THEME, "system")), save=False)
         self.controller.open(window_state.last_conversation(settings))
         self.refresh_conversations()
 

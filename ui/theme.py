@@ -1,4 +1,5 @@
-"""Light and dark themes: the OS scheme by default, TANDEM_THEME=dark|light to force one.
+"""Light and dark themes: the OS scheme by default, the user's choice in View → Theme, and
+TANDEM_THEME=dark|light to force one (screenshots, tests).
 
 One palette and one stylesheet for the whole application, so every widget agrees; the chat's
 Markdown colours come from the same theme. Qt's Fusion style is used on every platform because
@@ -70,7 +71,9 @@ class Theme:
 
     def stylesheet(self) -> str:
         template = Template(asset("styles", "10-base.qss").read_text(encoding="utf-8"))
-        return template.substitute({name: getattr(self, name) for name in self.__dataclass_fields__})
+        check = asset("icons", f"check-{self.name}.svg").as_posix()  # drawn in the accent's text colour
+        return template.substitute({**{name: getattr(self, name) for name in self.__dataclass_fields__},
+                                    "check_icon": check})
 
 
 LIGHT = Theme(
@@ -85,11 +88,17 @@ DARK = Theme(
 )
 
 
-def requested_theme() -> Theme:
-    """TANDEM_THEME wins (screenshots, tests); otherwise the OS scheme, light when it is unknown."""
+CHOICES = ("system", "light", "dark")  # View → Theme
+
+
+def requested_theme(choice: str = "system") -> Theme:
+    """TANDEM_THEME wins (screenshots, tests); then the user's choice (View → Theme); "system"
+    follows the OS scheme, light when it is unknown."""
     forced = os.environ.get(THEME_ENV, "").strip().lower()
     if forced in ("dark", "light"):
         return DARK if forced == "dark" else LIGHT
+    if choice in ("dark", "light"):
+        return DARK if choice == "dark" else LIGHT
     return DARK if QGuiApplication.styleHints().colorScheme() == Qt.ColorScheme.Dark else LIGHT
 
 
@@ -102,13 +111,19 @@ class ThemeManager(QObject):
         super().__init__(app)
         self.setObjectName("tandem-theme")
         self._app = app
+        self.choice = "system"
         self.theme = requested_theme()
         app.setStyle("Fusion")
         self._apply()
         app.styleHints().colorSchemeChanged.connect(self._scheme_changed)
 
+    def set_choice(self, choice: str) -> None:
+        """The user's theme: "system", "light" or "dark" (anything else: the system's)."""
+        self.choice = choice if choice in CHOICES else "system"
+        self._scheme_changed(None)
+
     def _scheme_changed(self, _scheme) -> None:
-        theme = requested_theme()
+        theme = requested_theme(self.choice)
         if theme != self.theme:
             self.theme = theme
             self._apply()

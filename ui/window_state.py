@@ -14,6 +14,7 @@ from app.paths import settings_file
 
 GEOMETRY, SPLITTER = "window/geometry", "window/splitter"
 SIDE_PANEL, SETTINGS_DRAWER = "window/side_panel", "window/settings_drawer"
+THEME = "view/theme"  # "system", "light" or "dark" (ui/theme.py)
 LAST_CONVERSATION = "chat/last_conversation"
 
 

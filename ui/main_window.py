@@ -25,6 +25,7 @@ from ui.chat.chat_view import ChatView
 from ui.chat.composer import Composer
 from ui.chat.controller import ChatController
 from ui.chat.conversation_list import ConversationList
+from ui.chat.export_dialog import export_chat
 from ui.chat.settings_drawer import SettingsDrawer
 from ui.header import Header
 from ui.panel.draft_panel import DraftPanel
@@ -165,6 +166,9 @@ class MainWindow(QMainWindow):
         self.new_action = action(file_menu, "New chat", self.new_chat, QKeySequence.StandardKey.New)
         action(file_menu, "Rename chat", self.rename_current, Qt.Key.Key_F2)
         action(file_menu, "Delete chat…", lambda: self.delete_conversation(self._current_id()))
+        self.export_action = action(file_menu, "Export chat as Markdown…", self.export_chat, "Ctrl+Shift+E",
+                                    tip="Save the open chat as a Markdown file: every message, and each "
+                                        "answer's version and figures")
         file_menu.addSeparator()
         action(file_menu, "Quit", self.close, QKeySequence.StandardKey.Quit)
         self.stop_action = action(chat_menu, "Stop", self.escape, Qt.Key.Key_Escape,
@@ -408,6 +412,10 @@ class MainWindow(QMainWindow):
             return None
         answers = [m for m in messages if m.role == "assistant" and m.stats]
         return answers[-1].stats if answers else None
+
+    def export_chat(self) -> Path | None:
+        """File → Export chat as Markdown… (ui/chat/export_dialog.py)."""
+        return export_chat(self)
 
     def rename_current(self) -> None:
         if (conv_id := self._current_id()) is not None:

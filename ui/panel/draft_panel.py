@@ -389,7 +389,7 @@ class DraftPanel(QWidget):
                 return folder
         return ""
 
-    def _remember_folder(self, folder: str) -> None:
+    def remember_folder(self, folder: str) -> None:
         self._export_folder = folder
         if self.settings is not None:
             self.settings.setValue(EXPORT_FOLDER_KEY, folder)
@@ -405,4 +405,4 @@ class DraftPanel(QWidget):
                 self.baseline_label.setText(f"The export to {path} failed: {exc.strerror or exc}. "
                                             "Choose another folder.")
                 return
-            self._remember_folder(str(Path(path).parent))
+            self.remember_folder(str(Path(path).parent))

@@ -337,6 +337,12 @@ def test_the_slot_menus_offer_files_hub_keywords_catalog_and_recent_pairs(pairin
     assert any("Qwen2.5 7B" in e and "GB download" in e for e in entries)  # the torch catalog, with sizes
     recent = next(a.menu() for a in menu.actions() if a.text() == "Recent pairs")
     assert recent.isEnabled() and recent.actions()  # the pairs loaded in this module's tests
+    # the choices in use carry a check: the pair in the recents, its way of drafting in the Draft menu
+    assert [a.isChecked() for a in recent.actions()].count(True) == 1 and recent.actions()[0].isChecked()
+    drafts = {a.text(): a.isChecked() for a in build_slot_menu("draft", window.pairing, window).actions()
+              if a.isCheckable()}
+    in_use = window.pairing.loaded.draft
+    assert sum(drafts.values()) == (1 if in_use in (PROMPT_LOOKUP, NO_DRAFT) else 0), (in_use, drafts)
 
 
 def test_a_new_target_of_another_family_keeps_the_target_and_drafts_by_lookup(pairing_session, tiny_pair,

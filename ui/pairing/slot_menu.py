@@ -42,6 +42,32 @@ def shipped_head_entry(pairing: PairController) -> tuple[str, str, DraftChoice] 
     return "Aligned draft head: trained on this model's answers (shipped)", tip, head
 
 
+def _mark(item, on: bool) -> None:
+    """A check beside the choice in use (the menus say what is current, not only what can be)."""
+    item.setCheckable(True)
+    item.setChecked(on)
+
+
+def _drafts_with(pairing: PairController, choice: DraftChoice) -> bool:
+    loaded = pairing.loaded
+    return loaded is not None and (loaded.draft == choice or (
+        choice.kind is DraftKind.SELF and loaded.draft.kind is DraftKind.SELF
+        and loaded.draft.precision == choice.precision))
+
+
+def _pair_key(backend: str, target: str, draft: DraftChoice) -> tuple:
+    from app.models.pair_memory import same_pair
+
+    return (backend, *same_pair(target, draft, backend))
+
+
+def _pair_in_use(pairing: PairController) -> tuple | None:
+    if pairing.loaded is None or pairing.current is None:
+        return None
+    target, draft = pairing.current.named()
+    return _pair_key(pairing.loaded.backend, target, draft)
+
+
 def _size(gb: float) -> str:
     return f"{gb * 1000:.0f} MB" if gb < 1 else f"{gb:.1f} GB"
 
@@ -60,15 +86,18 @@ def build_slot_menu(role: str, pairing: PairController, parent: QWidget, aligner
         if pairing.loaded is not None and has_mtp(pairing.loaded.folder):  # Qwen3.5/3.6 ship one; conversions do not
             item = menu.addAction(f"{MTP_DRAFT.label.capitalize().replace('mtp', 'MTP')}: the target's own "
                                   "multi-token-prediction layer", lambda: pairing.choose_draft(MTP_DRAFT))
+            _mark(item, _drafts_with(pairing, MTP_DRAFT))
             item.setToolTip(wrap_tip("The target checkpoint's own multi-token-prediction layer drafts, with prompt "
                                      "lookup beside it: nothing to download, little memory."))
         for text, choice in DRAFT_CHOICES:
-            menu.addAction(text, lambda choice=choice: pairing.choose_draft(choice))
+            item = menu.addAction(text, lambda choice=choice: pairing.choose_draft(choice))
+            _mark(item, _drafts_with(pairing, choice))
         shipped = shipped_head_entry(pairing)
         if shipped is not None:
             text, tip, choice = shipped
             item = menu.addAction(text, lambda: pairing.choose_draft(choice))
             item.setToolTip(wrap_tip(tip))
+            _mark(item, _drafts_with(pairing, choice))
         if aligner is not None:  # ui/pairing/align.py: train a draft on the target's own answers
             menu.addSeparator()
             for text, tip, start, off in aligner.menu_entries():
@@ -87,9 +116,11 @@ def build_slot_menu(role: str, pairing: PairController, parent: QWidget, aligner
     catalog.setToolTipsVisible(True)
     recent = menu.addMenu("Recent pairs")
     entries = pairing.memory.recent_pairs(pairing.loaded.backend if pairing.loaded else None)
+    in_use = _pair_in_use(pairing)
     for entry in entries:
         item = recent.addAction(entry["title"], lambda entry=entry: pairing.choose_recent(entry))
         item.setToolTip(wrap_tip(entry["tooltip"]))
+        _mark(item, in_use is not None and _pair_key(entry["backend"], entry["target"], entry["draft"]) == in_use)
     recent.setToolTipsVisible(True)
     recent.setEnabled(bool(entries))
     menu.setToolTipsVisible(True)

@@ -6,6 +6,8 @@ import argparse
 import errno
 import sys
 
+# the option types live in app/cli_types.py (app/align/command.py uses them too); still importable from here
+from app.cli_types import MODEL, at_least_one, draft_choice, named, real_number, whole_number
 from app.engine.backends.base import COMPILE_CHOICES
 from app.engine.events import Finished, Notice, PromptTooLongError, Round
 from app.engine.sampling import SamplingParams
@@ -39,51 +41,7 @@ def cmd_import(args) -> int:
     return 0
 
 
-def draft_choice(text: str):
-    """--draft's type: the edge where its text becomes a DraftChoice (app/draft_choice.py)."""
-    from app.draft_choice import DraftChoice, DraftChoiceError
-
-    try:
-        return DraftChoice.parse_loadable(text)
-    except DraftChoiceError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-# Every `type=` below raises ArgumentTypeError with the words to show: from a plain ValueError
-# argparse says "invalid <the function's name> value" ("invalid _draft_tokens value").
-
-
-def whole_number(value: str) -> int:
-    """An argparse type for an integer option (--seed, --top-k, --port)."""
-    try:
-        return int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value[:40]!r} is not a whole number") from None
-
-
-def real_number(value: str) -> float:
-    """An argparse type for a number that may have a fraction (--temperature, --top-p)."""
-    try:
-        return float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value[:40]!r} is not a number") from None
-
-
-def named(what: str):
-    """An argparse type for a model or a path that must be named: an empty one would be read as
-    the current folder (".: no config.json ...")."""
-
-    def name(value: str) -> str:
-        if not value.strip():
-            raise argparse.ArgumentTypeError(f"it is empty, so it names nothing: give {what}")
-        return value
-
-    return name
-
-
-MODEL = named('a model folder, a .gguf file or "demo"')
-
-
+# Like the shared types (app/cli_types.py), raises ArgumentTypeError with the words to show.
 def _draft_tokens(value: str) -> int | None:
     if value.strip().lower() == "auto":
         return None
@@ -107,22 +65,6 @@ COMPILE_HELP = ("how a PyTorch target decodes: auto (compiled where that measure
 CONTEXT_HELP = ("the most tokens a chat may hold (default: the model's own, or less where memory holds less); "
                 "longer chats leave out their oldest turns")
 PRECISION_CHOICES = ["auto", "float32", "bfloat16", "float16", "int4", "int4-bf16-head", "int4-head", "gguf"]
-
-
-def at_least_one(what: str, least: int = 1):
-    """An argparse type for counts such as --max-tokens (0 or less once emitted one token anyway);
-    `least` 0 for counts where 0 means none (--self-prompts)."""
-
-    def count(value: str) -> int:
-        try:
-            n = int(value)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"takes a whole number of {what}s, not {value[:40]!r}") from None
-        if n < least:
-            raise argparse.ArgumentTypeError(f"takes at least {least} {what}{'s' if least != 1 else ''}, not {n}")
-        return n
-
-    return count
 
 
 def _text(option: str, value: str | None) -> str | None:

@@ -3,7 +3,8 @@ settings, pairs.json, a slot's keyword) and passed as it is everywhere inside.
 
 Its text form is what files and the command line hold, the same words earlier versions wrote
 ("none", "ngram", "self:int4", "auto", a model's path or hub id; a request's "pair" and
-"model"), so files stay readable both ways. Qt-, mlx- and torch-free.
+"model"), so files stay readable both ways. Qt-, mlx- and torch-free, and below app/models/: it
+imports only the leaf app/models/names.py, so every module there may import it.
 
 A new way of drafting is one DraftKind member, its text (a word in WORDS; or, when it carries a
 folder or a precision, its field in ARGUMENTS and a prefix in PREFIXES, as "self:int4" does),
@@ -16,6 +17,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from enum import Enum
+
+from app.models.names import model_label, precision_words
 
 
 class DraftKind(Enum):
@@ -171,8 +174,6 @@ class DraftChoice:
 
     def words(self, dtype: str = "") -> tuple[str, str]:
         """(label, detail); `dtype` is a loaded self-draft's own ("int4 (g32, float32 head)")."""
-        from app.models.resolve import model_label, precision_words  # file names: a lazy, Qt-free import
-
         if self.kind is DraftKind.MODEL:
             return model_label(self.source), "draft model"
         if self.kind is DraftKind.ASSISTANT:

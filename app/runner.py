@@ -49,14 +49,14 @@ def auto_draft(spec: str | Path, backend: str | None = None, precision: str = "a
     where it ships one; for other targets prompt lookup, which costs no memory and which
     adaptive k turns off where it does not pay."""
     from app.models.demo import DEMO_SPECS, demo_draft
-    from app.models.pair_memory import aligned_draft
+    from app.models.pair_memory import PairMemory, aligned_draft
 
     backend = backend or default_backend()
     aligned = aligned_draft(backend, str(spec))  # `tandem-cli align` / Align draft paired it, measured faster
     if aligned is not None:
         return aligned
     if str(spec) in DEMO_SPECS:
-        return demo_draft(str(spec), backend or default_backend(), precision)
+        return demo_draft(str(spec), backend or default_backend(), precision, memory=PairMemory())
     return DraftChoice(DraftKind.MTP) if has_mtp(spec) else PROMPT_LOOKUP
 
 

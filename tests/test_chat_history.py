@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from app.chat import history
+from app.chat import history, history_file
 from app.chat.history import HistoryError, HistoryStore
 from tests.faults import FailingWrites
 
@@ -560,4 +560,4 @@ def test_a_history_that_cannot_be_created_says_why(tmp_path):
     with pytest.raises(HistoryError, match="Could not create the folder"):
         HistoryStore.open(blocker / "data" / "history.sqlite3")
     with pytest.raises(HistoryError, match="Could not create the chat history"):
-        history._make_private(blocker / "history.sqlite3")  # its folder is a file
+        history_file.make_private(blocker / "history.sqlite3")  # its folder is a file

@@ -9,11 +9,10 @@ import sys
 import threading
 
 from app.align.job import DEVICES, AlignCancelled, AlignProgress, AlignSettings, run
+from app.cli_types import MODEL, at_least_one, named, real_number, whole_number
 
 
 def add_parser(sub) -> None:
-    from app.cli import MODEL, at_least_one, named, real_number, whole_number  # here: app.cli imports this module
-
     align = sub.add_parser("align", help="align a draft to its target on the target's own answers")
     align.add_argument("--model", "--target", dest="target", default="demo", type=MODEL,
                        help='the target: model folder, .gguf file, or "demo" (default)')

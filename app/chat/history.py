@@ -9,47 +9,33 @@ An answer keeps every version Regenerate wrote (`answer_versions`); its row in `
 the version on screen, so the conversation (and what the model reads next) is that version.
 A write that fails says why in a HistoryWriteError (locked, disk full, read-only), and the same
 write can be tried again later. The file and its journals are readable by their owner only.
+
+This module holds the store and what it hands back; the file's opening and the words for its
+failures are app/chat/history_file.py's, its tables app/chat/history_schema.py's, the checks of
+each field read back app/chat/history_rows.py's. Callers import all they need from here.
 """
 
 from __future__ import annotations
 
 import json
-import logging
-import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from app import paths
-from app.chat.history_format import format_problem
+from app.chat.history_file import (HistoryError, HistoryWriteError, check_integrity, connect, make_private,
+                                   move_aside, transaction, write_message)
 from app.chat.history_rows import STATUSES, UnreadableParts, conversation_fields, message_fields, version_fields
+# passed to history_file as each file opens (never bound there), so a test adds a step by patching it here
+from app.chat.history_schema import MIGRATIONS
 
 DEFAULT_TITLE = "New chat"
 TITLE_CHARS = 48
 BUSY_TIMEOUT_S = 2.0
-
-# Primary SQLite result codes (the low byte of an extended code). Only these two kinds of failure
-# get special handling: a busy file is left alone, a damaged one is moved aside.
-_BUSY_CODES = {5, 6}  # SQLITE_BUSY, SQLITE_LOCKED
-_DAMAGED_CODES = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB
-_FULL_CODES = {13}  # SQLITE_FULL
-_READONLY_CODES = {8}  # SQLITE_READONLY
-PRIVATE_MODE = 0o600  # chats are as private as the hub token
-log = logging.getLogger(__name__)
-
-
-class HistoryError(Exception):
-    """The history cannot be opened or written; the message says why and what the user can do."""
-
-
-class HistoryWriteError(HistoryError):
-    """A write the file refused (locked by another program, disk full, read-only): nothing of it
-    was stored, and the same write may succeed later."""
 
 
 @dataclass(frozen=True)
@@ -99,65 +85,6 @@ class AnswerVersion:
     thinking: str = ""
 
 
-def _migrate_to_v1(db: sqlite3.Connection) -> None:
-    db.execute(
-        """CREATE TABLE conversations (
-            id INTEGER PRIMARY KEY,
-            title TEXT NOT NULL,
-            system_prompt TEXT NOT NULL DEFAULT '',
-            settings TEXT NOT NULL DEFAULT '{}',
-            created REAL NOT NULL,
-            updated REAL NOT NULL)"""
-    )
-    db.execute(
-        """CREATE TABLE messages (
-            id INTEGER PRIMARY KEY,
-            conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
-            position INTEGER NOT NULL,
-            role TEXT NOT NULL CHECK (role IN ('user', 'assistant')),
-            content TEXT NOT NULL,
-            status TEXT NOT NULL CHECK (status IN ('complete', 'stopped', 'error', 'interrupted')),
-            settings TEXT,
-            stats TEXT,
-            trace TEXT,
-            created REAL NOT NULL)"""
-    )
-    db.execute("CREATE UNIQUE INDEX messages_in_order ON messages (conversation_id, position)")
-    db.execute("CREATE INDEX conversations_by_updated ON conversations (updated)")
-
-
-def _migrate_to_v2(db: sqlite3.Connection) -> None:
-    """Regenerate keeps the answers it replaces: every answer becomes its own first version."""
-    db.execute(
-        """CREATE TABLE answer_versions (
-            message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
-            number INTEGER NOT NULL,
-            content TEXT NOT NULL,
-            status TEXT NOT NULL CHECK (status IN ('complete', 'stopped', 'error', 'interrupted')),
-            settings TEXT,
-            stats TEXT,
-            trace TEXT,
-            created REAL NOT NULL,
-            PRIMARY KEY (message_id, number))"""
-    )
-    db.execute("ALTER TABLE messages ADD COLUMN version INTEGER NOT NULL DEFAULT 0")  # the one on screen
-    db.execute(
-        "INSERT INTO answer_versions (message_id, number, content, status, settings, stats, trace, created) "
-        "SELECT id, 1, content, status, settings, stats, trace, created FROM messages WHERE role = 'assistant'"
-    )
-    db.execute("UPDATE messages SET version = 1 WHERE role = 'assistant'")
-
-
-def _migrate_to_v3(db: sqlite3.Connection) -> None:
-    """Reasoning models: an answer keeps the thinking written before it."""
-    db.execute("ALTER TABLE messages ADD COLUMN thinking TEXT NOT NULL DEFAULT ''")
-    db.execute("ALTER TABLE answer_versions ADD COLUMN thinking TEXT NOT NULL DEFAULT ''")
-
-
-# MIGRATIONS[i] brings a database from user_version i to i + 1. Append steps; never edit a shipped one.
-MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_migrate_to_v1, _migrate_to_v2, _migrate_to_v3)
-
-
 def default_path() -> Path:
     return paths.data_dir() / "history.sqlite3"
 
@@ -195,15 +122,15 @@ class HistoryStore:
                 "Check that the path is a folder you can write to."
             ) from exc
         recovery = None
-        damage = _check_integrity(path, busy_timeout)
+        damage = check_integrity(path, busy_timeout, MIGRATIONS)
         if damage is not None:
-            moved = _move_aside(path)
+            moved = move_aside(path)
             recovery = (
                 f"The chat history at {path} was damaged ({damage}) and has been moved to {moved}; "
                 "a new, empty history was started. Nothing was deleted."
             )
-        _make_private(path)
-        store = cls(_connect(path, busy_timeout), path, clock, busy_timeout)
+        make_private(path)
+        store = cls(connect(path, busy_timeout, MIGRATIONS), path, clock, busy_timeout)
         store.recovery_message = recovery
         return store
 
@@ -395,10 +322,10 @@ class HistoryStore:
     @contextmanager
     def _write(self) -> Iterator[None]:
         try:
-            with _transaction(self._db):
+            with transaction(self._db):
                 yield
         except sqlite3.Error as exc:
-            raise HistoryWriteError(_write_message(self.path, exc)) from exc
+            raise HistoryWriteError(write_message(self.path, exc)) from exc
 
     def _set_column(self, conv_id: int, column: str, value: str) -> None:
         with self._write():
@@ -480,157 +407,6 @@ class HistoryStore:
         if message is None:
             raise HistoryError(f"Message {message_id} in the chat history cannot be read; it may have been deleted.")
         return message
-
-
-# Opening: look before touching, then connect and migrate
-
-
-def _check_integrity(path: Path, busy_timeout: float) -> str | None:
-    """What is wrong with the file, or None. A read-only connection, because closing a writable one
-    checkpoints the WAL into the main file: a damaged file must be moved aside exactly as found."""
-    if not path.exists() or path.stat().st_size == 0:
-        return None
-    try:
-        db = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True, timeout=busy_timeout)
-    except sqlite3.Error as exc:
-        raise _open_error(path, exc) from exc
-    try:
-        # quick_check reads every page once (O(file size)), without the slower index cross-checks.
-        problems = [row[0] for row in db.execute("PRAGMA quick_check").fetchall()]
-        if problems == ["ok"]:
-            return format_problem(db, MIGRATIONS)  # whole pages can still hold a format no migration fits
-        detail = " ".join(" ".join(problems).split())  # one line for a dialog; the file keeps the rest
-        return detail if len(detail) <= 120 else detail[:119] + "…"
-    except sqlite3.DatabaseError as exc:
-        if _code(exc) in _DAMAGED_CODES:
-            return str(exc)
-        raise _open_error(path, exc) from exc
-    finally:
-        db.close()
-
-
-def _connect(path: Path, busy_timeout: float) -> sqlite3.Connection:
-    try:
-        # isolation_level=None: no implicit transactions; _transaction opens each one explicitly.
-        db = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None)
-    except sqlite3.Error as exc:
-        raise _open_error(path, exc) from exc
-    try:
-        (version,) = db.execute("PRAGMA user_version").fetchone()
-        _refuse_newer(path, version)  # before anything below changes the file
-        db.execute("PRAGMA journal_mode = WAL")
-        db.execute("PRAGMA foreign_keys = ON")
-        with _transaction(db):
-            # BEGIN IMMEDIATE takes the write lock, so a second Tandem writing this file is found now.
-            (version,) = db.execute("PRAGMA user_version").fetchone()
-            _refuse_newer(path, version)
-            for step in MIGRATIONS[version:]:
-                step(db)
-            db.execute(f"PRAGMA user_version = {len(MIGRATIONS)}")
-    except BaseException as exc:
-        db.close()
-        if isinstance(exc, sqlite3.Error):
-            raise _open_error(path, exc) from exc
-        raise
-    db.row_factory = sqlite3.Row
-    # a search reads every title and text: one stored as a number or a blob must match nothing, not raise
-    db.create_function("casefold", 1, lambda text: text.casefold() if isinstance(text, str) else "",
-                       deterministic=True)
-    return db
-
-
-def _refuse_newer(path: Path, version: int) -> None:
-    if version < 0:  # set aside by open() when it finds one; here only if one appeared since
-        raise HistoryError(f"The chat history at {path} records format {version}, which no Tandem writes; the "
-                           "file was left as it is. Move it aside and start Tandem again for a new history.")
-    if version > len(MIGRATIONS):
-        raise HistoryError(
-            f"The chat history at {path} was written by a newer Tandem (format {version}; this version reads up "
-            f"to {len(MIGRATIONS)}). Update Tandem to open it; the file was left as it is."
-        )
-
-
-@contextmanager
-def _transaction(db: sqlite3.Connection) -> Iterator[None]:
-    with db:  # commits when the block ends, rolls back on any exception (a failed commit too)
-        db.execute("BEGIN IMMEDIATE")
-        yield
-
-
-def _make_private(path: Path) -> None:
-    """Create the history file readable by its owner only, or make an older one so. SQLite gives
-    its -wal, -shm and journal files the database file's mode, so they follow."""
-    if os.name != "posix" or str(path) == ":memory:":
-        return
-    try:
-        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, PRIVATE_MODE))
-    except FileExistsError:
-        pass
-    except OSError as exc:
-        raise HistoryError(
-            f"Could not create the chat history at {path} ({exc.strerror or exc}). "
-            "Check that the folder exists, is yours and is writable."
-        ) from exc
-    for suffix in ("", "-wal", "-shm", "-journal"):
-        part = Path(f"{path}{suffix}")
-        try:
-            if part.exists() and part.stat().st_mode & 0o777 != PRIVATE_MODE:
-                part.chmod(PRIVATE_MODE)
-        except OSError as exc:  # another user's file: it stays as it is, and still opens
-            log.warning("could not make %s private: %s", part, exc)
-
-
-def _move_aside(path: Path) -> Path:
-    """Rename the damaged file (and its -wal/-shm) to `<name>.corrupt-<time>`, never over an existing file."""
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    target, n = path.with_name(f"{path.name}.corrupt-{stamp}"), 1
-    while any(Path(f"{target}{suffix}").exists() for suffix in ("", "-wal", "-shm")):
-        n += 1
-        target = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
-    try:
-        # The WAL first: a fresh database must never meet the old file's log.
-        for suffix in ("-wal", "-shm", ""):
-            source = Path(f"{path}{suffix}")
-            if source.exists():
-                source.rename(f"{target}{suffix}")
-    except OSError as exc:
-        raise HistoryError(
-            f"The chat history at {path} is damaged and could not be moved aside ({exc}). "
-            "Move or rename it yourself, then start Tandem again."
-        ) from exc
-    return target
-
-
-def _open_error(path: Path, exc: sqlite3.Error) -> HistoryError:
-    if _code(exc) in _BUSY_CODES:
-        return HistoryError(_locked_message(path))
-    return HistoryError(f"Could not open the chat history at {path}: {exc}. Check that the folder is writable.")
-
-
-def _write_message(path: Path, exc: sqlite3.Error) -> str:
-    """What went wrong with a write, in words; the failed write changed nothing."""
-    code, text = _code(exc), str(exc).lower()
-    if code in _BUSY_CODES or "locked" in text:
-        why = "another program holds it locked (another Tandem may be running)"
-    elif code in _FULL_CODES or "disk is full" in text:
-        why = "the disk is full. Free some space on that disk"
-    elif code in _READONLY_CODES or "readonly" in text or "read-only" in text:
-        why = f"the data folder is read-only. Make {path.parent} writable"
-    else:
-        why = f"{exc}. Check the disk and the folder {path.parent}"
-    return f"Could not save to the chat history at {path}: {why}."
-
-
-def _locked_message(path: Path) -> str:
-    return (
-        f"The chat history at {path} is locked by another program; another Tandem may be running. "
-        "Close it and try again."
-    )
-
-
-def _code(exc: sqlite3.Error) -> int | None:
-    code = getattr(exc, "sqlite_errorcode", None)
-    return None if code is None else code & 0xFF
 
 
 def _check_status(status: str) -> None:

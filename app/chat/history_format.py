@@ -4,7 +4,8 @@ version (PRAGMA user_version) known, and its tables holding the columns that ver
 SQLite's integrity check reads pages, not meaning: it says "ok" to a file whose version is -1 (the
 migrations then ran again: "duplicate column name: thinking") or whose messages table lacks a
 column its version has (every read of it raised). Such a file is set aside like a damaged one
-(app/chat/history.py). A newer version is not checked here: history.py leaves that file alone.
+(app/chat/history_file.py). A newer version is not checked here: history_file.py leaves that file
+alone.
 """
 
 from __future__ import annotations

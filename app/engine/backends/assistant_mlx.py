@@ -21,7 +21,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.gemma4_text import DecoderLayer, ModelArgs
 
-from app.engine.assistant import kv_producers, window_start
+from app.engine.assistant_kv import kv_producers, window_start
 from app.engine.backends.base import entropy_seed
 from app.engine.backends.mlx_backend import DraftSteps, MLXBackend
 from app.engine.sampling import SamplingParams

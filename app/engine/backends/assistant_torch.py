@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from transformers import Gemma4AssistantForCausalLM, Gemma4UnifiedAssistantForCausalLM
 
-from app.engine.assistant import kv_producers, window_start
+from app.engine.assistant_kv import kv_producers, window_start
 from app.engine.backends.base import entropy_seed
 from app.engine.backends.torch_backend import DraftSteps, TorchBackend
 from app.engine.sampling import SamplingParams

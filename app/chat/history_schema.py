@@ -1,0 +1,69 @@
+"""The chat history's tables, as the migrations build them: each step brings a file from one
+format (PRAGMA user_version) to the next, and app/chat/history_file.py runs the missing ones when
+it opens a file. A format is never changed once shipped; a new one is a new step.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from app.chat.history_format import Migration
+
+
+def _migrate_to_v1(db: sqlite3.Connection) -> None:
+    db.execute(
+        """CREATE TABLE conversations (
+            id INTEGER PRIMARY KEY,
+            title TEXT NOT NULL,
+            system_prompt TEXT NOT NULL DEFAULT '',
+            settings TEXT NOT NULL DEFAULT '{}',
+            created REAL NOT NULL,
+            updated REAL NOT NULL)"""
+    )
+    db.execute(
+        """CREATE TABLE messages (
+            id INTEGER PRIMARY KEY,
+            conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+            position INTEGER NOT NULL,
+            role TEXT NOT NULL CHECK (role IN ('user', 'assistant')),
+            content TEXT NOT NULL,
+            status TEXT NOT NULL CHECK (status IN ('complete', 'stopped', 'error', 'interrupted')),
+            settings TEXT,
+            stats TEXT,
+            trace TEXT,
+            created REAL NOT NULL)"""
+    )
+    db.execute("CREATE UNIQUE INDEX messages_in_order ON messages (conversation_id, position)")
+    db.execute("CREATE INDEX conversations_by_updated ON conversations (updated)")
+
+
+def _migrate_to_v2(db: sqlite3.Connection) -> None:
+    """Regenerate keeps the answers it replaces: every answer becomes its own first version."""
+    db.execute(
+        """CREATE TABLE answer_versions (
+            message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+            number INTEGER NOT NULL,
+            content TEXT NOT NULL,
+            status TEXT NOT NULL CHECK (status IN ('complete', 'stopped', 'error', 'interrupted')),
+            settings TEXT,
+            stats TEXT,
+            trace TEXT,
+            created REAL NOT NULL,
+            PRIMARY KEY (message_id, number))"""
+    )
+    db.execute("ALTER TABLE messages ADD COLUMN version INTEGER NOT NULL DEFAULT 0")  # the one on screen
+    db.execute(
+        "INSERT INTO answer_versions (message_id, number, content, status, settings, stats, trace, created) "
+        "SELECT id, 1, content, status, settings, stats, trace, created FROM messages WHERE role = 'assistant'"
+    )
+    db.execute("UPDATE messages SET version = 1 WHERE role = 'assistant'")
+
+
+def _migrate_to_v3(db: sqlite3.Connection) -> None:
+    """Reasoning models: an answer keeps the thinking written before it."""
+    db.execute("ALTER TABLE messages ADD COLUMN thinking TEXT NOT NULL DEFAULT ''")
+    db.execute("ALTER TABLE answer_versions ADD COLUMN thinking TEXT NOT NULL DEFAULT ''")
+
+
+# MIGRATIONS[i] brings a database from user_version i to i + 1. Append steps; never edit a shipped one.
+MIGRATIONS: tuple[Migration, ...] = (_migrate_to_v1, _migrate_to_v2, _migrate_to_v3)

@@ -580,6 +580,8 @@ PAIRS = {
     "a trial of words": ({"recent": [GOOD], "trials": {"torch|/models/a|ngram": {
         "acceptance": "high", "speedup": "fast", "tokens_per_pass": 1, "tokens": 1, "measured_at": 0}}}, [GOOD]),
     "a trial of nulls": ({"recent": [GOOD], "trials": {"torch|/models/a|ngram": None}}, [GOOD]),
+    "a precision no backend has": ({"recent": [{**GOOD, "precision": "int3"}, GOOD]}, [GOOD]),
+    "a precision of the wrong type": ({"recent": [{**GOOD, "precision": 4}, GOOD]}, [GOOD]),
 }
 
 
@@ -590,7 +592,8 @@ def test_pairs_json_variants_keep_every_good_entry(content, kept, tmp_path):
     path = tmp_path / "pairs.json"
     path.write_text(json.dumps(content))
     memory = PairMemory(path)
-    kept = [{**entry, "draft": PROMPT_LOOKUP} for entry in kept]  # read typed (app/draft_choice.py)
+    # read typed (app/draft_choice.py); an entry written before precisions were kept: the weights' own
+    kept = [{**entry, "draft": PROMPT_LOOKUP, "precision": "auto"} for entry in kept]
     assert memory.recent() == kept
     assert memory.trial("torch", "/models/a", PROMPT_LOOKUP) is None
     assert memory.add_recent("torch", "/models/b", NO_DRAFT, "b + none") is None

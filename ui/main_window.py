@@ -9,7 +9,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from PySide6.QtCore import QCoreApplication, QEvent, QMetaObject, QSettings, Qt, QThread, Signal
+from PySide6.QtCore import QCoreApplication, QEvent, QMetaObject, QSettings, Qt, QThread
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
 from PySide6.QtWidgets import QApplication, QHBoxLayout, QMainWindow, QMessageBox, QSplitter, QVBoxLayout, QWidget
 
@@ -35,7 +35,7 @@ from ui.pairing.downloads import DownloadStrip
 from ui.pairing.drop import mime_texts
 from ui.pairing.slot_menu import ask_token, build_slot_menu
 from ui.server_switch import ServerSwitch
-from ui.panel.race_dialog import RaceDialog
+from ui.panel.race_mode import RaceMode
 from ui.side_panel import SidePanelHost
 from ui.status_bar import StatusBar, loading_words, ready_words
 from ui.worker import EngineWorker, PairRequest
@@ -61,7 +61,6 @@ def open_history(path: Path | None) -> tuple[HistoryStore, str | None]:
 
 
 class MainWindow(QMainWindow):
-    request_race = Signal(object)  # ChatRequest
 
     def __init__(self, model: str | None = "demo", backend: str = "", draft: DraftChoice | None = AUTO_DRAFT,
                  history_path: str | Path | None = None, settings: QSettings | None = None,
@@ -86,6 +85,7 @@ class MainWindow(QMainWindow):
         if self.pairing.memory.notice:  # pairs.json's entries skipped, or the file set aside, as it was read
             self.banners.add(self.pairing.memory.notice, "warning", "pairs")
         self._start_worker()
+        self.race = RaceMode(self)
         self.controller = ChatController(self.store, self.worker, self.chat_view, defaults, self)
         self.aligner = DraftAligner(self.align_strip, self.pairing, self.worker,
                                     temperature=lambda: self.controller.settings.temperature, parent=self)
@@ -128,7 +128,6 @@ class MainWindow(QMainWindow):
         self.side_panel_host = SidePanelHost()
         self.draft_panel = DraftPanel(dark=self.theme.theme.dark, settings=self.app_settings)
         self.side_panel_host.content.addWidget(self.draft_panel)
-        self.race_dialog: RaceDialog | None = None
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
         self.splitter.setChildrenCollapsible(False)
         self.splitter.setHandleWidth(2)
@@ -222,17 +221,12 @@ class MainWindow(QMainWindow):
         self.theme.changed.connect(self._on_theme)
         panel = self.draft_panel
         worker.baseline.connect(panel.set_baseline)
-        worker.race_done.connect(self._on_race_done)
-        worker.race_failed.connect(self._on_race_failed)
-        worker.race_text.connect(self._on_race_text)
-        worker.race_side_done.connect(self._on_race_side_done)
         controller.trace_shown.connect(self._on_trace_shown)
         controller.trace_rounds.connect(panel.rounds_added)
         # any end (finished, stopped, failed): the rounds still buffered for the panel are shown
         controller.busy_changed.connect(lambda busy: None if busy else panel.finish_answer())
         panel.tint_toggled.connect(lambda on: self.chat_view.set_tint(self.theme.theme.dark if on else None))
         panel.race_requested.connect(self.start_race)
-        self.request_race.connect(worker.race)
         self._wire_pairing()
 
     def _wire_pairing(self) -> None:
@@ -316,50 +310,14 @@ class MainWindow(QMainWindow):
         else:
             self.draft_panel.show_trace(trace)
 
-    # Race mode
+    # Race mode (ui/panel/race_mode.py)
 
     def start_race(self, at_chat_temperature: bool = False) -> None:
-        """Answer the open chat's last question with the target alone, then speculatively: at
-        temperature 0 (the exact comparison), or at the chat's own where asked."""
-        if self.race_dialog is not None and self.race_dialog.isVisible():
-            self.race_dialog.close()
-        request = self.controller.race_request(None if at_chat_temperature else 0.0)
-        if request is None:
-            self.banners.add("Race mode needs a loaded model, an idle engine and a chat with a question "
-                             "in it: send a message first.", "warning", "race")
-            return
-        self.controller.set_racing(True)
-        self.race_dialog = RaceDialog(self, temperature=request.params.temperature)
-        self.race_dialog.finished.connect(self._on_race_dialog_closed)
-        chat = self.controller.settings.temperature
-        if not at_chat_temperature and chat > 0:  # the chat's own temperature, one click away
-            self.race_dialog.offer_rerun(chat, lambda: self.start_race(at_chat_temperature=True))
-        self.race_dialog.show()
-        self.request_race.emit(request)
+        self.race.start(at_chat_temperature)
 
-    def _on_race_dialog_closed(self) -> None:
-        """Close cancels a race still running; the worker then reports it stopped."""
-        if self.controller.racing and self.race_dialog is not None and self.race_dialog.running:
-            self.worker.stop()
-
-    def _on_race_text(self, side: int, delta: str) -> None:
-        if self.race_dialog is not None and self.race_dialog.running:
-            self.race_dialog.append_text(side, delta)
-
-    def _on_race_side_done(self, side: int, finished) -> None:
-        if self.race_dialog is not None and self.race_dialog.running:
-            self.race_dialog.side_done(side, finished)
-
-    def _on_race_done(self, result) -> None:
-        self.controller.set_racing(False)
-        self.controller.save_race(result.to_dict())  # kept with the chat, under the question
-        if self.race_dialog is not None:
-            self.race_dialog.show_result(result)
-
-    def _on_race_failed(self, message: str) -> None:
-        self.controller.set_racing(False)
-        if self.race_dialog is not None:
-            self.race_dialog.show_error(message)
+    @property
+    def race_dialog(self):
+        return self.race.dialog
 
     def _restore(self) -> None:
         settings = self.app_settings
@@ -444,6 +402,10 @@ class MainWindow(QMainWindow):
     def _on_send(self, text: str) -> None:
         self.settings_drawer.flush_prompt()
         controller = self.controller
+        if controller.model is None:  # the pair is loading: sent once it is in (_on_loaded)
+            self.composer.set_queued(text)
+            self.status.showMessage("Your message is sent as soon as the model has loaded.", COPIED_MS)
+            return
         taken = controller.edit_last(text) if self.composer.editing else controller.send(text)
         if taken:
             self.composer.accept_sent()
@@ -505,6 +467,7 @@ class MainWindow(QMainWindow):
         self._on_progress(f"Loading {self._loading_names[0]} ...")
 
     def _on_progress(self, message: str) -> None:
+        self.composer.set_loading(True)
         message = loading_words(message, *self._loading_names)
         self.status.show_loading(message)
         self.header.show_loading(message)
@@ -517,9 +480,13 @@ class MainWindow(QMainWindow):
         self.settings_drawer.set_pair_draft(info.draft_words()[0])
         self.settings_drawer.set_thinking_switch(info.reasoning)
         self.composer.set_ready(True)
+        self.composer.set_loading(False)
         self.draft_panel.set_available(not self.controller.busy)
         self.chat_view.set_greeting_hint(
             f"{ready_words(info)}\nAsk anything: Enter sends, Shift+Enter starts a new line.")
+        if (queued := self.composer.queued) is not None:  # written while the pair loaded
+            self.composer.set_queued(None)
+            self._on_send(queued)
 
     def _on_smaller_offered(self, request: PairRequest) -> None:
         """The refusal's banner offers to load the same pair at the precision that fits (4-bit)."""
@@ -533,6 +500,10 @@ class MainWindow(QMainWindow):
 
     def _on_load_failed(self, message: str) -> None:
         model = self.controller.model
+        self.composer.set_loading(False)
+        if self.composer.queued is not None and model is None and not self.pairing.remembered:
+            self.composer.set_queued(None)  # kept in the box, unsent: nothing can answer it
+            self.status.showMessage("Your message was not sent: no model is loaded.", COPIED_MS)
         if model is None and self.pairing.remembered_failed(message):
             return  # the last session's pair is gone or broken: the demo loads, and a banner says why
         self.banners.add(f"Could not load the model. {message}", "error", "pairing")

@@ -46,6 +46,8 @@ class Composer(QFrame):
         self.setObjectName("composer")
         self._busy = False
         self._ready = False
+        self._loading = False  # a pair is loading: a message is taken and sent once it is in
+        self.queued: str | None = None  # the message waiting for the model
         self.editing = False  # the text replaces the last message of yours when sent
         self.edit = ComposerEdit()
         self.edit.setPlaceholderText("Message Tandem  (Enter to send, Shift+Enter for a new line)")
@@ -53,6 +55,10 @@ class Composer(QFrame):
         self.editing_label = QLabel("Editing your last message: Enter sends it again, Esc cancels.")
         self.editing_label.setObjectName("editingLabel")
         self.editing_label.hide()
+        self.queued_label = QLabel("Waiting for the model to load: your message is sent as soon as it is ready.")
+        self.queued_label.setObjectName("editingLabel")
+        self.queued_label.setWordWrap(True)
+        self.queued_label.hide()
         self.send_button = QPushButton("Send")
         self.send_button.setObjectName("primaryButton")
         self.send_button.setToolTip("Send (Enter)")
@@ -71,6 +77,7 @@ class Composer(QFrame):
         layout.setContentsMargins(12, 8, 8, 8)
         layout.setSpacing(4)
         layout.addWidget(self.editing_label)
+        layout.addWidget(self.queued_label)
         layout.addLayout(row)
         self._refresh()
 
@@ -82,7 +89,7 @@ class Composer(QFrame):
 
     def submit(self) -> None:
         text = self.edit.toPlainText().strip()
-        if not text or not self.can_send():
+        if not text or not self.takes_message():
             return
         self.send_requested.emit(text)
 
@@ -92,10 +99,27 @@ class Composer(QFrame):
         self.set_editing(False)
 
     def can_send(self) -> bool:
-        return self._ready and not self._busy
+        """Whether a message is sent now: a pair is loaded and nothing is being written."""
+        return self._ready and not self._busy and self.queued is None
+
+    def takes_message(self) -> bool:
+        """Whether Send takes a message: sent now, or queued while a pair loads."""
+        return (self._ready or self._loading) and not self._busy and self.queued is None
 
     def set_ready(self, ready: bool) -> None:
         self._ready = ready
+        self._refresh()
+
+    def set_loading(self, loading: bool) -> None:
+        self._loading = loading
+        self._refresh()
+
+    def set_queued(self, text: str | None) -> None:
+        """A message taken while the pair loads (its text stays in the box, read-only, until it
+        is sent), or None: nothing waits any more."""
+        self.queued = text
+        self.edit.setReadOnly(text is not None)
+        self.queued_label.setVisible(text is not None)
         self._refresh()
 
     def set_busy(self, busy: bool) -> None:
@@ -111,7 +135,7 @@ class Composer(QFrame):
     def set_editing(self, editing: bool) -> None:
         self.editing = editing
         self.editing_label.setVisible(editing)
-        self.send_button.setText("Resend" if editing else "Send")
+        self._refresh()
 
     def cancel_edit(self) -> None:
         if self.editing:
@@ -121,4 +145,7 @@ class Composer(QFrame):
     def _refresh(self) -> None:
         self.send_button.setVisible(not self._busy)
         self.stop_button.setVisible(self._busy)
-        self.send_button.setEnabled(self.can_send())
+        self.send_button.setEnabled(self.takes_message())
+        waiting = self._loading and not self._ready
+        self.send_button.setText("Queued" if self.queued is not None else "Send when loaded" if waiting
+                                 else "Resend" if self.editing else "Send")

@@ -17,6 +17,7 @@ from app.chat.history import HistoryError, HistoryStore
 from app.chat.markdown import MarkdownRenderer
 from app.chat.settings import ChatSettings
 from app.draft_choice import AUTO_DRAFT, DraftChoice, DraftKind
+from app.models.names import is_demo_folder
 from app.models.resolve import display_name, model_label, precision_words
 from app.runner import LoadedModel, auto_draft
 from ui import theme, window_state
@@ -206,6 +207,7 @@ class MainWindow(QMainWindow):
         controller.answer_finished.connect(self.status.show_stats)
         controller.error.connect(lambda message: self.banners.add(message, "error", "answer"))
         self.composer.send_requested.connect(self._on_send)
+        self.chat_view.starter_chosen.connect(self.send)  # a prompt the empty chat offered
         self.composer.stop_requested.connect(controller.stop)
         controller.stopping.connect(self._on_stopping)
         self.chat_view.copied.connect(self._on_copied)
@@ -481,6 +483,7 @@ class MainWindow(QMainWindow):
         self.settings_drawer.set_thinking_switch(info.reasoning)
         self.composer.set_ready(True)
         self.composer.set_loading(False)
+        self.chat_view.set_demo(is_demo_folder(Path(info.folder)))
         self.draft_panel.set_available(not self.controller.busy)
         self.chat_view.set_greeting_hint(
             f"{ready_words(info)}\nAsk anything: Enter sends, Shift+Enter starts a new line.")

@@ -5,10 +5,11 @@ is at the bottom (and staying put when they scrolled up to read)."""
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QScrollArea, QStackedWidget, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QScrollArea, QStackedWidget, QVBoxLayout, QWidget
 
 from app.chat.markdown import MarkdownRenderer
 from ui.chat.message_widget import MessageWidget
+from ui.chat.starters import DEMO_NOTE, EXPLAINER, STARTERS
 
 COLUMN_CHARS = 96  # the widest the text column grows, in average characters: lines stay readable
 STICK_SLACK_PX = 24  # "at the bottom" allows this much
@@ -19,6 +20,7 @@ class ChatView(QStackedWidget):
     edit_requested = Signal()
     version_requested = Signal(object, int)  # MessageWidget, the number of its version to show
     copied = Signal(str)  # what was copied, in words
+    starter_chosen = Signal(str)  # a prompt the empty chat offered (ui/chat/starters.py)
 
     def __init__(self, renderer: MarkdownRenderer, parent: QWidget | None = None):
         super().__init__(parent)
@@ -43,15 +45,52 @@ class ChatView(QStackedWidget):
         self.greeting_hint = QLabel("Loading the model…")
         self.greeting_hint.setObjectName("greetingHint")
         self.greeting_hint.setWordWrap(True)
-        for label in (self.greeting_title, self.greeting_hint):
+        self.explainer = QLabel(EXPLAINER)
+        self.explainer.setObjectName("mutedLabel")
+        self.explainer.setWordWrap(True)
+        self.demo_note = QLabel(DEMO_NOTE)
+        self.demo_note.setObjectName("mutedLabel")
+        self.demo_note.setWordWrap(True)
+        self.demo_note.hide()  # shown while the demo is the model (set_demo)
+        for label in (self.greeting_title, self.greeting_hint, self.explainer, self.demo_note):
             label.setAlignment(Qt.AlignmentFlag.AlignHCenter)
+        self.starter_buttons = []
+        starters = QHBoxLayout()
+        starters.addStretch(1)
+        for title, prompt in STARTERS:
+            button = QPushButton(title)
+            button.setObjectName("starterButton")
+            button.setToolTip(prompt)
+            button.clicked.connect(lambda _checked=False, prompt=prompt: self.starter_chosen.emit(prompt))
+            starters.addWidget(button)
+            self.starter_buttons.append(button)
+        starters.addStretch(1)
+        text = QWidget()
+        text.setMaximumWidth(self.fontMetrics().averageCharWidth() * 80)
+        column = QVBoxLayout(text)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.addWidget(self.greeting_title)
+        column.addSpacing(6)
+        column.addWidget(self.greeting_hint)
+        column.addSpacing(14)
+        column.addWidget(self.explainer)
+        column.addSpacing(10)
+        column.addLayout(starters)
+        column.addSpacing(10)
+        column.addWidget(self.demo_note)
+        row = QHBoxLayout()
+        row.addStretch(1)
+        row.addWidget(text, 4)
+        row.addStretch(1)
         layout = QVBoxLayout(page)
         layout.addStretch(2)
-        layout.addWidget(self.greeting_title)
-        layout.addSpacing(6)
-        layout.addWidget(self.greeting_hint)
+        layout.addLayout(row)
         layout.addStretch(3)
         return page
+
+    def set_demo(self, demo: bool) -> None:
+        """The note that the demo's model is tiny and where a real speedup is, while it is loaded."""
+        self.demo_note.setVisible(demo)
 
     def _build_chat(self) -> QWidget:
         self.scroll = QScrollArea()

@@ -65,7 +65,7 @@ def main() -> int:
 
 def measure() -> None:
     """The installed head's pair trial on this computer, before (prompt lookup) and after, into its
-    manifest: what the README and the Draft slot's tooltip quote."""
+    manifest: what docs/alignment.md and the Draft slot's tooltip quote."""
     from app.align import store
     from app.align.job import Clock, _trials
 

@@ -26,7 +26,7 @@ DEMO_SIZE = 98_362_432
 # Folder per backend: PyTorch reads the GGUF itself at its own precisions (the "gguf" folder holds
 # its config and tokenizer) or the float32 Hugging Face folder; MLX its own conversions.
 DEMO_VARIANTS = ("mlx", "mlx-4bit")
-# "demo" is the fastest pair measured here (README, "Benchmarks"): on PyTorch the GGUF at its own
+# "demo" is the fastest pair measured here (docs/benchmarks.md, docs/llama-cpp.md): on PyTorch the GGUF at its own
 # precisions with prompt lookup (no draft model agrees with it more cheaply than itself); on MLX
 # the float32 conversion with the int4 copy of the same weights. DEMO_REFERENCE ("demo:float32",
 # named in app/models/names.py, where a model's label is made) is PyTorch's float32 reference with

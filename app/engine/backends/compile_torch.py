@@ -9,7 +9,7 @@ the block-grown buffers (kv_cache_torch.py) and decides growth from Python lengt
 would otherwise re-specialise on at every step. Compiling fuses what sits between the matmuls
 (norms, rotary embedding, activations, residual adds) into a few kernels per layer.
 
-Whether it pays is measured, not assumed (README, "Compiled decoding"): on this project's 2-core
+Whether it pays is measured, not assumed (docs/compiled-decoding.md): on this project's 2-core
 CPU the compiled demo step was slower than eager, and no GPU has measured it yet, so "auto" runs
 eagerly everywhere for now and "on" compiles where asked (on CUDA the same fusion removes kernel
 launches, which is where it is expected to pay). A compile that fails or disagrees with eager at load falls back
@@ -57,7 +57,7 @@ def decide(mode: str, device: torch.device) -> tuple[bool, str]:
     if mode == "on":
         return True, ""
     if device.type == "cpu":
-        return False, "compiling measured slower on the CPU"  # README, "Compiled decoding"
+        return False, "compiling measured slower on the CPU"  # docs/compiled-decoding.md
     # "auto" compiles only where it measured faster; no GPU has measured it yet
     return False, f"compiling not yet measured faster on {device.type}; --compile on tries it"
 

@@ -147,3 +147,22 @@ def service(tiny_pair):
     service = RunnerService(runner)
     yield service
     service.close()
+
+
+@pytest.fixture
+def offline_window(qtbot, tmp_path):
+    """A window whose model is missing (it fails at once), over a history in tmp_path."""
+
+    def make(history=None, **kwargs):
+        from PySide6.QtCore import QSettings
+
+        from ui.main_window import MainWindow
+
+        window = MainWindow(model=str(tmp_path / "no-model"), backend="torch",
+                            history_path=history or tmp_path / "history.sqlite3",
+                            settings=QSettings(str(tmp_path / "tandem.ini"), QSettings.Format.IniFormat), **kwargs)
+        qtbot.addWidget(window)
+        window.show()
+        return window
+
+    return make

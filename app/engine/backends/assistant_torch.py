@@ -12,7 +12,8 @@ from transformers import Gemma4AssistantForCausalLM, Gemma4UnifiedAssistantForCa
 
 from app.engine.assistant_kv import kv_producers, window_start
 from app.engine.backends.base import entropy_seed
-from app.engine.backends.torch_backend import DraftSteps, TorchBackend
+from app.engine.backends.torch_backend import TorchBackend
+from app.engine.backends.verdict_torch import DraftSteps
 from app.engine.sampling import SamplingParams
 
 _CLASSES = {"gemma4_assistant": Gemma4AssistantForCausalLM,

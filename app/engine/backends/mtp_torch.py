@@ -18,7 +18,8 @@ from transformers.modeling_layers import MtpLayer
 
 from app.engine.backends.base import entropy_seed
 from app.engine.backends.subset_head_torch import SubsetHead
-from app.engine.backends.torch_backend import DraftSteps, TorchBackend
+from app.engine.backends.torch_backend import TorchBackend
+from app.engine.backends.verdict_torch import DraftSteps
 from app.engine.sampling import SamplingParams
 from app.models.errors import ModelFileError
 from app.models.mtp_weights import MTPWeights, misfit_message, mtp_misfit

@@ -296,7 +296,11 @@ def test_a_cancelled_job_cleaning_up_is_not_paused_for_a_timing(window, fake_cli
     assert strip.card_title.text() == "Alignment cancelled"
 
 
-def test_the_job_is_started_with_capped_threads_for_the_pair_in_use(qapp, tiny_pair, tmp_path, fake_cli):
+def test_the_job_is_started_with_capped_threads_for_the_pair_in_use(qapp, tiny_pair, tmp_path, fake_cli, monkeypatch):
+    from ui.pairing import align_confirm
+
+    asked = []
+    monkeypatch.setattr(align_confirm, "confirm_alignment", lambda *args: asked.append(args) or True)
     near = DraftChoice.model(str(tiny_pair["near"]))
     window = _open(tiny_pair, tmp_path / "near", draft=near)
     try:
@@ -306,7 +310,8 @@ def test_the_job_is_started_with_capped_threads_for_the_pair_in_use(qapp, tiny_p
         assert texts == ["Align a draft head to this target", f"Align {model_label(str(tiny_pair['near']))} "
                          "to this target"]
         fake_cli.set(stdout=[{"event": "error", "message": "The draft's tokenizer is not the target's."}], code=1)
-        aligner.menu_entries()[1][2]()  # distil the pair's draft model
+        aligner.menu_entries()[1][2]()  # distil the pair's draft model (asked first: time and disk)
+        assert asked and asked[0][1] == model_label(str(tiny_pair["near"])) and asked[0][4] > 0
         _finished(window)
         assert window.align_strip.card_note.text() == "The draft's tokenizer is not the target's."
         assert window.align_strip.retry_button.isHidden()

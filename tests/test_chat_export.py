@@ -6,8 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-import pytest
-
 from app.chat.export import chat_markdown, file_name
 
 
@@ -35,8 +33,7 @@ def test_a_chat_reads_as_markdown_in_order_with_each_answers_figures():
     assert file_name("What is 2/3? <b>") == "What is 2 3 b.md" and file_name("  ") == "Untitled chat.md"
 
 
-@pytest.mark.parametrize("writable", [True, False])
-def test_the_window_exports_the_open_chat(qapp, qtbot, tmp_path, monkeypatch, writable):
+def test_the_window_exports_the_open_chat(qapp, qtbot, tmp_path, monkeypatch):
     from PySide6.QtCore import QSettings
     from PySide6.QtWidgets import QFileDialog
 
@@ -49,20 +46,19 @@ def test_the_window_exports_the_open_chat(qapp, qtbot, tmp_path, monkeypatch, wr
     window.store.add_turn(conversation.id, "Tell me about the sea.", "It is **large**.",
                           stats={"tokens": 5, "tokens_per_s": 9.0})
     window.controller.open(conversation.id)
-    folder = tmp_path / ("out" if writable else "missing/folder")
-    if writable:
-        folder.mkdir()
-    asked = []
+    asked, chosen = [], {}
     monkeypatch.setattr(QFileDialog, "getSaveFileName",
-                        staticmethod(lambda *args: (asked.append(args[2]), (str(folder / "sea"), ""))[1]))
+                        staticmethod(lambda *args: (asked.append(args[2]), (chosen["path"], ""))[1]))
+    folder = tmp_path / "out"
+    folder.mkdir()
+    chosen["path"] = str(folder / "sea")
     path = window.export_chat()
     assert Path(asked[0]).name == "Sea facts.md"
-    if writable:
-        assert path == folder / "sea.md"
-        text = path.read_text(encoding="utf-8")
-        assert "# Sea facts" in text and "Tell me about the sea." in text and "It is **large**." in text
-        assert not list(folder.glob(".*partial"))
-    else:
-        assert path is None
-        assert any("could not be exported" in t and "missing" in t for t in window.banners.texts())
+    assert path == folder / "sea.md"
+    text = path.read_text(encoding="utf-8")
+    assert "# Sea facts" in text and "Tell me about the sea." in text and "It is **large**." in text
+    assert not list(folder.glob(".*partial"))
+    chosen["path"] = str(tmp_path / "missing" / "folder" / "sea.md")  # a folder that refuses
+    assert window.export_chat() is None
+    assert any("could not be exported" in t and "missing" in t for t in window.banners.texts())
     window.close()

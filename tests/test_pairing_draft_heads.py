@@ -146,7 +146,7 @@ def _controller(folder, qapp):
 
     pairing = PairController(DownloadStrip(), backend="torch")
     pairing.loaded = SimpleNamespace(folder=folder, backend="torch", device="cpu", weights_bytes=0, draft_bytes=0,
-                                     context_length=4096)
+                                     context_length=4096, draft=PROMPT_LOOKUP)
     return pairing
 
 

@@ -341,6 +341,19 @@ def test_a_port_in_use_is_a_clear_banner_and_the_switch_stays_off(window, qtbot)
         window.app_settings.setValue("server/port", 0)
 
 
+def test_the_empty_chat_explains_itself_and_its_starters_send_a_copying_task(window, qtbot):
+    """What a newcomer sees first: what speculation does, that the demo is tiny (so copying tasks
+    are where it pays), and prompts that show it; a click sends one."""
+    from ui.chat.starters import STARTERS
+
+    assert window.chat_view.currentIndex() == 0  # the greeting
+    assert window.chat_view.explainer.isVisibleTo(window) and window.chat_view.demo_note.isVisibleTo(window)
+    assert "known-good pair" in window.chat_view.demo_note.text()
+    assert [b.text() for b in window.chat_view.starter_buttons] == [title for title, _ in STARTERS]
+    answered(window, qtbot, lambda: window.chat_view.starter_buttons[1].click())
+    assert stored(window)[0].content == STARTERS[1][1]
+
+
 @pytest.fixture(scope="module")
 def quit_mid_answer(session):
     """Close the shared window while it writes an answer, as quitting the app does."""
@@ -412,16 +425,3 @@ def test_restart_shows_the_history_where_it_was_left(session, quit_mid_answer, q
     assert window.splitter.sizes() == quit_mid_answer["sizes"]
     qtbot.waitUntil(lambda: any("Could not load" in text for text in window.banners.texts()))
     window.close()
-
-
-def test_the_empty_chat_explains_itself_and_its_starters_send_a_copying_task(window, qtbot):
-    """What a newcomer sees first: what speculation does, that the demo is tiny (so copying tasks
-    are where it pays), and prompts that show it; a click sends one."""
-    from ui.chat.starters import STARTERS
-
-    assert window.chat_view.currentIndex() == 0  # the greeting
-    assert window.chat_view.explainer.isVisibleTo(window) and window.chat_view.demo_note.isVisibleTo(window)
-    assert "known-good pair" in window.chat_view.demo_note.text()
-    assert [b.text() for b in window.chat_view.starter_buttons] == [title for title, _ in STARTERS]
-    answered(window, qtbot, lambda: window.chat_view.starter_buttons[1].click())
-    assert stored(window)[0].content == STARTERS[1][1]

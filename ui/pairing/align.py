@@ -80,12 +80,12 @@ class DraftAligner(QObject):
         entries = [("Align a draft head to this target",
                     f"Trains a small draft head on {target}'s own answers, in the background (about 12 minutes, "
                     "chat goes on); the pair drafts with it where it measures faster. The original draft is kept.",
-                    lambda: self.start("head"), off)]
+                    lambda: self.start("head", ask=True), off)]
         if loaded is not None and loaded.draft.kind is DraftKind.MODEL:
             name = model_label(loaded.draft.source)
             entries.append((f"Align {name} to this target",
                             f"Fine-tunes a copy of {name} on {target}'s own answers, in the background; the original "
-                            "draft model is not changed.", lambda: self.start(loaded.draft.source), off))
+                            "draft model is not changed.", lambda: self.start(loaded.draft.source, ask=True), off))
         return entries
 
     @property
@@ -94,15 +94,17 @@ class DraftAligner(QObject):
 
     # Running the job
 
-    def start(self, draft: str = "head") -> str:
+    def start(self, draft: str = "head", ask: bool = False) -> str:
         """Align the loaded pair's target: `draft` "head", or the pair's draft model folder. Returns
-        why it cannot start ("" when it started)."""
+        why it cannot start ("" when it started). `ask`: first say what it takes and ask (the menu)."""
         loaded, request = self.pairing.loaded, self.pairing.current
         problem = aligning_unavailable() or ("Load a target first." if loaded is None or request is None else "") or (
             "An alignment is already running." if self.running else "")
         if problem:
             self.strip.show_error("Cannot align the draft", problem)
             return problem
+        if ask and not self._agreed(draft, loaded):
+            return "not started: the user cancelled"
         target = job_target(request.target, loaded.folder)
         self._for = {"spec": request.target, "name": request.named()[0], "key": alignment_key(target),
                      "backend": loaded.backend, "original": loaded.draft}
@@ -112,6 +114,17 @@ class DraftAligner(QObject):
         self._title = f"Aligning {what} to {display_name(loaded.folder)}"
         self._run()
         return ""
+
+    def _agreed(self, draft: str, loaded) -> bool:
+        from app.align.job import AlignSettings
+        from app.align.store import aligned_dir
+        from ui.pairing.align_confirm import confirm_alignment, folder_bytes, head_bytes_for
+
+        minutes = self.options.minutes or AlignSettings.__dataclass_fields__["minutes"].default
+        head = draft == "head"
+        disk = head_bytes_for(loaded.folder) if head else folder_bytes(draft)
+        what = "a draft head" if head else model_label(draft)
+        return confirm_alignment(self.strip.window(), what, display_name(loaded.folder), minutes, disk, aligned_dir())
 
     def _run(self) -> None:
         self.job = job = AlignJob(self._args, job_threads(self.options), self)

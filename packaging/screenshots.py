@@ -22,11 +22,12 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from benchmarks.align_screenshots import wait_until  # noqa: E402 (the same event-loop wait)
 
 # the poem prompt of benchmarks/suite.json: the demo copies it, so prompt lookup drafts long runs
 # that the target accepts, beside rejected drafts and tokens of the target's own
@@ -64,14 +65,6 @@ def private_folders() -> Path:
         os.environ[name] = str(scratch / name.lower())
     os.environ.pop("HF_TOKEN", None)
     return scratch
-
-
-def wait_until(app, predicate, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while not predicate() and time.monotonic() < deadline:
-        app.processEvents()
-        time.sleep(0.02)
-    return predicate()
 
 
 def settle(app, seconds: float) -> None:

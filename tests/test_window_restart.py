@@ -87,3 +87,22 @@ def test_recent_pairs_keep_their_precision_and_refuse_a_bad_one(tmp_path):
     read = PairMemory(tmp_path / "pairs.json")
     assert read.last_pair()["target"] == "/models/a" and read.last_pair()["precision"] == "auto"
     assert "precision is" in read.notice and "int3" in read.notice
+
+
+def test_a_recent_pairs_precision_goes_with_that_load_only(qtbot, tiny_pair, tmp_path):
+    """A recent pair at int4 whose folder is gone loads nothing; the next choice loads at its
+    own precision, not the int4 left over from the failed one."""
+    from ui.pairing.controller import PairController
+    from ui.pairing.downloads import DownloadStrip
+
+    strip = DownloadStrip()
+    qtbot.addWidget(strip)
+    pairing = PairController(strip, backend="torch")
+    asked = []
+    pairing.request_pair.connect(asked.append)
+    pairing.choose_recent({"target": str(tmp_path / "gone"), "draft": PROMPT_LOOKUP, "precision": "int4"})
+    assert asked == []
+    pairing.choose_known(str(tiny_pair["target"]), PROMPT_LOOKUP)
+    assert [r.precision for r in asked] == ["auto"]
+    pairing.choose_recent({"target": str(tiny_pair["target"]), "draft": PROMPT_LOOKUP, "precision": "int4"})
+    assert [r.precision for r in asked] == ["auto", "int4"]

@@ -54,12 +54,12 @@ class PairController(QObject):
         self.current: PairRequest | None = None
         self.loaded: LoadedModel | None = None
         self.job: DownloadJob | None = None
-        self._pending: tuple = ()  # what the running job was started for (sources, missing, resolved, tries)
+        # what the running job was started for: (sources, missing, resolved, tries, the target's precision)
+        self._pending: tuple = ()
         self._new_token: str | None = None
         self.trial_running = False
         self.trial_text = ""  # what the Draft slot last showed of the trial, to show again
         self.remembered: dict | None = None  # the last session's pair, while it loads at start
-        self._precision = "auto"  # the target's precision for the next load (a recent pair's)
         self.trial_shown.connect(lambda text: setattr(self, "trial_text", text))
         strip.cancel_requested.connect(self.cancel_download)
 
@@ -91,24 +91,25 @@ class PairController(QObject):
         """Two texts dropped together: the larger model is the target."""
         self._choose_sources(lambda: [("target", classify(target, "target")), ("draft", classify(draft, "draft"))])
 
-    def choose_known(self, target: str, draft: DraftChoice) -> None:
-        """A pair named before (the catalog, a recent pair): its files are checked again."""
-        self._choose_sources(lambda: [("target", classify(target, "target")), ("draft", draft_source(draft))])
+    def choose_known(self, target: str, draft: DraftChoice, precision: str = "auto") -> None:
+        """A pair named before (the catalog, a recent pair, at the precision it was loaded at):
+        its files are checked again."""
+        self._choose_sources(lambda: [("target", classify(target, "target")), ("draft", draft_source(draft))],
+                             precision)
 
-    def _choose_sources(self, sources: Callable[[], list[tuple[str, ModelSource]]]) -> None:
+    def _choose_sources(self, sources: Callable[[], list[tuple[str, ModelSource]]], precision: str = "auto") -> None:
         try:
             chosen = sources()
         except ModelFileError as exc:
             self.error.emit(str(exc))
             return
-        self._fetch(chosen)
+        self._fetch(chosen, precision=precision)
 
     def choose_catalog(self, pair: CatalogPair) -> None:
         self.choose_known(*pair.specs)
 
     def choose_recent(self, entry: dict) -> None:
-        self._precision = entry.get("precision", "auto")
-        self.choose_known(entry["target"], entry["draft"])
+        self.choose_known(entry["target"], entry["draft"], entry.get("precision", "auto"))
 
     def start(self, target: str | None, draft: DraftChoice | None) -> None:
         """The session's first pair: what the command line named, else the pair loaded last (its
@@ -128,8 +129,7 @@ class PairController(QObject):
         except ModelFileError as exc:  # its folder is gone: the demo, saying why
             self.remembered_failed(str(exc))
             return
-        self._precision = last["precision"]
-        self._fetch(sources)
+        self._fetch(sources, precision=last["precision"])
 
     def remembered_failed(self, why: str) -> bool:
         """The pair remembered from the last session could not load: say why and load the demo.
@@ -150,7 +150,8 @@ class PairController(QObject):
 
     # Fetching what the hub holds, then loading
 
-    def _fetch(self, sources: list[tuple[str, ModelSource]], token: str | None = None, tries: int = 0) -> None:
+    def _fetch(self, sources: list[tuple[str, ModelSource]], token: str | None = None, tries: int = 0,
+               precision: str = "auto") -> None:
         if self.job is not None:
             self.error.emit("A download is already running: wait for it or cancel it first.")
             return
@@ -164,12 +165,12 @@ class PairController(QObject):
             else:
                 missing.append((role, source))
         if not missing:
-            self._load(resolved)
+            self._load(resolved, precision)
             return
         job = DownloadJob([source.ref for _, source in missing], token=token or hub.saved_token(),
                           endpoint=self.endpoint, precheck=self._precheck_for(missing, resolved), parent=self)
         self.job = job
-        self._pending = (sources, missing, resolved, tries)
+        self._pending = (sources, missing, resolved, tries, precision)
         self._new_token = token if tries else None  # one the user just gave
         self.strip.begin(" and ".join(source.name for _, source in missing))
         # Bound methods of objects on the GUI thread: the job emits from its own thread, and Qt
@@ -185,21 +186,21 @@ class PairController(QObject):
         self.info.emit(message)
 
     def _job_done(self, paths: list) -> None:
-        _sources, missing, resolved, _tries = self._pending
+        _sources, missing, resolved, _tries, precision = self._pending
         self._end_job()
         if self._new_token:
             hub.save_token(self._new_token)  # where huggingface-hub keeps it, for every tool
         for (role, source), path in zip(missing, paths, strict=True):
             resolved[role] = _named(role, source, str(path))
-        self._load(resolved)
+        self._load(resolved, precision)
 
     def _job_failed(self, exc: Exception) -> None:
-        sources, _missing, _resolved, tries = self._pending
+        sources, _missing, _resolved, tries, precision = self._pending
         self._end_job()
         if isinstance(exc, hub.NeedsToken) and tries < TOKEN_RETRIES:
             new_token = self.ask_token(exc.repo_id, str(exc))
             if new_token:  # saved once it has worked, never over a good token the user already has
-                self._fetch(sources, new_token, tries + 1)
+                self._fetch(sources, new_token, tries + 1, precision)
                 return
         message = str(exc) if isinstance(exc, (ModelFileError, ValueError)) else f"The download failed: {exc}"
         if not self.remembered_failed(message):
@@ -253,7 +254,8 @@ class PairController(QObject):
         self.job = None
         self.strip.end()
 
-    def _load(self, resolved: dict[str, tuple]) -> None:
+    def _load(self, resolved: dict[str, tuple], precision: str = "auto") -> None:
+        """Load what was resolved; `precision` is the target's ("auto" but for a recent pair's)."""
         current = self.current or PairRequest("demo", AUTO_DRAFT, self.backend)
         target, target_name = resolved.get("target", (current.target, current.named()[0]))
         draft, draft_name = resolved.get("draft", (current.draft, current.named()[1]))
@@ -261,7 +263,6 @@ class PairController(QObject):
         keep_draft = "target" in resolved and "draft" not in resolved
         if keep_draft and draft.kind is DraftKind.MTP:  # the old target's own layer: the new one's, if it has one
             draft, draft_name = AUTO_DRAFT, AUTO_DRAFT
-        precision, self._precision = self._precision, "auto"  # a recent pair's, once
         self.request_pair.emit(PairRequest(target, draft, self.backend, target_name, draft_name, keep_draft,
                                            precision=precision, context=self.memory.context(target_name)))
 

@@ -175,7 +175,7 @@ class TorchBackend(ModelBackend):
         self.graph_note = ""  # why passes on CUDA run eagerly
         self.step = "transformers" if want else step  # compiling compiles transformers' forward
         if want:
-            self.compile_note = self._compile(progress or (lambda message: None))
+            self.compile_note = self._compile(self._progress)
             if not self.compiled and step != "transformers":
                 self.step = step  # compiling failed or disagreed: the lean step, eagerly
         self.dtype = self.precision = _with_compile_state(self.precision, self.compiled,

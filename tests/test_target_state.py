@@ -29,8 +29,9 @@ class StateRecorder(ScriptedDrafter):
 
     wants_target_state = True
 
-    def __init__(self, plain, vocab):
+    def __init__(self, plain, vocab, layers=()):
         super().__init__(PROMPT, plain, vocab)
+        self.target_layers = layers
         self.rows: dict[int, np.ndarray] = {}
         self.twice: list[int] = []
 
@@ -45,9 +46,9 @@ class StateRecorder(ScriptedDrafter):
             self.rows[state.start + i] = row
 
 
-def _check(target, fresh, draft_tokens):
+def _check(target, fresh, draft_tokens, layers=()):
     plain = [t for e in generate(fresh, str, PROMPT, max_tokens=30) if isinstance(e, Round) for t in e.emitted]
-    recorder = StateRecorder(plain, target.vocab_limit)
+    recorder = StateRecorder(plain, target.vocab_limit, layers)
     events = list(generate(target, str, PROMPT, drafter=recorder, draft_tokens=draft_tokens, max_tokens=30))
     rounds = [e for e in events if isinstance(e, Round)]
     assert any(e.drafted and e.accepted < len(e.drafted) for e in rounds)  # rejections happened
@@ -56,7 +57,7 @@ def _check(target, fresh, draft_tokens):
     assert len(held) == target.cache_len > len(PROMPT)
     assert not recorder.twice and sorted(recorder.rows) == list(range(len(held)))
     assert target.last_hidden() is None  # capture is off again after the answer
-    assert fresh.capture_hidden(True) == ""
+    assert fresh.capture_hidden(True, layers) == ""
     fresh.reset()
     fresh.prefill(held)
     want = _numpy(fresh.last_hidden())
@@ -67,11 +68,37 @@ def _check(target, fresh, draft_tokens):
 
 
 @pytest.mark.parametrize("backend", ["torch", "mlx"])
-def test_a_drafter_that_asks_gets_every_committed_positions_hidden_state(tiny_pair, backend):
+@pytest.mark.parametrize("layers", [(), (2, 0, 1)], ids=["final norm", "inner layers"])
+def test_a_drafter_that_asks_gets_every_committed_positions_hidden_state(tiny_pair, backend, layers):
     if backend == "mlx":
         pytest.importorskip("mlx_lm")
     folder = tiny_pair["target"] if backend == "torch" else tiny_pair["target_mlx"]
-    _check(load_backend(folder, backend), load_backend(folder, backend), draft_tokens=4)
+    _check(load_backend(folder, backend), load_backend(folder, backend), draft_tokens=4, layers=layers)
+
+
+@pytest.mark.parametrize("step", ["lean", "transformers"])
+def test_inner_layer_states_are_the_states_entering_those_layers(tiny_pair, step):
+    """EAGLE-3's convention (HF's hidden_states[i], vLLM's aux layers): layer i's state is what
+    enters decoder layer i, 0 the embedding; the layer count names the last layer's output,
+    which the final norm turns into the model's last hidden state."""
+    import torch
+
+    target = load_backend(tiny_pair["target"], "torch")
+    target.step = step
+    count = len(target.model.model.layers)
+    want = target.model.model(input_ids=torch.tensor([PROMPT]), output_hidden_states=True)
+    assert target.capture_hidden(True, (count, 1, 0)) == ""
+    target.prefill(PROMPT)
+    got = target.last_hidden().float()
+    width = want.hidden_states[0].shape[-1]
+    assert got.shape == (len(PROMPT), 3 * width)
+    torch.testing.assert_close(got[:, width:2 * width], want.hidden_states[1][0].float(), atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(got[:, 2 * width:], want.hidden_states[0][0].float(), atol=1e-4, rtol=1e-4)
+    normed = target.model.model.norm(got[:, :width].to(want.last_hidden_state.dtype))
+    torch.testing.assert_close(normed.float(), want.last_hidden_state[0].float(), atol=1e-4, rtol=1e-4)
+    assert f"this model has {count} decoder layers" in target.capture_hidden(True, (count + 1,))
+    assert "twice" in target.capture_hidden(True, (1, 1))
+    target.capture_hidden(False)
 
 
 def test_a_hybrid_target_hands_the_verify_pass_state_not_the_replays(tiny_pair, tmp_path):

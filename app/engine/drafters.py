@@ -46,7 +46,9 @@ class TargetState:
     output, what the head reads) of each position a pass committed, and the target itself for
     read access to its cache."""
 
-    hidden: Any  # (n, hidden) on the device: positions start .. start + n - 1
+    # (n, hidden) on the device, positions start .. start + n - 1; with the drafter's
+    # target_layers, (n, len(target_layers) * hidden): those layers' states side by side
+    hidden: Any
     start: int  # the position of hidden's first row in the committed sequence
     backend: ModelBackend | None = None
 
@@ -62,6 +64,9 @@ def draft_seed(seed: int | None) -> int | None:
 class Drafter(ABC):
     name: str = "drafter"
     wants_target_state: bool = False
+    # with wants_target_state: the target's inner layers whose states it reads, side by side
+    # (EAGLE-3's low, middle and high layers); () the final norm's output
+    target_layers: tuple[int, ...] = ()
 
     def start(self, prompt_ids: Sequence[int], seed: int | None = None, reuse: bool = False,
               should_stop: Callable[[], bool] | None = None) -> None:

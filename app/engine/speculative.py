@@ -241,7 +241,7 @@ def _generate(
     target.seed(params.seed)
     reason = why_not_speculate(target, drafter)  # on the caches this answer will use
     if not reason and drafter is not None and drafter.wants_target_state:
-        reason = target.capture_hidden(True)  # the drafter reads the target's hidden states
+        reason = target.capture_hidden(True, drafter.target_layers)  # the drafter reads the target's states
     if reason:
         yield Notice(f"Decoding without a draft: {reason}.")
         drafter = None

@@ -28,6 +28,18 @@ def check_choice(what: str, value: str, choices) -> str:
     return value
 
 
+def check_layers(layers: tuple[int, ...], count: int) -> str:
+    """"" where `layers` names inner states a target of `count` decoder layers has: layer i < count
+    is the residual stream entering decoder layer i (HF's `hidden_states[i]`: 0 is the embedding),
+    i == count the last layer's output before the final norm; else why not."""
+    wrong = [i for i in layers if not 0 <= int(i) <= count]
+    if wrong:
+        return f"it reads layer {wrong[0]}, and this model has {count} decoder layers"
+    if len(set(layers)) != len(layers):
+        return f"it names layer {next(i for i in layers if layers.count(i) > 1)} twice"
+    return ""
+
+
 def entropy_seed() -> int:
     """A seed from the operating system's entropy: unseeded sampling differs on every run."""
     return secrets.randbits(63)
@@ -122,10 +134,13 @@ class ModelBackend(ABC):
         self.cache.cut(length)
 
     @abstractmethod
-    def capture_hidden(self, on: bool) -> str:
-        """On: every pass keeps the last hidden state of each position it reads (the final norm's
-        output, what the head reads) for `last_hidden`, for drafters that condition on the target;
-        off: nothing is kept (plain pairs pay nothing). Returns "" or why it cannot."""
+    def capture_hidden(self, on: bool, layers: tuple[int, ...] = ()) -> str:
+        """On: every pass keeps a hidden state of each position it reads for `last_hidden`, for
+        drafters that condition on the target: with no `layers` the final norm's output (what the
+        head reads); with `layers` (EAGLE-3's and DFlash's inner states) the residual stream
+        entering each named decoder layer, side by side in the order named, (n, len(layers) *
+        hidden) (see `check_layers`). Off: nothing is kept (plain pairs pay nothing). Returns ""
+        or why it cannot."""
 
     @abstractmethod
     def last_hidden(self):

@@ -256,6 +256,10 @@ class LeanStep:
         # call over the grouped queries, cuDNN's kernel, measured no faster on an H100: 7.01 against
         # 6.95 ms for the 8B shape's width-1 pass, docs/performance.md)
         self.grouped = self.device.type != "cpu"
+        # inner layers whose entering states `forward(hidden=True)` hands over side by side
+        # (EAGLE-3's fused layers), or () for the final norm's output; an output of the pass
+        # itself, so captured graphs hand them over too
+        self.aux: tuple[int, ...] = ()
 
     def new_glue(self, fused: bool) -> EagerGlue:
         """The glue between the matmuls (layer_glue_torch.py): fused by torch.compile, or eager."""
@@ -305,19 +309,27 @@ class LeanStep:
             # CUDA's path takes the mask as an additive bias, built once per pass for every layer
             mask = _mask_bias(mask, self.heads // self.kv_heads, self.dtype)
         x = self.embed(ids)[0].to(self.dtype)  # (n, D)
-        normed = self.body(x, kv.store, rope, mask, start, end, None if static is None else static.positions)
+        states: dict[int, torch.Tensor] | None = {} if hidden and self.aux else None
+        normed = self.body(x, kv.store, rope, mask, start, end, None if static is None else static.positions,
+                           states)
         logits = self.head(normed[n - keep:])
+        if states is not None:
+            return logits, torch.cat([states[i] for i in self.aux], -1)
         return logits, (normed if hidden else None)
 
     def body(self, x: torch.Tensor, store: torch.Tensor, rope, mask: torch.Tensor | None,
-             start: int, end: int, positions: torch.Tensor | None) -> torch.Tensor:
+             start: int, end: int, positions: torch.Tensor | None,
+             states: dict[int, torch.Tensor] | None = None) -> torch.Tensor:
         """The decoder layers and the final norm: x (n, D) -> (n, D), keys and values written into
         `store` at start.. (or at `positions`), attention over its first `end` positions. Tensors in,
         tensors out, no host reads: what a CUDA graph takes whole. Each residual add goes with the
-        norm after it (one fused kernel where the glue is fused)."""
+        norm after it (one fused kernel where the glue is fused). `states`: filled with the
+        residual stream entering each layer in `self.aux` (the count: the last layer's output)."""
         glue, layers = self.glue, self.layers
         h = glue.norm(x, layers[0].input_norm, layers[0].qkv.act)
         for index, layer in enumerate(layers):
+            if states is not None and index in self.aux:
+                states[index] = x.clone()  # the residual adds below work in place
             q, kv = glue.split_rope(layer.qkv(h), rope, layer.q_norm, layer.k_norm)
             glue.write(store[index], kv, start, positions)
             keys, values = store[index, 0], store[index, 1]  # (Hkv, capacity, hd)
@@ -327,6 +339,8 @@ class LeanStep:
             following = layers[index + 1] if index + 1 < len(layers) else None
             norm, act = (following.input_norm, following.qkv.act) if following else (self.final_norm, self.dtype)
             x, h = glue.add_norm(x, y, norm, act)
+        if states is not None and len(layers) in self.aux:
+            states[len(layers)] = x
         return h
 
     def _attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,

@@ -13,7 +13,7 @@ from mlx.utils import tree_flatten
 from mlx_lm.models.cache import make_prompt_cache
 from mlx_lm.utils import load_model
 
-from app.engine.backends.base import ModelBackend, Verdict, check_choice, entropy_seed
+from app.engine.backends.base import ModelBackend, Verdict, check_choice, check_layers, entropy_seed
 from app.engine.backends.mlx_cache import MLXCache
 from app.engine.sampling import SamplingParams
 from app.models.folder import check_model_folder, context_length_of
@@ -131,11 +131,28 @@ class _KeepsOutput:
 
     def __init__(self, norm):
         self.norm = norm
-        self.last = None
+        self.last = self.entered = None
 
     def __call__(self, x):
+        self.entered = x  # the last layer's output (an EAGLE-3 head may read it)
         self.last = self.norm(x)
         return self.last
+
+
+class _KeepsInput:
+    """Stands in for one decoder layer and keeps the state entering it (an EAGLE-3 head's inner
+    layers); like _KeepsOutput a plain callable, the layer's own attributes read through."""
+
+    def __init__(self, layer):
+        self.layer = layer
+        self.last = None
+
+    def __call__(self, x, *args, **kwargs):
+        self.last = x
+        return self.layer(x, *args, **kwargs)
+
+    def __getattr__(self, name):  # a model's loop may ask its layers what they are (is_linear, ...)
+        return getattr(self.__dict__["layer"], name)
 
 
 class MLXBackend(ModelBackend):
@@ -167,6 +184,7 @@ class MLXBackend(ModelBackend):
         # Its own random key, split for every draw: MLX's global generator would be shared with
         # the draft model (one stream for both breaks the independence rejection sampling needs).
         self._key = mx.random.key(entropy_seed())
+        self._layers_asked: tuple[int, ...] = ()
         self.reset()
 
     def reset(self) -> None:
@@ -185,9 +203,13 @@ class MLXBackend(ModelBackend):
         inner = getattr(self.model, "model", None)
         return inner if inner is not None else getattr(getattr(self.model, "language_model", None), "model", None)
 
-    def capture_hidden(self, on: bool) -> str:
+    def capture_hidden(self, on: bool, layers: tuple[int, ...] = ()) -> str:
         inner = self._text_model()
         norm = getattr(inner, "norm", None)
+        blocks = getattr(inner, "layers", None)
+        if isinstance(blocks, list):  # layers kept for the last answer go back first
+            blocks[:] = [b.layer if isinstance(b, _KeepsInput) else b for b in blocks]
+        self._layers_asked = tuple(layers) if on else ()
         if isinstance(norm, _KeepsOutput) and not on:
             inner.norm = norm.norm
         elif not isinstance(norm, _KeepsOutput) and on:
@@ -196,11 +218,27 @@ class MLXBackend(ModelBackend):
             inner.norm = _KeepsOutput(norm)
         elif isinstance(norm, _KeepsOutput):
             norm.last = None
+        if on and layers:
+            if not isinstance(blocks, list):
+                return f"{self.model_type} has no decoder layer list to read inner states from"
+            why = check_layers(tuple(layers), len(blocks))
+            if why:
+                return why
+            for index in layers:  # the last layer's output is what enters the final norm
+                if index < len(blocks):
+                    blocks[index] = _KeepsInput(blocks[index])
         return ""
 
     def last_hidden(self) -> mx.array | None:
-        norm = getattr(self._text_model(), "norm", None)
-        return norm.last[0] if isinstance(norm, _KeepsOutput) and norm.last is not None else None
+        inner = self._text_model()
+        norm = getattr(inner, "norm", None)
+        if not isinstance(norm, _KeepsOutput) or norm.last is None:
+            return None
+        if not self._layers_asked:
+            return norm.last[0]
+        blocks = inner.layers
+        rows = [norm.entered if i == len(blocks) else blocks[i].last for i in self._layers_asked]
+        return mx.concatenate([row[0] for row in rows], axis=-1)
 
     def join_hidden(self, parts: list) -> mx.array:
         return mx.concatenate(parts)

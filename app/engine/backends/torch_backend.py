@@ -11,7 +11,7 @@ from transformers import AutoModelForCausalLM
 from transformers.utils import logging as transformers_logging
 from transformers.cache_utils import DynamicCache
 
-from app.engine.backends.base import ModelBackend, Verdict, check_choice, entropy_seed
+from app.engine.backends.base import ModelBackend, Verdict, check_choice, check_layers, entropy_seed
 from app.engine.backends.compile_torch import (StepCache, agree, compile_layers, decide, decoder_layers,
                                                uncompile_layers, warm_up)
 from app.engine.backends.cuda_graphs_torch import CaptureError, GraphedStep, HostIds
@@ -160,7 +160,7 @@ class TorchBackend(ModelBackend):
         self._generator = torch.Generator(device=self._device)
         self._generator.manual_seed(entropy_seed())  # never torch's fixed default seed
         self.compiled = False
-        self._hidden_hook = self._hidden = None
+        self._hidden_hooks, self._hidden, self._layer_rows, self._layers_asked = [], None, {}, ()
         self._want_hidden = False
         self._mixers: dict | None = None  # found at the first reset (layer_replay_torch.py)
         self._host_ids = HostIds(self._device)
@@ -424,26 +424,53 @@ class TorchBackend(ModelBackend):
     def seed(self, seed: int | None) -> None:
         self._generator.manual_seed(entropy_seed() if seed is None else seed)
 
-    def capture_hidden(self, on: bool) -> str:
-        if self._hidden_hook is not None:
-            self._hidden_hook.remove()
-        self._hidden_hook, self._hidden = None, None
+    def capture_hidden(self, on: bool, layers: tuple[int, ...] = ()) -> str:
+        for hook in self._hidden_hooks:
+            hook.remove()
+        self._hidden_hooks, self._hidden, self._layer_rows = [], None, {}
+        layers = self._layers_asked = tuple(layers) if on else ()
+        if on and self._lean is not None and self._lean.aux != layers:
+            why = check_layers(layers, len(self._lean.layers))
+            if why:
+                return why
+            self._lean.aux = layers  # (kept when capture goes off: the next answer's graphs still fit)
+            # captured passes hand over what they were captured with: capture again, over the same
+            # KV buffer (self.cache is the graphs' fixed one)
+            self._graphs = None
         self._want_hidden = on and self._lean is not None  # the lean pass hands them back itself
         if not on or self._want_hidden:
             return ""
         inner = getattr(self.model, "model", None)
         # a multimodal wrapper (Gemma 4's published checkpoints) keeps the text model in language_model
-        norm = getattr(inner, "norm", None) or getattr(getattr(inner, "language_model", None), "norm", None)
+        inner = inner if getattr(inner, "norm", None) is not None else getattr(inner, "language_model", None)
+        norm = getattr(inner, "norm", None)
         if not isinstance(norm, torch.nn.Module):
             return f"{self.model_type} has no final norm to read its hidden states from"
+        if not layers:
+            def keep(module, inputs, output):
+                self._hidden = output
 
-        def keep(module, inputs, output):
-            self._hidden = output
-
-        self._hidden_hook = norm.register_forward_hook(keep)
+            self._hidden_hooks.append(norm.register_forward_hook(keep))
+            return ""
+        blocks = getattr(inner, "layers", None)
+        if not isinstance(blocks, torch.nn.ModuleList):
+            return f"{self.model_type} has no decoder layer list to read inner states from"
+        why = check_layers(layers, len(blocks))
+        if why:
+            return why
+        for index in layers:  # a pre-hook on the module the state enters (the final norm for the last)
+            module = blocks[index] if index < len(blocks) else norm
+            self._hidden_hooks.append(module.register_forward_pre_hook(self._keeper(index), with_kwargs=True))
         return ""
 
+    def _keeper(self, index: int):
+        def keep(module, args, kwargs):
+            self._layer_rows[index] = args[0] if args else kwargs.get("hidden_states")
+        return keep
+
     def last_hidden(self) -> torch.Tensor | None:
+        if self._layer_rows:  # the asked layers' states side by side, in the order asked
+            return torch.cat([self._layer_rows[i][0] for i in self._layers_asked], -1)
         return None if self._hidden is None else self._hidden[0]
 
     def join_hidden(self, parts: list) -> torch.Tensor:

@@ -54,9 +54,12 @@ class MTPHead(Protocol):
 class MTPDrafter(Drafter):
     wants_target_state = True
 
-    def __init__(self, head: MTPHead, name: str = "built-in MTP head"):
+    def __init__(self, head: MTPHead, name: str = "built-in MTP head", source: str = "mtp",
+                 target_layers: tuple[int, ...] = ()):
         self.head = head
         self.name = name
+        self.source = source  # what the side panel's rounds say drafted them
+        self.target_layers = target_layers  # the target's inner layers the head reads (EAGLE-3's three)
         self._restart(0)
 
     def _restart(self, base: int) -> None:
@@ -127,7 +130,7 @@ class MTPDrafter(Drafter):
         ids, p, probs, ids_array = self.head.draft(tokens, self._rows, k, params, should_stop)
         self._pairs.extend(tokens)
         self._rows = None
-        return Proposal(ids, p, probs, ids_array, time.perf_counter() - started, "mtp", len(tokens))
+        return Proposal(ids, p, probs, ids_array, time.perf_counter() - started, self.source, len(tokens))
 
 
 def load_mtp_drafter(target: ModelBackend) -> MTPDrafter:
@@ -163,3 +166,21 @@ def load_head_drafter(target: ModelBackend, folder) -> MTPDrafter:
     from app.engine.backends.mtp_mlx import MLXMTPHead
 
     return MTPDrafter(MLXMTPHead(target, weights, aligned=True, vocab=vocab), "aligned draft head")
+
+
+def load_eagle3_drafter(target: ModelBackend, folder) -> MTPDrafter:
+    """An EAGLE-3 head (app/models/eagle3_head.py) drafting for `target`, on the target's backend:
+    the MTP drafter's pairs and chaining, fed the states of the three layers the head reads."""
+    import json
+    from pathlib import Path
+
+    from app.models.eagle3_head import read_eagle3
+
+    head = read_eagle3(folder, json.loads((Path(target.folder) / "config.json").read_text()))
+    if target.name == "torch":
+        from app.engine.backends.eagle3_torch import TorchEagle3Head
+
+        return MTPDrafter(TorchEagle3Head(target, head), "EAGLE-3 head", "eagle3", head.layers)
+    from app.engine.backends.eagle3_mlx import MLXEagle3Head
+
+    return MTPDrafter(MLXEagle3Head(target, head), "EAGLE-3 head", "eagle3", head.layers)

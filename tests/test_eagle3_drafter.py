@@ -1,0 +1,245 @@
+"""EAGLE-3 heads as drafters (app/models/eagle3_head.py, app/engine/backends/eagle3_*.py): a tiny
+Llama and an EAGLE-3 head trained together on a task only the right inner states solve
+(tests/eagle3_training.py) draft far above chance and fall to chance when the head reads the
+wrong positions or the wrong layers; speculation stays exact at every k on both backends and at
+temperature 1; both published layouts read to the same head; the MLX port computes what the
+PyTorch port computes; a follow-up turn's head cache equals a fresh one's; heads that do not fit
+are refused, in words, before any weights load."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from app.engine.backends import load_backend
+from app.engine.events import Round
+from app.engine.mtp import MTPDrafter, load_eagle3_drafter
+from app.engine.sampling import SamplingParams
+from app.engine.speculative import generate
+from app.models.eagle3_head import default_layers, is_eagle3_head, read_eagle3
+from app.models.errors import ModelFileError
+from tests.eagle3_training import DRAFT_VOCAB, FIRST, LAYERS, VOCAB, fused_states, head_pass, train, write_head
+
+PERIODIC = [1, 5, 9, 17, 5, 9, 17, 5]  # what the pair was trained on: the head should be right
+OTHER = [1, 4, 8, 15, 22, 3, 7]  # no period: the target continues its own way, the head errs more
+N = 30
+CHANCE = 1 / DRAFT_VOCAB
+
+
+def _run(target, prompt, drafter=None, max_tokens=N, **kw):
+    events = list(generate(target, lambda ids: "", prompt, drafter=drafter, max_tokens=max_tokens, **kw))
+    return [t for e in events if isinstance(e, Round) for t in e.emitted], events[-1].stats
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """(target folder, speculators-layout head folder, EAGLE-layout head folder, the modules)."""
+    root = tmp_path_factory.mktemp("eagle3")
+    model, head, losses = train(steps=300)
+    assert losses[1] < 0.6, losses  # the head learned its task (chance: ln 21 = 3.0)
+    model.save_pretrained(root / "target")
+    return (root / "target", write_head(head, root / "head"), write_head(head, root / "head-eagle", "EAGLE"),
+            model, head)
+
+
+@pytest.fixture(scope="module", params=["torch", "mlx"])
+def pair(request, trained):
+    if request.param == "mlx":
+        pytest.importorskip("mlx_lm")
+    target = load_backend(trained[0], request.param)
+    return target, load_eagle3_drafter(target, trained[1]), load_backend(trained[0], request.param)
+
+
+def test_the_head_reads_the_layers_its_config_names_and_eagle3s_rule_otherwise(trained):
+    config = json.loads((trained[0] / "config.json").read_text())
+    head = read_eagle3(trained[1], config)
+    assert head.layers == LAYERS and head.layout == "speculators" and head.vocab_map
+    assert read_eagle3(trained[2], config).layout == "EAGLE"
+    assert is_eagle3_head(trained[1]) and is_eagle3_head(trained[2]) and not is_eagle3_head(trained[0])
+    assert default_layers(32) == (2, 16, 29)  # Llama-3.1-8B's: the states entering layers 2, 16 and 29
+
+
+def test_a_trained_head_drafts_far_above_chance_and_stays_exact(pair):
+    target, drafter, fresh = pair
+    for prompt in (PERIODIC, OTHER):
+        plain, _ = _run(fresh, prompt)
+        for k in range(1, 9):
+            tokens, stats = _run(target, prompt, drafter, draft_tokens=k)
+            assert tokens == plain, (prompt, k)
+            assert stats.drafted > 0
+            if k == 1 and prompt is PERIODIC:  # one step reads the target's own states: what it was trained for
+                assert stats.accepted / stats.drafted > 0.7, (stats.accepted, stats.drafted)
+
+
+class _OffByOne(MTPDrafter):
+    """The wiring bug the acceptance test must catch: each token read beside the states of the
+    position before the right one."""
+
+    def _take(self, committed, state):
+        before = getattr(self, "_carry", None)
+        if before is None or state.start == 0:
+            before = state.hidden[:1]
+        shifted = self.head.concat(before, state.hidden[:-1])
+        self._carry = state.hidden[-1:]
+        super()._take(committed, replace(state, hidden=shifted))
+
+
+def _rate(stats) -> float:
+    return stats.accepted / stats.drafted
+
+
+SECOND = [1, 7, 12, 20, 7, 12, 20, 7, 12]  # another periodic prompt
+
+
+def _rates(target, drafter) -> float:
+    drafted = accepted = 0
+    for prompt in (PERIODIC, SECOND):
+        _, stats = _run(target, prompt, drafter, draft_tokens=1)
+        drafted, accepted = drafted + stats.drafted, accepted + stats.accepted
+    return accepted / drafted
+
+
+def test_the_head_fed_the_wrong_positions_or_layers_falls_far(pair, trained):
+    target, drafter, fresh = pair
+    plain, _ = _run(fresh, PERIODIC)
+    right = _rates(target, drafter)
+
+    def head():  # each drafter its own head: a head's cache belongs to one drafter
+        return load_eagle3_drafter(target, trained[1]).head
+
+    wrong_place = _OffByOne(head(), source="eagle3", target_layers=drafter.target_layers)
+    tokens, _ = _run(target, PERIODIC, wrong_place, draft_tokens=1)
+    assert tokens == plain  # a bad drafter costs speed, never the answer
+    # the convention read wrongly: each layer's output (the state entering the next) for its input.
+    # (Not to chance: in a 4-layer toy the residual streams of neighbouring layers are close.)
+    outputs = MTPDrafter(head(), source="eagle3", target_layers=tuple(i + 1 for i in LAYERS))
+    assert right > 0.7
+    assert _rates(target, wrong_place) < 3 * CHANCE + 0.15
+    assert _rates(target, outputs) < 0.4
+
+
+def test_the_port_computes_what_the_trained_modules_compute(trained):
+    """Tandem's drafting path (the target's states through the backend, the head's cache, d2t)
+    gives the logits the training graph gave, in both layouts."""
+    folder, head_folder, eagle_folder, model, head = trained
+    tokens = torch.tensor([PERIODIC])
+    with torch.inference_mode():
+        fused = head.fuse(fused_states(model, tokens))
+        want = head.lm_head(head.norm(head_pass(head, model, tokens[:, 1:], fused[:, :-1])))[0, -1]
+    for source in (head_folder, eagle_folder):
+        target = load_backend(folder, "torch")
+        port = load_eagle3_drafter(target, source).head
+        assert target.capture_hidden(True, LAYERS) == ""
+        target.prefill(PERIODIC[:-1])
+        rows = target.last_hidden()
+        with torch.inference_mode():
+            out = port._pass(tokens[:, 1:], port.modules.fuse(rows[None]))
+            got = port.logits(out[0, -1])
+        assert torch.isinf(got[:FIRST]).all()  # no draft token maps onto the specials
+        torch.testing.assert_close(got[FIRST:], want.float(), atol=1e-4, rtol=1e-4)
+
+
+def test_a_follow_up_turn_keeps_the_heads_cache_as_a_fresh_one_would_build_it(pair, trained):
+    target, drafter, fresh = pair
+    target.reset()  # (what earlier tests left in the target's cache is not this conversation's)
+    first, _ = _run(target, PERIODIC, drafter, draft_tokens=2, max_tokens=12, reuse_cache=True)
+    follow = [*PERIODIC, *first, 3, 11, 6, 3, 11]
+    tokens, stats = _run(target, follow, drafter, draft_tokens=2, max_tokens=12, reuse_cache=True)
+    assert stats.reused_tokens > len(PERIODIC)  # the target kept its cache: the head's must line up
+    plain, _ = _run(fresh, follow, max_tokens=12)
+    assert tokens == plain
+    again = load_eagle3_drafter(fresh, trained[1])
+    fresh.reset()
+    _run(fresh, follow, again, draft_tokens=2, max_tokens=12)
+    assert again._pairs == drafter._pairs
+    assert np.abs(_keys(drafter.head) - _keys(again.head)).max() < 1e-4
+
+
+def _keys(head) -> np.ndarray:
+    if hasattr(head.cache, "layers"):  # transformers' DynamicCache
+        return head.cache.layers[0].keys[0].float().numpy()
+    import mlx.core as mx
+
+    keys = head.cache.keys[..., : head.cache.offset, :]
+    mx.eval(keys)
+    return np.array(keys[0])
+
+
+def test_eagle3_speculative_sampling_matches_the_target(trained):
+    """Temperature 1: the head's distributions (over its draft vocabulary, zero elsewhere) go to
+    the Leviathan/Chen rule, so tokens 2 and 3 keep the target's marginals."""
+    from transformers import AutoModelForCausalLM
+
+    from tests.test_engine_sampling import ALPHA, _p_value, exact_marginals
+
+    params = SamplingParams(temperature=1.0, seed=11)
+    prompt = PERIODIC[:6]
+    model = AutoModelForCausalLM.from_pretrained(str(trained[0]), dtype=torch.float32).eval()
+    exact = exact_marginals(model, prompt, params, depth=3, vocab=VOCAB)
+    target = load_backend(trained[0], "torch")
+    drafter = load_eagle3_drafter(target, trained[1])
+    counts, drafted, accepted = np.zeros((3, VOCAB)), 0, 0
+    for i in range(1000):
+        seeded = replace(params, seed=params.seed * 100_003 + i)
+        tokens, stats = _run(target, prompt, drafter, max_tokens=3, draft_tokens=2, params=seeded)
+        drafted, accepted = drafted + stats.drafted, accepted + stats.accepted
+        for position, t in enumerate(tokens):
+            counts[position, t] += 1
+    assert 0.2 < accepted / drafted < 0.95  # both verdicts were common
+    for position in (1, 2):
+        assert _p_value(counts[position], exact[position]) > ALPHA / 2, position
+
+
+# --- refusals, in words, before any weights load -------------------------------------------------
+
+def _config(trained) -> dict:
+    return json.loads((trained[0] / "config.json").read_text())
+
+
+def test_a_pickle_only_head_is_refused_and_says_why(trained, tmp_path):
+    folder = tmp_path / "pickled"
+    folder.mkdir()
+    (folder / "config.json").write_text((trained[2] / "config.json").read_text())
+    (folder / "pytorch_model.bin").write_bytes(b"\x80\x04not loaded")
+    with pytest.raises(ModelFileError, match="pytorch_model.bin, a Python pickle.*never does"):
+        read_eagle3(folder, _config(trained))
+
+
+def test_a_head_for_another_target_is_refused_naming_what_differs(trained):
+    config = _config(trained)
+    with pytest.raises(ModelFileError, match="32 wide; .* 64 wide"):
+        read_eagle3(trained[1], {**config, "hidden_size": 64})
+    with pytest.raises(ModelFileError, match="vocabulary of 24 tokens; .* has 32"):
+        read_eagle3(trained[1], {**config, "vocab_size": 32})
+    with pytest.raises(ModelFileError, match=r"layers \[1, 2, 3\]; .* has 2 decoder layers"):
+        read_eagle3(trained[1], {**config, "num_hidden_layers": 2})
+
+
+def test_missing_tensors_are_named_in_the_heads_own_layout(trained, tmp_path):
+    _, _, _, _, head = trained
+    with pytest.raises(ModelFileError, match=r"incomplete \(no layers.0.hidden_norm.weight\)"):
+        read_eagle3(write_head(head, tmp_path / "a", drop="layers.0.hidden_norm.weight"), _config(trained))
+    with pytest.raises(ModelFileError, match=r"incomplete \(no midlayer.self_attn.k_proj.weight\)"):
+        read_eagle3(write_head(head, tmp_path / "b", "EAGLE", drop="midlayer.self_attn.k_proj.weight"),
+                    _config(trained))
+
+
+def test_a_layout_or_layer_not_read_yet_is_refused(trained, tmp_path):
+    _, _, _, _, head = trained
+    other = write_head(head, tmp_path / "dflash")
+    config = json.loads((other / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**config, "speculators_model_type": "mlp"}))
+    assert not is_eagle3_head(other)
+    with pytest.raises(ModelFileError, match="speculators head of type 'mlp'; .* not that type yet"):
+        read_eagle3(other, _config(trained))
+    (other / "config.json").write_text(json.dumps({"model_type": "llama", "architectures": ["LlamaForCausalLM"]}))
+    with pytest.raises(ModelFileError, match="not an EAGLE-3 head"):
+        read_eagle3(other, _config(trained))
+    (other / "config.json").write_text(json.dumps({**config, "transformer_layer_config": {
+        **config["transformer_layer_config"], "model_type": "gpt_oss"}}))
+    with pytest.raises(ModelFileError, match="a gpt_oss layer; .* not that one yet"):
+        read_eagle3(other, _config(trained))

@@ -299,8 +299,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--draft", type=draft_choice, default="auto",
                      help='draft model folder or .gguf, "self:int4" / "self:int4-head" / "self:bfloat16" '
                           '(a copy of the target at that precision), "mtp" (the checkpoint\'s own MTP layer), '
-                          '"assistant:<folder>" (a Gemma 4 assistant), "ngram" (prompt lookup), "none", or '
-                          '"auto" (default: the demo\'s measured best draft, else prompt lookup)')
+                          '"assistant:<folder>" (a Gemma 4 assistant), "eagle3:<folder>" (an EAGLE-3 head), '
+                          '"ngram" (prompt lookup), "none", or "auto" (default: the demo\'s measured best draft, else prompt lookup)')
     gen.add_argument("--precision", default="auto",
                      choices=PRECISION_CHOICES,
                      help="the target's precision: auto (its weights' own), a float type, int4 weight-only, "
@@ -326,7 +326,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="measure Tandem against the target alone and the anchors")
     bench.add_argument("--model", "--target", dest="model", default="demo", type=MODEL)
     bench.add_argument("--draft", type=draft_choice, default="auto",
-                       help='draft model, "self:<precision>", "mtp", "assistant:<folder>", "ngram", or "auto" '
+                       help='draft model, "self:<precision>", "mtp", "assistant:<folder>", "eagle3:<folder>", '
+                            '"ngram", or "auto" '
                             '(as for generate)')
     bench.add_argument("--precision", default="auto", choices=PRECISION_CHOICES)
     bench.add_argument("--compile", choices=COMPILE_CHOICES, default="auto", help=COMPILE_HELP)
@@ -357,7 +358,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--model", "--target", dest="model", default="demo", type=MODEL,
                        help='model folder, .gguf file, or "demo" (default)')
     serve.add_argument("--draft", type=draft_choice, default="auto",
-                       help='draft model, "self:<precision>", "mtp", "assistant:<folder>", "ngram", "none" or "auto"')
+                       help='draft model, "self:<precision>", "mtp", "assistant:<folder>", "eagle3:<folder>", '
+                            '"ngram", "none" or "auto"')
     serve.add_argument("--precision", default="auto", choices=PRECISION_CHOICES)
     serve.add_argument("--compile", choices=COMPILE_CHOICES, default="auto", help=COMPILE_HELP)
     serve.add_argument("--graphs", choices=("auto", "off"), default="auto", help=GRAPHS_HELP)

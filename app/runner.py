@@ -24,7 +24,7 @@ from app.engine.assistant import load_assistant_drafter
 from app.engine.backends import default_backend, load_backend
 from app.engine.backends.base import ModelBackend
 from app.engine.kept_caches import KeptCaches, default_budget
-from app.engine.mtp import load_head_drafter, load_mtp_drafter
+from app.engine.mtp import load_eagle3_drafter, load_head_drafter, load_mtp_drafter
 from app.engine.drafters import Drafter, LookupThenModelDrafter, ModelDrafter, PromptLookupDrafter, chat_lookup
 from app.engine.events import Finished, Notice, Round
 from app.engine.sampling import SamplingParams
@@ -36,6 +36,7 @@ from app.models.folder import check_model_folder
 from app.models.integrity import check_weights
 from app.models.memory import MemoryEstimate, NotEnoughMemory, check_fits, estimate, free_memory, longest_chat
 from app.models.aligned_head import draft_vocab, head_bytes, head_weights, is_aligned_head, subset_bytes
+from app.models.eagle3_head import is_eagle3_head, read_eagle3
 from app.models.mtp_weights import find_mtp, mtp_bytes
 from app.models.pairing import check_tokenizers
 from app.models.resolve import display_name, resolve_model
@@ -262,7 +263,7 @@ class Runner:
         device = self._device(backend)
         models = [estimate("target", config, file_bytes, backend, device, precision,
                            _gguf_loaded_bytes(folder, backend, precision))]
-        draft_folder = draft_tokenizer = assistant_folder = head_folder = None
+        draft_folder = draft_tokenizer = assistant_folder = head_folder = eagle3_folder = None
         draft_weights = 0  # what the LoadedModel reports for a drafter that is not a model of its own
         if draft.kind is DraftKind.SELF and draft.precision == precision:
             # a copy of the target at the target's own precision is the target: nothing to gain
@@ -281,6 +282,12 @@ class Runner:
             vocab = draft_vocab(head_folder, int(text.get("vocab_size", 2 ** 31)))
             models.append(MemoryEstimate("draft", head_bytes(head_folder) * 2 + subset_bytes(vocab, text), 0,
                                          models[0].context))
+        elif draft.kind is DraftKind.EAGLE3 or (draft.kind is DraftKind.MODEL and is_eagle3_head(draft.source)):
+            # a head dropped as a draft model drafts as one; its fit is checked before any weights load
+            eagle3_folder = Path(draft.source).expanduser()
+            draft = DraftChoice.eagle3(str(eagle3_folder))
+            eagle3 = read_eagle3(eagle3_folder, config)
+            models.append(MemoryEstimate("draft", eagle3.weights_bytes * 2, 0, models[0].context))
         elif draft.kind in (DraftKind.MODEL, DraftKind.ASSISTANT):
             draft_folder = resolve_model(draft.source, backend, progress)
             if is_assistant_folder(draft_folder):  # a Gemma 4 assistant dropped as the draft: it drafts as one
@@ -354,6 +361,10 @@ class Runner:
             progress(f"Loading the aligned draft head {head_folder.name} ...")
             head_drafter = load_head_drafter(target, head_folder)
             drafter, draft_weights = LookupThenModelDrafter(head_drafter), head_drafter.head.weights_bytes
+        elif eagle3_folder is not None:
+            progress(f"Loading the EAGLE-3 head {eagle3_folder.name} ...")
+            eagle3_drafter = load_eagle3_drafter(target, eagle3_folder)
+            drafter, draft_weights = LookupThenModelDrafter(eagle3_drafter), eagle3_drafter.head.weights_bytes
         elif assistant_folder is not None:
             progress(f"Loading assistant {display_name(assistant_folder)} ...")
             assistant = load_assistant_drafter(assistant_folder, target)

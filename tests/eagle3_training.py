@@ -24,14 +24,16 @@ HIDDEN = 32
 DRAFT_VOCAB = VOCAB - FIRST  # draft id i is target id i + FIRST
 
 
-def layer_dict(hidden: int = HIDDEN) -> dict:
+def layer_dict(hidden: int = HIDDEN, vocab: int = VOCAB) -> dict:
     return {"model_type": "llama", "hidden_size": hidden, "intermediate_size": 2 * hidden, "num_hidden_layers": 1,
-            "num_attention_heads": 4, "num_key_value_heads": 2, "rms_norm_eps": 1e-5, "vocab_size": VOCAB,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "rms_norm_eps": 1e-5, "vocab_size": vocab,
             "max_position_embeddings": 256, "rope_theta": 10000.0, "hidden_act": "silu", "head_dim": hidden // 4}
 
 
-def spec(flags: dict | None = None, layers=LAYERS) -> Eagle3Head:
-    return Eagle3Head(Path("."), "speculators", layer_dict(), HIDDEN, HIDDEN, DRAFT_VOCAB, VOCAB, tuple(layers),
+def spec(flags: dict | None = None, layers=LAYERS, hidden: int = HIDDEN, vocab: int = VOCAB,
+         draft_vocab: int = DRAFT_VOCAB) -> Eagle3Head:
+    return Eagle3Head(Path("."), "speculators", layer_dict(hidden, vocab), hidden, hidden, draft_vocab, vocab,
+                      tuple(layers),
                       {"norm_before_residual": False, "norm_before_fc": False, "fc_norm": False, "norm_output": False,
                        **(flags or {})})
 
@@ -84,21 +86,33 @@ def _train(seed: int, steps: int, batch: int, length: int):
     return model.eval(), head.eval(), losses
 
 
+def random_head(seed: int, hidden: int, vocab: int, layers) -> Eagle3Modules:
+    """An untrained head for a target `hidden` wide with `vocab` tokens, drafting over all but
+    the first FIRST tokens."""
+    torch.manual_seed(seed)
+    made = spec(layers=layers, hidden=hidden, vocab=vocab, draft_vocab=vocab - FIRST)
+    head = Eagle3Modules(made, layer_config(made)).eval()
+    head.d2t.fill_(FIRST)
+    return head
+
+
 def write_head(head: Eagle3Modules, folder: Path, layout: str = "speculators", layers=LAYERS,
                flags: dict | None = None, drop: str = "") -> Path:
     """The head's folder as it is published: speculators' config and names, or EAGLE's."""
     folder.mkdir(parents=True, exist_ok=True)
     tensors = {name: value.detach().contiguous() for name, value in head.state_dict().items()}
-    tensors["t2d"] = torch.zeros(VOCAB, dtype=torch.bool)
+    hidden, draft_vocab = head.fc.out_features, head.lm_head.out_features
+    vocab = draft_vocab + FIRST
+    tensors["t2d"] = torch.zeros(vocab, dtype=torch.bool)
     tensors["t2d"][FIRST:] = True
     if layout == "EAGLE":
         tensors = {name.replace("layers.0.", "midlayer."): value for name, value in tensors.items()}
-        config = {**layer_dict(), "architectures": ["LlamaForCausalLMEagle3"], "draft_vocab_size": DRAFT_VOCAB,
+        config = {**layer_dict(hidden, vocab), "architectures": ["LlamaForCausalLMEagle3"], "draft_vocab_size": draft_vocab,
                   # SGLang's convention: the layer whose output is read, one less than ours
                   "eagle_config": {"eagle_aux_hidden_state_layer_ids": [i - 1 for i in layers]}}
     else:
         config = {"speculators_model_type": "eagle3", "architectures": ["Eagle3Speculator"],
-                  "transformer_layer_config": layer_dict(), "draft_vocab_size": DRAFT_VOCAB,
+                  "transformer_layer_config": layer_dict(hidden, vocab), "draft_vocab_size": draft_vocab,
                   "eagle_aux_hidden_state_layer_ids": list(layers), "norm_before_residual": False, **(flags or {})}
     tensors.pop(drop, None)
     save_file(tensors, str(folder / "model.safetensors"))

@@ -22,7 +22,8 @@ from app.engine.sampling import SamplingParams
 from app.engine.speculative import generate
 from app.models.eagle3_head import default_layers, is_eagle3_head, read_eagle3
 from app.models.errors import ModelFileError
-from tests.eagle3_training import DRAFT_VOCAB, FIRST, LAYERS, VOCAB, fused_states, head_pass, train, write_head
+from tests.eagle3_training import (DRAFT_VOCAB, FIRST, LAYERS, VOCAB, fused_states, head_pass, random_head, train,
+                                   write_head)
 
 PERIODIC = [1, 5, 9, 17, 5, 9, 17, 5]  # what the pair was trained on: the head should be right
 OTHER = [1, 4, 8, 15, 22, 3, 7]  # no period: the target continues its own way, the head errs more
@@ -143,6 +144,29 @@ def test_the_port_computes_what_the_trained_modules_compute(trained):
         torch.testing.assert_close(got[FIRST:], want.float(), atol=1e-4, rtol=1e-4)
 
 
+def test_the_mlx_port_computes_what_the_pytorch_port_computes(trained):
+    pytest.importorskip("mlx_lm")
+    import mlx.core as mx
+
+    for folder in (trained[1], trained[2]):
+        torch_head = load_eagle3_drafter(load_backend(trained[0], "torch"), folder).head
+        mlx_head = load_eagle3_drafter(load_backend(trained[0], "mlx"), folder).head
+        rng = np.random.default_rng(0)
+        rows = rng.standard_normal((6, 3 * 32)).astype(np.float32)
+        tokens = [int(t) for t in rng.integers(FIRST, VOCAB, 6)]
+        with torch.inference_mode():
+            a = torch_head._pass(torch.tensor([tokens]), torch_head.modules.fuse(torch.from_numpy(rows)[None]))
+            a2 = torch_head._pass(torch.tensor([[7]]), a[:, -1:])  # a chained step, on the cache
+            logits_a = torch_head.logits(a2[0, -1]).numpy()
+        b = mlx_head._pass(mx.array([tokens]), mlx_head.layers.fuse(mx.array(rows)[None]))
+        b2 = mlx_head._pass(mx.array([[7]]), b[:, -1:])
+        logits_b = np.array(mlx_head.logits(b2[0, -1]))
+        assert np.abs(a.numpy() - np.array(b)).max() < 1e-4
+        assert np.array_equal(np.isinf(logits_a), np.isinf(logits_b))
+        finite = np.isfinite(logits_a)
+        assert np.abs(logits_a[finite] - logits_b[finite]).max() < 1e-4 * max(1.0, np.abs(logits_a[finite]).max())
+
+
 def test_a_follow_up_turn_keeps_the_heads_cache_as_a_fresh_one_would_build_it(pair, trained):
     target, drafter, fresh = pair
     target.reset()  # (what earlier tests left in the target's cache is not this conversation's)
@@ -243,3 +267,45 @@ def test_a_layout_or_layer_not_read_yet_is_refused(trained, tmp_path):
         **config["transformer_layer_config"], "model_type": "gpt_oss"}}))
     with pytest.raises(ModelFileError, match="a gpt_oss layer; .* not that one yet"):
         read_eagle3(other, _config(trained))
+
+
+# --- the runner: "eagle3:<folder>" is one draft choice among the others --------------------------
+
+@pytest.mark.parametrize("backend", ["torch", "mlx"])
+def test_the_runner_loads_an_eagle3_head_beside_prompt_lookup_and_stays_exact(backend, tiny_pair, tmp_path):
+    """Named with eagle3: or dropped as a draft model, the head drafts (its rounds say so) and the
+    answer is the target's alone."""
+    if backend == "mlx":
+        pytest.importorskip("mlx_lm")
+    from app.draft_choice import NO_DRAFT, DraftChoice, DraftKind
+    from app.engine.events import Finished
+    from app.runner import ChatRequest, Runner
+
+    config = json.loads((tiny_pair["target"] / "config.json").read_text())
+    head = random_head(3, config["hidden_size"], config["vocab_size"], (0, 1, 2))
+    folder = write_head(head, tmp_path / "eagle3-head", layers=(0, 1, 2))
+    target = tiny_pair["target"] if backend == "torch" else tiny_pair["target_mlx"]
+    runner = Runner()
+    for named in (f"eagle3:{folder}", str(folder)):
+        loaded = runner.load(target, backend, DraftChoice.parse(named), progress=lambda m: None)
+        assert loaded.draft.kind is DraftKind.EAGLE3 and loaded.draft_words()[0] == "EAGLE-3 head"
+    assert runner.drafter.wants_target_state and runner.drafter.model.target_layers == (0, 1, 2)
+    ask = ChatRequest(({"role": "user", "content": "Say the list 1, 2, 3, 1, 2, 3, 1, 2, 3 again."},),
+                      max_tokens=24, draft_tokens=3)
+    spec = list(runner.chat(ask))
+    plain = list(runner.chat(ChatRequest(ask.messages, max_tokens=24, drafter=NO_DRAFT)))
+    tokens = [[t for e in events if isinstance(e, Round) for t in e.emitted] for events in (spec, plain)]
+    assert tokens[0] == tokens[1]
+    assert next(e for e in spec if isinstance(e, Finished)).stats.drafted > 0
+    assert "eagle3" in {e.source for e in spec if isinstance(e, Round) and e.drafted}
+
+
+def test_the_runner_refuses_a_head_for_another_target_before_loading(tiny_pair, trained):
+    from app.draft_choice import DraftChoice
+    from app.runner import Runner
+
+    said = []
+    runner = Runner()
+    with pytest.raises(ModelFileError, match="drafts for a model 32 wide"):
+        runner.load(tiny_pair["target"], "torch", DraftChoice.parse(f"eagle3:{trained[1]}"), progress=said.append)
+    assert runner.target is None and not any(line.startswith("Loading") for line in said)

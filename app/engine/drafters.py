@@ -216,6 +216,7 @@ class LookupThenModelDrafter(Drafter):
         self.name = f"{model.name} + prompt lookup"
         # a drafter fed by the target's passes is fed on lookup rounds too: it sees every position
         self.wants_target_state = model.wants_target_state
+        self.target_layers = model.target_layers  # the states its model reads
 
     @property
     def backend(self) -> ModelBackend | None:

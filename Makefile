@@ -12,6 +12,9 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'
+	# the reference code the EAGLE-3 and DFlash ports are tested against (tests/reference_packages.py):
+	# beside the environment, without their dependencies (speculators pins an older transformers)
+	$(BIN)/python -m pip install -q --no-deps --upgrade --target $(VENV)/references speculators==0.9.0 dflash==0.1.0
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -81,7 +81,7 @@ def stored(window):
 def test_regenerate_keeps_the_versions_and_the_arrows_go_through_them(chat, qtbot):
     window, engine = chat
     traces = []
-    window.controller.trace_shown.connect(traces.append)
+    window.controller.trace_shown.connect(lambda trace, _whose: traces.append(trace))
     assert window.send("Name a colour")
     engine.answer("Blue is calm.")
     answer = window.chat_view.last_message()

@@ -256,6 +256,7 @@ def test_a_finished_race_is_kept_with_the_chat(panel_session):
     window.start_race()
     wait_until(lambda: not window.controller.busy, ANSWER_TIMEOUT_MS)
     summary = window.race_dialog.summary.text()
+    texts = [t.toPlainText() for t in window.race_dialog.texts]
     window.race_dialog.close()
     conv_id = window.controller.current.id
     question = [m for m in window.store.messages(conv_id) if m.role == "user"][-1]
@@ -266,6 +267,15 @@ def test_a_finished_race_is_kept_with_the_chat(panel_session):
     assert notice in window.chat_view.plain_text()  # under the question now
     asked = [m for m in window.chat_view.messages() if m.role == "user"][-1]
     assert asked.stats_label.text() == ""  # the race is not shown as the question's stats
+    # the race window closed, its link under the question opens it again as it ended
+    from PySide6.QtWidgets import QLabel
+
+    link = next(label for label in window.chat_view.findChildren(QLabel, "noticeLabel")
+                if "Show the race" in label.text())
+    link.linkActivated.emit("open")
+    assert [t.toPlainText() for t in window.race.kept.texts] == texts and texts[0]
+    assert window.race.kept.summary.text() == summary
+    window.race.kept.close()
 
     from ui.main_window import MainWindow
 

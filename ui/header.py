@@ -3,11 +3,16 @@
 Each slot shows what is loaded and is a drop target: a model folder, a .gguf file or a Hugging
 Face link dropped on it pairs that model in (ui/pairing/controller.py decides what happens).
 A click opens its menu: files, the hub, the catalog, recent pairs.
+
+The header sits over the chat column only, so it is narrow even in a wide window. Space goes to
+what names the pair: the slots take the width their text asks for, the toggles go to their short
+labels first, a detail line falls back to shorter words (the pair trial keeps its range), and
+only then is text cut with "…"; each slot's tooltip has all of it.
 """
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSize, Qt, Signal
+from PySide6.QtCore import QEvent, QSize, Qt, Signal
 from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QToolButton, QVBoxLayout, QWidget
 
@@ -17,11 +22,17 @@ from app.runner import LoadedModel
 class ElidedLabel(QLabel):
     """One line that ends in "…" when the header is narrow, instead of widening the window. It
     never narrows below `min_chars` characters: enough to tell models apart ("smollm2-135m-…",
-    not "smoll…"); the slot's tooltip has the whole name."""
+    not "smoll…"); the slot's tooltip has the whole name. Given `short` words too, it shows those
+    where the whole text does not fit, before it cuts anything."""
 
     def __init__(self, text: str = "", min_chars: int = 8):
         super().__init__(text)
         self.min_chars = min_chars
+        self.short = ""
+
+    def set_text(self, text: str, short: str = "") -> None:
+        self.short = short
+        self.setText(text)
 
     def elide_mode(self) -> Qt.TextElideMode:
         return Qt.TextElideMode.ElideRight  # a model's name says the most at its start
@@ -32,12 +43,20 @@ class ElidedLabel(QLabel):
         margins = self.contentsMargins()
         return QSize(width + margins.left() + margins.right() + 1, super().minimumSizeHint().height())
 
+    def shown_text(self) -> str:
+        """What fits the label's width: the whole text, else the short words, else one of them cut."""
+        width = self.contentsRect().width()
+        metrics = self.fontMetrics()
+        for text in (self.text(), self.short):
+            if text and metrics.horizontalAdvance(text) <= width:
+                return text
+        return metrics.elidedText(self.short or self.text(), self.elide_mode(), width)
+
     def paintEvent(self, _event) -> None:  # noqa: N802 (Qt's name)
         painter = QPainter(self)
         painter.setPen(self.palette().color(self.foregroundRole()))
-        rect = self.contentsRect()
-        text = self.fontMetrics().elidedText(self.text(), self.elide_mode(), rect.width())
-        painter.drawText(rect, int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter), text)
+        painter.drawText(self.contentsRect(), int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter),
+                         self.shown_text())
 
 
 class CompactToolButton(QToolButton):
@@ -47,6 +66,7 @@ class CompactToolButton(QToolButton):
     def __init__(self, short: str):
         super().__init__()
         self.short = short
+        self.compact = False  # the header wants the room for the model slots: the short label
         self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
 
     def _width_for(self, text: str) -> int:
@@ -58,14 +78,23 @@ class CompactToolButton(QToolButton):
         action = self.defaultAction()
         return action.text() if action is not None else self.text()
 
+    def full_width(self) -> int:
+        return self._width_for(self._full())
+
     def sizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
-        return QSize(self._width_for(self._full()), super().sizeHint().height())
+        return QSize(self._width_for(self.short) if self.compact else self.full_width(), super().sizeHint().height())
 
     def minimumSizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
         return QSize(self._width_for(self.short), super().minimumSizeHint().height())
 
+    def set_compact(self, compact: bool) -> None:
+        if compact != self.compact:
+            self.compact = compact
+            self.updateGeometry()
+            self._apply_text()
+
     def _apply_text(self) -> None:
-        text = self.short if self.width() < self.sizeHint().width() else self._full()
+        text = self.short if self.compact or self.width() < self.full_width() else self._full()
         if text != self.text():
             self.setText(text)
 
@@ -91,7 +120,8 @@ class ModelSlot(QFrame):
         self.role = caption.lower()
         self.setAcceptDrops(True)
         self.setCursor(Qt.CursorShape.PointingHandCursor)
-        self._shown = ("—", "")
+        self._shown = ("—", "", "")
+        self.wanted: int | None = None  # the width the header gives it (Header._fit); None: its text's
         self.caption_text = caption.upper()
         self.caption = QLabel(caption.upper())
         self.caption.setObjectName("slotTitle")
@@ -104,19 +134,44 @@ class ModelSlot(QFrame):
         small.setLetterSpacing(small.SpacingType.PercentageSpacing, 108)
         self.caption.setFont(small)
         layout = QVBoxLayout(self)
-        layout.setContentsMargins(10, 5, 12, 6)
+        layout.setContentsMargins(8, 5, 8, 6)
         layout.setSpacing(0)
         layout.addWidget(self.caption)
         layout.addWidget(self.name)
         layout.addWidget(self.detail)
 
-    def set_model(self, title: str, detail: str = "") -> None:
-        self._shown = (title, detail)
+    def set_model(self, title: str, detail: str = "", short_detail: str = "") -> None:
+        """`short_detail`: fewer words for the detail line, shown where the whole line does not fit."""
+        self._shown = (title, detail, short_detail)
         self.name.setText(title)
-        self.detail.setText(detail)
+        self.detail.set_text(detail, short_detail)
         self.detail.setVisible(bool(detail))
         hint = f"Drop a model folder, .gguf file or Hugging Face link here, or click to choose the {self.role}."
         self.setToolTip("\n".join(part for part in (title, detail, hint) if part))
+        self.updateGeometry()  # the header shares its width out again (Header._fit)
+
+    def widths(self) -> tuple[int, int]:
+        """(short, whole): the width that shows the name whole and the detail in its fewer words,
+        and the width that shows everything whole."""
+        margins = self.layout().contentsMargins()
+        extra = margins.left() + margins.right() + 1
+        metrics = self.detail.fontMetrics()
+        detail = self.detail.text() if self.detail.isVisibleTo(self) else ""
+        short_detail = self.detail.short or detail if detail else ""
+        first = max(self.caption.sizeHint().width(), self.name.sizeHint().width())
+        return (max(first, metrics.horizontalAdvance(short_detail)) + extra,
+                max(first, metrics.horizontalAdvance(detail)) + extra)
+
+    def sizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
+        hint = super().sizeHint()
+        if self.wanted is not None:
+            hint.setWidth(max(self.wanted, self.minimumSizeHint().width()))
+        return hint
+
+    def set_wanted(self, width: int) -> None:
+        if width != self.wanted:
+            self.wanted = width
+            self.updateGeometry()
 
     def mousePressEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         if event.button() == Qt.MouseButton.LeftButton:
@@ -143,7 +198,7 @@ class ModelSlot(QFrame):
         self._set_drop_state("reject" if verdict else "accept")
         self.caption.setText(f"DROP TO USE AS {self.caption_text}")
         self.name.setText(_short(texts[0]))
-        self.detail.setText(verdict or "release to check and load it")
+        self.detail.set_text(verdict or "release to check and load it")
         self.detail.setVisible(True)
         event.acceptProposedAction()
 
@@ -179,12 +234,54 @@ def _short(text: str) -> str:
     return display_name(Path(text)) if text else text
 
 
+def share(space: int, needs: list[int]) -> list[int]:
+    """`space` shared among `needs`: each gets its need where all fit, else the smaller needs are
+    met whole and the larger ones get equal shares of the rest (none is cut while another has more
+    than it needs)."""
+    shares = [0] * len(needs)
+    left = max(0, space)
+    for count, i in enumerate(sorted(range(len(needs)), key=lambda i: needs[i])):
+        shares[i] = min(needs[i], left // (len(needs) - count))
+        left -= shares[i]
+    return shares
+
+
 def target_text(info: LoadedModel) -> tuple[str, str]:
     from app.models.resolve import display_name
     from ui.status_bar import where_words
 
     # "float32 · on the CPU with PyTorch": the words the status bar uses
-    return display_name(info.folder), f"{info.dtype.split(' (')[0]} · {where_words(info.backend, info.device)}"
+    return display_name(info.folder), f"{_precision(info)} · {where_words(info.backend, info.device)}"
+
+
+def _precision(info: LoadedModel) -> str:
+    return info.dtype.split(" (")[0]
+
+
+def target_short_detail(info: LoadedModel) -> str:
+    """"float32 · PyTorch on CPU": the target's detail line where the status bar's words do not fit."""
+    from ui.status_bar import LIBRARIES
+
+    device = info.device
+    place = "GPU" if info.backend == "mlx" or device.startswith("cuda") or device == "mps" else device.upper()
+    return f"{_precision(info)} · {LIBRARIES.get(info.backend, info.backend)} on {place}"
+
+
+# The pair trial's words (app/models/pair_memory.py, TrialResult.summary, and the pairing
+# controller's progress lines) and fewer words for a narrow header: the verdict and the range stay,
+# "as the target alone here" goes (the tooltip keeps the whole line).
+SHORTER_TRIAL_WORDS = ((" as the target alone here", ""), (" than the target alone here", ""),
+                       (" faster here", " faster"), ("trying the pair on a few prompts…", "trying the pair…"),
+                       ("the trial did not finish: it runs again next time this pair loads",
+                        "trial unfinished: runs again next load"))
+
+
+def short_trial(text: str) -> str:
+    """"accepts 8%, about as fast (0.71-1.20x)" for "accepts 8%, about as fast as the target alone
+    here (0.71-1.20x)"; a text with none of the long words stays as it is."""
+    for long, short in SHORTER_TRIAL_WORDS:
+        text = text.replace(long, short)
+    return text
 
 
 def draft_text(info: LoadedModel) -> tuple[str, str]:
@@ -203,28 +300,65 @@ class Header(QFrame):
         self.draft_slot = ModelSlot("Draft")
         self.target_slot.set_model("Loading…")
         self.draft_slot.set_model("—")
-        plus = QLabel("+")
+        self.plus = plus = QLabel("+")
         plus.setObjectName("slotTitle")
         # The window gives these their actions (setDefaultAction), shared with the View menu.
         self.settings_button = CompactToolButton("Settings")
         self.side_panel_button = CompactToolButton("Activity")
-        layout = QHBoxLayout(self)
+        self._layout = layout = QHBoxLayout(self)
         layout.setContentsMargins(12, 8, 12, 8)
-        layout.setSpacing(8)
-        # the slots share the header's width (the draft's detail line holds the trial's result)
-        layout.addWidget(self.target_slot, 2)
+        layout.setSpacing(6)  # each pixel between the parts is one the names do not get
+        # No stretch on the slots: each gets the width its text asks for while there is room (a
+        # fixed share cut the target's name and the trial's range at 1,400 px with room to spare
+        # beside them); where there is not, both give way toward their least widths.
+        layout.addWidget(self.target_slot)
         layout.addWidget(plus)
-        layout.addWidget(self.draft_slot, 3)
+        layout.addWidget(self.draft_slot)
+        layout.addStretch(1)
         layout.addWidget(self.settings_button)
         layout.addWidget(self.side_panel_button)
 
+    # Sharing the width out: see the module's docstring.
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().resizeEvent(event)
+        self._fit(event.size().width())
+
+    def event(self, event) -> bool:
+        if event.type() == QEvent.Type.LayoutRequest:  # a slot's text changed: share out again
+            self._fit(self.width())
+        return super().event(event)
+
+    def _fit(self, width: int) -> None:
+        """Each slot's width from its text: first the toggles go short; then the slots' detail
+        lines take their fewer words; what is left is shared so that neither slot is cut while the
+        other has room to spare."""
+        layout, slots = self._layout, (self.target_slot, self.draft_slot)
+        buttons = (self.settings_button, self.side_panel_button)
+        margins = layout.contentsMargins()
+        fixed = (margins.left() + margins.right() + layout.spacing() * (layout.count() - 1)
+                 + self.plus.sizeHint().width())
+        short, whole = zip(*(slot.widths() for slot in slots), strict=True)
+        compact = width - fixed - sum(b.full_width() for b in buttons) < sum(whole)
+        for button in buttons:
+            button.set_compact(compact)
+        space = width - fixed - sum(b.sizeHint().width() for b in buttons)
+        if space < sum(short):
+            shares = share(space, list(short))
+        else:
+            extra = share(space - sum(short), [w - s for s, w in zip(short, whole, strict=True)])
+            shares = [s + e for s, e in zip(short, extra, strict=True)]
+        for slot, width_ in zip(slots, shares, strict=True):
+            slot.set_wanted(width_)
+
     def show_loaded(self, info: LoadedModel) -> None:
-        self.target_slot.set_model(*target_text(info))
+        self.target_slot.set_model(*target_text(info), target_short_detail(info))
         self.draft_slot.set_model(*draft_text(info))
 
     def show_trial(self, text: str) -> None:
-        """The pair trial's result (or progress) under the draft's name."""
-        self.draft_slot.set_model(self.draft_slot._shown[0], text)
+        """The pair trial's result (or progress) under the draft's name, in fewer words where the
+        whole line does not fit."""
+        self.draft_slot.set_model(self.draft_slot._shown[0], text, short_trial(text))
 
     def show_loading(self, what: str) -> None:
         self.target_slot.set_model("Loading…", what)

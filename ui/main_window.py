@@ -229,6 +229,7 @@ class MainWindow(QMainWindow):
         controller.busy_changed.connect(lambda busy: None if busy else panel.finish_answer())
         panel.tint_toggled.connect(lambda on: self.chat_view.set_tint(self.theme.theme.dark if on else None))
         panel.race_requested.connect(self.start_race)
+        controller.race_opened.connect(self.race.reopen)  # a kept race's link, under its question
         self._wire_pairing()
 
     def _wire_pairing(self) -> None:
@@ -305,12 +306,12 @@ class MainWindow(QMainWindow):
         if self.chat_view.tint is not None:
             self.chat_view.set_tint(t.dark)
 
-    def _on_trace_shown(self, trace) -> None:
+    def _on_trace_shown(self, trace, source: str = "") -> None:
         pending = self.controller.pending
         if pending is not None and trace is pending.trace:
             self.draft_panel.begin(trace)  # live: rounds arrive through trace_rounds
         else:
-            self.draft_panel.show_trace(trace)
+            self.draft_panel.show_trace(trace, source)  # `source`: an older answer, clicked
 
     # Race mode (ui/panel/race_mode.py)
 

@@ -54,12 +54,13 @@ class RaceResult:
         return self.alone.text == self.speculative.text
 
     def to_dict(self) -> dict:
-        """What the history keeps of a race (ui.panel.race_dialog.race_notice reads it)."""
+        """What the history keeps of a race (ui.panel.race_dialog reads it: the line under the
+        question, and the dialog opened again from it, both answers' texts included)."""
         def side(finished: Finished) -> dict:
             s = finished.stats
             return {"tokens": s.tokens, "tokens_per_s": round(s.tokens_per_s, 3), "decode_s": round(s.decode_s, 4),
                     "drafted": s.drafted, "acceptance": round(s.acceptance_rate, 4),
-                    "tokens_per_round": round(s.tokens_per_round, 3)}
+                    "tokens_per_round": round(s.tokens_per_round, 3), "text": finished.text}
 
         return {"ratio": round(self.ratio, 4), "greedy": self.greedy, "identical": self.identical,
                 "alone": side(self.alone), "speculative": side(self.speculative)}

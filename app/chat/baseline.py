@@ -16,15 +16,35 @@ from dataclasses import dataclass
 
 KEEP = 7  # samples kept: enough for a median that one noisy moment cannot move
 
+# What a speedup may claim (the design's interval rule: a claim stands only where the measured
+# range clears it). The window colours FASTER green and SLOWER red, ABOUT in no colour.
+FASTER, SLOWER, ABOUT = "faster", "slower", "about as fast"
+
+
+def speedup_verdict(low: float, high: float, timings: int) -> str:
+    """FASTER or SLOWER only once the whole range is on one side of 1; ABOUT until then. One
+    timing of the target alone is no range at all (its spread is unknown), so it claims nothing."""
+    if timings < 2 or not (math.isfinite(low) and math.isfinite(high)):
+        return ABOUT
+    if low > 1.0:
+        return FASTER
+    if high < 1.0:
+        return SLOWER
+    return ABOUT
+
 
 @dataclass(frozen=True)
 class Speedup:
     median: float  # the baseline's median seconds per token over ours
     low: float  # against the fastest sample of the target alone
     high: float  # against the slowest
+    timings: int = 1  # samples of the target alone the range spans
 
     def text(self) -> str:
         return f"{self.median:.2f}× [{self.low:.2f}-{self.high:.2f}]"
+
+    def verdict(self) -> str:
+        return speedup_verdict(self.low, self.high, self.timings)
 
 
 @dataclass(frozen=True)
@@ -54,7 +74,7 @@ class Baseline:
         if tokens_per_s <= 0:
             return None
         return Speedup(self.median * tokens_per_s, min(self.samples) * tokens_per_s,
-                       max(self.samples) * tokens_per_s)
+                       max(self.samples) * tokens_per_s, len(self.samples))
 
     def describe(self) -> str:
         median, slow, fast = self.tokens_per_s
@@ -85,4 +105,6 @@ class Baseline:
 METHOD = ("Speedup = the target alone's seconds per token ÷ this answer's seconds per token. "
           "The target alone is timed on this machine when the pair loads and again after every "
           "answer, at the context the chat has reached; the figure uses the median of the latest "
-          f"{KEEP} timings, and the range in brackets uses the fastest and the slowest of them.")
+          f"{KEEP} timings, and the range in brackets uses the fastest and the slowest of them. It is "
+          "called faster (green) or slower (red) only once that whole range is above or below 1; "
+          "until then, and with a single timing, it reads about as fast.")

@@ -4,8 +4,11 @@ is at the bottom (and staying put when they scrolled up to read)."""
 
 from __future__ import annotations
 
+import html
+
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QScrollArea, QStackedWidget, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPushButton, QScrollArea, QStackedWidget, QVBoxLayout,
+                               QWidget)
 
 from app.chat.markdown import MarkdownRenderer
 from ui.chat.message_widget import MessageWidget
@@ -21,6 +24,7 @@ class ChatView(QStackedWidget):
     version_requested = Signal(object, int)  # MessageWidget, the number of its version to show
     copied = Signal(str)  # what was copied, in words
     starter_chosen = Signal(str)  # a prompt the empty chat offered (ui/chat/starters.py)
+    answer_clicked = Signal(object)  # MessageWidget of an answer: the side panel shows its rounds
 
     def __init__(self, renderer: MarkdownRenderer, parent: QWidget | None = None):
         super().__init__(parent)
@@ -86,7 +90,15 @@ class ChatView(QStackedWidget):
         layout.addStretch(2)
         layout.addLayout(row)
         layout.addStretch(3)
-        return page
+        # In a short window (the chat settings open at 900 x 600) the greeting scrolls instead of
+        # asking for its whole height, which made the window taller and squeezed the settings.
+        scroll = QScrollArea()
+        scroll.setObjectName("greetingScroll")
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QFrame.Shape.NoFrame)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        scroll.setWidget(page)
+        return scroll
 
     def set_demo(self, demo: bool) -> None:
         """The note that the demo's model is tiny and where a real speedup is, while it is loaded."""
@@ -141,6 +153,9 @@ class ChatView(QStackedWidget):
         widget.edit_requested.connect(self.edit_requested)
         widget.version_requested.connect(lambda number, w=widget: self.version_requested.emit(w, number))
         widget.copied.connect(self.copied)
+        if role == "assistant":
+            widget.clicked.connect(lambda w=widget: self.answer_clicked.emit(w))
+            widget.role_label.setToolTip("Click the answer to see its rounds in the side panel")
         widget.set_spans(spans or [])
         widget.set_tint(self.tint)
         widget.finish(text, status, stats, error)
@@ -148,13 +163,23 @@ class ChatView(QStackedWidget):
         self.refresh_actions()
         return widget
 
-    def add_notice(self, text: str, error: bool = False, before: QWidget | None = None) -> QLabel:
+    def add_notice(self, text: str, error: bool = False, before: QWidget | None = None, link: str = "") -> QLabel:
         """A line between messages (context fitting, a model that failed to load), at the end or
-        just above `before`."""
-        label = QLabel(text)
+        just above `before`; `link`: words after it that the caller acts on (label.linkActivated)."""
+        label = QLabel()
         label.setObjectName("errorLabel" if error else "noticeLabel")
         label.setWordWrap(True)
-        label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        if link:
+            label.setTextFormat(Qt.TextFormat.RichText)
+            label.setText(f'{html.escape(text, quote=False)} <a href="open">{html.escape(link)}</a>')
+            label.setProperty("plainText", f"{text} {link}")  # what plain_text() reads
+            label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse
+                                          | Qt.TextInteractionFlag.LinksAccessibleByMouse
+                                          | Qt.TextInteractionFlag.LinksAccessibleByKeyboard)
+        else:
+            label.setTextFormat(Qt.TextFormat.PlainText)
+            label.setText(text)
+            label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         label.setContentsMargins(14, 0, 14, 0)
         self._append(label, before)
         return label
@@ -180,7 +205,7 @@ class ChatView(QStackedWidget):
                 parts += [widget.role_label.text(), widget.status_tag.text() if widget.status_tag.isVisibleTo(self)
                           else "", widget.body.toPlainText(), widget.error_label.text()]
             elif isinstance(widget, QLabel):
-                parts.append(widget.text())
+                parts.append(widget.property("plainText") or widget.text())
         return "\n".join(part for part in parts if part)
 
     def _item_widgets(self) -> list[QWidget]:

@@ -68,6 +68,7 @@ class _Unsaved:
     thinking: str = ""
 
 
+QUOTED_CHARS = 40  # of the question, where the side panel names an older answer
 RETRY_INTERVAL_MS = 3000  # an unsaved answer is tried again this often
 RETRY_WAIT_S = 0.05  # and waits at most this long for a lock each time: the window stays responsive
 log = logging.getLogger(__name__)
@@ -81,8 +82,11 @@ class ChatController(QObject):
     answer_finished = Signal(object)  # GenerationStats
     error = Signal(str)  # the history could not be written
     saved = Signal(str)  # answers the history refused earlier are stored now (a line for the status bar)
-    trace_shown = Signal(object)  # TurnTrace (or None) of the answer the side panel should show
+    # TurnTrace (or None) of the answer the side panel should show, and whose it is when not the
+    # chat's latest ("the answer to “…”", for one clicked further up)
+    trace_shown = Signal(object, str)
     trace_rounds = Signal(list)  # RoundTrace just added to the trace shown (the live answer's)
+    race_opened = Signal(dict)  # a race kept with the chat, to open again (its link under the question)
     request_baseline = Signal(object)  # messages: re-time the target alone at this context
     stopping = Signal()  # Stop was pressed: the answer ends within a round
 
@@ -99,6 +103,7 @@ class ChatController(QObject):
         self._cancel: CancelToken | None = None  # the running answer's Stop
         self.baseline: Baseline | None = None  # the target alone's timings
         self.racing = False
+        self._panel_trace: TurnTrace | None = None  # what the side panel shows (trace_shown)
         self.race_question: tuple[int, int] | None = None  # (chat, message id) of the question raced
         self.unsaved: dict[tuple[int, int | None], _Unsaved] = {}  # (answer id, version): not stored yet
         self._retry = QTimer(self)
@@ -117,6 +122,7 @@ class ChatController(QObject):
         worker.answering.connect(self._on_answering)
         view.regenerate_requested.connect(self.regenerate)
         view.version_requested.connect(self.show_version)
+        view.answer_clicked.connect(self.show_answer)
 
     @property
     def busy(self) -> bool:
@@ -198,20 +204,39 @@ class ChatController(QObject):
             self.pending.widget = None  # the view is about to delete it
         self.view.clear()
         if self.current is None:
-            self.trace_shown.emit(None)
+            self._panel(None)
             return
         shown = None
         for message in map(self._as_shown, self.store.messages(self.current.id)):
             widget = self._add_widget(message)
             if message.role == "user" and (race := (message.stats or {}).get("race")):
-                self.view.add_notice(race_notice(race))  # a race of this question, under it
+                # a race of this question, under it, and a link that opens it again
+                notice = self.view.add_notice(race_notice(race), link="Show the race")
+                notice.linkActivated.connect(lambda _link, race=race: self.race_opened.emit(race))
             if message.role == "assistant":
                 shown = TurnTrace.from_dict(message.trace)
             if self.pending is not None and message.id == self.pending.answer_id:
                 self._attach(widget)
                 shown = self.pending.trace
         self.view.refresh_actions()
-        self.trace_shown.emit(shown)
+        self._panel(shown)
+
+    def _panel(self, trace: TurnTrace | None, source: str = "") -> None:
+        self._panel_trace = trace
+        self.trace_shown.emit(trace, source)
+
+    def show_answer(self, widget: MessageWidget) -> None:
+        """An answer clicked in the chat: the side panel shows its rounds as the history keeps
+        them with it (the answer being written: live, as it goes on)."""
+        if self.current is None or widget.role != "assistant" or getattr(widget, "message_id", None) is None:
+            return
+        if self.pending is not None and widget is self.pending.widget:
+            self._panel(self.pending.trace)
+            return
+        messages = [self._as_shown(m) for m in self.store.messages(self.current.id)]
+        at = next((i for i, m in enumerate(messages) if m.id == widget.message_id), None)
+        if at is not None:
+            self._panel(TurnTrace.from_dict(messages[at].trace), _whose(messages, at))
 
     def _add_widget(self, message: Message) -> MessageWidget:
         error = (message.stats or {}).get("error", "") if message.status == "error" else ""
@@ -250,7 +275,9 @@ class ChatController(QObject):
         widget.set_thinking(message.thinking, done=True)  # each version has its own (or none)
         widget.finish(message.content, message.status, message.stats, error)
         widget.set_versions(message.version, message.versions)
-        self.trace_shown.emit(trace)
+        messages = [self._as_shown(m) for m in self.store.messages(self.current.id)] if self.current else []
+        at = next((i for i, m in enumerate(messages) if m.id == message.id), None)
+        self._panel(trace, _whose(messages, at) if at is not None else "")
 
     def _attach(self, widget: MessageWidget) -> None:
         """Show the pending answer in `widget`, with what was written so far."""
@@ -366,7 +393,7 @@ class ChatController(QObject):
         # loading now, when the message is sent, answers instead of the one loaded now.
         record = settings.to_dict() | {"system_prompt": self.system_prompt}
         self.pending = _Pending(conv_id, answer_id, record, TurnTrace(baseline=self.baseline), version=version)
-        self.trace_shown.emit(self.pending.trace)
+        self._panel(self.pending.trace)
         self._set_busy(True)
         request = self._request(history)
         self._cancel = request.cancel
@@ -407,7 +434,9 @@ class ChatController(QObject):
             return
         if self.pending is not None:
             self.pending.trace.add(rounds)
-            if self.pending.widget is not None:  # its chat is on screen, and so is its trace
+            # only while the panel shows it: not while its chat is closed, nor while the user
+            # looks at an older answer's rounds (they would be added to that answer's rows)
+            if self._panel_trace is self.pending.trace:
                 self.trace_rounds.emit(rounds)
 
     def _on_baseline(self, baseline: Baseline) -> None:
@@ -521,6 +550,20 @@ class ChatController(QObject):
             self.error.emit(str(exc))
             return False
         return True
+
+
+def _whose(messages: list[Message], at: int) -> str:
+    """Which answer the side panel shows, in the user's words, when it is not the chat's latest
+    (the version too, where it has several): "version 1 of the answer to “Name a fruit”"."""
+    if any(m.role == "assistant" for m in messages[at + 1:]):
+        question = next((m.content for m in reversed(messages[:at]) if m.role == "user"), "")
+        question = " ".join(question.split())
+        quoted = question if len(question) <= QUOTED_CHARS else question[: QUOTED_CHARS - 1] + "…"
+        version = f"version {messages[at].version} of " if messages[at].versions > 1 else ""
+        return f"{version}the answer to “{quoted}”"
+    if messages[at].versions > 1:
+        return f"version {messages[at].version} of {messages[at].versions} of the latest answer"
+    return ""
 
 
 def stats_record(stats: GenerationStats) -> dict:

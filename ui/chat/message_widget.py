@@ -6,6 +6,8 @@ so the GUI thread stays a small share of the machine while the engine decodes.
 
 An answer Regenerate wrote again shows ‹ 2/3 › to go through its versions; the controller
 switches them. Tinted by origin, an answer is still rendered as Markdown, its text coloured.
+A click on a message (its text included) says so (`clicked`): the side panel shows that
+answer's rounds.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import math
 import time
 
-from PySide6.QtCore import Qt, QTimer, QUrl, Signal
+from PySide6.QtCore import QEvent, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QDesktopServices, QGuiApplication
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QTextBrowser, QToolButton, QVBoxLayout, QWidget
 
@@ -74,6 +76,7 @@ class MessageWidget(QFrame):
     edit_requested = Signal()
     version_requested = Signal(int)  # the number of the answer's version to show (1-based)
     copied = Signal(str)  # what was copied, in words ("the answer", "the code"), for the status bar
+    clicked = Signal()  # anywhere on the message: the side panel shows an answer's rounds
 
     def __init__(self, role: str, renderer: MarkdownRenderer, parent: QWidget | None = None):
         super().__init__(parent)
@@ -102,6 +105,8 @@ class MessageWidget(QFrame):
         self.thinking = ThinkingBlock()  # a reasoning model's thinking, folded (hidden for others)
         self.body = MessageText()
         self.body.anchorClicked.connect(self._link_clicked)
+        # the text takes its own clicks (to select, to follow links); they pick the message too
+        self.body.viewport().installEventFilter(self)
         self.error_label = QLabel()
         self.error_label.setObjectName("errorLabel")
         self.error_label.setWordWrap(True)
@@ -152,6 +157,16 @@ class MessageWidget(QFrame):
         layout.addWidget(self.body)
         layout.addWidget(self.error_label)
         layout.addLayout(actions)
+
+    def mousePressEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        if event.button() == Qt.MouseButton.LeftButton:
+            self.clicked.emit()
+        super().mousePressEvent(event)
+
+    def eventFilter(self, watched, event) -> bool:  # noqa: N802 (Qt's name)
+        if event.type() == QEvent.Type.MouseButtonPress and event.button() == Qt.MouseButton.LeftButton:
+            self.clicked.emit()
+        return False  # the text still selects and follows links
 
     def _action(self, text: str, tip: str, slot) -> QToolButton:
         button = QToolButton()

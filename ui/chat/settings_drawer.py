@@ -2,19 +2,24 @@
 
 It folds out under the header. Every change is announced at once (the window saves it with
 the chat); the system prompt is announced when typing pauses.
+
+It fits the chat column it folds out in, never widening the window: the two columns of settings
+stack when the column is narrow, and the drafter's list names the pair's draft in full only in
+its popup (the box is as wide as a short name, its tooltip says the whole one).
 """
 
 from __future__ import annotations
 
-from PySide6.QtCore import QTimer, Signal
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout, QFrame, QGridLayout, QLabel,
-                               QPlainTextEdit, QPushButton, QSpinBox, QWidget)
+from PySide6.QtCore import QSize, QTimer, Signal
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout, QFrame, QGridLayout, QHBoxLayout,
+                               QLabel, QPlainTextEdit, QPushButton, QSpinBox, QWidget)
 
 from app.chat.settings import MAX_DRAFT_TOKENS, ChatSettings
 from app.draft_choice import NO_DRAFT, PAIR_DRAFT, PAIR_MODEL_ONLY, PROMPT_LOOKUP, REQUEST_CHOICES
 from ui.tips import wrap_tip
 
 PROMPT_DELAY_MS = 400
+DRAFTER_MIN_CHARS = 12  # the drafter box's least width: "Prompt looku…" still says which
 DRAFTER_ITEMS = {PAIR_DRAFT: "The pair's draft", PAIR_MODEL_ONLY: "Draft model only",
                  PROMPT_LOOKUP: "Prompt lookup (n-gram)", NO_DRAFT: "None: the target alone"}
 
@@ -63,6 +68,10 @@ class SettingsDrawer(QFrame):
         self.draft_tokens.setSpecialValueText("auto")
         self.drafter = QComboBox()  # one item per REQUEST_CHOICES, in its order
         self.drafter.addItems([DRAFTER_ITEMS[choice] for choice in REQUEST_CHOICES])
+        # as wide as its column allows, not as its longest item ("The pair's draft (the target's
+        # own weights at int4 …)" widened the window): the popup still shows every item whole
+        self.drafter.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.drafter.setMinimumContentsLength(DRAFTER_MIN_CHARS)
         self.set_pair_draft("the pair's draft")
         self.thinking = QCheckBox("Think before answering")
         self.thinking.setEnabled(False)  # until a model whose template has the switch is loaded
@@ -80,6 +89,7 @@ class SettingsDrawer(QFrame):
         for widget in (self.temperature, self.top_p, self.top_k, self.max_tokens, self.draft_tokens):
             widget.valueChanged.connect(self._edited)
         self.drafter.currentIndexChanged.connect(self._edited)
+        self.drafter.currentIndexChanged.connect(self._show_drafter_tip)
         self.thinking.toggled.connect(self._thinking_toggled)
         self.thinking.toggled.connect(self._edited)
         self._layout()
@@ -89,8 +99,10 @@ class SettingsDrawer(QFrame):
         prompt_label = QLabel("System prompt")
         prompt_label.setToolTip(wrap_tip(TIPS["system_prompt"]))
         self.system_prompt.setToolTip(wrap_tip(TIPS["system_prompt"]))
-        left, right = QFormLayout(), QFormLayout()
+        self._forms = (QWidget(), QWidget())
+        left, right = (QFormLayout(form) for form in self._forms)
         for form in (left, right):
+            form.setContentsMargins(0, 0, 0, 0)
             form.setHorizontalSpacing(10)
             form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
         rows = [(left, "Temperature", self.temperature, "temperature"), (left, "Top-p", self.top_p, "top_p"),
@@ -102,22 +114,72 @@ class SettingsDrawer(QFrame):
             widget.setToolTip(wrap_tip(TIPS[key]))
             form.addRow(label, widget)
         self.thinking.setToolTip(wrap_tip(TIPS["thinking"]))
-        right.addRow("", self.thinking)
-        grid = QGridLayout(self)
+        bottom = QHBoxLayout()
+        bottom.setContentsMargins(0, 0, 0, 0)
+        bottom.addWidget(self.thinking)
+        bottom.addStretch(1)
+        bottom.addWidget(self.reset_button)
+        self._grid = grid = QGridLayout(self)
         grid.setContentsMargins(16, 10, 16, 12)
-        grid.setHorizontalSpacing(20)
+        grid.setHorizontalSpacing(16)
         grid.setVerticalSpacing(6)
-        grid.addWidget(prompt_label, 0, 0, 1, 3)
-        grid.addWidget(self.system_prompt, 1, 0, 1, 3)
-        grid.addLayout(left, 2, 0)
-        grid.addLayout(right, 2, 1)
-        grid.addWidget(self.reset_button, 2, 2)
+        grid.addWidget(prompt_label, 0, 0, 1, 2)
+        grid.addWidget(self.system_prompt, 1, 0, 1, 2)
+        grid.addLayout(bottom, 4, 0, 1, 2)
+        self._stacked: bool | None = None
+        self._place(stacked=False)
+        self._show_drafter_tip()
+
+    # --- fitting the chat column -----------------------------------------------------------
+
+    def _side_by_side_width(self) -> int:
+        """The least width that holds the two columns of settings side by side."""
+        margins = self._grid.contentsMargins()
+        return (sum(form.minimumSizeHint().width() for form in self._forms) + self._grid.horizontalSpacing()
+                + margins.left() + margins.right())
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
+        """As narrow as the stacked columns: the drawer never makes the window wider (it stacks
+        them when the chat column is narrow)."""
+        hint = super().minimumSizeHint()
+        margins = self._grid.contentsMargins()
+        stacked = max(form.minimumSizeHint().width() for form in self._forms) + margins.left() + margins.right()
+        hint.setWidth(min(hint.width(), stacked))
+        return hint
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().resizeEvent(event)
+        self._place(stacked=event.size().width() < self._side_by_side_width())
+
+    def _place(self, stacked: bool) -> None:
+        """The two columns of settings side by side, or one under the other."""
+        if stacked == self._stacked:
+            return
+        self._stacked = stacked
+        grid = self._grid
+        for form in self._forms:
+            grid.removeWidget(form)
+        if stacked:
+            grid.addWidget(self._forms[0], 2, 0, 1, 2)
+            grid.addWidget(self._forms[1], 3, 0, 1, 2)
+        else:
+            grid.addWidget(self._forms[0], 2, 0)
+            grid.addWidget(self._forms[1], 2, 1)
         grid.setColumnStretch(0, 1)
-        grid.setColumnStretch(1, 1)
+        grid.setColumnStretch(1, 0 if stacked else 1)
 
     def set_pair_draft(self, name: str) -> None:
         """The first choice names what the loaded pair drafts with."""
         self.drafter.setItemText(REQUEST_CHOICES.index(PAIR_DRAFT), f"The pair's draft ({name})")
+        # the popup as wide as its longest item, though the box may be narrower
+        view = self.drafter.view()
+        scroll_bar = view.verticalScrollBar().sizeHint().width()
+        view.setMinimumWidth(view.sizeHintForColumn(0) + 2 * view.frameWidth() + scroll_bar)
+        self._show_drafter_tip()
+
+    def _show_drafter_tip(self) -> None:
+        """The box may cut the choice short: its tooltip begins with the whole of it."""
+        self.drafter.setToolTip(wrap_tip(f"{self.drafter.currentText()}. {TIPS['drafter']}"))
 
     def set_thinking_switch(self, reasoning: str) -> None:
         """The loaded model's thinking: "switch" (its template turns it on and off), "always", or "".

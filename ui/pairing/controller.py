@@ -261,7 +261,9 @@ class PairController(QObject):
         draft, draft_name = resolved.get("draft", (current.draft, current.named()[1]))
         # A new target alone keeps the draft model in use only when their tokenizers agree.
         keep_draft = "target" in resolved and "draft" not in resolved
-        if keep_draft and draft.kind is DraftKind.MTP:  # the old target's own layer: the new one's, if it has one
+        # the old target's own layer, or an EAGLE-3 head made for the old target (it reads that model's
+        # layers): the new target's own choice instead, its MTP layer or a head measured with it
+        if keep_draft and draft.kind in (DraftKind.MTP, DraftKind.EAGLE3):
             draft, draft_name = AUTO_DRAFT, AUTO_DRAFT
         self.request_pair.emit(PairRequest(target, draft, self.backend, target_name, draft_name, keep_draft,
                                            precision=precision, context=self.memory.context(target_name)))

@@ -6,9 +6,10 @@ from __future__ import annotations
 from PySide6.QtWidgets import QFileDialog, QInputDialog, QMenu, QMessageBox, QWidget
 
 from app.draft_choice import NO_DRAFT, PROMPT_LOOKUP, DraftChoice, DraftKind
-from app.models.catalog import CatalogPair, load_catalog
+from app.models.catalog import CatalogPair, catalog_head, load_catalog
 from app.models.draft_heads import has_mtp
-from app.models.names import model_label
+from app.models.eagle3_sources import heads_beside
+from app.models.names import display_name, model_label
 from ui.pairing.controller import PairController
 from ui.tips import wrap_tip
 
@@ -19,6 +20,9 @@ DRAFT_CHOICES = (
 )
 MTP_DRAFT = DraftChoice(DraftKind.MTP)  # offered only for a target whose checkpoint has the layer
 UNKNOWN_FREE = 2**62
+EAGLE3_TIP = ("A published EAGLE-3 head: one decoder layer that drafts from three of the target's inner layers, "
+              "with prompt lookup beside it. The pair trial measures it here; \"auto\" drafts with it where it "
+              "measured faster than prompt lookup.")
 
 
 def shipped_head_entry(pairing: PairController) -> tuple[str, str, DraftChoice] | None:
@@ -42,6 +46,30 @@ def shipped_head_entry(pairing: PairController) -> tuple[str, str, DraftChoice] 
     return "Aligned draft head: trained on this model's answers (shipped)", tip, head
 
 
+def eagle3_entries(pairing: PairController) -> list[tuple[str, str, DraftChoice]]:
+    """(text, tooltip, draft) for each EAGLE-3 head offered to the loaded target: the heads in the
+    folders beside it that fit it (app/models/eagle3_sources.py), then the head the catalog lists
+    for it, fetched from the hub when chosen (as a catalog pair's draft is)."""
+    from app.models import hub
+
+    loaded, current = pairing.loaded, pairing.current
+    if loaded is None:
+        return []
+    entries = [(f"EAGLE-3 head: {folder.name} (beside the model)", f"{EAGLE3_TIP}\n\n{folder}",
+                DraftChoice.eagle3(str(folder))) for folder in heads_beside(loaded.folder)]
+    # the target as the user named it (a hub id), or its hub download's folder by the id
+    names = dict.fromkeys(filter(None, (current.named()[0] if current else "", display_name(loaded.folder))))
+    head = next(filter(None, map(catalog_head, names)), None)
+    if head is not None:
+        fetched = hub.cached_model(hub.HubRef(head.repo)) is not None
+        where = "downloaded" if fetched else f"{_size(head.size_gb)} download"
+        entries.append((f"EAGLE-3 head: {head.repo} ({where})",
+                        f"{EAGLE3_TIP}" + ("" if fetched else " It is fetched from the Hugging Face hub when chosen; "
+                                           "the exact size is shown before the download starts."),
+                        DraftChoice.eagle3(head.repo)))
+    return entries
+
+
 def _mark(item, on: bool) -> None:
     """A check beside the choice in use (the menus say what is current, not only what can be)."""
     item.setCheckable(True)
@@ -50,7 +78,9 @@ def _mark(item, on: bool) -> None:
 
 def _drafts_with(pairing: PairController, choice: DraftChoice) -> bool:
     loaded = pairing.loaded
-    return loaded is not None and (loaded.draft == choice or (
+    # a hub draft loads from its download's folder and is named by its id (PairRequest.named)
+    named = pairing.current is not None and pairing.current.named()[1] == choice
+    return loaded is not None and (loaded.draft == choice or named or (
         choice.kind is DraftKind.SELF and loaded.draft.kind is DraftKind.SELF
         and loaded.draft.precision == choice.precision))
 
@@ -89,6 +119,10 @@ def build_slot_menu(role: str, pairing: PairController, parent: QWidget, aligner
             _mark(item, _drafts_with(pairing, MTP_DRAFT))
             item.setToolTip(wrap_tip("The target checkpoint's own multi-token-prediction layer drafts, with prompt "
                                      "lookup beside it: nothing to download, little memory."))
+        for text, tip, choice in eagle3_entries(pairing):
+            item = menu.addAction(text, lambda choice=choice: pairing.choose_draft(choice))
+            item.setToolTip(wrap_tip(tip))
+            _mark(item, _drafts_with(pairing, choice))
         for text, choice in DRAFT_CHOICES:
             item = menu.addAction(text, lambda choice=choice: pairing.choose_draft(choice))
             _mark(item, _drafts_with(pairing, choice))

@@ -1,11 +1,13 @@
 """Chip colours, one set per theme: accepted drafts green, rejected drafts red (struck through),
-the target's own tokens blue. The inline tint of the chat uses the same hues."""
+the target's own tokens blue. The inline tint of the chat uses the same hues. A speedup's figure
+is green or red only where its verdict (app/chat/baseline.py) says faster or slower."""
 
 from __future__ import annotations
 
 import html
 from dataclasses import dataclass
 
+from app.chat.baseline import FASTER, SLOWER
 from app.chat.trace import ACCEPTED, REJECTED, TARGET
 
 
@@ -24,8 +26,17 @@ LABELS = {ACCEPTED: "accepted draft", REJECTED: "rejected draft", TARGET: "targe
 THINKING_ROW = {False: "#efe8fb", True: "#2f2641"}
 
 
+# the speedup's figure by its verdict, {dark: colour}; "about as fast" has none: the text's own
+VERDICT_COLORS = {FASTER: {False: "#2e9d5b", True: "#4cc47f"}, SLOWER: {False: "#c0392b", True: "#ff7b72"}}
+
+
 def chip_colors(dark: bool) -> dict[str, ChipColors]:
     return DARK if dark else LIGHT
+
+
+def verdict_color(verdict: str, dark: bool) -> str | None:
+    """Green for faster, red for slower, None (the theme's text colour) for about as fast."""
+    return VERDICT_COLORS.get(verdict, {}).get(dark)
 
 
 def visible(text: str) -> str:

@@ -12,14 +12,13 @@ import math
 from pathlib import Path
 
 from PySide6.QtCore import QCoreApplication, QEvent, QSettings, QStandardPaths, Qt, QTimer, Signal
-from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (QCheckBox, QFileDialog, QFrame, QGridLayout, QLabel, QMenu,
                                QPushButton, QScrollArea, QSizePolicy, QSplitter, QToolButton, QVBoxLayout,
                                QWidget)
 
 from app.chat.baseline import METHOD, Baseline, Speedup
 from app.chat.trace import ACCEPTED, REJECTED, TARGET, Figures, RoundTrace, TurnTrace
-from ui.panel.colors import LABELS, THINKING_ROW, chip_colors
+from ui.panel.colors import LABELS, THINKING_ROW, chip_colors, verdict_color
 from ui.panel.graphs import LiveGraphs
 from ui.panel.rounds_view import RoundsView
 
@@ -95,11 +94,14 @@ class DraftPanel(QWidget):
             "k": FigureTile("draft k", "Draft length of the latest round (adaptive unless the chat's settings "
                                        "fix it)"),
         }
+        # "speedup, about as fast" goes onto two lines in a narrow tile rather than widen every tile
+        self.tiles["speedup"].caption.setWordWrap(True)
         self._tile_grid = QGridLayout()
         self._tile_grid.setSpacing(6)
         self._tile_columns = 0
         self.source_label = QLabel("")  # whose answer is shown when it is not the chat's (an API request)
         self.source_label.setObjectName("mutedLabel")
+        self.source_label.setWordWrap(True)  # "the answer to “…”" of a long question: never wider than the panel
         self.source_label.hide()
         self.baseline_label = QLabel("Target alone: not measured yet")
         self.baseline_label.setObjectName("mutedLabel")
@@ -250,6 +252,7 @@ class DraftPanel(QWidget):
             return f'<span style="background-color:{c.background}; color:{c.text};">&nbsp;{text}&nbsp;</span>'
 
         self._dark = dark
+        self._show_speedup(self.trace.figures().speedup)  # the verdict's hue in this theme
         self._legend_keys = " ".join(key(kind, LABELS[kind].replace(" ", "&nbsp;"))
                                      for kind in (ACCEPTED, REJECTED, TARGET))
         self._show_legend()
@@ -333,10 +336,11 @@ class DraftPanel(QWidget):
         self._refresh(graphs=True)
         self._show_baseline()
 
-    def show_trace(self, trace: TurnTrace | None) -> None:
+    def show_trace(self, trace: TurnTrace | None, source: str = "") -> None:
         """An answer from the history (or none): its rounds, figures and graphs as they ended,
-        against the baseline it was measured with."""
-        self._show_source("")
+        against the baseline it was measured with; `source` names it when it is not the chat's
+        latest answer (one clicked further up)."""
+        self._show_source(source)
         self._graph_timer.stop()
         self._unshown = []
         self.trace = trace or TurnTrace(baseline=self.baseline)
@@ -359,12 +363,14 @@ class DraftPanel(QWidget):
         tile = self.tiles["speedup"]
         shown = s is not None and math.isfinite(s.median)
         tile.value.setText(f"{s.median:.2f}×" if shown else "–")
-        tile.value.setStyleSheet(f"color: {QColor('#2e9d5b' if s.median >= 1.0 else '#c0392b').name()};"
-                                 if shown else "")
+        # faster or slower only once the range clears 1 (app/chat/baseline.py); until then "about
+        # as fast" in the text's own colour: a red 0.82x over a range up to 1.2 claimed too much
+        verdict = s.verdict() if shown else ""
+        color = verdict_color(verdict, self._dark)
+        tile.value.setStyleSheet(f"color: {color};" if color else "")
+        tile.caption.setText(f"speedup, {verdict}" if shown else "speedup")
         # the range over the target alone's timings: a median alone hides how noisy they were
-        baseline = self.trace.baseline
-        single = baseline is not None and len(baseline.samples) == 1
-        tile.detail.setText("" if not shown else "1 timing" if single else f"{s.low:.2f}-{s.high:.2f}")
+        tile.detail.setText("" if not shown else "1 timing" if s.timings == 1 else f"{s.low:.2f}-{s.high:.2f}")
         tile.detail.setVisible(shown)
 
     # --- exports -------------------------------------------------------------------------

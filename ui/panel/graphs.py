@@ -2,7 +2,8 @@
 four when the panel is too narrow for two):
 
 - Speedup: speedup so far against tokens written, with the target alone at 1.0 (dashed), and a
-  band for its range over the target alone's timings;
+  band for its range over the target alone's timings; green or red only once the latest range
+  clears 1 (app/chat/baseline.py), in the axes' colour until then;
 - Tokens/s: speculative tokens/s so far against the target-alone rate (dashed);
 - Acceptance (rolling): the share of drafts accepted, averaged over the last drafting rounds;
 - Accepted per round: a histogram of how many drafts each drafting round accepted, 0 to k.
@@ -22,6 +23,7 @@ from PySide6.QtGui import QColor, QFont
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 import pyqtgraph as pg
+from app.chat.baseline import ABOUT, FASTER, SLOWER, speedup_verdict
 from app.chat.trace import ACCEPTED, TurnTrace
 
 ROLLING_ROUNDS = 8  # one round's acceptance is 0..k out of k, too jumpy alone; 8 still follows a change
@@ -59,6 +61,7 @@ class LiveGraphs(QWidget):
         layout.addWidget(self._view)
         self._titles: dict[pg.PlotItem, str] = {}
         self._counts: list[int] = []
+        self.verdict = ABOUT  # of the latest point: the speedup curve's colour
 
         self.speedup_plot = self._plot(0, 0, "Speedup", TOKENS_AXIS)
         self.tps_plot = self._plot(0, 1, "Tokens/s", TOKENS_AXIS)
@@ -148,6 +151,11 @@ class LiveGraphs(QWidget):
         high = series["speedup_high"] if baseline else []
         self.speedup_high.setData(tokens if baseline else [], high)
         self.speedup_plot.setRange(xRange=(0, x_top), yRange=(0, _top(high, 1.0)), padding=0)
+        timings = len(trace.baseline.samples) if trace.baseline else 0
+        verdict = speedup_verdict(series["speedup_low"][-1], high[-1], timings) if high else ABOUT
+        if verdict != self.verdict:
+            self.verdict = verdict
+            self._color_speedup()
 
         tps = series["tokens_per_s"]
         baseline_tps = 1.0 / baseline if baseline else None
@@ -197,12 +205,7 @@ class LiveGraphs(QWidget):
             self._set_title(plot, self._titles[plot], force=True)
         line = pg.mkPen(c.accepted, width=2)
         dashed = pg.mkPen(c.baseline, width=1.5, style=Qt.PenStyle.DashLine)
-        self.speedup_curve.setPen(line)
-        band = QColor(c.accepted)
-        band.setAlpha(55)
-        self.speedup_band.setBrush(band)
-        for edge in (self.speedup_low, self.speedup_high):
-            edge.setPen(pg.mkPen(band, width=1))
+        self._color_speedup()
         self.tps_curve.setPen(line)
         self.acceptance_curve.setPen(line)
         self.target_line.setPen(dashed)
@@ -215,6 +218,18 @@ class LiveGraphs(QWidget):
         for _sample, label in self.legend.items:
             label.setText(label.text)  # setLabelTextColor only applies to the next text
         self._draw_bars()
+
+    def _color_speedup(self) -> None:
+        """The speedup's curve and band: green where the latest range is above 1, red where it is
+        below, the axes' colour while it still spans 1 (about as fast: no claim either way)."""
+        c = self._colors
+        color = {FASTER: c.accepted, SLOWER: c.rejected}.get(self.verdict, c.foreground)
+        self.speedup_curve.setPen(pg.mkPen(color, width=2))
+        band = QColor(color)
+        band.setAlpha(55)
+        self.speedup_band.setBrush(band)
+        for edge in (self.speedup_low, self.speedup_high):
+            edge.setPen(pg.mkPen(band, width=1))
 
     def _set_title(self, plot: pg.PlotItem, title: str, force: bool = False) -> None:
         if title == self._titles[plot] and not force:

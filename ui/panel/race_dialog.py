@@ -3,7 +3,8 @@ with their times, the measured ratio, and at temperature 0 whether the texts are
 
 Both answers stream into their panes as they are written (the target alone first, then
 speculation); closing the dialog cancels a race still running. A finished race is kept with the
-chat and shown under its question (`race_notice`)."""
+chat and shown under its question (`race_notice`), with a link that opens it again as it ended
+(`RaceDialog.kept`: both answers, their figures and the verdict, read back from the history)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,16 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import QDialog, QDialogButtonBox, QGridLayout, QLabel, QTextBrowser, QVBoxLayout, QWidget
 
+from app.json_fields import is_number
+
 SIDES = ("Target alone", "Speculative")
+RECORD_SIDES = ("alone", "speculative")  # their keys in a race's record (ui.worker.RaceResult.to_dict)
 RUNNING = "Racing… the target alone answers first, then speculation. Close cancels the race."
+NO_TEXT = "(This race was kept before Tandem kept the answers' texts: only its figures are here.)"
 
 
 class RaceDialog(QDialog):
-    def __init__(self, parent: QWidget | None = None, temperature: float = 0.0):
+    def __init__(self, parent: QWidget | None = None, temperature: float | None = 0.0):
         super().__init__(parent)
         self.setWindowTitle("Race: the target alone against speculation")
         self.resize(980, 560)
@@ -81,9 +86,35 @@ class RaceDialog(QDialog):
     def side_done(self, side: int, finished) -> None:
         """One side has finished: its figures now, before the other side ends."""
         self.texts[side].setPlainText(finished.text)  # the answer as the engine ended it
-        self.stats[side].setText(side_line(finished.stats))
+        s = finished.stats
+        self.stats[side].setText(side_line(s.tokens, s.decode_s, s.tokens_per_s, s.drafted, s.acceptance_rate,
+                                           s.tokens_per_round))
         if side == 0:
             self.stats[1].setText("writing…")
+
+    @classmethod
+    def kept(cls, parent: QWidget | None, record: dict) -> RaceDialog:
+        """A finished race as the history kept it (its record, read defensively: a damaged field
+        leaves its part out and says so, the rest still shows)."""
+        record = record if isinstance(record, dict) else {}
+        temperature = record.get("temperature")
+        if not is_number(temperature):
+            temperature = 0.0 if record.get("greedy") is True else None
+        dialog = cls(parent, temperature=temperature)
+        dialog.setWindowTitle("Race kept with the chat: the target alone against speculation")
+        dialog.running = False
+        dialog.close_button.setToolTip("")
+        for column, key in enumerate(RECORD_SIDES):
+            side = record.get(key) if isinstance(record.get(key), dict) else {}
+            text = side.get("text")
+            dialog.texts[column].setPlainText(text if isinstance(text, str) else NO_TEXT)
+            dialog.stats[column].setText(recorded_side_line(side))
+        dialog.summary.setTextFormat(Qt.TextFormat.RichText)
+        try:
+            dialog.summary.setText(summary_html(record))
+        except (KeyError, TypeError, ValueError, OverflowError):  # a stored 1e400 overflows its format
+            dialog.summary.setText("This race's result could not be read back from the chat history.")
+        return dialog
 
     def show_result(self, result) -> None:
         """`result`: ui.worker.RaceResult."""
@@ -101,7 +132,9 @@ class RaceDialog(QDialog):
                 stats.setText("stopped")
 
 
-def temperature_words(temperature: float) -> str:
+def temperature_words(temperature: float | None) -> str:
+    if temperature is None:  # a race kept before its temperature was
+        return "Above temperature 0: the two answers are different samples, so the ratio is noisier."
     if temperature == 0:
         return ("At temperature 0: the exact comparison. Both sides must write the same text, so the ratio "
                 "compares the same tokens written two ways.")
@@ -109,12 +142,22 @@ def temperature_words(temperature: float) -> str:
             "the ratio is noisier than at temperature 0.")
 
 
-def side_line(s) -> str:
-    """One side's figures (GenerationStats)."""
-    line = f"{s.tokens} tokens in {s.decode_s:.2f} s after the first · {s.tokens_per_s:.1f} tok/s"
-    if s.drafted:
-        line += f" · {s.acceptance_rate:.0%} of drafts accepted · {s.tokens_per_round:.2f} tokens/pass"
+def side_line(tokens: int, decode_s: float, tokens_per_s: float, drafted: int, acceptance: float,
+              tokens_per_pass: float) -> str:
+    """One side's figures, as the race ended or as its record keeps them."""
+    line = f"{tokens} tokens in {decode_s:.2f} s after the first · {tokens_per_s:.1f} tok/s"
+    if drafted:
+        line += f" · {acceptance:.0%} of drafts accepted · {tokens_per_pass:.2f} tokens/pass"
     return line
+
+
+def recorded_side_line(side: dict) -> str:
+    """One side's line from a race's record (RaceResult.to_dict); a damaged record says so."""
+    fields = ("tokens", "decode_s", "tokens_per_s", "drafted", "acceptance", "tokens_per_round")
+    values = [side.get(name) for name in fields]
+    if not all(is_number(value) for value in values):
+        return "its figures could not be read back from the chat history"
+    return side_line(*values)
 
 
 def _verdict(record: dict) -> str:

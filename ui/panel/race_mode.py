@@ -1,5 +1,6 @@
 """Race mode's wiring: the open chat's last question answered by the target alone, then
-speculatively, into a RaceDialog (race_dialog.py); the result kept with the chat."""
+speculatively, into a RaceDialog (race_dialog.py); the result kept with the chat, and opened
+again from the link under the question it raced (`reopen`)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ class RaceMode(QObject):
     def __init__(self, window):
         super().__init__(window)
         self.window = window
-        self.dialog: RaceDialog | None = None
+        self.dialog: RaceDialog | None = None  # the race running, or the last one run
+        self.kept: RaceDialog | None = None  # a race kept with a chat, opened again
         worker = window.worker
         worker.race_done.connect(self._done)
         worker.race_failed.connect(self._failed)
@@ -58,9 +60,19 @@ class RaceMode(QObject):
         if self._running():
             self.dialog.side_done(side, finished)
 
+    def reopen(self, record: dict) -> None:
+        """A race kept with the chat, as it ended; a race running meanwhile is left alone."""
+        if self.kept is not None:
+            self.kept.close()
+        self.kept = RaceDialog.kept(self.window, record)
+        self.kept.show()
+
     def _done(self, result) -> None:
         self.window.controller.set_racing(False)
-        self.window.controller.save_race(result.to_dict())  # kept with the chat, under the question
+        record = result.to_dict()
+        if self.dialog is not None:  # what the words over the answers say when it is opened again
+            record["temperature"] = self.dialog.temperature
+        self.window.controller.save_race(record)  # kept with the chat, under the question
         if self.dialog is not None:
             self.dialog.show_result(result)
 

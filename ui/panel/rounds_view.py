@@ -1,12 +1,14 @@
 """The rounds list: one row per target pass, each drafted token a chip.
 
 A model/view list with a painting delegate, not a widget per chip: an answer of thousands of
-rounds scrolls as smoothly as one of ten. Rows are laid out once per width and cached.
+rounds scrolls as smoothly as one of ten. Rows are laid out once per width and font and cached;
+a row's height is its wrapped chips', so a new width or font lays the rows out again, and a row
+never paints outside its own height.
 """
 
 from __future__ import annotations
 
-from PySide6.QtCore import QAbstractListModel, QModelIndex, QRect, QSize, Qt
+from PySide6.QtCore import QAbstractListModel, QEvent, QModelIndex, QRect, QSize, Qt, QTimer
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPen
 from PySide6.QtWidgets import QAbstractItemView, QListView, QStyledItemDelegate, QToolTip
 
@@ -117,6 +119,9 @@ class ChipDelegate(QStyledItemDelegate):
         rect = option.rect
         rects, _ = self.layout(r, self._view.viewport().width())
         painter.save()
+        # within its own row: a row laid out for another width or font (until the view lays it
+        # out again) is cut at its edge instead of drawing its wrapped chips over the next row
+        painter.setClipRect(rect)
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
         if r.thinking:  # written inside the thinking block: its own colour, as in the chat it is folded apart
             painter.fillRect(rect.adjusted(0, 1, 0, -1), QColor(THINKING_ROW[self.dark]))
@@ -177,7 +182,8 @@ def chip_tip(chip: Chip) -> str:
 
 # Each Proposal's source (app/engine/drafters.py and the drafters beside it) in a user's words
 DRAFTED_BY = {"lookup": "prompt lookup", "model": "the draft model", "mtp": "the model's built-in MTP layer",
-              "assistant": "the Gemma 4 assistant"}
+              "assistant": "the Gemma 4 assistant", "eagle3": "the EAGLE-3 head",
+              "dflash": "the DFlash drafter"}
 
 
 def round_tip(r: RoundTrace) -> str:
@@ -224,3 +230,25 @@ class RoundsView(QListView):
         self.delegate.forget()
         self.model_.set_rounds(rounds)
         self.scrollToBottom()
+
+    # Rows wrap at the width and are measured in the font: either changing lays them out again.
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().resizeEvent(event)
+        if event.size().width() != event.oldSize().width():
+            # Qt lays a top-to-bottom list out again when its height changes (after 100 ms); rows
+            # that wrap need it when the width does, or they keep the old width's heights
+            self._lay_out_again()
+
+    def changeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.FontChange:  # the system's or the theme's font, after the rows
+            self.delegate.forget()
+            self._lay_out_again()
+
+    def _lay_out_again(self) -> None:
+        bar = self.verticalScrollBar()
+        follow = bar.value() >= bar.maximum() - 4
+        self.scheduleDelayedItemsLayout()
+        if follow:  # still at the newest round once the rows have their new heights
+            QTimer.singleShot(0, self, self.scrollToBottom)

@@ -31,6 +31,7 @@ class DraftKind(Enum):
     ASSISTANT = "assistant"  # a Gemma 4 assistant folder that drafts from the target's state
     HEAD = "head"  # a draft head aligned to the target by `tandem-cli align` (app/align/), from its folder
     EAGLE3 = "eagle3"  # a published EAGLE-3 head for the target (app/models/eagle3_head.py), from its folder
+    DFLASH = "dflash"  # a published DFlash block drafter for the target (app/models/dflash_head.py), from its folder
     PAIR = "pair"  # a request's: whatever the loaded pair drafts with
 
 
@@ -42,14 +43,15 @@ WORDS = {DraftKind.NONE: "none", DraftKind.LOOKUP: "ngram", DraftKind.AUTO: "aut
          DraftKind.MTP: "mtp"}
 # Kinds with one: the field that holds it (a "source": folder, .gguf or hub id; a "precision")
 ARGUMENTS = {DraftKind.MODEL: "source", DraftKind.SELF: "precision", DraftKind.ASSISTANT: "source",
-             DraftKind.HEAD: "source", DraftKind.EAGLE3: "source"}
+             DraftKind.HEAD: "source", DraftKind.EAGLE3: "source", DraftKind.DFLASH: "source"}
 # and the prefix written before it ("self:int4"); a draft model is written as its source alone
 PREFIXES = {DraftKind.SELF: "self:", DraftKind.ASSISTANT: "assistant:", DraftKind.HEAD: "head:",
-            DraftKind.EAGLE3: "eagle3:"}
+            DraftKind.EAGLE3: "eagle3:", DraftKind.DFLASH: "dflash:"}
 # what the folder after a prefix is, for a choice that names none
 FOLDER_WORDS = {DraftKind.ASSISTANT: "the folder of a Gemma 4 assistant (published beside its Gemma 4 model)",
                 DraftKind.HEAD: "the folder `tandem-cli align` wrote",
-                DraftKind.EAGLE3: "the folder of an EAGLE-3 head published for the model"}
+                DraftKind.EAGLE3: "the folder of an EAGLE-3 head published for the model",
+                DraftKind.DFLASH: "the folder of a DFlash drafter published for the model"}
 MODEL_ONLY_WORD = "model"  # a request's: the pair's draft model without prompt lookup beside it
 # Other spellings read (the Draft slot's keywords, older files); never written
 ALIASES = {"lookup": DraftKind.LOOKUP, "prompt lookup": DraftKind.LOOKUP, "n-gram": DraftKind.LOOKUP,
@@ -67,7 +69,7 @@ LABELS = {  # (name, detail) in the UI's words, for kinds whose words do not dep
 ACCEPTED = ('a draft model\'s folder, .gguf file or Hugging Face id, "self:<precision>" (one of '
             f'{", ".join(SELF_PRECISIONS)}), "mtp" (the model\'s own MTP layer), "assistant:<folder>" (a Gemma 4 '
             'assistant), "head:<folder>" (a draft head `tandem-cli align` trained), "eagle3:<folder>" (an EAGLE-3 '
-            'head), "ngram" (prompt lookup), "none" or "auto"')
+            'head), "dflash:<folder>" (a DFlash block drafter), "ngram" (prompt lookup), "none" or "auto"')
 
 
 class DraftChoiceError(ValueError):
@@ -113,6 +115,10 @@ class DraftChoice:
     @classmethod
     def eagle3(cls, source: str) -> DraftChoice:
         return cls(DraftKind.EAGLE3, source=str(source))
+
+    @classmethod
+    def dflash(cls, source: str) -> DraftChoice:
+        return cls(DraftKind.DFLASH, source=str(source))
 
     @classmethod
     def self_draft(cls, precision: str) -> DraftChoice:
@@ -189,6 +195,8 @@ class DraftChoice:
             return "aligned draft head", "a head trained on the target's own answers, reading its hidden states"
         if self.kind is DraftKind.EAGLE3:
             return "EAGLE-3 head", "a published draft head reading three of the target's layers"
+        if self.kind is DraftKind.DFLASH:
+            return "DFlash drafter", "a published block drafter: one pass drafts a whole block"
         if self.kind is DraftKind.SELF:
             precision = dtype or self.precision
             return f"the same model in {precision_words(precision)}", f"the target's own weights at {precision}"

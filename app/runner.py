@@ -24,6 +24,7 @@ from app.engine.assistant import load_assistant_drafter
 from app.engine.backends import default_backend, load_backend
 from app.engine.backends.base import ModelBackend
 from app.engine.kept_caches import KeptCaches, default_budget
+from app.engine.dflash import load_dflash_drafter
 from app.engine.mtp import load_eagle3_drafter, load_head_drafter, load_mtp_drafter
 from app.engine.drafters import Drafter, LookupThenModelDrafter, ModelDrafter, PromptLookupDrafter, chat_lookup
 from app.engine.events import Finished, Notice, Round
@@ -36,7 +37,9 @@ from app.models.folder import check_model_folder
 from app.models.integrity import check_weights
 from app.models.memory import MemoryEstimate, NotEnoughMemory, check_fits, estimate, free_memory, longest_chat
 from app.models.aligned_head import draft_vocab, head_bytes, head_weights, is_aligned_head, subset_bytes
+from app.models.dflash_head import is_dflash_head, read_dflash
 from app.models.eagle3_head import is_eagle3_head, read_eagle3
+from app.models.eagle3_sources import find_eagle3
 from app.models.mtp_weights import find_mtp, mtp_bytes
 from app.models.pairing import check_tokenizers
 from app.models.resolve import display_name, resolve_model
@@ -46,11 +49,12 @@ BASELINE_TOKENS = 32  # about 2 s on the demo: long enough that one noisy moment
 
 def auto_draft(spec: str | Path, backend: str | None = None, precision: str = "auto") -> DraftChoice:
     """What "auto" pairs a target with: the draft an alignment made for it (where it measured
-    faster); the demo's measured best draft (app/models/demo.py); a checkpoint's own MTP layer
-    where it ships one; for other targets prompt lookup, which costs no memory and which
-    adaptive k turns off where it does not pay."""
+    faster); the demo's measured best draft (app/models/demo.py); an EAGLE-3 head the pair trials
+    measured faster than prompt lookup (app/models/pair_memory.measured_eagle3); a checkpoint's
+    own MTP layer where it ships one; for other targets prompt lookup, which costs no memory and
+    which adaptive k turns off where it does not pay."""
     from app.models.demo import DEMO_SPECS, demo_draft
-    from app.models.pair_memory import PairMemory, aligned_draft
+    from app.models.pair_memory import PairMemory, aligned_draft, measured_eagle3
 
     backend = backend or default_backend()
     aligned = aligned_draft(backend, str(spec))  # `tandem-cli align` / Align draft paired it, measured faster
@@ -58,6 +62,8 @@ def auto_draft(spec: str | Path, backend: str | None = None, precision: str = "a
         return aligned
     if str(spec) in DEMO_SPECS:
         return demo_draft(str(spec), backend or default_backend(), precision, memory=PairMemory())
+    if (head := measured_eagle3(backend, str(spec))) is not None:
+        return head
     return DraftChoice(DraftKind.MTP) if has_mtp(spec) else PROMPT_LOOKUP
 
 
@@ -263,7 +269,7 @@ class Runner:
         device = self._device(backend)
         models = [estimate("target", config, file_bytes, backend, device, precision,
                            _gguf_loaded_bytes(folder, backend, precision))]
-        draft_folder = draft_tokenizer = assistant_folder = head_folder = eagle3_folder = None
+        draft_folder = draft_tokenizer = assistant_folder = head_folder = eagle3_folder = dflash_folder = None
         draft_weights = 0  # what the LoadedModel reports for a drafter that is not a model of its own
         if draft.kind is DraftKind.SELF and draft.precision == precision:
             # a copy of the target at the target's own precision is the target: nothing to gain
@@ -284,10 +290,15 @@ class Runner:
                                          models[0].context))
         elif draft.kind is DraftKind.EAGLE3 or (draft.kind is DraftKind.MODEL and is_eagle3_head(draft.source)):
             # a head dropped as a draft model drafts as one; its fit is checked before any weights load
-            eagle3_folder = Path(draft.source).expanduser()
+            eagle3_folder = find_eagle3(draft.source)  # a folder, or a hub id the window downloaded
             draft = DraftChoice.eagle3(str(eagle3_folder))
             eagle3 = read_eagle3(eagle3_folder, config)
             models.append(MemoryEstimate("draft", eagle3.weights_bytes * 2, 0, models[0].context))
+        elif draft.kind is DraftKind.DFLASH or (draft.kind is DraftKind.MODEL and is_dflash_head(draft.source)):
+            dflash_folder = Path(draft.source).expanduser()  # (as an EAGLE-3 head above)
+            draft = DraftChoice.dflash(str(dflash_folder))
+            models.append(MemoryEstimate("draft", read_dflash(dflash_folder, config).weights_bytes * 2, 0,
+                                         models[0].context))
         elif draft.kind in (DraftKind.MODEL, DraftKind.ASSISTANT):
             draft_folder = resolve_model(draft.source, backend, progress)
             if is_assistant_folder(draft_folder):  # a Gemma 4 assistant dropped as the draft: it drafts as one
@@ -365,6 +376,10 @@ class Runner:
             progress(f"Loading the EAGLE-3 head {eagle3_folder.name} ...")
             eagle3_drafter = load_eagle3_drafter(target, eagle3_folder)
             drafter, draft_weights = LookupThenModelDrafter(eagle3_drafter), eagle3_drafter.head.weights_bytes
+        elif dflash_folder is not None:
+            progress(f"Loading the DFlash drafter {dflash_folder.name} ...")
+            block_drafter = load_dflash_drafter(target, dflash_folder)
+            drafter, draft_weights = LookupThenModelDrafter(block_drafter), block_drafter.block.weights_bytes
         elif assistant_folder is not None:
             progress(f"Loading assistant {display_name(assistant_folder)} ...")
             assistant = load_assistant_drafter(assistant_folder, target)

@@ -107,7 +107,8 @@ def write_head(head: Eagle3Modules, folder: Path, layout: str = "speculators", l
     tensors["t2d"][FIRST:] = True
     if layout == "EAGLE":
         tensors = {name.replace("layers.0.", "midlayer."): value for name, value in tensors.items()}
-        config = {**layer_dict(hidden, vocab), "architectures": ["LlamaForCausalLMEagle3"], "draft_vocab_size": draft_vocab,
+        config = {**layer_dict(hidden, vocab), "architectures": ["LlamaForCausalLMEagle3"],
+                  "draft_vocab_size": draft_vocab,
                   # SGLang's convention: the layer whose output is read, one less than ours
                   "eagle_config": {"eagle_aux_hidden_state_layer_ids": [i - 1 for i in layers]}}
     else:

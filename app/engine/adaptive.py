@@ -42,6 +42,9 @@ class CostModel:
     t_draft_steady: bool = False  # t_draft measured on a round that read no backlog first
     t_verify: dict[int, float] = field(default_factory=dict)  # width -> seconds (EMA)
     last_emitted: int | None = None  # tokens this source's last verified round committed
+    # a block drafter (DFlash): one pass drafts every token, so t_draft is seconds per proposal
+    # and a round's cost is t_draft + t_v(k + 1) whatever k is
+    per_pass: bool = False
 
     def __post_init__(self):
         self.accept_w = self.accept_w or [0.0] * self.max_k
@@ -70,11 +73,12 @@ class CostModel:
             # plain rounds reads all of them (an MTP layer 24 pairs: 13 ms against 5 for a round
             # that drafts on). Counted as the cost of drafting, that made a head look too dear to
             # ever draft again, so such a round sets the cost only until a steady one measures it.
+            cost = draft_s if self.per_pass else draft_s / drafted
             if steady:
-                self.t_draft = _ema(self.t_draft if self.t_draft_steady else None, draft_s / drafted)
+                self.t_draft = _ema(self.t_draft if self.t_draft_steady else None, cost)
                 self.t_draft_steady = True
             elif self.t_draft is None:
-                self.t_draft = draft_s / drafted
+                self.t_draft = cost
         self.record_verify(drafted + 1, verify_s)
 
     def steady(self, drafted: int, read: int) -> bool:
@@ -120,7 +124,13 @@ class CostModel:
         t_v = self.verify_cost(k + 1)
         if t_v is None or (k and self.t_draft is None):
             return None
-        return self.expected_tokens(k) / (k * (self.t_draft or 0.0) + t_v)
+        return self.expected_tokens(k) / (self.draft_cost(k) + t_v)
+
+    def draft_cost(self, k: int) -> float:
+        """Seconds to draft k tokens: k steps, or one pass for a block drafter."""
+        if not k:
+            return 0.0
+        return (self.t_draft or 0.0) * (1 if self.per_pass else k)
 
     def bound(self, k: int) -> float | None:
         """Speedup over plain decoding predicted for k drafts: E[tokens] * t_t(1) / cost."""
@@ -202,7 +212,7 @@ class DraftLengthController:
         t_plain, t_draft = self.costs.t_verify.get(1), self.costs.t_draft
         if k == 0 or t_plain is None or t_draft is None:
             return True
-        return self.costs.expected_tokens(k) / (k * t_draft + t_plain) > 1.02 / t_plain
+        return self.costs.expected_tokens(k) / (self.costs.draft_cost(k) + t_plain) > 1.02 / t_plain
 
     def record_round(self, drafted, accepted, draft_s, verify_s, read: int = 0) -> None:
         backlog = drafted and not self.costs.steady(drafted, read)  # judged before this round counts
@@ -232,8 +242,9 @@ class NominalCosts:
         return 1.0 + cls.VERIFY_SLOPE * (width - 1)
 
     @classmethod
-    def draft(cls, drafted: int, source: str) -> float:
-        return drafted * cls.DRAFT.get(source, cls.MODEL_DRAFT)
+    def draft(cls, drafted: int, source: str, per_pass: bool = False) -> float:
+        # a block drafter's pass is priced as two model draft tokens, whatever it drafts
+        return 2 * cls.MODEL_DRAFT if per_pass else drafted * cls.DRAFT.get(source, cls.MODEL_DRAFT)
 
 
 def _ema(old: float | None, new: float, weight: float = 0.2) -> float:

@@ -92,6 +92,11 @@ class Drafter(ABC):
         (the loop then chooses k with that source's own measurements); None: it has one."""
         return None
 
+    def drafts_in_one_pass(self, source: str | None) -> bool:
+        """Whether `source` (next_source's answer) drafts all its tokens in one pass, so that its
+        cost does not grow with k (a DFlash block); else each draft token costs a step."""
+        return False
+
     def accepted(self, committed: Sequence[int], proposal: Proposal, n_accepted: int,
                  state: TargetState | None = None) -> None:
         """The target accepted `n_accepted` of `proposal`; `committed` is the new sequence. A
@@ -228,6 +233,9 @@ class LookupThenModelDrafter(Drafter):
 
     def finish(self, committed: Sequence[int] | None) -> None:
         self.model.finish(committed)
+
+    def drafts_in_one_pass(self, source: str | None) -> bool:
+        return source == "model" and self.model.drafts_in_one_pass(None)
 
     def next_source(self, committed: Sequence[int]) -> str:
         found = self.lookup.propose(committed, MAX_LOOKUP, SamplingParams())

@@ -282,7 +282,12 @@ def _generate(
             break
         # a drafter with several sources (prompt lookup beside a model) says which proposes next,
         # and that source's own measurements choose k
-        control = controller.for_source(drafter.next_source(committed)) if drafter is not None else controller
+        if drafter is not None:
+            source = drafter.next_source(committed)
+            control = controller.for_source(source)
+            control.costs.per_pass = drafter.drafts_in_one_pass(source)  # a block drafter's cost is per pass
+        else:
+            control = controller
         k = control.choose() if drafter is not None else 0
         k = max(0, min(k, room - 1, answer.remaining - 1))
         if k and (limit := rollback_limit(target, drafter, committed)) is not None and limit < k:
@@ -303,7 +308,8 @@ def _generate(
             accepted = verdict.accepted
             emitted = (*proposal.ids[:accepted], verdict.token)
             n = len(proposal.ids)
-            costs = ((NominalCosts.draft(n, proposal.source), NominalCosts.verify(n + 1)) if repeatable
+            costs = ((NominalCosts.draft(n, proposal.source, control.costs.per_pass), NominalCosts.verify(n + 1))
+                     if repeatable
                      else (proposal.seconds, verify_s + rollback_s) if one_time_work(target, drafter) == work
                      else (None, None))  # a graph captured in this round: its acceptance counts, its time not
             control.record_round(n, accepted, *costs, proposal.read)

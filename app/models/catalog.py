@@ -11,9 +11,10 @@ from app.models.memory import OVERHEAD, OVERHEAD_FLOOR
 from app.paths import asset
 
 CATALOG_FILE = ("catalog.json",)
-# How a catalog pair's draft is written ("kind" in catalog.json): a draft model or a Gemma 4
-# assistant to fetch beside the target, or the target checkpoint's own MTP layer (nothing to fetch)
-CATALOG_KINDS = (DraftKind.MODEL, DraftKind.ASSISTANT, DraftKind.MTP)
+# How a catalog pair's draft is written ("kind" in catalog.json): a draft model, a Gemma 4
+# assistant or an EAGLE-3 head to fetch beside the target, or the target checkpoint's own MTP
+# layer (nothing to fetch)
+CATALOG_KINDS = (DraftKind.MODEL, DraftKind.ASSISTANT, DraftKind.EAGLE3, DraftKind.MTP)
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,8 @@ class CatalogPair:
             return PROMPT_LOOKUP
         if self.draft_kind is DraftKind.ASSISTANT:
             return DraftChoice.assistant(self.draft.repo)
+        if self.draft_kind is DraftKind.EAGLE3:
+            return DraftChoice.eagle3(self.draft.repo)
         return DraftChoice.model(self.draft.repo)
 
     @property
@@ -98,7 +101,8 @@ def _model(data: dict) -> CatalogModel:
 
 def _draft(item: dict) -> tuple[CatalogModel | None, DraftKind]:
     """A pair's draft: {"repo", "size_gb"} (a draft model), with "kind": "assistant" (a Gemma 4
-    assistant), or {"kind": "mtp"} alone (the target's own layer, inside its download)."""
+    assistant) or "eagle3" (an EAGLE-3 head), or {"kind": "mtp"} alone (the target's own layer,
+    inside its download)."""
     data = item.get("draft")
     if not data:
         return None, DraftKind.MODEL
@@ -123,3 +127,10 @@ def load_catalog(backend: str | None = None) -> list[CatalogPair]:
                 id=item["id"], backend=item["backend"], title=item["title"], target=_model(item["target"]),
                 draft=draft, note=item.get("note", ""), draft_kind=kind))
     return pairs
+
+
+def catalog_head(target: str) -> CatalogModel | None:
+    """The EAGLE-3 head the catalog lists for `target` (a hub id), on any backend: the head reads
+    the target's states the same way on both, so the Draft slot offers it wherever the target runs."""
+    return next((pair.draft for pair in load_catalog() if pair.draft_kind is DraftKind.EAGLE3
+                 and pair.target.repo == target), None)

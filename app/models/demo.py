@@ -63,11 +63,7 @@ def _head_measured_faster(backend: str, head: DraftChoice, memory) -> bool:
     # prompt lookup's own trial; else the one "auto" had while it meant prompt lookup (it is not
     # measured again once "auto" means the head, so the comparison stays put)
     lookup = memory.trial(backend, "demo", PROMPT_LOOKUP) or memory.trial(backend, "demo", AUTO_DRAFT)
-    if with_head is None or lookup is None:
-        return False
-    if None not in (with_head.low, lookup.high):
-        return with_head.low > lookup.high
-    return with_head.speedup > HEAD_MARGIN * lookup.speedup
+    return with_head is not None and lookup is not None and with_head.clears(lookup, HEAD_MARGIN)
 
 
 def demo_head_dir() -> Path:

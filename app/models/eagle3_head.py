@@ -152,9 +152,11 @@ def _tensors(folder: Path) -> dict[str, tuple[Path, str]]:
             for name, path in found.items()}
 
 
-def read_eagle3(folder: str | Path, target_config: dict) -> Eagle3Head:
+def read_eagle3(folder: str | Path, target_config: dict, weights: bool = True) -> Eagle3Head:
     """The head in `folder`, checked against the target whose config.json is `target_config`:
-    a ModelFileError that says what does not fit and what to do, before any weights load."""
+    a ModelFileError that says what does not fit and what to do, before any weights load.
+    `weights=False` checks the config alone: a hub head whose config is fetched and whose weights
+    are not yet (app/models/precheck.py), so a head for another model is refused on kilobytes."""
     folder = Path(folder).expanduser()
     name = folder.name or str(folder)
     if not folder.is_dir():
@@ -185,8 +187,8 @@ def read_eagle3(folder: str | Path, target_config: dict) -> Eagle3Head:
              for flag in FLAGS}
     if flags["norm_before_fc"] and flags["fc_norm"]:
         raise ModelFileError(f"{name}: its config sets both norm_before_fc and fc_norm, which exclude each other.")
-    if not (folder / "model.safetensors").is_file() and not (folder / "model.safetensors.index.json").is_file() \
-            and not any(folder.glob("*.safetensors")):
+    if weights and not (folder / "model.safetensors").is_file() \
+            and not (folder / "model.safetensors.index.json").is_file() and not any(folder.glob("*.safetensors")):
         pickled = next((p for p in PICKLES if (folder / p).is_file()), None)
         if pickled:
             raise ModelFileError(f"{name} holds its weights only as {pickled}, a Python pickle, and loading a pickle "
@@ -202,7 +204,7 @@ def read_eagle3(folder: str | Path, target_config: dict) -> Eagle3Head:
         raise ModelFileError(f"{name} drafts for a model {target_hidden} wide; {target_name} is "
                              f"{text.get('hidden_size')} wide. Choose the head published for this model.")
     target_vocab = int(layer_config.get("vocab_size") or config.get("vocab_size") or text.get("vocab_size", 0))
-    files = _tensors(folder)
+    files = _tensors(folder) if weights else {}
     if "t2d" in files:  # the map's own length is the target vocabulary it was made for
         header = read_header(files["t2d"][0])[0].get(files["t2d"][1], {})
         target_vocab = int((header.get("shape") or [target_vocab])[0])
@@ -216,11 +218,13 @@ def read_eagle3(folder: str | Path, target_config: dict) -> Eagle3Head:
     head = Eagle3Head(folder, layout, layer_config, hidden, target_hidden, int(config.get("draft_vocab_size") or
                       layer_config.get("draft_vocab_size") or target_vocab), target_vocab, layers, flags, files,
                       "d2t" in files, "embed_tokens.weight" in files)
+    if not weights:
+        return head  # its tensors are checked once they are here (Runner.load reads it again)
     missing = [tensor for tensor in head.required() if tensor not in files]
     if missing:
         shown = missing[0] if layout == "speculators" else missing[0].replace("layers.0.", "midlayer.")
-        raise ModelFileError(f"{name}: its weights are incomplete (no {shown}"
-                             f"{f' and {len(missing) - 1} more' if len(missing) > 1 else ''}). Download the head again.")
+        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+        raise ModelFileError(f"{name}: its weights are incomplete (no {shown}{more}). Download the head again.")
     if head.draft_vocab != target_vocab and not head.vocab_map:
         raise ModelFileError(f"{name} drafts over {head.draft_vocab} tokens but has no d2t map to the target's "
                              f"{target_vocab}. Download the head again.")

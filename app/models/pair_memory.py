@@ -41,6 +41,13 @@ class TrialResult:
         """(low, high): the passes' spread, or the figure alone where none was measured."""
         return (self.speedup if self.low is None else self.low, self.speedup if self.high is None else self.high)
 
+    def clears(self, other: TrialResult, margin: float) -> bool:
+        """Whether this pair measured faster than `other` beyond both ranges (app/pair_trial.py);
+        where either was remembered without one, its figure must beat the other's by `margin`."""
+        if None not in (self.low, other.high):
+            return self.low > other.high
+        return self.speedup > margin * other.speedup
+
     def figure(self, digits: int = 1) -> str:
         """"1.2x", with the range where the trial measured one: "1.2x (1.15-1.22x)"."""
         return f"{self.speedup:.{digits}f}x{self._range_text()}"
@@ -259,6 +266,17 @@ class PairMemory:
             return None
         return read_trial(found)
 
+    def trials_of(self, backend: str, target: str) -> list[tuple[DraftChoice, TrialResult]]:
+        """Every draft measured with `target` on `backend`, as (the draft as named, its trial)."""
+        prefix, found = f"{backend}|{target}|", []
+        for key, value in self._data["trials"].items():
+            if key.startswith(prefix) and (trial := read_trial(value)) is not None:
+                try:
+                    found.append((DraftChoice.parse_loadable(key[len(prefix):]), trial))
+                except DraftChoiceError:  # a request's word, or an older spelling: no draft to pair with
+                    continue
+        return found
+
     def set_trial(self, backend: str, target: str, draft: DraftChoice, result: TrialResult) -> str | None:
         """None once saved, else why it could not be (see _write)."""
         self._data["trials"][pair_key(backend, target, draft)] = asdict(result)
@@ -453,3 +471,55 @@ def aligned_draft(backend: str, target: str, memory: PairMemory | None = None) -
     if before is not None and after is not None and after.speedup < before.speedup:
         return None
     return found["aligned"]
+
+
+def measured_eagle3(backend: str, target: str, memory: PairMemory | None = None) -> DraftChoice | None:
+    """The EAGLE-3 head "auto" pairs `target` with: one this computer's pair trials measured faster
+    than prompt lookup alone beyond both ranges (TrialResult.clears; the demo's head is held to
+    the same rule, app/models/demo.py), and still here (its folder, or its hub download). Prompt
+    lookup costs no memory and no pass per token, so a tie keeps it; of several heads that clear,
+    the fastest. A hub target is named by its id in trials and by its cache folder when it loads:
+    both are looked up."""
+    from app.models.demo import HEAD_MARGIN
+    from app.models.eagle3_head import is_eagle3_head
+    from app.models.eagle3_sources import find_eagle3
+    from app.models.errors import ModelFileError
+
+    memory = memory or PairMemory()
+    target = str(target)
+    found = []
+    for name in _trial_names(target):
+        # prompt lookup's own trial, else "auto"'s from while it meant prompt lookup (a target with
+        # its own MTP layer meant that instead, and is left as it is)
+        lookup = memory.trial(backend, name, PROMPT_LOOKUP)
+        if lookup is None and not _has_mtp(target):
+            lookup = memory.trial(backend, name, DraftChoice(DraftKind.AUTO))
+        if lookup is None:
+            continue
+        for head, trial in memory.trials_of(backend, name):
+            if head.kind is not DraftKind.EAGLE3 or not trial.clears(lookup, HEAD_MARGIN):
+                continue
+            try:
+                here = is_eagle3_head(find_eagle3(head.source))
+            except ModelFileError:  # a hub head no longer in the cache
+                here = False
+            if here:
+                found.append((trial.speedup, head))
+    return max(found, key=lambda pair: pair[0])[1] if found else None
+
+
+def _trial_names(target: str) -> list[str]:
+    """A target as trials name it: as it loads, and a hub download's cache folder also by its id
+    (models--org--name/snapshots/<commit>: the window remembers the id the user chose)."""
+    from app.models.names import display_name
+
+    folder = Path(target)
+    if folder.parent.name == "snapshots" and folder.parent.parent.name.startswith("models--"):
+        return [target, display_name(folder)]
+    return [target]
+
+
+def _has_mtp(target: str) -> bool:
+    from app.models.draft_heads import has_mtp
+
+    return Path(target).is_dir() and has_mtp(target)

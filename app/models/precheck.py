@@ -10,6 +10,7 @@ from pathlib import Path
 
 from app.models.architecture import check_architecture
 from app.models.draft_heads import is_assistant_folder
+from app.models.eagle3_head import is_eagle3_head, read_eagle3
 from app.models.folder import check_model_folder
 from app.models.integrity import check_weights
 from app.models.memory import MemoryEstimate, check_fits, estimate, free_memory
@@ -37,16 +38,21 @@ def precheck_pair(target: PairPart, draft: PairPart | None, backend: str, held_b
         device = torch_device()
     # A Gemma 4 assistant is no model of its own: it may ship no tokenizer, and its loader checks
     # the target's vocabulary and hidden size (app/engine/assistant.py); its weights are counted.
+    # An EAGLE-3 head neither: its config is checked against the target's here (hidden size,
+    # vocabulary, the layers it reads), its tensors once they are fetched (Runner.load).
     assistant = draft is not None and is_assistant_folder(draft.folder)
-    parts = [("target", target)] + ([("draft", draft)] if draft is not None and not assistant else [])
+    head = draft is not None and not assistant and is_eagle3_head(draft.folder)
+    parts = [("target", target)] + ([("draft", draft)] if draft is not None and not (assistant or head) else [])
     estimates = []
     for role, part in parts:
         config = check_model_folder(part.folder, weights=False)
         check_architecture(config, backend, display_name(part.folder))
         estimates.append(estimate(role, config, part.weight_bytes, backend, device, part.precision))
-    if assistant:
+    if head:
+        read_eagle3(draft.folder, check_model_folder(target.folder, weights=False), weights=False)
+    if assistant or head:
         estimates.append(MemoryEstimate("draft", draft.weight_bytes, 0, 1))
-    if draft is not None and not assistant and draft.folder != target.folder:
+    if draft is not None and not (assistant or head) and draft.folder != target.folder:
         check_tokenizers(ChatTokenizer(target.folder), ChatTokenizer(draft.folder))
     free, where = free_memory(backend, device)
     return check_fits(estimates, free + held_bytes, where) or ""

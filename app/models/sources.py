@@ -1,7 +1,9 @@
 """What a user dropped or typed on a model slot, classified before anything is read or fetched:
 a model folder, a .gguf file, a Hugging Face repo (id or URL), or one of the draft keywords
 (app/draft_choice.py: "ngram", "prompt lookup", "self:int4", "mtp", "none", "auto"). A Gemma 4
-assistant's folder (app/models/draft_heads.py) drafts as an assistant, not as a draft model."""
+assistant's folder (app/models/draft_heads.py) drafts as an assistant, and an EAGLE-3 head's
+(app/models/eagle3_head.py) as a head, not as a draft model; "eagle3:<hub id>" is fetched from the
+hub like a model and then drafts as a head."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from urllib.parse import unquote, urlparse
 
 from app.draft_choice import DraftChoice, DraftChoiceError, DraftKind
 from app.models.draft_heads import is_assistant_folder
+from app.models.eagle3_head import is_eagle3_head
 from app.models.errors import ModelFileError
 from app.models.folder import PICKLED_SUFFIXES
 from app.models.hub import HOSTS, HubRef, parse_hub_ref
@@ -26,6 +29,9 @@ class ModelSource:
     value: str  # a path, a repo id, or a keyword's text form ("ngram")
     ref: HubRef | None = None
     keyword: DraftChoice | None = None  # the way of drafting a "keyword" names
+    # the kind a hub id or folder was named as ("eagle3:<hub id>"): it drafts as that once fetched,
+    # whatever its folder holds (the runner then says in words why it cannot)
+    drafts_as: DraftKind | None = None
 
     @property
     def name(self) -> str:
@@ -39,6 +45,8 @@ class ModelSource:
             return self.keyword, self.keyword
         if is_assistant_folder(loads or self.value):  # a Gemma 4 assistant drafts from the target's state
             return DraftChoice.assistant(loads or self.value), DraftChoice.assistant(self.name)
+        if self.drafts_as is DraftKind.EAGLE3 or is_eagle3_head(loads or self.value):
+            return DraftChoice.eagle3(loads or self.value), DraftChoice.eagle3(self.name)
         return DraftChoice.model(loads or self.value), DraftChoice.model(self.name)
 
 
@@ -46,6 +54,8 @@ def draft_source(choice: DraftChoice) -> ModelSource:
     """A draft remembered typed (a recent pair, the catalog) as the Draft slot would take it."""
     if choice.kind in (DraftKind.MODEL, DraftKind.ASSISTANT):  # fetched like any model, then as_draft
         return classify(choice.source, "draft")
+    if choice.kind is DraftKind.EAGLE3:
+        return classify(str(choice), "draft")  # its hub id fetched like a model's (see classify)
     return ModelSource("keyword", str(choice), keyword=choice)
 
 
@@ -103,6 +113,8 @@ def classify(text: str, role: str = "target") -> ModelSource:
     if keyword is not None:
         if role != "draft":
             raise ModelFileError(f"“{text}” is a way of drafting, not a target model: drop it on the Draft slot.")
+        if keyword.kind is DraftKind.EAGLE3 and (ref := _hub_head(keyword.source)) is not None:
+            return ModelSource("hub", ref.repo_id, ref, drafts_as=DraftKind.EAGLE3)  # downloaded, then a head
         return ModelSource("keyword", str(keyword), keyword=keyword)
     path = _local_path(text)
     if path is not None:
@@ -116,6 +128,13 @@ def classify(text: str, role: str = "target") -> ModelSource:
     raise ModelFileError(
         f"“{text[:80]}” is neither a file on this computer nor a Hugging Face model. Drop a model folder, "
         "a .gguf file, or a link such as https://huggingface.co/Qwen/Qwen2.5-0.5B-Instruct.")
+
+
+def _hub_head(source: str) -> HubRef | None:
+    """The hub head "eagle3:<source>" names, where <source> is a hub id or link and no path here."""
+    if _local_path(source) is not None:
+        return None
+    return parse_hub_ref(source)
 
 
 def _not_readable(path: Path, exc: OSError) -> str:

@@ -78,7 +78,7 @@ class Eagle3Layers(nn.Module):
         mask = create_attention_mask(wide, caches[0])
         x = residual + first.self_attn(wide, mask, caches[0])
         x = x + first.mlp(first.post_attention_layernorm(x))
-        for layer, cache in zip(self.layers[1:], caches[1:]):
+        for layer, cache in zip(self.layers[1:], caches[1:], strict=True):
             x = layer(x, mask, cache)
         return x
 

@@ -1,0 +1,182 @@
+"""A DFlash block drafter on PyTorch (app/models/dflash_head.py says what the folder holds;
+app/engine/dflash.py's drafter feeds it the target's states).
+
+Our port of the drafter's forward (z-lab's published model code read to learn it, never run as
+remote code) over transformers' own Qwen3 decoder layer parts: its q/k/v/o projections, q and k
+head norms, MLP and RMSNorms, and Qwen3's rotary embedding. What is DFlash's own: the context
+features (fc, then hidden_norm, of the target's states) enter every layer as extra keys and
+values beside the block's, and the block's queries attend to all of them with no causal mask.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from safetensors import safe_open
+from transformers import Qwen3Config
+from transformers.cache_utils import DynamicCache
+from transformers.models.qwen3.modeling_qwen3 import (Qwen3DecoderLayer, Qwen3RMSNorm, Qwen3RotaryEmbedding,
+                                                      rotate_half)
+
+from app.engine.backends.base import entropy_seed
+from app.engine.backends.torch_backend import TorchBackend
+from app.engine.backends.verdict_torch import DraftSteps
+from app.engine.sampling import SamplingParams
+from app.models.dflash_head import DFlashHead
+from app.models.errors import ModelFileError
+
+NOT_LAYER_KEYS = ("architectures", "auto_map", "transformers_version", "torch_dtype", "dtype", "_name_or_path",
+                  "dflash_config", "block_size", "num_target_layers", "model_type")
+
+
+def layer_config(head: DFlashHead) -> Qwen3Config:
+    config = Qwen3Config(**{k: v for k, v in head.config.items() if k not in NOT_LAYER_KEYS})
+    config._attn_implementation = "sdpa"
+    return config
+
+
+class DFlashModules(torch.nn.Module):
+    """The drafter's modules under its checkpoint's names (random until loaded)."""
+
+    def __init__(self, head: DFlashHead, config: Qwen3Config):
+        super().__init__()
+        hidden, eps = config.hidden_size, config.rms_norm_eps
+        self.layers = torch.nn.ModuleList([Qwen3DecoderLayer(config, i) for i in range(head.layer_count)])
+        self.fc = torch.nn.Linear(len(head.layers) * hidden, hidden, bias=False)
+        self.hidden_norm = Qwen3RMSNorm(hidden, eps=eps)
+        self.norm = Qwen3RMSNorm(hidden, eps=eps)
+        self.rotary_emb = Qwen3RotaryEmbedding(config=config)
+
+    def context(self, states: torch.Tensor) -> torch.Tensor:
+        """The target's layers' states side by side (1, c, n H) -> context features (1, c, H)."""
+        return self.hidden_norm(self.fc(states))
+
+    def forward(self, context: torch.Tensor, noise: torch.Tensor, positions: torch.Tensor,
+                cache: DynamicCache | None) -> torch.Tensor:
+        """Context features (N, c, H) at positions[:, :c], the blocks' embeddings (N, b, H) at the
+        b positions after, appended to `cache` (its earlier context before them) -> the blocks'
+        normed outputs (N, b, H)."""
+        n, b, c = noise.shape[0], noise.shape[1], context.shape[1]
+        cos, sin = (t.unsqueeze(1) for t in self.rotary_emb(noise, positions))  # (1, 1, c + b, hd)
+        x = noise
+        for index, layer in enumerate(self.layers):
+            attn = layer.self_attn
+            h = layer.input_layernorm(x)
+            hd = attn.head_dim
+            q = attn.q_norm(attn.q_proj(h).view(n, b, -1, hd)).transpose(1, 2)
+            both = torch.cat([context, h], 1)  # the context's keys and values, then the block's
+            k = attn.k_norm(attn.k_proj(both).view(n, c + b, -1, hd)).transpose(1, 2)
+            v = attn.v_proj(both).view(n, c + b, -1, hd).transpose(1, 2)
+            q = q * cos[:, :, c:] + rotate_half(q) * sin[:, :, c:]
+            k = k * cos + rotate_half(k) * sin
+            if cache is not None:
+                k, v = cache.update(k, v, index)
+            # no mask: the block sees every context position and the whole block (DFlash's rule)
+            out = F.scaled_dot_product_attention(q, k, v, scale=attn.scaling, enable_gqa=True)
+            x = x + attn.o_proj(out.transpose(1, 2).reshape(n, b, -1))
+            x = x + layer.mlp(layer.post_attention_layernorm(x))
+        return self.norm(x)
+
+
+def load_modules(head: DFlashHead, device, dtype) -> DFlashModules:
+    """The drafter's modules with its checkpoint's tensors, each checked by name and shape first."""
+    modules = DFlashModules(head, layer_config(head))
+    wanted = modules.state_dict()
+    state = {}
+    for name, path in head.files.items():
+        if name in wanted:
+            with safe_open(str(path), framework="pt", device="cpu") as f:
+                state[name] = f.get_tensor(name)
+    for name, value in wanted.items():
+        if name.startswith("rotary_emb."):
+            state[name] = value  # computed from the config, not stored
+            continue
+        if name not in state:
+            raise ModelFileError(f"{head.folder.name}: its weights are incomplete (no {name}). Download the drafter "
+                                 "again.")
+        if tuple(state[name].shape) != tuple(value.shape):
+            raise ModelFileError(f"{head.folder.name}: {name} is {list(state[name].shape)}, where a drafter of its "
+                                 f"config has {list(value.shape)}. The file is damaged or belongs to another drafter.")
+    modules.load_state_dict(state, strict=True)
+    return modules.to(device=device, dtype=dtype).eval()
+
+
+class TorchDFlashBlock:
+    """The drafter with its KV cache of context features (one entry per committed position it has
+    read; a block's own entries go after each pass), drafting a block per call."""
+
+    def __init__(self, target: TorchBackend, head: DFlashHead):
+        text_model = getattr(target.model, "model", None)
+        if text_model is None or not hasattr(text_model, "embed_tokens"):
+            raise ModelFileError(f"{target.model_type}: Tandem cannot attach a DFlash drafter to this model's classes.")
+        self.target, self.text_model, self.spec = target, text_model, head
+        device, dtype = text_model.norm.weight.device, text_model.norm.weight.dtype
+        self.modules = load_modules(head, device, dtype)
+        self.config = layer_config(head)
+        self.weights_bytes = sum(p.numel() * p.element_size() for p in self.modules.parameters())
+        self.device = device
+        self._generator = torch.Generator(device=device)
+        self._generator.manual_seed(entropy_seed())
+        self.reset()
+
+    def reset(self) -> None:
+        self.cache = DynamicCache(config=self.config)
+
+    @property
+    def length(self) -> int:
+        return self.cache.get_seq_length()
+
+    def trim(self, length: int) -> None:
+        if self.length > length:
+            self.cache.crop(length - self.length)  # transformers 5: a negative count removes that many
+
+    def concat(self, rows, more):
+        return torch.cat([rows, more])
+
+    def seed(self, seed: int | None) -> None:
+        self._generator.manual_seed(entropy_seed() if seed is None else seed)
+
+    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The target's head on the block's outputs (n, H) -> (n, V'), with the drafter's scale
+        and soft cap where its config sets them."""
+        logits = self.target.model.get_output_embeddings()(hidden)[:, : self.target.vocab_limit].float()
+        if self.spec.output_scale != 1.0:
+            logits = logits * self.spec.output_scale
+        if self.spec.softcap > 0:
+            logits = torch.tanh(logits / self.spec.softcap) * self.spec.softcap
+        return logits
+
+    def block(self, anchor: int, rows: torch.Tensor | None, start: int) -> torch.Tensor:
+        """Read `rows` (the target's states of positions start .. start + c - 1; None: none new)
+        into the cache, then the block at the positions after: its outputs (block_size, H)."""
+        spec, device = self.spec, self.device
+        dtype = self.modules.fc.weight.dtype
+        c = 0 if rows is None else rows.shape[-2]
+        context = (self.modules.context(rows.view(1, c, -1).to(dtype)) if c
+                   else torch.zeros(1, 0, spec.hidden_size, device=device, dtype=dtype))
+        ids = torch.tensor([[anchor] + [spec.mask_token_id] * (spec.block_size - 1)], device=device)
+        # the target's own embedding, raw (z-lab embeds the block with its weight, times a scale)
+        noise = self.text_model.embed_tokens(ids).to(dtype) * spec.input_scale
+        positions = torch.arange(start, start + c + spec.block_size, device=device).view(1, -1)
+        out = self.modules(context, noise, positions, self.cache)
+        self.trim(self.length - spec.block_size)  # the block's own entries go: the cache keeps context only
+        return out[0]
+
+    @torch.inference_mode()
+    def draft(self, anchor: int, rows: torch.Tensor | None, start: int, k: int, params: SamplingParams,
+              should_stop: Callable[[], bool] | None = None):
+        """One block after `anchor`: up to k drafts (at most block_size - 1), each picked from its
+        own position's distribution (the draft never conditions on its own picks, so each row is
+        the distribution its token came from, as the Leviathan/Chen rule needs)."""
+        out = self.block(anchor, rows, start)
+        steps = DraftSteps(params, self._generator)
+        n = min(k, self.spec.block_size - 1)
+        if n <= 0 or (should_stop is not None and should_stop()):
+            return steps.result()
+        logits = self._logits(out[1 : 1 + n])
+        for row in logits:
+            steps.pick(row)
+        return steps.result()
+

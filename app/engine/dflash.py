@@ -1,0 +1,132 @@
+"""A DFlash block drafter (z-lab, 2026): one pass of a few layers drafts a whole block after the
+last committed token, conditioned on the target's states from the layers it names.
+
+The drafter keeps a KV cache of context features, one entry per committed position whose state
+it has read, in order from position `base`. The target's passes hand over the states
+(`wants_target_state`, `target_layers`); a proposal reads those not yet read, then runs the block
+[last token, mask, mask, ...] at the positions after and drafts from its outputs. The block's own
+entries never stay in the cache, so a verdict needs no rollback: the next proposal reads the
+states of whatever the target committed.
+
+Per-backend blocks: app/engine/backends/dflash_torch.py, app/engine/backends/dflash_mlx.py.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from app.engine.backends.base import ModelBackend
+from app.engine.drafters import Drafter, Proposal, TargetState, draft_seed
+from app.engine.sampling import SamplingParams
+
+
+class BlockHead(Protocol):
+    weights_bytes: int
+    spec: Any  # app/models/dflash_head.DFlashHead
+
+    def reset(self) -> None: ...
+
+    @property
+    def length(self) -> int: ...
+
+    def trim(self, length: int) -> None: ...
+
+    def seed(self, seed: int | None) -> None: ...
+
+    def concat(self, rows: Any, more: Any) -> Any: ...
+
+    def draft(self, anchor: int, rows: Any, start: int, k: int, params: SamplingParams,
+              should_stop: Callable[[], bool] | None = None): ...
+
+
+class DFlashDrafter(Drafter):
+    wants_target_state = True
+    name = "DFlash drafter"
+
+    def __init__(self, block: BlockHead):
+        self.block = block
+        self.target_layers = tuple(block.spec.layers)
+        self.drafts_per_pass = block.spec.block_size - 1  # one pass drafts up to this many
+        self._restart(0)
+
+    def drafts_in_one_pass(self, source: str | None) -> bool:
+        return True
+
+    def _restart(self, base: int) -> None:
+        self.block.reset()
+        self._base = base  # the position of the cache's first entry
+        self._read: list[int] = []  # the committed token at each cached position (to tell a conversation apart)
+        self._rows = None  # states handed over and not read yet, of positions base + len(read) on
+
+    @property
+    def _next(self) -> int:
+        return self._base + len(self._read)
+
+    def start(self, prompt_ids: Sequence[int], seed: int | None = None, reuse: bool = False,
+              should_stop: Callable[[], bool] | None = None) -> None:
+        self.block.seed(draft_seed(seed))
+        if not reuse:
+            self._restart(0)
+
+    def finish(self, committed: Sequence[int] | None) -> None:
+        if committed is None:  # a pass failed midway: what the cache holds is unknown
+            self._restart(0)
+
+    def accepted(self, committed, proposal, n_accepted, state: TargetState | None = None) -> None:
+        if state is not None:
+            self._take(committed, state)
+
+    def _take(self, committed: Sequence[int], state: TargetState) -> None:
+        """Line up the target's rows from position `state.start` with the cache: entries whose
+        tokens are still the committed ones stay (a follow-up turn after the target kept its
+        cache), rows in between must be at hand, or the cache starts afresh at `state.start`
+        (RoPE is relative: positions from there on are still the true ones)."""
+        start, rows = state.start, state.hidden
+        valid = 0
+        while (valid < len(self._read) and self._base + valid < start and self._base + valid < len(committed)
+               and self._read[valid] == committed[self._base + valid]):
+            valid += 1
+        unread = 0 if self._rows is None else self._rows.shape[0]
+        if valid == len(self._read) and start <= self._next + unread:  # the same conversation, going on
+            kept = None if self._rows is None else self._rows[: start - self._next]
+            self._rows = rows if kept is None or kept.shape[0] == 0 else self.block.concat(kept, rows)
+            return
+        if self._base + valid == start:  # it kept what it shares with the last
+            del self._read[valid:]
+            self.block.trim(valid)
+        else:  # another conversation, or rows between are gone
+            self._restart(start)
+        self._rows = rows
+
+    def propose(self, committed: Sequence[int], k: int, params: SamplingParams,
+                should_stop: Callable[[], bool] | None = None) -> Proposal:
+        started = time.perf_counter()
+        anchor = len(committed) - 1  # the last committed token: the target has not read it yet
+        unread = 0 if self._rows is None else self._rows.shape[0]
+        if self._next + unread != anchor or anchor == 0:
+            # no context for the positions before the anchor: nothing to draft from (the engine
+            # then takes a plain step, whose pass hands the state over)
+            return Proposal((), (), seconds=time.perf_counter() - started)
+        ids, p, probs, ids_array = self.block.draft(committed[-1], self._rows, self._next, k, params, should_stop)
+        self._read.extend(committed[self._next : anchor])
+        self._rows = None
+        return Proposal(ids, p, probs, ids_array, time.perf_counter() - started, "dflash", unread)
+
+
+def load_dflash_drafter(target: ModelBackend, folder) -> DFlashDrafter:
+    """A DFlash drafter (app/models/dflash_head.py) for `target`, on the target's backend."""
+    import json
+    from pathlib import Path
+
+    from app.models.dflash_head import read_dflash
+
+    head = read_dflash(folder, json.loads((Path(target.folder) / "config.json").read_text()))
+    if target.name == "torch":
+        from app.engine.backends.dflash_torch import TorchDFlashBlock
+
+        return DFlashDrafter(TorchDFlashBlock(target, head))
+    from app.engine.backends.dflash_mlx import MLXDFlashBlock
+
+    return DFlashDrafter(MLXDFlashBlock(target, head))

@@ -43,6 +43,27 @@ def test_each_source_learns_its_own_draft_length():
     assert min(picks["lookup"][-40:]) >= 8  # while lookup, always right and free, drafts long
 
 
+def test_a_block_drafters_cost_is_per_pass_so_long_blocks_pay():
+    """A DFlash block costs one pass whatever it drafts: priced per token, a 60 ms pass whose
+    first 8 drafts are right looked as dear at k = 8 as eight 60 ms steps, which never pays
+    against a 50 ms plain step; priced per pass, the controller drafts the block."""
+    per_token, per_pass = DraftLengthController(), DraftLengthController()
+    per_pass.costs.per_pass = True
+    for c in (per_token, per_pass):
+        c.record_plain(0.050)
+        for k in range(1, 16):  # every width measured: a pass costs a little more per position
+            c.costs.record_verify(k + 1, 0.050 + 0.002 * k)
+        for _ in range(60):
+            k = c.choose()
+            if k:
+                accepted = min(k, 8)  # the block's first 8 drafts right, the rest wrong
+                c.record_round(k, accepted, draft_s=0.060 if c is per_pass else 0.060 * k, verify_s=0.050 + 0.002 * k)
+            else:
+                c.record_plain(0.050)
+    assert per_pass.costs.draft_cost(15) == per_pass.costs.draft_cost(1) == pytest.approx(0.060, rel=0.2)
+    assert per_pass.choose() >= 8 > per_token.choose()
+
+
 class _Scripted(Drafter):
     """Knows the target's answer: `right` proposes it, otherwise one wrong token then the answer.
     A model's proposal says it cost 10 ms a token (a tiny target's pass costs about 1 ms), lookup's

@@ -52,6 +52,7 @@ class BenchRun:
     # lookup) is what its proposals took in the runs
     draft_is_model: bool = False
     draft_name: str = ""  # the drafter that is not prompt lookup ("built-in MTP head"), for the cost line
+    draft_block: int = 0  # a block drafter's (DFlash): drafts one pass makes; its cost is per pass
     wall_s: float = 0.0
 
 
@@ -157,6 +158,8 @@ def run_bench(runner, prompts: list[BenchPrompt], methods: list[Method], *, para
     bench.draft_is_model = _draft_model(runner.drafter) is not None
     inner = getattr(runner.drafter, "model", runner.drafter)
     bench.draft_name = "" if inner is None or inner.name == "prompt lookup" else inner.name
+    if inner is not None and inner.drafts_in_one_pass(None):
+        bench.draft_block = inner.drafts_per_pass
     bench.wall_s = time.perf_counter() - start
     return bench
 
@@ -196,7 +199,11 @@ def measure_costs(runner, bench: BenchRun) -> tuple[dict[int, float], float | No
     if _draft_model(drafter) is not None:
         return costs, measure_draft_cost(drafter.backend, context)
     # a drafter that is not a model of its own (prompt lookup, an MTP layer): its measured time per
-    # proposed token in the runs
+    # proposed token in the runs (a block drafter's: per pass, the rounds that drafted)
     drafted = [r.result for r in bench.records if r.result.drafted]
-    total = sum(r.drafted for r in drafted)
+    inner = getattr(drafter, "model", drafter)
+    if inner is not None and inner.drafts_in_one_pass(None):
+        total = sum(r.drafted_by_position[0] for r in drafted if r.drafted_by_position)
+    else:
+        total = sum(r.drafted for r in drafted)
     return costs, (sum(r.draft_s for r in drafted) / total if total else None)

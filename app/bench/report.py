@@ -80,10 +80,13 @@ def summarize(bench: BenchRun, divergences: list[Divergence], config: dict) -> d
             # t_d(1) as this method paid it in its runs: a lookup round costs microseconds, a
             # model round a pass per token, and a combined drafter mixes the two
             drafted = sum(r.drafted or 0 for r in runs)
+            block = bench.draft_block
+            if block:  # a block drafter pays per pass, whatever it drafts: the rounds that drafted
+                drafted = sum(r.drafted_by_position[0] for r in runs if r.drafted_by_position)
             t_draft = sum(r.draft_s for r in runs) / drafted if drafted else None
             if t_draft is not None and bench.target_costs and a:
-                entry["draft_s_per_token"] = t_draft
-                k, bound = best_bound(a, t_draft, bench.target_costs)
+                entry["draft_s_per_pass" if block else "draft_s_per_token"] = t_draft
+                k, bound = best_bound(a, t_draft, bench.target_costs, per_pass=bool(block), max_k=block or None)
                 entry["bound"] = {"k": k, "speedup": bound}
                 entry["fraction_of_bound"] = _spread([x / bound for x in _ratios(tps, base)])
         entry["per_prompt"] = {
@@ -99,7 +102,8 @@ def summarize(bench: BenchRun, divergences: list[Divergence], config: dict) -> d
     return {
         "config": config,
         "costs": {"target_s_by_width": bench.target_costs, "draft_s_per_token": bench.draft_cost,
-                  "draft_is_model": bench.draft_is_model, "drafter": bench.draft_name},
+                  "draft_is_model": bench.draft_is_model, "drafter": bench.draft_name,
+                  "draft_block": bench.draft_block},
         "methods": methods,
         "exactness": {
             "checked": config["temperature"] == 0,
@@ -170,7 +174,9 @@ def format_table(summary: dict) -> str:
     for m in summary["methods"]:
         if m.get("acceptance_by_position"):
             draft = (f"; drafting {m['draft_s_per_token'] * 1000:.1f} ms per drafted token"
-                     if m.get("draft_s_per_token") is not None else "")
+                     if m.get("draft_s_per_token") is not None else
+                     f"; drafting {m['draft_s_per_pass'] * 1000:.1f} ms per block"
+                     if m.get("draft_s_per_pass") is not None else "")
             lines.append(f"  {m['name']}: acceptance by position "
                          + " ".join(f"{a:.2f}" for a in m["acceptance_by_position"]) + draft)
     outside = [f"{m['name']} {m['outside_passes']['ms_per_round']:.2f} ms "
@@ -190,6 +196,8 @@ def format_table(summary: dict) -> str:
     if costs["draft_s_per_token"] is not None:
         lines.append(f"  draft model alone: {costs['draft_s_per_token'] * 1000:.1f} ms per token"
                      if costs["draft_is_model"] else
+                     f"  {costs.get('drafter')}: {costs['draft_s_per_token'] * 1000:.3f} ms per pass (a block of up "
+                     f"to {costs['draft_block']} drafts), in the runs" if costs.get("draft_block") else
                      f"  {costs.get('drafter') or 'prompt lookup'}: {costs['draft_s_per_token'] * 1000:.3f} ms per "
                      "proposed token, in the runs")
     lines.append("")

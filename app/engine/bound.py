@@ -36,17 +36,22 @@ def conditional_acceptance(accepted_by_position: Sequence[int], reached_by_posit
     return out
 
 
-def speedup_bound(acceptance: Sequence[float], t_draft: float, t_target: Mapping[int, float], k: int) -> float:
-    """bound(k) above; t_target maps a pass width to its measured seconds."""
-    return expected_tokens(acceptance, k) * t_target[1] / (k * t_draft + t_target[k + 1])
+def speedup_bound(acceptance: Sequence[float], t_draft: float, t_target: Mapping[int, float], k: int,
+                  per_pass: bool = False) -> float:
+    """bound(k) above; t_target maps a pass width to its measured seconds. `per_pass`: t_draft is
+    one pass that drafts all k tokens (a DFlash block), so the draft term is t_draft, not k t_draft."""
+    draft = t_draft if per_pass else k * t_draft
+    return expected_tokens(acceptance, k) * t_target[1] / (draft + t_target[k + 1])
 
 
-def best_bound(acceptance: Sequence[float], t_draft: float, t_target: Mapping[int, float]) -> tuple[int, float]:
-    """The k (0 = plain decoding, bound 1) that maximises bound(k) over the measured widths."""
+def best_bound(acceptance: Sequence[float], t_draft: float, t_target: Mapping[int, float],
+               per_pass: bool = False, max_k: int | None = None) -> tuple[int, float]:
+    """The k (0 = plain decoding, bound 1) that maximises bound(k) over the measured widths (and
+    at most `max_k`, a block drafter's block)."""
     best = (0, 1.0)
-    for k in range(1, max(t_target)):
+    for k in range(1, max(t_target) if max_k is None else min(max(t_target), max_k + 1)):
         if k + 1 in t_target:
-            value = speedup_bound(acceptance, t_draft, t_target, k)
+            value = speedup_bound(acceptance, t_draft, t_target, k, per_pass)
             if value > best[1]:
                 best = (k, value)
     return best

@@ -81,3 +81,30 @@ def test_a_stale_graph_input_is_caught(on_gpu, monkeypatch):
     monkeypatch.setattr(GraphedStep, "_load_inputs", positions_only)
     on_gpu["graphs"].reset()
     assert _tokens(on_gpu["graphs"], n=64) != eager
+
+
+def test_captured_passes_hand_over_the_inner_layer_states_eager_passes_do(on_gpu):
+    """EAGLE-3's and DFlash's inner-layer states are an output of the captured pass, not a hook
+    (which a replay would skip): a drafter reading layers 0, 1 and 2 gets the eager rows, by
+    position, from plain steps and verify passes of every width."""
+    from tests.scripted import ScriptedDrafter
+
+    class Recorder(ScriptedDrafter):
+        wants_target_state = True
+        target_layers = (0, 1, 2)
+
+        def accepted(self, committed, proposal, n_accepted, state=None):
+            super().accepted(committed, proposal, n_accepted, state)
+            for i, row in enumerate(state.hidden.float().cpu()):
+                self.rows[state.start + i] = row
+
+    plain = _tokens(on_gpu["eager"], n=60)
+    rows = {}
+    for which in ("eager", "graphs"):
+        recorder = Recorder(PROMPT, plain, on_gpu[which].vocab_limit)
+        recorder.rows = {}
+        assert _tokens(on_gpu[which], recorder, n=60, draft_tokens=4) == plain
+        rows[which] = recorder.rows
+    assert sorted(rows["graphs"]) == sorted(rows["eager"]) and len(rows["eager"]) > 60
+    for position, row in rows["eager"].items():
+        torch.testing.assert_close(rows["graphs"][position], row, atol=1e-4, rtol=1e-4)

@@ -119,3 +119,21 @@ def test_plain_pairs_pay_nothing_for_the_state_path(tiny_pair):
         if isinstance(event, Round):
             seen.append((len(norm._forward_hooks), target.last_hidden()))
     assert seen and all(hooks == 0 and hidden is None for hooks, hidden in seen)
+
+
+def test_the_static_shape_passes_hand_over_the_inner_states_of_exact_shapes(tiny_pair):
+    """The passes CUDA graphs capture (static shapes, padded widths; here eagerly, graphs off)
+    hand a drafter the inner-layer states the exact-shape lean pass does, by position."""
+    rows = {}
+    for graphs in ("off", "static"):
+        target = load_backend(tiny_pair["target"], "torch", step="lean", graphs=graphs)
+        fresh = load_backend(tiny_pair["target"], "torch", step="lean", graphs=graphs)
+        plain = [t for e in generate(fresh, str, PROMPT, max_tokens=30) if isinstance(e, Round) for t in e.emitted]
+        recorder = StateRecorder(plain, target.vocab_limit, (2, 0, 1))
+        list(generate(target, str, PROMPT, drafter=recorder, draft_tokens=5, max_tokens=30))
+        rows[graphs] = recorder.rows
+        if graphs == "static":
+            assert target._graphs is not None and target._graphs.replays > 0  # the static path ran
+    assert sorted(rows["static"]) == sorted(rows["off"])
+    for position, row in rows["off"].items():
+        assert np.abs(rows["static"][position] - row).max() < 1e-4 * max(1.0, float(np.abs(row).max()))

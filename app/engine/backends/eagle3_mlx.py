@@ -159,8 +159,8 @@ class MLXEagle3Head:
         return key
 
     def _pass(self, ids: mx.array, hidden: mx.array) -> mx.array:
-        own = getattr(self.layers, "embed_tokens", None)
-        embeds = (own or self.language.model.embed_tokens)(ids)
+        own = getattr(self.layers, "embed_tokens", None)  # a head that carries its own copy
+        embeds = (own if own is not None else self.language.model.embed_tokens)(ids)
         return self.layers(embeds, hidden.astype(embeds.dtype), self.caches)
 
     def logits(self, out: mx.array) -> mx.array:

@@ -176,8 +176,8 @@ class TorchEagle3Head:
         self._generator.manual_seed(entropy_seed() if seed is None else seed)
 
     def _embed(self, ids: torch.Tensor) -> torch.Tensor:
-        own = getattr(self.modules, "embed_tokens", None)
-        return (own or self.text_model.embed_tokens)(ids)
+        own = getattr(self.modules, "embed_tokens", None)  # a head that carries its own copy
+        return (own if own is not None else self.text_model.embed_tokens)(ids)
 
     def _pass(self, ids: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
         """Tokens (1, n) beside states (1, n, H), appended to the cache -> the outputs (1, n, H)."""

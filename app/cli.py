@@ -200,12 +200,11 @@ def cmd_models_info(args) -> int:
 
     path = Path(args.path).expanduser()
     _check_link(str(path))
-    from app.models.eagle3_head import is_eagle3_head
+    from app.models.head_sources import describe_head
 
-    if is_eagle3_head(path):  # a drafter, not a model: what it reads and drafts over, not how a model runs
-        from app.models.eagle3_sources import describe_eagle3
-
-        for line in describe_eagle3(path):
+    head = describe_head(path)  # a published drafter, not a model: what it reads and drafts, not how a model runs
+    if head is not None:
+        for line in head:
             print(line)
         return 0
     if path.suffix.lower() != ".gguf":
@@ -307,9 +306,9 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--draft", type=draft_choice, default="auto",
                      help='draft model folder or .gguf, "self:int4" / "self:int4-head" / "self:bfloat16" '
                           '(a copy of the target at that precision), "mtp" (the checkpoint\'s own MTP layer), '
-                          '"assistant:<folder>" (a Gemma 4 assistant), "eagle3:<folder>" (an EAGLE-3 head), '
-                          '"dflash:<folder>" (a DFlash drafter), "ngram" (prompt lookup), "none", or "auto" '
-                          '(default: the demo\'s measured best draft, else prompt lookup)')
+                          '"assistant:<folder>" (a Gemma 4 assistant), "eagle3:<folder or hub id>" (an EAGLE-3 '
+                          'head), "dflash:<folder or hub id>" (a DFlash drafter), "ngram" (prompt lookup), "none", '
+                          'or "auto" (default: the demo\'s measured best draft, else prompt lookup)')
     gen.add_argument("--precision", default="auto",
                      choices=PRECISION_CHOICES,
                      help="the target's precision: auto (its weights' own), a float type, int4 weight-only, "
@@ -335,8 +334,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="measure Tandem against the target alone and the anchors")
     bench.add_argument("--model", "--target", dest="model", default="demo", type=MODEL)
     bench.add_argument("--draft", type=draft_choice, default="auto",
-                       help='draft model, "self:<precision>", "mtp", "assistant:<folder>", "eagle3:<folder>", '
-                            '"dflash:<folder>", "ngram", or "auto" (as for generate)')
+                       help='draft model, "self:<precision>", "mtp", "assistant:<folder>", '
+                            '"eagle3:<folder or hub id>", "dflash:<folder or hub id>", "ngram", or "auto" '
+                            '(as for generate)')
     bench.add_argument("--precision", default="auto", choices=PRECISION_CHOICES)
     bench.add_argument("--compile", choices=COMPILE_CHOICES, default="auto", help=COMPILE_HELP)
     bench.add_argument("--graphs", choices=("auto", "off"), default="auto", help=GRAPHS_HELP)
@@ -366,9 +366,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--model", "--target", dest="model", default="demo", type=MODEL,
                        help='model folder, .gguf file, or "demo" (default)')
     serve.add_argument("--draft", type=draft_choice, default="auto",
-                       help='draft model, "self:<precision>", "mtp", "assistant:<folder>", "eagle3:<folder>", '
-                            '"dflash:<folder>", '
-                            '"ngram", "none" or "auto"')
+                       help='draft model, "self:<precision>", "mtp", "assistant:<folder>", '
+                            '"eagle3:<folder or hub id>", "dflash:<folder or hub id>", "ngram", "none" or "auto"')
     serve.add_argument("--precision", default="auto", choices=PRECISION_CHOICES)
     serve.add_argument("--compile", choices=COMPILE_CHOICES, default="auto", help=COMPILE_HELP)
     serve.add_argument("--graphs", choices=("auto", "off"), default="auto", help=GRAPHS_HELP)

@@ -50,8 +50,8 @@ PREFIXES = {DraftKind.SELF: "self:", DraftKind.ASSISTANT: "assistant:", DraftKin
 # what the folder after a prefix is, for a choice that names none
 FOLDER_WORDS = {DraftKind.ASSISTANT: "the folder of a Gemma 4 assistant (published beside its Gemma 4 model)",
                 DraftKind.HEAD: "the folder `tandem-cli align` wrote",
-                DraftKind.EAGLE3: "the folder of an EAGLE-3 head published for the model",
-                DraftKind.DFLASH: "the folder of a DFlash drafter published for the model"}
+                DraftKind.EAGLE3: "the folder of an EAGLE-3 head published for the model, or its Hugging Face id",
+                DraftKind.DFLASH: "the folder of a DFlash drafter published for the model, or its Hugging Face id"}
 MODEL_ONLY_WORD = "model"  # a request's: the pair's draft model without prompt lookup beside it
 # Other spellings read (the Draft slot's keywords, older files); never written
 ALIASES = {"lookup": DraftKind.LOOKUP, "prompt lookup": DraftKind.LOOKUP, "n-gram": DraftKind.LOOKUP,
@@ -68,8 +68,9 @@ LABELS = {  # (name, detail) in the UI's words, for kinds whose words do not dep
 
 ACCEPTED = ('a draft model\'s folder, .gguf file or Hugging Face id, "self:<precision>" (one of '
             f'{", ".join(SELF_PRECISIONS)}), "mtp" (the model\'s own MTP layer), "assistant:<folder>" (a Gemma 4 '
-            'assistant), "head:<folder>" (a draft head `tandem-cli align` trained), "eagle3:<folder>" (an EAGLE-3 '
-            'head), "dflash:<folder>" (a DFlash block drafter), "ngram" (prompt lookup), "none" or "auto"')
+            'assistant), "head:<folder>" (a draft head `tandem-cli align` trained), "eagle3:<folder or hub id>" (an '
+            'EAGLE-3 head), "dflash:<folder or hub id>" (a DFlash block drafter), "ngram" (prompt lookup), "none" or '
+            '"auto"')
 
 
 class DraftChoiceError(ValueError):

@@ -39,7 +39,7 @@ from app.models.memory import MemoryEstimate, NotEnoughMemory, check_fits, estim
 from app.models.aligned_head import draft_vocab, head_bytes, head_weights, is_aligned_head, subset_bytes
 from app.models.dflash_head import is_dflash_head, read_dflash
 from app.models.eagle3_head import is_eagle3_head, read_eagle3
-from app.models.eagle3_sources import find_eagle3
+from app.models.head_sources import find_head
 from app.models.mtp_weights import find_mtp, mtp_bytes
 from app.models.pairing import check_tokenizers
 from app.models.resolve import display_name, resolve_model
@@ -49,12 +49,12 @@ BASELINE_TOKENS = 32  # about 2 s on the demo: long enough that one noisy moment
 
 def auto_draft(spec: str | Path, backend: str | None = None, precision: str = "auto") -> DraftChoice:
     """What "auto" pairs a target with: the draft an alignment made for it (where it measured
-    faster); the demo's measured best draft (app/models/demo.py); an EAGLE-3 head the pair trials
-    measured faster than prompt lookup (app/models/pair_memory.measured_eagle3); a checkpoint's
-    own MTP layer where it ships one; for other targets prompt lookup, which costs no memory and
-    which adaptive k turns off where it does not pay."""
+    faster); the demo's measured best draft (app/models/demo.py); an EAGLE-3 head or DFlash
+    drafter the pair trials measured faster than prompt lookup (app/models/pair_memory.measured_head);
+    a checkpoint's own MTP layer where it ships one; for other targets prompt lookup, which costs no
+    memory and which adaptive k turns off where it does not pay."""
     from app.models.demo import DEMO_SPECS, demo_draft
-    from app.models.pair_memory import PairMemory, aligned_draft, measured_eagle3
+    from app.models.pair_memory import PairMemory, aligned_draft, measured_head
 
     backend = backend or default_backend()
     aligned = aligned_draft(backend, str(spec))  # `tandem-cli align` / Align draft paired it, measured faster
@@ -62,7 +62,7 @@ def auto_draft(spec: str | Path, backend: str | None = None, precision: str = "a
         return aligned
     if str(spec) in DEMO_SPECS:
         return demo_draft(str(spec), backend or default_backend(), precision, memory=PairMemory())
-    if (head := measured_eagle3(backend, str(spec))) is not None:
+    if (head := measured_head(backend, str(spec))) is not None:
         return head
     return DraftChoice(DraftKind.MTP) if has_mtp(spec) else PROMPT_LOOKUP
 
@@ -290,12 +290,12 @@ class Runner:
                                          models[0].context))
         elif draft.kind is DraftKind.EAGLE3 or (draft.kind is DraftKind.MODEL and is_eagle3_head(draft.source)):
             # a head dropped as a draft model drafts as one; its fit is checked before any weights load
-            eagle3_folder = find_eagle3(draft.source)  # a folder, or a hub id the window downloaded
+            eagle3_folder = find_head(draft.source, DraftKind.EAGLE3)  # a folder, or a hub id the window downloaded
             draft = DraftChoice.eagle3(str(eagle3_folder))
             eagle3 = read_eagle3(eagle3_folder, config)
             models.append(MemoryEstimate("draft", eagle3.weights_bytes * 2, 0, models[0].context))
         elif draft.kind is DraftKind.DFLASH or (draft.kind is DraftKind.MODEL and is_dflash_head(draft.source)):
-            dflash_folder = Path(draft.source).expanduser()  # (as an EAGLE-3 head above)
+            dflash_folder = find_head(draft.source, DraftKind.DFLASH)  # (as an EAGLE-3 head above)
             draft = DraftChoice.dflash(str(dflash_folder))
             models.append(MemoryEstimate("draft", read_dflash(dflash_folder, config).weights_bytes * 2, 0,
                                          models[0].context))

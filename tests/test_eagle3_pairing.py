@@ -59,7 +59,8 @@ def test_the_catalog_lists_llama_with_its_eagle3_head_published_as_safetensors()
     assert pair.target.gated and pair.target.size_gb == 16.1 and pair.draft.size_gb == 1.9
     assert pair.size_gb == pytest.approx(18.0)
     assert "estimated from the parameter count" in pair.note and "exact total from the hub" in pair.note
-    assert catalog_head(LLAMA).repo == HEAD_ID and catalog_head("Qwen/Qwen3-8B") is None
+    assert catalog_head(LLAMA, DraftKind.EAGLE3).repo == HEAD_ID
+    assert catalog_head("Qwen/Qwen3-8B", DraftKind.EAGLE3) is None
     assert _draft({"id": "x", "draft": {"kind": "eagle3", "repo": "a/b", "size_gb": 1}})[1] is DraftKind.EAGLE3
     # the EAGLE authors' own head ships only a pickle: named as refused, never listed
     about = json.loads((Path(__file__).parents[1] / "resources" / "catalog.json").read_text())["about"]
@@ -168,9 +169,10 @@ def test_a_new_target_does_not_keep_a_head_made_for_the_old_one(qapp, heads, tin
 # The Draft slot's menu
 
 def test_the_heads_beside_a_target_are_those_that_fit_it(heads):
-    from app.models.eagle3_sources import heads_beside
+    from app.models.head_sources import heads_beside
 
-    assert heads_beside(heads["target"]) == [heads["fits"]]  # not the wide one, not the plain folder
+    # not the wide one, not the plain folder
+    assert heads_beside(heads["target"]) == [DraftChoice.eagle3(str(heads["fits"]))]
     assert heads_beside(heads["fits"]) == []  # a head beside a head: no target config to fit
 
 
@@ -252,31 +254,31 @@ def _trial(speedup: float, low: float, high: float):
 
 
 def test_auto_drafts_with_a_head_measured_faster_than_prompt_lookup_beyond_both_ranges(heads, tmp_path):
-    from app.models.pair_memory import PairMemory, measured_eagle3
+    from app.models.pair_memory import PairMemory, measured_head
 
     target, head = str(heads["target"]), DraftChoice.eagle3(str(heads["fits"]))
     memory = PairMemory(tmp_path / "pairs.json")
-    assert measured_eagle3("torch", target, memory) is None  # nothing measured
+    assert measured_head("torch", target, memory) is None  # nothing measured
     memory.set_trial("torch", target, AUTO_DRAFT, _trial(1.3, 1.2, 1.4))  # "auto" while it meant prompt lookup
     memory.set_trial("torch", target, head, _trial(1.5, 1.35, 1.6))  # the ranges overlap: no claim
-    assert measured_eagle3("torch", target, memory) is None
+    assert measured_head("torch", target, memory) is None
     memory.set_trial("torch", target, head, _trial(1.8, 1.6, 1.9))
-    assert measured_eagle3("torch", target, memory) == head
-    assert measured_eagle3("mlx", target, memory) is None  # measured on the other backend only
+    assert measured_head("torch", target, memory) == head
+    assert measured_head("mlx", target, memory) is None  # measured on the other backend only
     memory.set_trial("torch", target, PROMPT_LOOKUP, _trial(1.8, 1.7, 2.0))  # lookup's own trial rules
-    assert measured_eagle3("torch", target, memory) is None
+    assert measured_head("torch", target, memory) is None
 
 
 def test_auto_finds_a_hub_targets_trials_by_its_id_and_skips_a_head_no_longer_here(heads, tmp_path, hub_cache):
-    from app.models.pair_memory import PairMemory, measured_eagle3
+    from app.models.pair_memory import PairMemory, measured_head
 
     snapshot = hub_cache / "models--meta-llama--Llama-3.1-8B-Instruct" / "snapshots" / "0123abcd"
     memory = PairMemory(tmp_path / "pairs.json")
     memory.set_trial("torch", LLAMA, PROMPT_LOOKUP, _trial(1.1, 1.0, 1.2))
     memory.set_trial("torch", LLAMA, DraftChoice.eagle3(HEAD_ID), _trial(2.5, 2.2, 2.8))  # not downloaded
-    assert measured_eagle3("torch", str(snapshot), memory) is None
+    assert measured_head("torch", str(snapshot), memory) is None
     memory.set_trial("torch", LLAMA, DraftChoice.eagle3(str(heads["fits"])), _trial(2.0, 1.9, 2.1))
-    assert measured_eagle3("torch", str(snapshot), memory) == DraftChoice.eagle3(str(heads["fits"]))
+    assert measured_head("torch", str(snapshot), memory) == DraftChoice.eagle3(str(heads["fits"]))
 
 
 def test_auto_loads_the_measured_head(heads):

@@ -20,7 +20,7 @@ from app.models.sources import classify, draft_source  # noqa: E402
 MTP = DraftChoice(DraftKind.MTP)
 # what Runner.load builds a drafter for (AUTO is resolved first; PAIR is a request's, never loaded)
 RUNNER_LOADS = {DraftKind.NONE, DraftKind.LOOKUP, DraftKind.MODEL, DraftKind.SELF, DraftKind.AUTO, DraftKind.MTP,
-                DraftKind.ASSISTANT, DraftKind.EAGLE3}
+                DraftKind.ASSISTANT, DraftKind.EAGLE3, DraftKind.DFLASH}
 
 
 @pytest.fixture(scope="module")

@@ -16,9 +16,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--draft", type=draft_choice, default=None,
                         help='draft model folder or .gguf, "self:int4" (the target\'s own weights in int4), '
                              '"mtp" (the checkpoint\'s own MTP layer), "assistant:<folder>" (a Gemma 4 assistant), '
-                             '"eagle3:<folder>" (an EAGLE-3 head), "dflash:<folder>" (a DFlash drafter), '
-                             '"ngram" (prompt lookup), "none", or "auto" (the measured best draft, else prompt '
-                             'lookup; default: the pair used last, else "auto")')
+                             '"eagle3:<folder or hub id>" (an EAGLE-3 head), "dflash:<folder or hub id>" (a DFlash '
+                             'drafter), "ngram" (prompt lookup), "none", or "auto" (the measured best draft, else '
+                             'prompt lookup; default: the pair used last, else "auto")')
     parser.add_argument("--backend", choices=["mlx", "torch"], default="")
     parser.add_argument("--max-tokens", type=at_least_one("new token"), default=None,
                         help="max new tokens for new chats (default 1024; each chat can change it)")

@@ -12,9 +12,9 @@ from app.paths import asset
 
 CATALOG_FILE = ("catalog.json",)
 # How a catalog pair's draft is written ("kind" in catalog.json): a draft model, a Gemma 4
-# assistant or an EAGLE-3 head to fetch beside the target, or the target checkpoint's own MTP
-# layer (nothing to fetch)
-CATALOG_KINDS = (DraftKind.MODEL, DraftKind.ASSISTANT, DraftKind.EAGLE3, DraftKind.MTP)
+# assistant, an EAGLE-3 head or a DFlash drafter to fetch beside the target, or the target
+# checkpoint's own MTP layer (nothing to fetch)
+CATALOG_KINDS = (DraftKind.MODEL, DraftKind.ASSISTANT, DraftKind.EAGLE3, DraftKind.DFLASH, DraftKind.MTP)
 
 
 @dataclass(frozen=True)
@@ -40,11 +40,7 @@ class CatalogPair:
             return DraftChoice(DraftKind.MTP)
         if self.draft is None:
             return PROMPT_LOOKUP
-        if self.draft_kind is DraftKind.ASSISTANT:
-            return DraftChoice.assistant(self.draft.repo)
-        if self.draft_kind is DraftKind.EAGLE3:
-            return DraftChoice.eagle3(self.draft.repo)
-        return DraftChoice.model(self.draft.repo)
+        return DraftChoice(self.draft_kind, source=self.draft.repo)  # every other kind is fetched by its repo
 
     @property
     def size_gb(self) -> float:
@@ -101,8 +97,8 @@ def _model(data: dict) -> CatalogModel:
 
 def _draft(item: dict) -> tuple[CatalogModel | None, DraftKind]:
     """A pair's draft: {"repo", "size_gb"} (a draft model), with "kind": "assistant" (a Gemma 4
-    assistant) or "eagle3" (an EAGLE-3 head), or {"kind": "mtp"} alone (the target's own layer,
-    inside its download)."""
+    assistant), "eagle3" (an EAGLE-3 head) or "dflash" (a DFlash drafter), or {"kind": "mtp"} alone
+    (the target's own layer, inside its download)."""
     data = item.get("draft")
     if not data:
         return None, DraftKind.MODEL
@@ -129,8 +125,9 @@ def load_catalog(backend: str | None = None) -> list[CatalogPair]:
     return pairs
 
 
-def catalog_head(target: str) -> CatalogModel | None:
-    """The EAGLE-3 head the catalog lists for `target` (a hub id), on any backend: the head reads
-    the target's states the same way on both, so the Draft slot offers it wherever the target runs."""
-    return next((pair.draft for pair in load_catalog() if pair.draft_kind is DraftKind.EAGLE3
-                 and pair.target.repo == target), None)
+def catalog_head(target: str, kind: DraftKind) -> CatalogModel | None:
+    """The drafter of `kind` (an EAGLE-3 head, a DFlash drafter) the catalog lists for `target` (a
+    hub id), on any backend: it reads the target's states the same way on both, so the Draft slot
+    offers it wherever the target runs."""
+    return next((pair.draft for pair in load_catalog() if pair.draft_kind is kind and pair.target.repo == target),
+                None)

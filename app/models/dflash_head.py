@@ -118,9 +118,11 @@ def _tensors(folder: Path) -> dict[str, Path]:
             for name in read_header(path)[0] if name != "__metadata__"}
 
 
-def read_dflash(folder: str | Path, target_config: dict) -> DFlashHead:
+def read_dflash(folder: str | Path, target_config: dict, weights: bool = True) -> DFlashHead:
     """The drafter in `folder`, checked against the target whose config.json is `target_config`:
-    a ModelFileError that says what does not fit and what to do, before any weights load."""
+    a ModelFileError that says what does not fit and what to do, before any weights load.
+    `weights=False` checks the config alone: a hub drafter whose config is fetched and whose
+    weights are not yet (app/models/precheck.py), so one for another model is refused on kilobytes."""
     folder = Path(folder).expanduser()
     name = folder.name or str(folder)
     if not folder.is_dir():
@@ -142,8 +144,8 @@ def read_dflash(folder: str | Path, target_config: dict) -> DFlashHead:
     if layer_types != {"full_attention"} or config.get("is_causal"):
         raise ModelFileError(f"{name} has sliding-window or causal draft layers, which Tandem's DFlash port does not "
                              "read yet.")
-    files = _tensors(folder)
-    if not files:
+    files = _tensors(folder) if weights else {}
+    if weights and not files:
         pickled = next((p for p in PICKLES if (folder / p).is_file()), None)
         if pickled:
             raise ModelFileError(f"{name} holds its weights only as {pickled}, a Python pickle, and loading a pickle "
@@ -179,6 +181,8 @@ def read_dflash(folder: str | Path, target_config: dict) -> DFlashHead:
                       float(_value(config, "input_embedding_scale", 1.0) or 1.0),
                       float(_value(config, "output_multiplier", 1.0) or 1.0),
                       float(_value(config, "final_logit_softcapping", 0.0) or 0.0), files)
+    if not weights:
+        return head  # its tensors are checked once they are here (Runner.load reads it again)
     missing = [tensor for tensor in head.required() if tensor not in files]
     if missing:
         raise ModelFileError(f"{name}: its weights are incomplete (no {missing[0]}"

@@ -473,17 +473,16 @@ def aligned_draft(backend: str, target: str, memory: PairMemory | None = None) -
     return found["aligned"]
 
 
-def measured_eagle3(backend: str, target: str, memory: PairMemory | None = None) -> DraftChoice | None:
-    """The EAGLE-3 head "auto" pairs `target` with: one this computer's pair trials measured faster
-    than prompt lookup alone beyond both ranges (TrialResult.clears; the demo's head is held to
-    the same rule, app/models/demo.py), and still here (its folder, or its hub download). Prompt
-    lookup costs no memory and no pass per token, so a tie keeps it; of several heads that clear,
-    the fastest. A hub target is named by its id in trials and by its cache folder when it loads:
-    both are looked up."""
+def measured_head(backend: str, target: str, memory: PairMemory | None = None) -> DraftChoice | None:
+    """The published drafter (an EAGLE-3 head, a DFlash drafter) "auto" pairs `target` with: one
+    this computer's pair trials measured faster than prompt lookup alone beyond both ranges
+    (TrialResult.clears; the demo's head is held to the same rule, app/models/demo.py), and still
+    here (its folder, or its hub download). Prompt lookup costs no memory and no pass per token, so
+    a tie keeps it; of several drafters that clear, the fastest. A hub target is named by its id in
+    trials and by its cache folder when it loads: both are looked up."""
     from app.models.demo import HEAD_MARGIN
-    from app.models.eagle3_head import is_eagle3_head
-    from app.models.eagle3_sources import find_eagle3
     from app.models.errors import ModelFileError
+    from app.models.head_sources import HEADS, find_head, head_kind
 
     memory = memory or PairMemory()
     target = str(target)
@@ -497,11 +496,11 @@ def measured_eagle3(backend: str, target: str, memory: PairMemory | None = None)
         if lookup is None:
             continue
         for head, trial in memory.trials_of(backend, name):
-            if head.kind is not DraftKind.EAGLE3 or not trial.clears(lookup, HEAD_MARGIN):
+            if head.kind not in HEADS or not trial.clears(lookup, HEAD_MARGIN):
                 continue
             try:
-                here = is_eagle3_head(find_eagle3(head.source))
-            except ModelFileError:  # a hub head no longer in the cache
+                here = head_kind(find_head(head.source, head.kind)) is head.kind
+            except ModelFileError:  # a hub drafter no longer in the cache
                 here = False
             if here:
                 found.append((trial.speedup, head))

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from app.models.architecture import check_architecture
 from app.models.draft_heads import is_assistant_folder
-from app.models.eagle3_head import is_eagle3_head, read_eagle3
 from app.models.folder import check_model_folder
+from app.models.head_sources import HEADS, head_kind
 from app.models.integrity import check_weights
 from app.models.memory import MemoryEstimate, check_fits, estimate, free_memory
 from app.models.pairing import check_tokenizers
@@ -38,10 +38,12 @@ def precheck_pair(target: PairPart, draft: PairPart | None, backend: str, held_b
         device = torch_device()
     # A Gemma 4 assistant is no model of its own: it may ship no tokenizer, and its loader checks
     # the target's vocabulary and hidden size (app/engine/assistant.py); its weights are counted.
-    # An EAGLE-3 head neither: its config is checked against the target's here (hidden size,
-    # vocabulary, the layers it reads), its tensors once they are fetched (Runner.load).
+    # A published drafter neither (an EAGLE-3 head, a DFlash drafter): its config is checked
+    # against the target's here (hidden size, vocabulary, the layers it reads), its tensors once
+    # they are fetched (Runner.load).
     assistant = draft is not None and is_assistant_folder(draft.folder)
-    head = draft is not None and not assistant and is_eagle3_head(draft.folder)
+    kind = None if draft is None or assistant else head_kind(draft.folder)
+    head = kind is not None
     parts = [("target", target)] + ([("draft", draft)] if draft is not None and not (assistant or head) else [])
     estimates = []
     for role, part in parts:
@@ -49,7 +51,7 @@ def precheck_pair(target: PairPart, draft: PairPart | None, backend: str, held_b
         check_architecture(config, backend, display_name(part.folder))
         estimates.append(estimate(role, config, part.weight_bytes, backend, device, part.precision))
     if head:
-        read_eagle3(draft.folder, check_model_folder(target.folder, weights=False), weights=False)
+        HEADS[kind].read(draft.folder, check_model_folder(target.folder, weights=False), weights=False)
     if assistant or head:
         estimates.append(MemoryEstimate("draft", draft.weight_bytes, 0, 1))
     if draft is not None and not (assistant or head) and draft.folder != target.folder:

@@ -1,9 +1,10 @@
 """What a user dropped or typed on a model slot, classified before anything is read or fetched:
 a model folder, a .gguf file, a Hugging Face repo (id or URL), or one of the draft keywords
 (app/draft_choice.py: "ngram", "prompt lookup", "self:int4", "mtp", "none", "auto"). A Gemma 4
-assistant's folder (app/models/draft_heads.py) drafts as an assistant, and an EAGLE-3 head's
-(app/models/eagle3_head.py) as a head, not as a draft model; "eagle3:<hub id>" is fetched from the
-hub like a model and then drafts as a head."""
+assistant's folder (app/models/draft_heads.py) drafts as an assistant, and a published drafter's
+(an EAGLE-3 head, a DFlash block drafter: app/models/head_sources.py) as that drafter, not as a
+draft model; "eagle3:<hub id>" and "dflash:<hub id>" are fetched from the hub like a model and
+then draft as their kind."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ from urllib.parse import unquote, urlparse
 
 from app.draft_choice import DraftChoice, DraftChoiceError, DraftKind
 from app.models.draft_heads import is_assistant_folder
-from app.models.eagle3_head import is_eagle3_head
 from app.models.errors import ModelFileError
 from app.models.folder import PICKLED_SUFFIXES
+from app.models.head_sources import HEADS, head_kind
 from app.models.hub import HOSTS, HubRef, parse_hub_ref
 from app.models.integrity import unreadable
 
@@ -29,8 +30,8 @@ class ModelSource:
     value: str  # a path, a repo id, or a keyword's text form ("ngram")
     ref: HubRef | None = None
     keyword: DraftChoice | None = None  # the way of drafting a "keyword" names
-    # the kind a hub id or folder was named as ("eagle3:<hub id>"): it drafts as that once fetched,
-    # whatever its folder holds (the runner then says in words why it cannot)
+    # the kind a hub id or folder was named as ("eagle3:<hub id>", "dflash:<hub id>"): it drafts as
+    # that once fetched, whatever its folder holds (the runner then says in words why it cannot)
     drafts_as: DraftKind | None = None
 
     @property
@@ -45,8 +46,9 @@ class ModelSource:
             return self.keyword, self.keyword
         if is_assistant_folder(loads or self.value):  # a Gemma 4 assistant drafts from the target's state
             return DraftChoice.assistant(loads or self.value), DraftChoice.assistant(self.name)
-        if self.drafts_as is DraftKind.EAGLE3 or is_eagle3_head(loads or self.value):
-            return DraftChoice.eagle3(loads or self.value), DraftChoice.eagle3(self.name)
+        kind = self.drafts_as or head_kind(loads or self.value)  # a published drafter, named or recognised
+        if kind is not None:
+            return DraftChoice(kind, source=loads or self.value), DraftChoice(kind, source=self.name)
         return DraftChoice.model(loads or self.value), DraftChoice.model(self.name)
 
 
@@ -54,7 +56,7 @@ def draft_source(choice: DraftChoice) -> ModelSource:
     """A draft remembered typed (a recent pair, the catalog) as the Draft slot would take it."""
     if choice.kind in (DraftKind.MODEL, DraftKind.ASSISTANT):  # fetched like any model, then as_draft
         return classify(choice.source, "draft")
-    if choice.kind is DraftKind.EAGLE3:
+    if choice.kind in HEADS:
         return classify(str(choice), "draft")  # its hub id fetched like a model's (see classify)
     return ModelSource("keyword", str(choice), keyword=choice)
 
@@ -113,8 +115,8 @@ def classify(text: str, role: str = "target") -> ModelSource:
     if keyword is not None:
         if role != "draft":
             raise ModelFileError(f"“{text}” is a way of drafting, not a target model: drop it on the Draft slot.")
-        if keyword.kind is DraftKind.EAGLE3 and (ref := _hub_head(keyword.source)) is not None:
-            return ModelSource("hub", ref.repo_id, ref, drafts_as=DraftKind.EAGLE3)  # downloaded, then a head
+        if keyword.kind in HEADS and (ref := _hub_head(keyword.source)) is not None:
+            return ModelSource("hub", ref.repo_id, ref, drafts_as=keyword.kind)  # downloaded, then drafts as named
         return ModelSource("keyword", str(keyword), keyword=keyword)
     path = _local_path(text)
     if path is not None:
@@ -131,7 +133,8 @@ def classify(text: str, role: str = "target") -> ModelSource:
 
 
 def _hub_head(source: str) -> HubRef | None:
-    """The hub head "eagle3:<source>" names, where <source> is a hub id or link and no path here."""
+    """The hub drafter "eagle3:<source>" or "dflash:<source>" names, where <source> is a hub id or
+    link and no path here."""
     if _local_path(source) is not None:
         return None
     return parse_hub_ref(source)

@@ -17,6 +17,7 @@ from app.engine.backends import default_backend
 from app.models import hub
 from app.models.catalog import CatalogPair
 from app.models.errors import ModelFileError
+from app.models.head_sources import HEADS
 from app.models.pair_memory import PairMemory
 from app.models.precheck import PairPart, local_part, precheck_pair
 from app.models.sources import ModelSource, classify, draft_source
@@ -261,9 +262,9 @@ class PairController(QObject):
         draft, draft_name = resolved.get("draft", (current.draft, current.named()[1]))
         # A new target alone keeps the draft model in use only when their tokenizers agree.
         keep_draft = "target" in resolved and "draft" not in resolved
-        # the old target's own layer, or an EAGLE-3 head made for the old target (it reads that model's
-        # layers): the new target's own choice instead, its MTP layer or a head measured with it
-        if keep_draft and draft.kind in (DraftKind.MTP, DraftKind.EAGLE3):
+        # the old target's own layer, or a published drafter made for the old target (it reads that
+        # model's layers): the new target's own choice instead, its MTP layer or a drafter measured with it
+        if keep_draft and (draft.kind is DraftKind.MTP or draft.kind in HEADS):
             draft, draft_name = AUTO_DRAFT, AUTO_DRAFT
         self.request_pair.emit(PairRequest(target, draft, self.backend, target_name, draft_name, keep_draft,
                                            precision=precision, context=self.memory.context(target_name)))

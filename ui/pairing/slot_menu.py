@@ -3,12 +3,14 @@ the curated catalog (the demo pair first, always offline) and the recent pairs."
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from PySide6.QtWidgets import QFileDialog, QInputDialog, QMenu, QMessageBox, QWidget
 
 from app.draft_choice import NO_DRAFT, PROMPT_LOOKUP, DraftChoice, DraftKind
 from app.models.catalog import CatalogPair, catalog_head, load_catalog
 from app.models.draft_heads import has_mtp
-from app.models.eagle3_sources import heads_beside
+from app.models.head_sources import HEADS, heads_beside
 from app.models.names import display_name, model_label
 from ui.pairing.controller import PairController
 from ui.tips import wrap_tip
@@ -20,9 +22,14 @@ DRAFT_CHOICES = (
 )
 MTP_DRAFT = DraftChoice(DraftKind.MTP)  # offered only for a target whose checkpoint has the layer
 UNKNOWN_FREE = 2**62
-EAGLE3_TIP = ("A published EAGLE-3 head: one decoder layer that drafts from three of the target's inner layers, "
-              "with prompt lookup beside it. The pair trial measures it here; \"auto\" drafts with it where it "
-              "measured faster than prompt lookup.")
+HEAD_TIPS = {  # what each published drafter is (app/models/head_sources.py)
+    DraftKind.EAGLE3: "A published EAGLE-3 head: one decoder layer that drafts from three of the target's inner "
+                      "layers, with prompt lookup beside it.",
+    DraftKind.DFLASH: "A published DFlash block drafter: a few layers that draft a whole block in one pass from the "
+                      "target's inner layers, through the target's own embedding and head, with prompt lookup "
+                      "beside it.",
+}
+MEASURED_TIP = " The pair trial measures it here; \"auto\" drafts with it where it measured faster than prompt lookup."
 
 
 def shipped_head_entry(pairing: PairController) -> tuple[str, str, DraftChoice] | None:
@@ -46,27 +53,32 @@ def shipped_head_entry(pairing: PairController) -> tuple[str, str, DraftChoice] 
     return "Aligned draft head: trained on this model's answers (shipped)", tip, head
 
 
-def eagle3_entries(pairing: PairController) -> list[tuple[str, str, DraftChoice]]:
-    """(text, tooltip, draft) for each EAGLE-3 head offered to the loaded target: the heads in the
-    folders beside it that fit it (app/models/eagle3_sources.py), then the head the catalog lists
-    for it, fetched from the hub when chosen (as a catalog pair's draft is)."""
+def head_entries(pairing: PairController) -> list[tuple[str, str, DraftChoice]]:
+    """(text, tooltip, draft) for each published drafter (EAGLE-3 head, DFlash drafter) offered to
+    the loaded target: those in the folders beside it that fit it (app/models/head_sources.py),
+    then those the catalog lists for it, fetched from the hub when chosen (as a catalog pair's
+    draft is)."""
     from app.models import hub
 
     loaded, current = pairing.loaded, pairing.current
     if loaded is None:
         return []
-    entries = [(f"EAGLE-3 head: {folder.name} (beside the model)", f"{EAGLE3_TIP}\n\n{folder}",
-                DraftChoice.eagle3(str(folder))) for folder in heads_beside(loaded.folder)]
+    entries = [(f"{HEADS[choice.kind].words}: {Path(choice.source).name} (beside the model)",
+                f"{HEAD_TIPS[choice.kind]}{MEASURED_TIP}\n\n{choice.source}", choice)
+               for choice in heads_beside(loaded.folder)]
     # the target as the user named it (a hub id), or its hub download's folder by the id
     names = dict.fromkeys(filter(None, (current.named()[0] if current else "", display_name(loaded.folder))))
-    head = next(filter(None, map(catalog_head, names)), None)
-    if head is not None:
+    for kind in HEADS:
+        head = next(filter(None, (catalog_head(name, kind) for name in names)), None)
+        if head is None:
+            continue
         fetched = hub.cached_model(hub.HubRef(head.repo)) is not None
         where = "downloaded" if fetched else f"{_size(head.size_gb)} download"
-        entries.append((f"EAGLE-3 head: {head.repo} ({where})",
-                        f"{EAGLE3_TIP}" + ("" if fetched else " It is fetched from the Hugging Face hub when chosen; "
-                                           "the exact size is shown before the download starts."),
-                        DraftChoice.eagle3(head.repo)))
+        entries.append((f"{HEADS[kind].words}: {head.repo} ({where})",
+                        HEAD_TIPS[kind] + MEASURED_TIP + ("" if fetched else " It is fetched from the Hugging Face "
+                                                          "hub when chosen; the exact size is shown before the "
+                                                          "download starts."),
+                        DraftChoice(kind, source=head.repo)))
     return entries
 
 
@@ -119,7 +131,7 @@ def build_slot_menu(role: str, pairing: PairController, parent: QWidget, aligner
             _mark(item, _drafts_with(pairing, MTP_DRAFT))
             item.setToolTip(wrap_tip("The target checkpoint's own multi-token-prediction layer drafts, with prompt "
                                      "lookup beside it: nothing to download, little memory."))
-        for text, tip, choice in eagle3_entries(pairing):
+        for text, tip, choice in head_entries(pairing):
             item = menu.addAction(text, lambda choice=choice: pairing.choose_draft(choice))
             item.setToolTip(wrap_tip(tip))
             _mark(item, _drafts_with(pairing, choice))

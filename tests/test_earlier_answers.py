@@ -31,7 +31,7 @@ def _trace(first_word: str, rounds: int) -> TurnTrace:
 def chat(offline_window, qtbot):
     """A window with a chat of two answers, each stored with its own rounds."""
     window = offline_window()
-    qtbot.waitUntil(lambda: window.header.target_slot.name.text() == "No model loaded")
+    qtbot.waitUntil(lambda: window.header.target_slot.name.text() == "No model loaded", timeout=30_000)
     window.side_panel_action.setChecked(True)
     store = window.store
     conversation = store.create_conversation("Food")

@@ -123,7 +123,11 @@ def test_trial_results_are_kept_per_pair_and_a_damaged_file_is_set_aside(tmp_pat
     assert TrialResult(0.3, 1.08, 1.4, 80, 1.0, low=0.98, high=1.15).summary() == (
         "accepts 30%, about as fast as the target alone here (0.98-1.15x)")
     assert "slower" in TrialResult(0.1, 0.8, 1.1, 10, 1.0, low=0.75, high=0.9).summary()
-    assert "slower" not in TrialResult(0.1, 0.9, 1.1, 10, 1.0, low=0.85, high=0.97).summary()
+    # the side panel's rule: a range that clears 1 makes the claim; a lone figure needs a margin
+    assert "slower" in TrialResult(0.1, 0.9, 1.1, 10, 1.0, low=0.85, high=0.97).summary()
+    assert "1.0x faster here" in TrialResult(0.5, 1.04, 1.5, 80, 1.0, low=1.01, high=1.08).summary()
+    assert "slower" not in TrialResult(0.1, 0.97, 1.1, 10, 1.0).summary()
+    assert "faster" not in TrialResult(0.1, 1.03, 1.1, 10, 1.0).summary()
     # an alignment's trials are read as carefully: a damaged one is none, not a crash in the card
     memory.set_alignment("torch", "a", DraftChoice.model("r"), DraftChoice.model("b"), result, ranged, (0.1, 0.5))
     data = json.loads(path.read_text())

@@ -29,7 +29,7 @@ def window(qtbot, tmp_path):
     qtbot.addWidget(w)
     w.show()
     qtbot.waitExposed(w)
-    qtbot.waitUntil(lambda: w.header.target_slot.name.text() == "No model loaded")  # the load has failed
+    qtbot.waitUntil(lambda: w.header.target_slot.name.text() == "No model loaded", timeout=30_000)  # load failed
     w.side_panel_action.setChecked(True)
     w.header.target_slot.set_model(NAME, "llama · float32 · torch/cpu")
     w.header.draft_slot.set_model("self-draft", "the target's weights at int4 (g32, float32 head)")

@@ -116,7 +116,7 @@ def test_chip_rows_are_measured_again_when_the_font_changes(rounds_view, qtbot):
 def window(offline_window, qtbot):
     w = offline_window()
     qtbot.waitExposed(w)
-    qtbot.waitUntil(lambda: w.header.target_slot.name.text() == "No model loaded")  # the load has failed
+    qtbot.waitUntil(lambda: w.header.target_slot.name.text() == "No model loaded", timeout=30_000)  # the load failed
     w.side_panel_action.setChecked(True)
     info = LoadedModel(Path("/models/demo"), "torch", "cpu", "float32", "llama", 8192, 0, 0.0, draft=PROMPT_LOOKUP)
     from ui.header import target_short_detail, target_text
@@ -133,7 +133,7 @@ def window(offline_window, qtbot):
 
 def _resize(qtbot, w, width: int, height: int) -> None:
     w.resize(width, height)
-    qtbot.waitUntil(lambda: w.size() == QSize(width, height))
+    qtbot.waitUntil(lambda: w.size() == QSize(width, height), timeout=10_000)
     qtbot.wait(50)  # the panel and the header share their widths out on the resize
 
 
@@ -153,7 +153,7 @@ def test_chat_settings_open_without_growing_the_window(window, qtbot):
     w = window
     _resize(qtbot, w, 900, 600)
     w.settings_action.setChecked(True)
-    qtbot.waitUntil(lambda: w.settings_drawer.isVisible())
+    qtbot.waitUntil(lambda: w.settings_drawer.isVisible(), timeout=10_000)
     qtbot.wait(50)
     assert w.size() == QSize(900, 600)
     drawer = w.settings_drawer

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -368,3 +369,25 @@ def test_the_job_pauses_while_an_answer_streams(window, fake_cli):
     strip.cancel_button.click()
     _finished(window)
     assert strip.card_title.text() == "Alignment cancelled"
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="Windows kills the child at once")
+@pytest.mark.parametrize("phase, killed", [("answering", True), ("trial", False)])
+def test_a_child_stuck_after_cancel_is_killed_unless_its_draft_is_written(window, fake_cli, monkeypatch, phase,
+                                                                          killed):
+    """A child whose step is one native call that never returns ends anyway; one in the pair trial,
+    whose draft is saved, is left to end as it says (a kill would hide the saved draft)."""
+    monkeypatch.setattr("ui.pairing.align_job.CANCEL_KILL_MS", 200)
+    fake_cli.set(stdout=[{"event": "progress", "phase": phase, "fraction": 0.5, "eta_s": 60.0, "message": phase}],
+                 sleep=120, term_sleep=3)  # deaf for 3 s after SIGTERM
+    aligner, strip = window.aligner, window.align_strip
+    aligner.start("head")
+    job, seen, cancelled = aligner.job, [], []
+    job.progress.connect(seen.append)
+    job.cancelled.connect(cancelled.append)
+    wait_until(lambda: seen, JOB_TIMEOUT_MS)  # its SIGTERM handler is in place by then
+    began = time.monotonic()
+    aligner.cancel()
+    _finished(window)
+    assert (time.monotonic() - began < 2.5) is killed  # killed at 0.2 s, or let be until its handler ends (3 s)
+    assert cancelled and strip.card_title.text() == "Alignment cancelled"

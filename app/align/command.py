@@ -4,11 +4,14 @@ as a child process (`--json-progress`: one JSON object a line on stdout, ui/pair
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import threading
 
+from app.align.cancel import steps_left_running
 from app.align.job import DEVICES, AlignCancelled, AlignProgress, AlignSettings, run
+from app.exit_signals import exit_code
 from app.cli_types import MODEL, at_least_one, named, real_number, whole_number
 
 
@@ -62,8 +65,9 @@ def cmd_align(args) -> int:
     from app.models.pair_memory import PairMemory, TrialResult
 
     cancel = threading.Event()
-    if threading.current_thread() is threading.main_thread():
-        # the window cancels a child with SIGTERM: finish the step, remove the partial folder, exit 3
+    main_thread = threading.current_thread() is threading.main_thread()
+    if main_thread:
+        # the window cancels a child with SIGTERM: the job ends within about a second, with no folder, exit 3
         signal.signal(signal.SIGTERM, lambda signum, frame: cancel.set())
     settings = AlignSettings(
         target=args.target, draft=args.draft, minutes=args.minutes, prompts=args.prompts, steps=args.steps,
@@ -74,26 +78,44 @@ def cmd_align(args) -> int:
         original_draft=str(DraftChoice.parse_loadable(args.original_draft)),
         out=Path(args.out) if args.out else None)
 
+    # Steps report from the job's helper threads (app/align/cancel.py), and one left behind by a
+    # cancel may still report: one line at a time, and nothing after the job's last event.
+    output = threading.Lock()
+    ended = threading.Event()
+
+    def say(text: str, stream=sys.stdout, last: bool = False) -> None:
+        with output:
+            if not ended.is_set():
+                print(text, file=stream, flush=True)
+            if last:
+                ended.set()
+
     def report(progress: AlignProgress) -> None:
         if args.json_progress:
-            print(json.dumps({"event": "progress", "phase": progress.phase, "fraction": round(progress.fraction, 4),
-                              "eta_s": None if progress.eta_s is None else round(progress.eta_s, 1),
-                              "message": progress.message}), flush=True)
+            say(json.dumps({"event": "progress", "phase": progress.phase, "fraction": round(progress.fraction, 4),
+                            "eta_s": None if progress.eta_s is None else round(progress.eta_s, 1),
+                            "message": progress.message}))
         else:
             eta = f", about {progress.eta_s / 60:.0f} min left" if progress.eta_s else ""
-            print(f"[{progress.fraction:4.0%}{eta}] {progress.message}", file=sys.stderr, flush=True)
+            say(f"[{progress.fraction:4.0%}{eta}] {progress.message}", sys.stderr)
 
     try:
         result = run(settings, report, cancel.is_set)
     except AlignCancelled as exc:
         if args.json_progress:
-            print(json.dumps({"event": "cancelled", "message": str(exc)}), flush=True)
+            say(json.dumps({"event": "cancelled", "message": str(exc)}), last=True)
         else:
-            print(f"tandem-cli: {exc}", file=sys.stderr)
+            say(f"tandem-cli: {exc}", sys.stderr, last=True)
+        if main_thread:  # a command of its own (the window's child): nothing is left to write
+            _leave_now(3)
         return 3
+    except KeyboardInterrupt as exc:  # Ctrl+C in a terminal: as before, but without a step left in PyTorch
+        if main_thread and steps_left_running():
+            _leave_now(exit_code(exc))
+        raise
     except Exception as exc:
         if args.json_progress:  # the window shows the message; the exit code says it failed
-            print(json.dumps({"event": "error", "message": str(exc) or type(exc).__name__}), flush=True)
+            say(json.dumps({"event": "error", "message": str(exc) or type(exc).__name__}), last=True)
         raise
     trials = [TrialResult(**t) if t else None for t in (result.trial_before, result.trial_after)]
     memory_note = PairMemory().set_alignment(
@@ -106,8 +128,10 @@ def cmd_align(args) -> int:
                "trial_before": result.trial_before, "trial_after": result.trial_after, "card": result.card(),
                "note": " ".join(filter(None, [*result.notes, memory_note]))}
     if args.json_progress:
-        print(json.dumps(summary), flush=True)
+        say(json.dumps(summary), last=True)
     else:
+        with output:
+            ended.set()
         print(f"Aligned draft: {result.folder}")
         print(f"  {result.card()}")
         print(f"  {result.answers} answers, {result.tokens:,} tokens, {result.steps} steps, {result.seconds:.0f} s")
@@ -116,4 +140,19 @@ def cmd_align(args) -> int:
         for note in [*result.notes, memory_note]:
             if note:
                 print(f"  {note}", file=sys.stderr)
+    if main_thread and steps_left_running():  # a pair trial's load, cancelled: the draft is saved
+        _leave_now(0)
     return 0
+
+
+def _leave_now(code: int) -> None:
+    """End the process without tearing the interpreter down. After a cancel the job has nothing
+    left to write, and the teardown cost more than the rest of a cancel (1.7 s here, after the
+    job's last line), or aborted it while a step left behind was inside PyTorch
+    (app/align/cancel.py)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)

@@ -7,11 +7,13 @@ are checked to be the same before anything loads (app/align/job.py)."""
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 from app.align.batches_torch import batches, candidates, distill_loss, optimizer_step
+from app.align.cancel import never, stop_if_cancelled
 from app.align.teacher_torch import Sequence, Teacher
 from app.models.errors import ModelFileError
 from app.models.names import display_name
@@ -84,18 +86,21 @@ class DraftTrainer:
             on_step(self.steps, value)
 
     @torch.no_grad()
-    def agreement(self, sequences: list[Sequence]) -> tuple[int, int]:
+    def agreement(self, sequences: list[Sequence], cancelled: Callable[[], bool] = never) -> tuple[int, int]:
         """(agreed, positions): the draft's argmax against the target's at every answer position,
-        teacher-forced on the target's answers."""
+        teacher-forced on the target's answers. AlignCancelled between sequences once `cancelled()`."""
         self.model.eval()
         agreed = total = 0
-        for s in sequences:
-            logits = self.model(input_ids=s.ids[:-1].view(1, -1).to(self.device)).logits[0, :, : self.vocab]
-            wanted = self.teacher.logits(s.hidden)[:, : self.vocab].argmax(-1)
-            first = s.answer_start - 1
-            agreed += int((logits[first:].argmax(-1) == wanted[first:]).sum())
-            total += len(wanted) - first
-        self.model.train()
+        try:
+            for s in sequences:
+                stop_if_cancelled(cancelled)  # each is a pass of the draft and the target's whole head
+                logits = self.model(input_ids=s.ids[:-1].view(1, -1).to(self.device)).logits[0, :, : self.vocab]
+                wanted = self.teacher.logits(s.hidden)[:, : self.vocab].argmax(-1)
+                first = s.answer_start - 1
+                agreed += int((logits[first:].argmax(-1) == wanted[first:]).sum())
+                total += len(wanted) - first
+        finally:  # a cancel leaves the model as training left it
+            self.model.train()
         return agreed, total
 
     def round_to_saved(self) -> None:

@@ -14,11 +14,13 @@ it its own output, as it does the built-in layer.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 
 from app.align.batches_torch import batches, candidates, distill_loss, optimizer_step
+from app.align.cancel import never, stop_if_cancelled
 from app.align.teacher_torch import Sequence, Teacher
 from app.engine.backends.mtp_torch import build_layer, mtp_config, to_checkpoint_name
 
@@ -86,15 +88,25 @@ class HeadTrainer:
             on_step(self.steps, value)
 
     @torch.no_grad()
-    def agreement(self, sequences: list[Sequence], vocab: list[int] | None = None) -> tuple[int, int]:
+    def agreement(self, sequences: list[Sequence], vocab: list[int] | None = None,
+                  cancelled: Callable[[], bool] = never) -> tuple[int, int]:
         """(agreed, positions): how often the head's first draft after each answer position is the
         target's own argmax, teacher-forced on the target's answers (the drafts a round's first
         position gets); with `vocab`, drafting from those tokens and the ones read so far (the prompt
-        and the answer up to there), as the drafter does (app/engine/backends/subset_head_torch.py)."""
+        and the answer up to there), as the drafter does (app/engine/backends/subset_head_torch.py).
+        AlignCancelled between sequences once `cancelled()`."""
         self.layer.eval()
+        try:
+            return self._agreement(sequences, vocab, cancelled)
+        finally:  # a cancel leaves the layer as training left it
+            self.layer.train()
+
+    def _agreement(self, sequences: list[Sequence], vocab: list[int] | None,
+                   cancelled: Callable[[], bool]) -> tuple[int, int]:
         ids = None if vocab is None else torch.tensor(vocab, dtype=torch.long, device=self.device)
         agreed = total = 0
         for s in sequences:
+            stop_if_cancelled(cancelled)  # each is two passes through the target's whole head
             n = len(s.ids) - 2
             if n < 1:
                 continue
@@ -115,7 +127,6 @@ class HeadTrainer:
             first = max(0, s.answer_start - 2)  # outputs from here on predict answer tokens
             agreed += int((drafted[first:] == wanted[first:]).sum())
             total += n - first
-        self.layer.train()
         return agreed, total
 
     def round_to_saved(self) -> None:

@@ -4,7 +4,9 @@ measure, save (whole or not at all), then the pair trial before and after.
 Headless and Qt-free: `tandem-cli align` runs it in the foreground, and the window runs that
 command as a child process (its own threads, capped; ui/pairing/align.py reads its progress as
 JSON lines). Progress is reported as a fraction of the whole job with a time estimate; a
-cancel (`cancelled()` true, or the process killed) leaves no draft folder behind.
+cancel (`cancelled()` true, or the process killed) leaves no draft folder behind. Each step hears
+a cancel within about a second (app/align/cancel.py); one in the pair trial, after the draft is
+saved, ends the trial and keeps the draft.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from app.align.cancel import AlignCancelled, stop_if_cancelled, until_cancelled
 from app.models.errors import ModelFileError
 from app.paths import make_output_folder
 
@@ -30,11 +33,8 @@ SELF_PROMPT_SHARE = 0.15  # of the answering budget, at most, for the target to 
 # answers (384 against 512 in 12 minutes) and the head read 0.20 against 0.23: too few answers of
 # any kind to gain from their variety.
 SELF_PROMPTS_GPU = 40_000  # as many as the share allows
+TRIAL_CANCELLED = "Alignment cancelled during the pair trial; the aligned draft was kept."
 DEVICES = ("auto", "cpu", "cuda")  # where alignment may compute (app/align/teacher_torch.resolve_device)
-
-
-class AlignCancelled(Exception):
-    """The job was cancelled; nothing was written."""
 
 
 @dataclass
@@ -241,22 +241,29 @@ def _run(settings: AlignSettings, report: Callable[[AlignProgress], None],
     from app.pair_trial import TRIAL_PROMPTS
     from app.models.resolve import display_name
 
+    def cancellable(call):
+        """`call()` on a helper thread, the job ending the moment `cancelled()` turns true
+        (app/align/cancel.py). Each step also checks `cancelled()` between its own units, so one
+        left behind stops soon; but a unit can be one call of seconds on a CPU: hashing the demo's
+        GGUF, loading weights (11 s for the demo's teacher on 2 cores), generate's first step
+        (the prefill of a whole batch of prompts: 8 s for 48 of them), a chunk through the head."""
+        return until_cancelled(call, cancelled)
+
     started = time.perf_counter()
     clock = Clock(report)
     clock.phase("checking", 0.0, "Checking the pair ...")
-    target, draft, device = check(settings)
+    target, draft, device = cancellable(lambda: check(settings))
     root = make_output_folder(settings.out, "the aligned draft") if settings.out else store.aligned_dir()
     store.remove_stale_partials(root)
 
-    def stop_if_cancelled():
-        if cancelled():
-            raise AlignCancelled("Alignment cancelled: nothing was saved.")
-
     where = "" if device.type == "cpu" else f" on {device_name(device)}"
     clock.phase("loading", 0.03, f"Loading {display_name(target)} as the teacher (float32){where} ...")
-    teacher = Teacher(target, device)
-    tokenizer = teacher.tokenizer()
-    stop_if_cancelled()
+
+    def load_teacher():
+        loaded = Teacher(target, device)
+        return loaded, loaded.tokenizer()
+
+    teacher, tokenizer = cancellable(load_teacher)
 
     builtin = builtin_prompts(settings.seed)
     budget = settings.minutes * 60
@@ -280,10 +287,11 @@ def _run(settings: AlignSettings, report: Callable[[AlignProgress], None],
             clock.within(done / total if settings.prompts is not None else max(done / total, spent),
                          f"The target wrote {done} asks")
 
-        own = self_prompts(teacher, tokenizer, wanted, batch, settings.seed, cancelled=cancelled,
-                           enough=lambda: settings.prompts is None and time.perf_counter() > prompt_until,
-                           progress=prompting_done, exclude=frozenset(builtin) | frozenset(TRIAL_PROMPTS))
-        stop_if_cancelled()
+        own = cancellable(lambda: self_prompts(
+            teacher, tokenizer, wanted, batch, settings.seed, cancelled=cancelled,
+            enough=lambda: settings.prompts is None and time.perf_counter() > prompt_until,
+            progress=prompting_done, exclude=frozenset(builtin) | frozenset(TRIAL_PROMPTS)))
+        stop_if_cancelled(cancelled)
     prompts = mixed(builtin, own)
     if settings.history:
         from app.chat.history import default_path
@@ -303,15 +311,16 @@ def _run(settings: AlignSettings, report: Callable[[AlignProgress], None],
     def enough() -> bool:
         return settings.prompts is None and time.perf_counter() > answer_until
 
-    sequences = collect(teacher, tokenizer, prompts, settings.max_tokens, batch, settings.temperature,
-                        answering_done, cancelled, enough)
-    stop_if_cancelled()
+    sequences = cancellable(lambda: collect(teacher, tokenizer, prompts, settings.max_tokens, batch,
+                                            settings.temperature, answering_done, cancelled, enough))
+    stop_if_cancelled(cancelled)  # collect returns the whole answers it had
     if len(sequences) < 2:
         raise ModelFileError("The target gave too few answers to align a draft on (every answer ended at once). "
                              "Check that the model chats (its chat template), or give it more time.")
     held_out, train_set = split(sequences, prompts, settings.seed)
     tokens = sum(len(s.ids) for s in train_set)
     vocab, vocab_note = _draft_vocab(settings, draft, tokenizer, train_set, held_out, teacher.head_weight.shape[0])
+    stop_if_cancelled(cancelled)  # counting tokens is quick (0.1 s for 512 answers); its end is the check
 
     batch_tokens = settings.batch_tokens or (8192 if device.type == "cuda" else 512)
     if draft is None:
@@ -322,13 +331,14 @@ def _run(settings: AlignSettings, report: Callable[[AlignProgress], None],
     else:
         from app.align.distill_torch import DraftTrainer
 
-        trainer = DraftTrainer(teacher, draft, settings.seed, temperature=max(settings.temperature, 1.0),
-                               batch_tokens=batch_tokens)
-    agreed, positions = trainer.agreement(held_out)
+        trainer = cancellable(lambda: DraftTrainer(teacher, draft, settings.seed, batch_tokens=batch_tokens,
+                                                   temperature=max(settings.temperature, 1.0)))
+    # both read every held-out / trained position through the target's whole head (9.5 s to rank 64
+    # of the demo's answers here, minutes for a 12-minute job's)
+    agreed, positions = cancellable(lambda: trainer.agreement(held_out, cancelled=cancelled))
     before = agreed / max(positions, 1)
     clock.within(1.0, f"Ranking the target's likely next tokens at {tokens:,} positions ...")
-    teacher.rank(train_set)
-    stop_if_cancelled()
+    cancellable(lambda: teacher.rank(train_set, cancelled=cancelled))
     train_share = 1 - ANSWER_SHARE - 0.08 if timed else 0.6
     clock.phase("training", train_share, f"Training on {tokens:,} tokens of the target's answers ...")
     train_until = started + budget * (1 - 0.05)
@@ -342,18 +352,20 @@ def _run(settings: AlignSettings, report: Callable[[AlignProgress], None],
         if step % 5 == 0 or done >= 1:
             clock.within(done, f"Training: step {step}, loss {loss:.3f}")
 
-    trainer.train(train_set, steps if steps is not None else 10 ** 9,
-                  lambda: cancelled() or (steps is None and time.perf_counter() > train_until), on_step)
-    stop_if_cancelled()
+    cancellable(lambda: trainer.train(
+        train_set, steps if steps is not None else 10 ** 9,
+        lambda: cancelled() or (steps is None and time.perf_counter() > train_until), on_step))
+    stop_if_cancelled(cancelled)  # train returns at the step it heard a cancel at
     if trainer.steps == 0:
         raise ModelFileError(f"The {settings.minutes:g}-minute budget ran out before training began (the target's "
                              "answers took it all): nothing was saved. Give the job more minutes.")
     clock.phase("measuring", 0.02, "Measuring agreement on held-out answers ...")
     trainer.round_to_saved()
-    agreed, positions = trainer.agreement(held_out)
+    agreed, positions = cancellable(lambda: trainer.agreement(held_out, cancelled=cancelled))
     after = agreed / max(positions, 1)
-    in_vocab = trainer.agreement(held_out, vocab)[0] / max(positions, 1) if vocab else None
-    stop_if_cancelled()
+    in_vocab = None
+    if vocab:
+        in_vocab = cancellable(lambda: trainer.agreement(held_out, vocab, cancelled=cancelled))[0] / max(positions, 1)
 
     clock.phase("saving", 0.01, "Saving the aligned draft ...")
     kind = trainer.kind
@@ -375,7 +387,8 @@ def _run(settings: AlignSettings, report: Callable[[AlignProgress], None],
         manifest["agreement"]["in_draft_vocab"] = round(in_vocab, 4)
         manifest["draft_vocab"] = vocab_note
     folder = store.write_result(store.result_name(display_name(target), kind),
-                                lambda path: _write(trainer, teacher, target, draft, path, vocab), manifest, root)
+                                lambda path: _write(trainer, teacher, target, draft, path, vocab), manifest, root,
+                                cancelled)
     choice = f"head:{folder}" if kind == "head" else str(folder)
     result = AlignResult(folder, kind, before, after, positions, len(train_set), tokens, trainer.steps,
                          time.perf_counter() - started, draft_choice=choice, draft_vocab=len(vocab or ()),
@@ -383,8 +396,9 @@ def _run(settings: AlignSettings, report: Callable[[AlignProgress], None],
     if settings.trial:
         del teacher, trainer
         clock.phase("trial", 0.04, "Measuring the pair before and after (the pair trial) ...")
-        try:
-            result.trial_before, result.trial_after = _trials(settings, target, choice, clock, cancelled)
+        try:  # on a helper thread too: each of its two loads is one call of 7 s for the demo here
+            result.trial_before, result.trial_after = until_cancelled(
+                lambda: _trials(settings, target, choice, clock, cancelled), cancelled, TRIAL_CANCELLED)
         except AlignCancelled:
             result.notes.append("The pair trial was cancelled; the aligned draft is saved.")
         except Exception as exc:  # the draft is whole and saved: say why it was not measured, keep it
@@ -450,14 +464,16 @@ def _trials(settings: AlignSettings, target: Path, choice: str, clock: Clock, ca
     from app.pair_trial import run_trial
     from app.runner import Runner
 
-    runner = Runner()
+    runner = Runner()  # made, loaded and used on one thread (until_cancelled's), as a runner must be
     results = []
     for i, draft in enumerate((settings.original_draft, choice)):
-        if cancelled():
-            raise AlignCancelled("Alignment cancelled during the pair trial; the aligned draft was kept.")
+        stop_if_cancelled(cancelled, TRIAL_CANCELLED)
         runner.load(str(target), settings.backend, DraftChoice.parse_loadable(draft), settings.precision,
                     progress=lambda message: None)
+        stop_if_cancelled(cancelled, TRIAL_CANCELLED)
         trial = run_trial(runner, cancelled)
+        # run_trial gives None when cancelled too: that is no measurement, not one of 0% accepted
+        stop_if_cancelled(cancelled, TRIAL_CANCELLED)
         results.append(asdict(trial) if trial is not None else {"acceptance": 0.0, "speedup": 1.0,
                                                                 "tokens_per_pass": 1.0, "tokens": 0,
                                                                 "measured_at": time.time()})

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from app.align.cancel import never, stop_if_cancelled
 from app.models.aligned_head import MANIFEST, read_manifest
 from app.paths import data_dir, make_folder
 
@@ -55,9 +56,11 @@ def result_name(target_name: str, kind: str) -> str:
     return f"{slug}-{kind}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def write_result(name: str, write: Callable[[Path], None], manifest: dict, root: Path | None = None) -> Path:
+def write_result(name: str, write: Callable[[Path], None], manifest: dict, root: Path | None = None,
+                 cancelled: Callable[[], bool] = never) -> Path:
     """Call `write(folder)` on a partial folder, add the manifest, then move it into place under
-    `name` (a number appended if taken). Anything raised removes the partial folder."""
+    `name` (a number appended if taken). Anything raised removes the partial folder, AlignCancelled
+    too: a cancel heard before the rename leaves no draft, as a cancel does in any earlier step."""
     root = root or aligned_dir()
     partial = root / f".{name}.partial-{os.getpid()}"
     shutil.rmtree(partial, ignore_errors=True)
@@ -68,6 +71,7 @@ def write_result(name: str, write: Callable[[Path], None], manifest: dict, root:
         for path in partial.iterdir():  # on disk before the rename makes it a draft
             with open(path, "rb") as handle:
                 os.fsync(handle.fileno())
+        stop_if_cancelled(cancelled)
         final, n = root / name, 1
         while final.exists():
             n += 1

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
+from app.align.cancel import never, stop_if_cancelled
 from app.models.errors import ModelFileError
 from app.models.names import display_name
 
@@ -106,13 +107,17 @@ class Teacher:
         return hidden.to(self.device, torch.float32) @ weight.T
 
     @torch.no_grad()
-    def rank(self, sequences: list[Sequence], chunk: int = 512) -> None:
+    def rank(self, sequences: list[Sequence], chunk: int = 512, cancelled: Callable[[], bool] = never) -> None:
         """Each position's TOP most likely next tokens, once, so that training never needs the
-        whole vocabulary's logits (on the demo that pass alone cost more than the rest of a step)."""
+        whole vocabulary's logits (on the demo that pass alone cost more than the rest of a step).
+        AlignCancelled between chunks once `cancelled()`: the whole pass is minutes in a long job."""
         for s in sequences:
             if s.top is None:
-                s.top = torch.cat([torch.topk(self.logits(s.hidden[i:i + chunk]), TOP, dim=-1).indices.int().cpu()
-                                   for i in range(0, len(s.hidden), chunk)])
+                parts = []
+                for i in range(0, len(s.hidden), chunk):
+                    stop_if_cancelled(cancelled)
+                    parts.append(torch.topk(self.logits(s.hidden[i:i + chunk]), TOP, dim=-1).indices.int().cpu())
+                s.top = torch.cat(parts)  # (L - 1, TOP)
 
 
 @contextmanager

@@ -201,7 +201,7 @@ class AlignStrip(QFrame):
     def cancelling(self) -> None:
         self.cancel_button.setEnabled(False)
         self.cancel_button.setText("Cancelling…")
-        self.phase_label.setText("Cancelling: the job finishes its step and removes what it wrote…")
+        self.phase_label.setText("Cancelling: the job stops and removes anything half-written…")
 
     def show_card(self, title: str, note: str, aligned_in_use: bool | None) -> None:
         """The result: `aligned_in_use` True/False marks which draft the pair uses (its button is

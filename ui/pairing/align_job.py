@@ -3,10 +3,11 @@ read line by line. A child process, not a thread: it trains with PyTorch threads
 (capped below the machine's cores) while the loaded pair's thread stays free for the chat, and
 MLX work must own its process anyway (../shared/DESIGN.md, background jobs).
 
-Cancel is SIGTERM on POSIX: the job finishes its step, removes its partial folder and reports
-"cancelled". Windows has no SIGTERM a console program can catch, so there the child is killed
-and the job removes the partial folder the next time one starts. Pausing (SIGSTOP/SIGCONT) is
-POSIX only.
+Cancel is SIGTERM on POSIX: the job stops within about a second in any step (app/align/cancel.py),
+writes nothing and reports "cancelled"; one that has not ended CANCEL_KILL_MS later is stuck in a
+native call and is killed, as everywhere on Windows, which has no SIGTERM a console program can
+catch: a killed job leaves at most a partial folder, removed the next time a job starts. Pausing
+(SIGSTOP/SIGCONT) is POSIX only.
 """
 
 from __future__ import annotations
@@ -19,10 +20,14 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, Signal
+from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, QTimer, Signal
 
 STDERR_KEPT = 4096  # of the child's library noise: enough for its last line when it dies
 QUIT_WAIT_MS = 3000  # at quit, for the child to finish its step before it is killed
+CANCEL_KILL_MS = 5000  # after Cancel, for the child to end before it is killed (it takes about 1 s)
+# the draft is being written or is written (a cancel in the trial keeps it): never killed there, where a
+# kill would leave a draft the window is not told of
+DRAFT_WRITTEN = ("saving", "trial")
 CAN_PAUSE = hasattr(signal, "SIGSTOP")  # POSIX
 
 
@@ -111,6 +116,10 @@ class AlignJob(QObject):
         self._last: dict | None = None  # the last done/cancelled/error event
         self._cancel_asked = False
         self._ended = False
+        self._phase = ""  # the last progress line's
+        self._stuck = QTimer(self)  # started by Cancel: a child still running when it fires is killed
+        self._stuck.setSingleShot(True)
+        self._stuck.timeout.connect(self._kill_if_stuck)
         self.paused = False
         self.process.readyReadStandardOutput.connect(self._read_stdout)
         self.process.readyReadStandardError.connect(self._read_stderr)
@@ -143,6 +152,11 @@ class AlignJob(QObject):
             return
         self.process.terminate()
         self.pause(False)  # a stopped child holds its SIGTERM until it runs again
+        self._stuck.start(CANCEL_KILL_MS)
+
+    def _kill_if_stuck(self) -> None:
+        if not self._ended and self._phase not in DRAFT_WRITTEN:
+            self.process.kill()  # finished follows, and says "cancelled" (it was asked for)
 
     def pause(self, paused: bool) -> None:
         """Stop (True) or continue the child, POSIX only: an answer streams at full speed meanwhile."""
@@ -182,7 +196,9 @@ class AlignJob(QObject):
         if not isinstance(event, dict):
             return
         if event.get("event") == "progress":
-            self.progress.emit(event)
+            self._phase = str(event.get("phase", ""))
+            if not self._cancel_asked:  # the strip says "Cancelling" until the job ends, not a step's progress
+                self.progress.emit(event)
         elif event.get("event") in ("done", "cancelled", "error"):
             self._last = event
 
@@ -224,4 +240,5 @@ class AlignJob(QObject):
             return
         self._ended = True
         self.paused = False
+        self._stuck.stop()
         signal_.emit(value)

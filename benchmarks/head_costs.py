@@ -3,14 +3,15 @@ and the speedup bound those costs allow at the acceptance the papers report.
 
     python benchmarks/head_costs.py                          # the demo's 4-bit GGUF on this machine
     python benchmarks/head_costs.py --shape t8b --dtype bfloat16   # Llama-3.1-8B's shape, random
+    python benchmarks/head_costs.py --shape t8b --device cuda --whole   # on a GPU, all 32 layers
 
 Random-weight heads of the published shapes for the target (EAGLE-3: one layer of the target's
 width and MLP over a 32,000-token draft vocabulary, reading three layers; DFlash: five Qwen3 layers
 of the target's width, blocks of 16, as z-lab's 8B drafters are), written in their published
 layouts and loaded as the app loads them: random weights accept nothing, so only costs count. An
-8B-shape target does not fit this machine's memory whole: `--shape` builds it with 2 and with 4
-decoder layers and extrapolates the pass linearly to the full count (the head and embedding are
-in both), which the output says.
+8B-shape target does not fit this machine's memory whole: `--shape` builds it with 6 and with 8
+decoder layers (enough for the drafter's five distinct layers) and extrapolates the pass linearly
+to the full count (the head and embedding are in both), which the output says.
 """
 
 from __future__ import annotations
@@ -42,10 +43,17 @@ def timed(run, repeats: int) -> float:
     run()  # warm-up
     samples = []
     for _ in range(repeats):
+        _sync()
         start = time.perf_counter()
         run()
+        _sync()
         samples.append(time.perf_counter() - start)
     return statistics.median(samples)
+
+
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
 
 
 def write_eagle3(folder: Path, config: dict, layers: tuple[int, ...], dtype: torch.dtype) -> Path:
@@ -86,7 +94,9 @@ def write_dflash(folder: Path, config: dict, count: int, dtype: torch.dtype) -> 
     from app.models.dflash_head import DFlashHead, default_layers
 
     hidden = config["hidden_size"]
-    theirs = [i for i in default_layers(count, DFLASH_LAYERS) if i + 1 < count]
+    theirs = default_layers(count, DFLASH_LAYERS)
+    if len(set(theirs)) < DFLASH_LAYERS or max(theirs) + 1 >= count:  # a cut-down target: spread evenly
+        theirs = sorted({round(i * (count - 2) / (DFLASH_LAYERS - 1)) for i in range(DFLASH_LAYERS)})
     draft = {"architectures": ["DFlashDraftModel"], "model_type": "qwen3", "hidden_size": hidden,
              "intermediate_size": config["intermediate_size"], "num_hidden_layers": DFLASH_LAYERS,
              "num_attention_heads": config["num_attention_heads"], "num_key_value_heads": config["num_key_value_heads"],
@@ -109,14 +119,14 @@ def write_dflash(folder: Path, config: dict, count: int, dtype: torch.dtype) -> 
     return folder
 
 
-def random_target(folder: Path, shape: str, layers: int, dtype: torch.dtype) -> Path:
+def random_target(folder: Path, shape: str, layers: int, dtype: torch.dtype, device: str = "cpu") -> Path:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(**{**SHAPES[shape], "num_hidden_layers": layers}, max_position_embeddings=4096,
                          rms_norm_eps=1e-5, rope_parameters={"rope_type": "default", "rope_theta": 500000.0})
     with torch.device("meta"):
         model = LlamaForCausalLM(config)
-    model = model.to_empty(device="cpu").to(dtype)
+    model = model.to_empty(device=device).to(dtype)
     with torch.no_grad():
         for name, p in model.named_parameters():
             p.normal_(1.0 if "norm" in name else 0.0, 0.02)
@@ -125,7 +135,8 @@ def random_target(folder: Path, shape: str, layers: int, dtype: torch.dtype) -> 
     return folder
 
 
-def measure(target_folder: Path, heads: Path, count: int, dtype_name: str, repeats: int, context: int) -> dict:
+def measure(target_folder: Path, heads: Path, count: int, dtype_name: str, repeats: int, context: int,
+            device: str = "cpu") -> dict:
     """Costs in seconds on one target: its pass by width, an EAGLE-3 proposal by k, a DFlash block."""
     from app.engine.backends import load_backend
     from app.engine.dflash import load_dflash_drafter
@@ -134,11 +145,12 @@ def measure(target_folder: Path, heads: Path, count: int, dtype_name: str, repea
     from app.engine.sampling import SamplingParams
 
     greedy = SamplingParams(temperature=0.0)
-    target = load_backend(target_folder, "torch", precision=dtype_name)
+    target = load_backend(target_folder, "torch", precision=dtype_name,
+                          **({"device": device} if device != "cpu" else {}))
     config = json.loads((target_folder / "config.json").read_text())
     config = config.get("text_config") or config
     ids = [(11 + 37 * i) % 1000 + 3 for i in range(context)]
-    eagle = load_eagle3_drafter(target, write_eagle3(heads / "eagle3", config, (1, count // 2, count - 1),
+    eagle = load_eagle3_drafter(target, write_eagle3(heads / "eagle3", config, (1, count // 2, count - 1),  # any 3
                                                      target.model.model.norm.weight.dtype))
     block = load_dflash_drafter(target, write_dflash(heads / "dflash", config, count,
                                                      target.model.model.norm.weight.dtype))
@@ -193,6 +205,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="bfloat16", help="the random target's precision")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--context", type=int, default=256)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--whole", action="store_true",
+                        help="build the target whole (a GPU's memory), no extrapolation")
     args = parser.parse_args(argv)
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as tmp:
@@ -208,17 +223,22 @@ def main(argv: list[str] | None = None) -> int:
         else:
             full = SHAPES[args.shape]["num_hidden_layers"]
             parts = {}
-            for layers in (2, 4):
-                folder = random_target(root / f"target{layers}", args.shape, layers, getattr(torch, args.dtype))
-                parts[layers] = measure(folder, root / f"heads{layers}", layers, args.dtype, args.repeats, args.context)
+            for layers in ((full,) if args.whole else (6, 8)):
+                folder = random_target(root / f"target{layers}", args.shape, layers, getattr(torch, args.dtype),
+                                       args.device)
+                parts[layers] = measure(folder, root / f"heads{layers}", layers, args.dtype, args.repeats, args.context,
+                                        args.device)
                 import shutil
 
                 shutil.rmtree(folder)
-            # the pass grows by one layer's cost per layer; heads do not depend on the target's depth
-            costs = parts[4]
-            two, four = parts[2]["target"], parts[4]["target"]
-            costs["target"] = {w: four[w] + (full - 4) * (four[w] - two[w]) / 2 for w in four}
-            label = f"a random {args.shape} target in {args.dtype}, its pass extrapolated from 2 and 4 layers to {full}"
+            label = f"a random {args.shape} target in {args.dtype} on {args.device}"
+            if args.whole:
+                costs = parts[full]
+            else:  # the pass grows by one layer's cost per layer; heads do not depend on the target's depth
+                costs = parts[8]
+                six, eight = parts[6]["target"], parts[8]["target"]
+                costs["target"] = {w: eight[w] + (full - 8) * (eight[w] - six[w]) / 2 for w in eight}
+                label += f", its pass extrapolated from 6 and 8 layers to {full}"
     t = costs["target"]
     print(f"# {label}; context {args.context} tokens; medians of {args.repeats}")
     print("target pass (ms) by width: " + " ".join(f"{w}:{s * 1000:.1f}" for w, s in t.items()))

@@ -22,12 +22,20 @@ class _Empty(importlib.abc.Loader):
     def create_module(self, spec):
         module = types.ModuleType(spec.name)
         module.__path__ = []
-        # any name imported from it is a do-nothing class (only the training code would call one)
-        module.__getattr__ = lambda name: type(name, (), {"__init__": lambda self, *a, **k: None})
+        module.__getattr__ = _stand_in
         return module
 
     def exec_module(self, module):
         pass
+
+
+def _stand_in(name: str):
+    """Any name imported from a stood-in module is a do-nothing class (only the training code would
+    call one); its dunders are missing as a module's are (tools that walk sys.modules, such as
+    hypothesis, read __file__ and expect a path or nothing)."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    return type(name, (), {"__init__": lambda self, *a, **k: None})
 
 
 class _StandIns(importlib.abc.MetaPathFinder):

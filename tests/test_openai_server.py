@@ -169,7 +169,17 @@ def test_a_client_that_disconnects_mid_stream_stops_its_generation(service, serv
     handle, finished = ended[0]
     assert handle.client == "server" and finished.stats.finish_reason == "cancelled"
     assert finished.stats.tokens < 400
-    assert service.pending() == 0  # nothing left running or waiting
+    assert _settled(service)  # nothing left running or waiting
+
+
+def _settled(service, within: float = 10.0) -> bool:
+    """Whether nothing is left running or waiting, given the service's thread a moment: a stream's
+    last chunk reaches the client before that thread has put the finished request away (on a busy
+    machine that took longer than the assertion)."""
+    deadline = time.monotonic() + within
+    while service.pending() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return service.pending() == 0
 
 
 def test_32_streams_at_once_all_complete_whole_and_unmixed(service, server, client):
@@ -194,7 +204,7 @@ def test_32_streams_at_once_all_complete_whole_and_unmixed(service, server, clie
         thread.join(300)
     assert not errors
     assert results == [expected[questions[i % 4]] for i in range(32)]
-    assert service.pending() == 0
+    assert _settled(service)
     assert client.chat.completions.create(**_chat(service)).choices[0].message.content  # and it serves on
 
 

@@ -53,8 +53,11 @@ def close_engine(service, timeout: float = 10.0) -> None:
               "(a model loading, or one long pass); leaving without waiting for it.")
 
 
-def leave_now(code: int, message: str) -> None:
-    print(message, file=sys.stderr)
+def leave_now(code: int, message: str = "") -> None:
+    """End the process at once, without the interpreter's teardown (which can wait on, or abort
+    beside, a thread still inside PyTorch), the streams flushed first."""
+    if message:
+        print(message, file=sys.stderr)
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

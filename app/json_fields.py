@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 
 def is_whole(value) -> bool:
@@ -30,3 +31,13 @@ def shown(value) -> str:
     except (TypeError, ValueError, RecursionError):
         text = repr(value)
     return text if len(text) <= 40 else text[:39] + "…"
+
+
+def read_object(path: Path) -> dict:
+    """A JSON file's top-level object, or {} where the file is missing, unreadable, not JSON or
+    not an object (a model folder's config.json read to tell what the folder holds)."""
+    try:
+        value = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}

@@ -4,14 +4,13 @@ as a child process (`--json-progress`: one JSON object a line on stdout, ui/pair
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sys
 import threading
 
 from app.align.cancel import steps_left_running
 from app.align.job import DEVICES, AlignCancelled, AlignProgress, AlignSettings, run
-from app.exit_signals import exit_code
+from app.exit_signals import exit_code, leave_now
 from app.cli_types import MODEL, at_least_one, named, real_number, whole_number
 
 
@@ -150,9 +149,4 @@ def _leave_now(code: int) -> None:
     left to write, and the teardown cost more than the rest of a cancel (1.7 s here, after the
     job's last line), or aborted it while a step left behind was inside PyTorch
     (app/align/cancel.py)."""
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(code)
+    leave_now(code)

@@ -12,9 +12,9 @@ library, so pairing can tell one apart and check it fits before anything loads.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from app.json_fields import read_object
 from app.models.errors import ModelFileError
 from app.models.integrity import read_header, unreadable
 from app.models.mtp_weights import REQUIRED, MTPWeights
@@ -26,20 +26,12 @@ DRAFT_VOCAB = "draft_vocab.safetensors"
 DRAFT_VOCAB_EXTRA = 4096  # conversation tokens a draft vocabulary takes on beyond its fixed part, until a new one
 
 
-def _json(path: Path) -> dict:
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
 def is_aligned_head(folder: str | Path) -> bool:
-    return _json(Path(folder) / "config.json").get("model_type") == HEAD_TYPE
+    return read_object(Path(folder) / "config.json").get("model_type") == HEAD_TYPE
 
 
 def read_manifest(folder: str | Path) -> dict:
-    return _json(Path(folder) / MANIFEST)
+    return read_object(Path(folder) / MANIFEST)
 
 
 def head_weights(folder: str | Path, target_config: dict) -> MTPWeights:
@@ -55,7 +47,7 @@ def head_weights(folder: str | Path, target_config: dict) -> MTPWeights:
         wrong = " is a file, not a folder" if folder.exists() else ": no such folder"
         raise ModelFileError(f"{folder}{wrong}. An aligned draft head is the folder `tandem-cli align` wrote "
                              "(head:<folder>); check the path.")
-    config = _json(folder / "config.json")
+    config = read_object(folder / "config.json")
     if config.get("model_type") != HEAD_TYPE:
         raise ModelFileError(f"{folder.name} is not an aligned draft head (its config.json is missing or "
                              f"names another model type). Choose the folder `tandem-cli align` wrote.")

@@ -24,6 +24,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from app.json_fields import read_object
 from app.models.errors import ModelFileError
 from app.models.integrity import read_header
 
@@ -72,14 +73,6 @@ class DFlashHead:
         return total
 
 
-def _json(path: Path) -> dict:
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
 def _value(config: dict, name: str, default=None):
     """A DFlash setting: in dflash_config where newer heads keep it, else at the top level."""
     inner = config.get("dflash_config") or {}
@@ -94,7 +87,7 @@ def is_dflash_config(config: dict) -> bool:
 
 
 def is_dflash_head(folder: str | Path) -> bool:
-    return is_dflash_config(_json(Path(folder).expanduser() / "config.json"))
+    return is_dflash_config(read_object(Path(folder).expanduser() / "config.json"))
 
 
 def default_layers(target_layers: int, draft_layers: int) -> list[int]:
@@ -129,7 +122,7 @@ def read_dflash(folder: str | Path, target_config: dict, weights: bool = True) -
         wrong = " is a file, not a folder" if folder.exists() else ": no such folder"
         raise ModelFileError(f"{folder}{wrong}. A DFlash drafter is a folder with its config.json and "
                              "model.safetensors (dflash:<folder>); check the path.")
-    config = _json(folder / "config.json")
+    config = read_object(folder / "config.json")
     if not is_dflash_config(config):
         raise ModelFileError(f"{name} is not a DFlash drafter: its config.json is missing or names another model "
                              "(a DFlash drafter's names DFlashDraftModel and carries a dflash_config).")

@@ -31,6 +31,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from app.json_fields import read_object
 from app.models.errors import ModelFileError
 from app.models.integrity import read_header
 
@@ -87,14 +88,6 @@ class Eagle3Head:
         return total
 
 
-def _json(path: Path) -> dict:
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
 def is_eagle3_config(config: dict) -> bool:
     if "speculators_model_type" in config:  # a speculators head says what it is
         return config["speculators_model_type"] == "eagle3"
@@ -103,7 +96,7 @@ def is_eagle3_config(config: dict) -> bool:
 
 
 def is_eagle3_head(folder: str | Path) -> bool:
-    return is_eagle3_config(_json(Path(folder).expanduser() / "config.json"))
+    return is_eagle3_config(read_object(Path(folder).expanduser() / "config.json"))
 
 
 def default_layers(count: int) -> tuple[int, int, int]:
@@ -163,7 +156,7 @@ def read_eagle3(folder: str | Path, target_config: dict, weights: bool = True) -
         wrong = " is a file, not a folder" if folder.exists() else ": no such folder"
         raise ModelFileError(f"{folder}{wrong}. An EAGLE-3 head is a folder with its config.json and "
                              "model.safetensors (eagle3:<folder>); check the path.")
-    config = _json(folder / "config.json")
+    config = read_object(folder / "config.json")
     kind = config.get("speculators_model_type")
     if kind not in (None, "eagle3"):
         raise ModelFileError(f"{name} is a speculators head of type {kind!r}; Tandem reads its EAGLE-3 heads, not "

@@ -13,9 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.json_fields import read_object
 from app.draft_choice import DraftChoice, DraftKind
 from app.models import dflash_head, eagle3_head
-from app.models.eagle3_head import _json  # a config read leniently: {} where missing or not JSON
 from app.models.errors import ModelFileError
 from app.models.integrity import read_header
 
@@ -27,7 +27,7 @@ SAFETENSORS_DTYPES = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}  #
 
 def describe_eagle3(folder: Path) -> list[str]:
     """A head's layout, layer, vocabularies, the target layers it reads and its weights."""
-    config = _json(folder / "config.json")
+    config = read_object(folder / "config.json")
     layout = "speculators" if "speculators_model_type" in config else "EAGLE"
     layer = eagle3_head._layer_config(config, layout)
     files = eagle3_head._tensors(folder)
@@ -56,7 +56,7 @@ def describe_eagle3(folder: Path) -> list[str]:
 
 def describe_dflash(folder: Path) -> list[str]:
     """A drafter's layers, block, mask token, the target layers it reads and its weights."""
-    config = _json(folder / "config.json")
+    config = read_object(folder / "config.json")
     files = dflash_head._tensors(folder)
     fc = files.get("fc.weight")
     stored = str(read_header(fc)[0].get("fc.weight", {}).get("dtype", "?")) if fc else "?"
@@ -122,7 +122,7 @@ def heads_beside(target: str | Path) -> list[DraftChoice]:
     """The published drafters in the folders beside `target` (its siblings) that fit it, as the
     choices that load them: one made for another model is left out rather than offered to fail."""
     target = Path(target)
-    config = _json(target / "config.json")
+    config = read_object(target / "config.json")
     try:
         siblings = sorted(p for p in itertools.islice(target.parent.iterdir(), BESIDE_LIMIT)
                           if p != target and p.is_dir())

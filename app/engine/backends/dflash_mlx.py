@@ -17,7 +17,7 @@ from mlx.utils import tree_flatten
 from mlx_lm.models import qwen3
 from mlx_lm.models.cache import KVCache
 
-from app.engine.backends.base import entropy_seed
+from app.engine.backends.head_cache_mlx import CachedLayersHead
 from app.engine.backends.mlx_backend import DraftSteps, MLXBackend
 from app.engine.sampling import SamplingParams
 from app.models.dflash_head import DFlashHead
@@ -92,7 +92,7 @@ def load_layers(head: DFlashHead, dtype) -> DFlashLayers:
     return layers
 
 
-class MLXDFlashBlock:
+class MLXDFlashBlock(CachedLayersHead):
     """See TorchDFlashBlock: the drafter with its cache of context features, a block per call."""
 
     def __init__(self, target: MLXBackend, head: DFlashHead):
@@ -102,34 +102,8 @@ class MLXDFlashBlock:
         self.target, self.language, self.spec = target, language, head
         self.layers = load_layers(head, language.model.norm.weight.dtype)
         self.weights_bytes = sum(v.nbytes for _, v in tree_flatten(self.layers.parameters()))
-        self._key = mx.random.key(entropy_seed())
+        self._own_stream()
         self.reset()
-
-    def reset(self) -> None:
-        self.caches = [KVCache() for _ in self.layers.layers]
-
-    @property
-    def cache(self) -> KVCache:
-        return self.caches[0]
-
-    @property
-    def length(self) -> int:
-        return self.caches[0].offset
-
-    def trim(self, length: int) -> None:
-        for cache in self.caches:
-            if cache.offset > length:
-                cache.trim(cache.offset - length)
-
-    def concat(self, rows, more):
-        return mx.concatenate([rows, more])
-
-    def seed(self, seed: int | None) -> None:
-        self._key = mx.random.key(entropy_seed() if seed is None else seed)
-
-    def _next_key(self) -> mx.array:
-        self._key, key = mx.random.split(self._key)
-        return key
 
     def _logits(self, hidden: mx.array) -> mx.array:
         if self.language.args.tie_word_embeddings:

@@ -20,7 +20,7 @@ from transformers.cache_utils import DynamicCache
 from transformers.models.qwen3.modeling_qwen3 import (Qwen3DecoderLayer, Qwen3RMSNorm, Qwen3RotaryEmbedding,
                                                       rotate_half)
 
-from app.engine.backends.base import entropy_seed
+from app.engine.backends.head_cache_torch import CachedHead
 from app.engine.backends.torch_backend import TorchBackend
 from app.engine.backends.verdict_torch import DraftSteps
 from app.engine.sampling import SamplingParams
@@ -103,7 +103,7 @@ def load_modules(head: DFlashHead, device, dtype) -> DFlashModules:
     return modules.to(device=device, dtype=dtype).eval()
 
 
-class TorchDFlashBlock:
+class TorchDFlashBlock(CachedHead):
     """The drafter with its KV cache of context features (one entry per committed position it has
     read; a block's own entries go after each pass), drafting a block per call."""
 
@@ -117,26 +117,8 @@ class TorchDFlashBlock:
         self.config = layer_config(head)
         self.weights_bytes = sum(p.numel() * p.element_size() for p in self.modules.parameters())
         self.device = device
-        self._generator = torch.Generator(device=device)
-        self._generator.manual_seed(entropy_seed())
+        self._own_stream(device)
         self.reset()
-
-    def reset(self) -> None:
-        self.cache = DynamicCache(config=self.config)
-
-    @property
-    def length(self) -> int:
-        return self.cache.get_seq_length()
-
-    def trim(self, length: int) -> None:
-        if self.length > length:
-            self.cache.crop(length - self.length)  # transformers 5: a negative count removes that many
-
-    def concat(self, rows, more):
-        return torch.cat([rows, more])
-
-    def seed(self, seed: int | None) -> None:
-        self._generator.manual_seed(entropy_seed() if seed is None else seed)
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """The target's head on the block's outputs (n, H) -> (n, V'), with the drafter's scale

@@ -17,7 +17,7 @@ from mlx.utils import tree_flatten
 from mlx_lm.models.base import create_attention_mask
 from mlx_lm.models.cache import KVCache
 
-from app.engine.backends.base import entropy_seed
+from app.engine.backends.head_cache_mlx import CachedLayersHead
 from app.engine.backends.mlx_backend import DraftSteps, MLXBackend
 from app.engine.sampling import SamplingParams
 from app.models.eagle3_head import Eagle3Head
@@ -110,7 +110,7 @@ def load_layers(head: Eagle3Head, dtype) -> tuple[Eagle3Layers, mx.array]:
     return layers, mx.arange(head.draft_vocab) + d2t
 
 
-class MLXEagle3Head:
+class MLXEagle3Head(CachedLayersHead):
     """See TorchEagle3Head: the head with its own KV caches, read and chained by MTPDrafter."""
 
     def __init__(self, target: MLXBackend, head: Eagle3Head):
@@ -125,38 +125,12 @@ class MLXEagle3Head:
             raise ModelFileError(f"{head.folder.name}: its d2t map sends draft tokens outside the target's "
                                  f"{head.target_vocab} tokens. The file is damaged.")
         self.weights_bytes = sum(v.nbytes for _, v in tree_flatten(self.layers.parameters()))
-        self._key = mx.random.key(entropy_seed())
+        self._own_stream()
         self._limit = -1
         self.reset()
 
-    def reset(self) -> None:
-        self.caches = [KVCache() for _ in self.layers.layers]
-
-    @property
-    def cache(self) -> KVCache:
-        return self.caches[0]
-
-    @property
-    def length(self) -> int:
-        return self.caches[0].offset
-
-    def trim(self, length: int) -> None:
-        for cache in self.caches:
-            if cache.offset > length:
-                cache.trim(cache.offset - length)
-
-    def concat(self, rows, more):
-        return mx.concatenate([rows, more])
-
     def restart_vocab(self, tokens: Sequence[int]) -> None:
         """The draft vocabulary is the head's own, fixed."""
-
-    def seed(self, seed: int | None) -> None:
-        self._key = mx.random.key(entropy_seed() if seed is None else seed)
-
-    def _next_key(self) -> mx.array:
-        self._key, key = mx.random.split(self._key)
-        return key
 
     def _pass(self, ids: mx.array, hidden: mx.array) -> mx.array:
         own = getattr(self.layers, "embed_tokens", None)  # a head that carries its own copy

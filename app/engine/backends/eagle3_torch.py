@@ -16,7 +16,7 @@ from safetensors import safe_open
 from transformers import CONFIG_MAPPING
 from transformers.cache_utils import DynamicCache
 
-from app.engine.backends.base import entropy_seed
+from app.engine.backends.head_cache_torch import CachedHead
 from app.engine.backends.torch_backend import TorchBackend
 from app.engine.backends.verdict_torch import DraftSteps
 from app.engine.sampling import SamplingParams
@@ -133,7 +133,7 @@ def load_modules(head: Eagle3Head, device, dtype) -> Eagle3Modules:
     return modules.to(device=device, dtype=dtype).eval()
 
 
-class TorchEagle3Head:
+class TorchEagle3Head(CachedHead):
     """The head with its own KV cache, drafting through MTPDrafter: entry i read the token at
     position i + 1 beside the target's fused state at position i; chained steps read the head's
     own output instead (EAGLE-3's test-time rule, the state before the final norm unless its
@@ -150,30 +150,12 @@ class TorchEagle3Head:
         self.weights_bytes = sum(p.numel() * p.element_size() for p in self.modules.parameters())
         self.targets = torch.arange(head.draft_vocab, device=device) + self.modules.d2t  # draft id -> target id
         self.device = device
-        self._generator = torch.Generator(device=device)
-        self._generator.manual_seed(entropy_seed())
+        self._own_stream(device)
         self._limit = -1
         self.reset()
 
-    def reset(self) -> None:
-        self.cache = DynamicCache(config=self.config)
-
-    @property
-    def length(self) -> int:
-        return self.cache.get_seq_length()
-
-    def trim(self, length: int) -> None:
-        if self.length > length:
-            self.cache.crop(length - self.length)  # transformers 5: a negative count removes that many
-
-    def concat(self, rows, more):
-        return torch.cat([rows, more])
-
     def restart_vocab(self, tokens: Sequence[int]) -> None:
         """The draft vocabulary is the head's own, fixed."""
-
-    def seed(self, seed: int | None) -> None:
-        self._generator.manual_seed(entropy_seed() if seed is None else seed)
 
     def _embed(self, ids: torch.Tensor) -> torch.Tensor:
         own = getattr(self.modules, "embed_tokens", None)  # a head that carries its own copy

@@ -16,7 +16,7 @@ from safetensors import safe_open
 from transformers.cache_utils import DynamicCache
 from transformers.modeling_layers import MtpLayer
 
-from app.engine.backends.base import entropy_seed
+from app.engine.backends.head_cache_torch import CachedHead
 from app.engine.backends.subset_head_torch import SubsetHead
 from app.engine.backends.torch_backend import TorchBackend
 from app.engine.backends.verdict_torch import DraftSteps
@@ -71,7 +71,7 @@ def run_layer(layer: MtpLayer, text_model, ids: torch.Tensor, hidden: torch.Tens
                  attention_mask=mask, position_ids=position_ids, cache=cache)
 
 
-class TorchMTPHead:
+class TorchMTPHead(CachedHead):
     """The MTP layer with its own KV cache: entry i read the token at position i + 1 beside the
     target's hidden state at position i. With `vocab` (token ids), it drafts from those tokens only
     where the target's head allows taking its rows (SubsetHead), else from the whole vocabulary."""
@@ -107,8 +107,7 @@ class TorchMTPHead:
             raise ModelFileError(misfit_message(owner, target.model_type, detail.strip())) from exc
         self.layer.to(device=device, dtype=dtype)
         self.weights_bytes = sum(p.numel() * p.element_size() for p in self.layer.parameters())
-        self._generator = torch.Generator(device=device)
-        self._generator.manual_seed(entropy_seed())
+        self._own_stream(device)
         self.device = device
         head = target.model.get_output_embeddings()
         self.vocab = list(vocab) if vocab and SubsetHead.fits(head) else None
@@ -116,28 +115,14 @@ class TorchMTPHead:
         self.reset()
 
     def reset(self) -> None:
-        self.cache = DynamicCache(config=self.config)
+        super().reset()
         if getattr(self, "subset", None) is not None:
             self.subset.clear()  # a new conversation: its tokens join the draft vocabulary afresh
-
-    @property
-    def length(self) -> int:
-        return self.cache.get_seq_length()
-
-    def trim(self, length: int) -> None:
-        if self.length > length:
-            self.cache.crop(length - self.length)  # transformers 5: a negative count removes that many
-
-    def concat(self, rows, more):
-        return torch.cat([rows, more])
 
     def restart_vocab(self, tokens: Sequence[int]) -> None:
         if self.subset is not None:
             self.subset.clear()
             self.subset.add(tokens)
-
-    def seed(self, seed: int | None) -> None:
-        self._generator.manual_seed(entropy_seed() if seed is None else seed)
 
     def _pass(self, ids: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
         start = self.length

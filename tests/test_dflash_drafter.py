@@ -18,12 +18,12 @@ import torch
 from app.engine.backends import load_backend
 from app.engine.dflash import DFlashDrafter, load_dflash_drafter
 from app.engine.events import Round
-from app.engine.sampling import SamplingParams
 from app.engine.speculative import generate
 from app.models.dflash_head import default_layers, is_dflash_head, read_dflash
 from app.models.errors import ModelFileError
 from tests.dflash_training import (BLOCK_SIZE, OUR_LAYERS, block_pass, draft_config, states_of, train,
                                    write_drafter)
+from tests.head_sampling import check_sampling_keeps_the_target
 from tests.mtp_training import FIRST, VOCAB
 
 PERIODIC = [1, 5, 9, 17, 5, 9, 17, 5]
@@ -175,26 +175,9 @@ def _keys(block) -> np.ndarray:
 def test_dflash_speculative_sampling_matches_the_target(trained):
     """Temperature 1: each block position's own distribution goes to the Leviathan/Chen rule
     (the draft never sees its own picks), so tokens 2 and 3 keep the target's marginals."""
-    from transformers import AutoModelForCausalLM
-
-    from tests.test_engine_sampling import ALPHA, _p_value, exact_marginals
-
-    params = SamplingParams(temperature=1.0, seed=11)
-    prompt = PERIODIC[:6]
-    model = AutoModelForCausalLM.from_pretrained(str(trained[0]), dtype=torch.float32).eval()
-    exact = exact_marginals(model, prompt, params, depth=3, vocab=VOCAB)
     target = load_backend(trained[0], "torch")
-    drafter = load_dflash_drafter(target, trained[1])
-    counts, drafted, accepted = np.zeros((3, VOCAB)), 0, 0
-    for i in range(1000):
-        seeded = replace(params, seed=params.seed * 100_003 + i)
-        tokens, stats = _run(target, prompt, drafter, max_tokens=3, draft_tokens=2, params=seeded)
-        drafted, accepted = drafted + stats.drafted, accepted + stats.accepted
-        for position, t in enumerate(tokens):
-            counts[position, t] += 1
-    assert 0.2 < accepted / drafted < 0.95  # both verdicts were common
-    for position in (1, 2):
-        assert _p_value(counts[position], exact[position]) > ALPHA / 2, position
+    check_sampling_keeps_the_target(trained[0], target, load_dflash_drafter(target, trained[1]), PERIODIC[:6],
+                                    VOCAB, answers=1000)
 
 
 # --- the reference: z-lab's own model code, run here only as a test ------------------------------

@@ -18,12 +18,12 @@ import torch
 from app.engine.backends import load_backend
 from app.engine.events import Round
 from app.engine.mtp import MTPDrafter, load_eagle3_drafter
-from app.engine.sampling import SamplingParams
 from app.engine.speculative import generate
 from app.models.eagle3_head import default_layers, is_eagle3_head, read_eagle3
 from app.models.errors import ModelFileError
 from tests.eagle3_training import (DRAFT_VOCAB, FIRST, LAYERS, VOCAB, fused_states, head_pass, random_head, train,
                                    write_head)
+from tests.head_sampling import check_sampling_keeps_the_target
 
 PERIODIC = [1, 5, 9, 17, 5, 9, 17, 5]  # what the pair was trained on: the head should be right
 OTHER = [1, 4, 8, 15, 22, 3, 7]  # no period: the target continues its own way, the head errs more
@@ -196,26 +196,9 @@ def _keys(head) -> np.ndarray:
 def test_eagle3_speculative_sampling_matches_the_target(trained):
     """Temperature 1: the head's distributions (over its draft vocabulary, zero elsewhere) go to
     the Leviathan/Chen rule, so tokens 2 and 3 keep the target's marginals."""
-    from transformers import AutoModelForCausalLM
-
-    from tests.test_engine_sampling import ALPHA, _p_value, exact_marginals
-
-    params = SamplingParams(temperature=1.0, seed=11)
-    prompt = PERIODIC[:6]
-    model = AutoModelForCausalLM.from_pretrained(str(trained[0]), dtype=torch.float32).eval()
-    exact = exact_marginals(model, prompt, params, depth=3, vocab=VOCAB)
     target = load_backend(trained[0], "torch")
-    drafter = load_eagle3_drafter(target, trained[1])
-    counts, drafted, accepted = np.zeros((3, VOCAB)), 0, 0
-    for i in range(1000):
-        seeded = replace(params, seed=params.seed * 100_003 + i)
-        tokens, stats = _run(target, prompt, drafter, max_tokens=3, draft_tokens=2, params=seeded)
-        drafted, accepted = drafted + stats.drafted, accepted + stats.accepted
-        for position, t in enumerate(tokens):
-            counts[position, t] += 1
-    assert 0.2 < accepted / drafted < 0.95  # both verdicts were common
-    for position in (1, 2):
-        assert _p_value(counts[position], exact[position]) > ALPHA / 2, position
+    check_sampling_keeps_the_target(trained[0], target, load_eagle3_drafter(target, trained[1]), PERIODIC[:6],
+                                    VOCAB, answers=1000)
 
 
 # --- refusals, in words, before any weights load -------------------------------------------------

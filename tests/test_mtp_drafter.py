@@ -15,11 +15,11 @@ import pytest
 from app.engine.backends import load_backend
 from app.engine.events import Round
 from app.engine.mtp import MTPDrafter, load_mtp_drafter
-from app.engine.sampling import SamplingParams
 from app.engine.speculative import generate
 from app.models.errors import ModelFileError
 from app.models.mtp_weights import find_mtp
 from tests.factories import save_qwen35, tiny_qwen35
+from tests.head_sampling import check_sampling_keeps_the_target
 from tests.mtp_training import FIRST, VOCAB, save_trained
 
 PERIODIC = [1, 5, 9, 17, 5, 9, 17, 5]  # what the pair was trained on: the MTP layer should be right
@@ -138,27 +138,8 @@ def test_a_follow_up_turn_keeps_the_layers_cache_as_a_fresh_one_would_build_it(p
 def test_mtp_speculative_sampling_matches_the_target(trained):
     """Temperature 1: the layer's own distributions go to the Leviathan/Chen rule, so tokens 2
     and 3 keep the target's marginals."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    from tests.test_engine_sampling import ALPHA, _p_value, exact_marginals
-
-    params = SamplingParams(temperature=1.0, seed=11)
-    prompt = PERIODIC[:6]
-    model = AutoModelForCausalLM.from_pretrained(str(trained), dtype=torch.float32).eval()
-    exact = exact_marginals(model, prompt, params, depth=3, vocab=VOCAB)
     target = load_backend(trained, "torch")
-    drafter = load_mtp_drafter(target)
-    counts, drafted, accepted = np.zeros((3, VOCAB)), 0, 0
-    for i in range(1200):
-        seeded = replace(params, seed=params.seed * 100_003 + i)
-        tokens, stats = _run(target, prompt, drafter, max_tokens=3, draft_tokens=2, params=seeded)
-        drafted, accepted = drafted + stats.drafted, accepted + stats.accepted
-        for position, t in enumerate(tokens):
-            counts[position, t] += 1
-    assert 0.2 < accepted / drafted < 0.95  # both verdicts were common
-    for position in (1, 2):
-        assert _p_value(counts[position], exact[position]) > ALPHA / 2, position
+    check_sampling_keeps_the_target(trained, target, load_mtp_drafter(target), PERIODIC[:6], VOCAB, answers=1200)
 
 
 def test_a_checkpoint_without_mtp_weights_is_refused_with_the_reason(tmp_path):

@@ -1,7 +1,7 @@
 #!/bin/bash
 # One call on a lent GPU machine (docs/performance.md): set-up from the carried wheels in .whl,
-# the smoke check, the CUDA-marked tests, then cuda_bench.py's measurements, each printed as it
-# runs into $OUT/log.txt, and the whole call held under CALL_S seconds (default 560).
+# the smoke check, the CUDA-marked tests, then cuda_bench.py's and head_costs.py's measurements,
+# each printed as it runs into $OUT/log.txt, and the whole call held under CALL_S seconds (default 560).
 set -u
 OUT=${OUT:-/tmp/gpu-call}; mkdir -p "$OUT"; LOG=$OUT/log.txt; : >"$LOG"
 CALL_S=${CALL_S:-560}
@@ -18,4 +18,6 @@ step() {  # step SECONDS command...: at most SECONDS, and never past the call's 
 step 100 python3 benchmarks/cuda_bench.py --smoke --tokenizer .whl/tok --out /tmp/cb
 step 150 python3 -m pytest -q -m cuda tests/test_cuda_graphs.py -p no:cacheprovider
 step 600 python3 benchmarks/cuda_bench.py --tokenizer .whl/tok --out /tmp/cb "$@"
+# what's left: an EAGLE-3 token and a DFlash block of the published shapes against the 8B pass
+step 240 python3 benchmarks/head_costs.py --shape t8b --device cuda --whole --repeats 5
 echo "=== done at ${SECONDS} s" | tee -a "$LOG"

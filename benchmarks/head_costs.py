@@ -32,6 +32,8 @@ sys.path.insert(0, str(ROOT))
 SHAPES = {  # as benchmarks/cuda_bench.py's, with Llama-3.1-8B's own vocabulary
     "t8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
                 num_key_value_heads=8, vocab_size=128256, tie_word_embeddings=False),
+    "small": dict(hidden_size=256, intermediate_size=512, num_hidden_layers=8, num_attention_heads=8,  # a check
+                  num_key_value_heads=2, vocab_size=2048, tie_word_embeddings=False),
 }
 EAGLE_VOCAB = 32000
 DFLASH_LAYERS, DFLASH_BLOCK = 5, 16

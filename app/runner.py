@@ -37,14 +37,24 @@ from app.models.folder import check_model_folder
 from app.models.integrity import check_weights
 from app.models.memory import MemoryEstimate, NotEnoughMemory, check_fits, estimate, free_memory, longest_chat
 from app.models.aligned_head import draft_vocab, head_bytes, head_weights, is_aligned_head, subset_bytes
-from app.models.dflash_head import is_dflash_head, read_dflash
-from app.models.eagle3_head import is_eagle3_head, read_eagle3
-from app.models.head_sources import find_head
+from app.models.head_sources import HEADS, find_head, head_kind
 from app.models.mtp_weights import find_mtp, mtp_bytes
 from app.models.pairing import check_tokenizers
 from app.models.resolve import display_name, resolve_model
 
 BASELINE_TOKENS = 32  # about 2 s on the demo: long enough that one noisy moment does not set it
+
+
+# The engine's loader of each kind of published drafter (app/models/head_sources.HEADS reads them)
+PUBLISHED_LOADERS = {DraftKind.EAGLE3: load_eagle3_drafter, DraftKind.DFLASH: load_dflash_drafter}
+
+
+def _published_kind(draft: DraftChoice) -> DraftKind | None:
+    """The kind of published drafter `draft` loads: its own kind, or, for a draft model whose
+    folder holds one, the kind its config says; None for any other draft."""
+    if draft.kind in HEADS:
+        return draft.kind
+    return head_kind(draft.source) if draft.kind is DraftKind.MODEL else None
 
 
 def auto_draft(spec: str | Path, backend: str | None = None, precision: str = "auto") -> DraftChoice:
@@ -269,7 +279,7 @@ class Runner:
         device = self._device(backend)
         models = [estimate("target", config, file_bytes, backend, device, precision,
                            _gguf_loaded_bytes(folder, backend, precision))]
-        draft_folder = draft_tokenizer = assistant_folder = head_folder = eagle3_folder = dflash_folder = None
+        draft_folder = draft_tokenizer = assistant_folder = head_folder = published = None
         draft_weights = 0  # what the LoadedModel reports for a drafter that is not a model of its own
         if draft.kind is DraftKind.SELF and draft.precision == precision:
             # a copy of the target at the target's own precision is the target: nothing to gain
@@ -288,17 +298,13 @@ class Runner:
             vocab = draft_vocab(head_folder, int(text.get("vocab_size", 2 ** 31)))
             models.append(MemoryEstimate("draft", head_bytes(head_folder) * 2 + subset_bytes(vocab, text), 0,
                                          models[0].context))
-        elif draft.kind is DraftKind.EAGLE3 or (draft.kind is DraftKind.MODEL and is_eagle3_head(draft.source)):
-            # a head dropped as a draft model drafts as one; its fit is checked before any weights load
-            eagle3_folder = find_head(draft.source, DraftKind.EAGLE3)  # a folder, or a hub id the window downloaded
-            draft = DraftChoice.eagle3(str(eagle3_folder))
-            eagle3 = read_eagle3(eagle3_folder, config)
-            models.append(MemoryEstimate("draft", eagle3.weights_bytes * 2, 0, models[0].context))
-        elif draft.kind is DraftKind.DFLASH or (draft.kind is DraftKind.MODEL and is_dflash_head(draft.source)):
-            dflash_folder = find_head(draft.source, DraftKind.DFLASH)  # (as an EAGLE-3 head above)
-            draft = DraftChoice.dflash(str(dflash_folder))
-            models.append(MemoryEstimate("draft", read_dflash(dflash_folder, config).weights_bytes * 2, 0,
-                                         models[0].context))
+        elif (published_kind := _published_kind(draft)) is not None:
+            # an EAGLE-3 head or a DFlash drafter, named so or dropped as a draft model: it drafts as
+            # one; read and checked against the target once, here, before any weights load
+            published_folder = find_head(draft.source, published_kind)  # a folder, or a hub id downloaded
+            draft = DraftChoice(published_kind, source=str(published_folder))
+            published = HEADS[published_kind].read(published_folder, config)
+            models.append(MemoryEstimate("draft", published.weights_bytes * 2, 0, models[0].context))
         elif draft.kind in (DraftKind.MODEL, DraftKind.ASSISTANT):
             draft_folder = resolve_model(draft.source, backend, progress)
             if is_assistant_folder(draft_folder):  # a Gemma 4 assistant dropped as the draft: it drafts as one
@@ -372,14 +378,10 @@ class Runner:
             progress(f"Loading the aligned draft head {head_folder.name} ...")
             head_drafter = load_head_drafter(target, head_folder)
             drafter, draft_weights = LookupThenModelDrafter(head_drafter), head_drafter.head.weights_bytes
-        elif eagle3_folder is not None:
-            progress(f"Loading the EAGLE-3 head {eagle3_folder.name} ...")
-            eagle3_drafter = load_eagle3_drafter(target, eagle3_folder)
-            drafter, draft_weights = LookupThenModelDrafter(eagle3_drafter), eagle3_drafter.head.weights_bytes
-        elif dflash_folder is not None:
-            progress(f"Loading the DFlash drafter {dflash_folder.name} ...")
-            block_drafter = load_dflash_drafter(target, dflash_folder)
-            drafter, draft_weights = LookupThenModelDrafter(block_drafter), block_drafter.block.weights_bytes
+        elif published is not None:
+            progress(f"Loading the {HEADS[published_kind].words} {published.folder.name} ...")
+            published_drafter = PUBLISHED_LOADERS[published_kind](target, published)
+            drafter, draft_weights = LookupThenModelDrafter(published_drafter), published_drafter.weights_bytes
         elif assistant_folder is not None:
             progress(f"Loading assistant {display_name(assistant_folder)} ...")
             assistant = load_assistant_drafter(assistant_folder, target)

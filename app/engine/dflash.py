@@ -54,6 +54,10 @@ class DFlashDrafter(Drafter):
     def drafts_in_one_pass(self, source: str | None) -> bool:
         return True
 
+    @property
+    def weights_bytes(self) -> int:
+        return self.block.weights_bytes
+
     def _restart(self, base: int) -> None:
         self.block.reset()
         self._base = base  # the position of the cache's first entry
@@ -115,14 +119,16 @@ class DFlashDrafter(Drafter):
         return Proposal(ids, p, probs, ids_array, time.perf_counter() - started, "dflash", unread)
 
 
-def load_dflash_drafter(target: ModelBackend, folder) -> DFlashDrafter:
-    """A DFlash drafter (app/models/dflash_head.py) for `target`, on the target's backend."""
+def load_dflash_drafter(target: ModelBackend, head) -> DFlashDrafter:
+    """A DFlash drafter (app/models/dflash_head.py: its folder, or the DFlashHead already read and
+    checked against `target`) for `target`, on the target's backend."""
     import json
     from pathlib import Path
 
-    from app.models.dflash_head import read_dflash
+    from app.models.dflash_head import DFlashHead, read_dflash
 
-    head = read_dflash(folder, json.loads((Path(target.folder) / "config.json").read_text()))
+    if not isinstance(head, DFlashHead):
+        head = read_dflash(head, json.loads((Path(target.folder) / "config.json").read_text()))
     if target.name == "torch":
         from app.engine.backends.dflash_torch import TorchDFlashBlock
 

@@ -62,6 +62,10 @@ class MTPDrafter(Drafter):
         self.target_layers = target_layers  # the target's inner layers the head reads (EAGLE-3's three)
         self._restart(0)
 
+    @property
+    def weights_bytes(self) -> int:
+        return self.head.weights_bytes
+
     def _restart(self, base: int) -> None:
         """An empty layer cache whose first pair will be the one of position `base`."""
         self.head.reset()
@@ -168,15 +172,17 @@ def load_head_drafter(target: ModelBackend, folder) -> MTPDrafter:
     return MTPDrafter(MLXMTPHead(target, weights, aligned=True, vocab=vocab), "aligned draft head")
 
 
-def load_eagle3_drafter(target: ModelBackend, folder) -> MTPDrafter:
-    """An EAGLE-3 head (app/models/eagle3_head.py) drafting for `target`, on the target's backend:
-    the MTP drafter's pairs and chaining, fed the states of the three layers the head reads."""
+def load_eagle3_drafter(target: ModelBackend, head) -> MTPDrafter:
+    """An EAGLE-3 head (app/models/eagle3_head.py: its folder, or the Eagle3Head already read and
+    checked against `target`) drafting for `target`, on the target's backend: the MTP drafter's
+    pairs and chaining, fed the states of the three layers the head reads."""
     import json
     from pathlib import Path
 
-    from app.models.eagle3_head import read_eagle3
+    from app.models.eagle3_head import Eagle3Head, read_eagle3
 
-    head = read_eagle3(folder, json.loads((Path(target.folder) / "config.json").read_text()))
+    if not isinstance(head, Eagle3Head):
+        head = read_eagle3(head, json.loads((Path(target.folder) / "config.json").read_text()))
     if target.name == "torch":
         from app.engine.backends.eagle3_torch import TorchEagle3Head
 

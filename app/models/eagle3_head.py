@@ -61,6 +61,10 @@ class Eagle3Head:
     vocab_map: bool = False  # d2t present
     own_embedding: bool = False
 
+    def shown(self, name: str) -> str:
+        """A tensor's name as this head's checkpoint writes it (EAGLE's layout: midlayer.*)."""
+        return name.replace("layers.0.", "midlayer.") if self.layout == "EAGLE" else name
+
     @property
     def layer_count(self) -> int:
         return int(self.layer_config.get("num_hidden_layers", 1))
@@ -215,7 +219,7 @@ def read_eagle3(folder: str | Path, target_config: dict, weights: bool = True) -
         return head  # its tensors are checked once they are here (Runner.load reads it again)
     missing = [tensor for tensor in head.required() if tensor not in files]
     if missing:
-        shown = missing[0] if layout == "speculators" else missing[0].replace("layers.0.", "midlayer.")
+        shown = head.shown(missing[0])
         more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
         raise ModelFileError(f"{name}: its weights are incomplete (no {shown}{more}). Download the head again.")
     if head.draft_vocab != target_vocab and not head.vocab_map:

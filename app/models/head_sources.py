@@ -78,6 +78,18 @@ def describe_dflash(folder: Path) -> list[str]:
             f"{dflash_head._value(config, 'mask_token_id')}, reading {reads}, with the target's embedding and head"]
 
 
+def check_tensors(name: str, what: str, found: dict, wanted: dict, shown: Callable[[str], str] = str) -> None:
+    """Every tensor a loader's modules want (`wanted`: name -> shape) in what the folder `name`
+    holds (`found`: name -> shape), each named as the checkpoint names it (`shown`); a
+    ModelFileError for the first one missing or of another shape, before any is loaded."""
+    for tensor, shape in wanted.items():
+        if tensor not in found:
+            raise ModelFileError(f"{name}: its weights are incomplete (no {shown(tensor)}). Download the {what} again.")
+        if tuple(found[tensor]) != tuple(shape):
+            raise ModelFileError(f"{name}: {shown(tensor)} is {list(found[tensor])}, where a {what} of its config has "
+                                 f"{list(shape)}. The file is damaged or belongs to another {what}.")
+
+
 @dataclass(frozen=True)
 class HeadKind:
     words: str  # what messages and the Draft slot's menu call one

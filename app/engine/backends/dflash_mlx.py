@@ -22,6 +22,7 @@ from app.engine.backends.mlx_backend import DraftSteps, MLXBackend
 from app.engine.sampling import SamplingParams
 from app.models.dflash_head import DFlashHead
 from app.models.errors import ModelFileError
+from app.models.head_sources import check_tensors
 
 
 def _args(head: DFlashHead) -> qwen3.ModelArgs:
@@ -80,13 +81,8 @@ def load_layers(head: DFlashHead, dtype) -> DFlashLayers:
         for name, value in mx.load(str(path)).items():
             if name in wanted:
                 loaded[name] = value.astype(dtype)
-    for name, value in wanted.items():
-        if name not in loaded:
-            raise ModelFileError(f"{head.folder.name}: its weights are incomplete (no {name}). Download the drafter "
-                                 "again.")
-        if tuple(loaded[name].shape) != tuple(value.shape):
-            raise ModelFileError(f"{head.folder.name}: {name} is {list(loaded[name].shape)}, where a drafter of its "
-                                 f"config has {list(value.shape)}. The file is damaged or belongs to another drafter.")
+    check_tensors(head.folder.name, "drafter", {n: tuple(v.shape) for n, v in loaded.items()},
+                  {n: tuple(v.shape) for n, v in wanted.items()})
     layers.load_weights(list(loaded.items()))
     mx.eval(layers.parameters())
     return layers

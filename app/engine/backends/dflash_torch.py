@@ -26,6 +26,7 @@ from app.engine.backends.verdict_torch import DraftSteps
 from app.engine.sampling import SamplingParams
 from app.models.dflash_head import DFlashHead
 from app.models.errors import ModelFileError
+from app.models.head_sources import check_tensors
 
 NOT_LAYER_KEYS = ("architectures", "auto_map", "transformers_version", "torch_dtype", "dtype", "_name_or_path",
                   "dflash_config", "block_size", "num_target_layers", "model_type")
@@ -84,21 +85,14 @@ def load_modules(head: DFlashHead, device, dtype) -> DFlashModules:
     """The drafter's modules with its checkpoint's tensors, each checked by name and shape first."""
     modules = DFlashModules(head, layer_config(head))
     wanted = modules.state_dict()
-    state = {}
-    for name, path in head.files.items():
-        if name in wanted:
-            with safe_open(str(path), framework="pt", device="cpu") as f:
-                state[name] = f.get_tensor(name)
-    for name, value in wanted.items():
-        if name.startswith("rotary_emb."):
-            state[name] = value  # computed from the config, not stored
-            continue
-        if name not in state:
-            raise ModelFileError(f"{head.folder.name}: its weights are incomplete (no {name}). Download the drafter "
-                                 "again.")
-        if tuple(state[name].shape) != tuple(value.shape):
-            raise ModelFileError(f"{head.folder.name}: {name} is {list(state[name].shape)}, where a drafter of its "
-                                 f"config has {list(value.shape)}. The file is damaged or belongs to another drafter.")
+    state = {name: value for name, value in wanted.items() if name.startswith("rotary_emb.")}  # from the config
+    for path in set(head.files.values()):
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            for name, at in head.files.items():
+                if at == path and name in wanted:
+                    state[name] = f.get_tensor(name)
+    check_tensors(head.folder.name, "drafter", {n: tuple(t.shape) for n, t in state.items()},
+                  {n: tuple(t.shape) for n, t in wanted.items()})
     modules.load_state_dict(state, strict=True)
     return modules.to(device=device, dtype=dtype).eval()
 

@@ -22,6 +22,7 @@ from app.engine.backends.mlx_backend import DraftSteps, MLXBackend
 from app.engine.sampling import SamplingParams
 from app.models.eagle3_head import Eagle3Head
 from app.models.errors import ModelFileError
+from app.models.head_sources import check_tensors
 
 
 def _args(head: Eagle3Head):
@@ -95,14 +96,8 @@ def load_layers(head: Eagle3Head, dtype) -> tuple[Eagle3Layers, mx.array]:
                 d2t = value.astype(mx.int64)
             elif name in wanted:
                 loaded[name] = value.astype(dtype)
-    label = head.folder.name
-    for name, value in wanted.items():
-        shown = name.replace("layers.0.", "midlayer.") if head.layout == "EAGLE" else name
-        if name not in loaded:
-            raise ModelFileError(f"{label}: its weights are incomplete (no {shown}). Download the head again.")
-        if tuple(loaded[name].shape) != tuple(value.shape):
-            raise ModelFileError(f"{label}: {shown} is {list(loaded[name].shape)}, where a head of its config has "
-                                 f"{list(value.shape)}. The file is damaged or belongs to another head.")
+    check_tensors(head.folder.name, "head", {n: tuple(v.shape) for n, v in loaded.items()},
+                  {n: tuple(v.shape) for n, v in wanted.items()}, head.shown)
     layers.load_weights(list(loaded.items()))
     mx.eval(layers.parameters())
     if d2t is None:  # one vocabulary: the map is the identity

@@ -22,6 +22,7 @@ from app.engine.backends.verdict_torch import DraftSteps
 from app.engine.sampling import SamplingParams
 from app.models.eagle3_head import Eagle3Head
 from app.models.errors import ModelFileError
+from app.models.head_sources import check_tensors
 
 CLASSES = {  # the decoder layer, RMSNorm and rotary embedding of each layer type the port knows
     "llama": ("transformers.models.llama.modeling_llama", "LlamaDecoderLayer", "LlamaRMSNorm", "LlamaRotaryEmbedding"),
@@ -108,21 +109,16 @@ def load_modules(head: Eagle3Head, device, dtype) -> Eagle3Modules:
     modules = Eagle3Modules(head, config)
     wanted = modules.state_dict()
     state = {}
-    for name, (path, stored) in head.files.items():
-        if name in wanted:
-            with safe_open(str(path), framework="pt", device="cpu") as f:
-                state[name] = f.get_tensor(stored)
+    for path in {path for path, _ in head.files.values()}:
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            for name, (at, stored) in head.files.items():
+                if at == path and name in wanted:
+                    state[name] = f.get_tensor(stored)
+    if "d2t" not in state and head.draft_vocab == head.target_vocab:
+        state["d2t"] = torch.zeros_like(wanted["d2t"])  # one vocabulary: the map is the identity
     label = head.folder.name
-    for name, value in wanted.items():
-        shown = name.replace("layers.0.", "midlayer.") if head.layout == "EAGLE" else name
-        if name not in state:
-            if name == "d2t" and head.draft_vocab == head.target_vocab:
-                state[name] = torch.zeros_like(value)  # one vocabulary: the map is the identity
-                continue
-            raise ModelFileError(f"{label}: its weights are incomplete (no {shown}). Download the head again.")
-        if tuple(state[name].shape) != tuple(value.shape):
-            raise ModelFileError(f"{label}: {shown} is {list(state[name].shape)}, where a head of its config has "
-                                 f"{list(value.shape)}. The file is damaged or belongs to another head.")
+    check_tensors(label, "head", {n: tuple(t.shape) for n, t in state.items()},
+                  {n: tuple(t.shape) for n, t in wanted.items()}, head.shown)
     d2t = state["d2t"].long()
     targets = torch.arange(head.draft_vocab) + d2t
     if int(targets.min()) < 0 or int(targets.max()) >= head.target_vocab or len(set(targets.tolist())) != len(targets):

@@ -1,7 +1,10 @@
 """A/B in one process: a target pass by width through transformers' forward and through the lean
 step (app/engine/backends/lean_step_torch.py), on the same loaded model, interleaved A B B A.
+With --compiled-body: the lean step's decoder layers as one compiled call (compiled_layers_torch.py)
+against its PyTorch body on the same 4-bit kernel.
 
     python benchmarks/step_ab.py [--model demo] [--precision gguf] [--widths 1,2,5,9] [--context 300]
+    python benchmarks/step_ab.py --compiled-body
 
 Prints the median milliseconds of each pass kind per width (after a prefill of --context tokens,
 cut back after every pass) and the ratio, with the min and max over the blocks.
@@ -44,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--without-kernels", action="store_true",
                         help="then time the lean step with its matmul kernels and head replaced by their "
                              "outputs kept from a first call: what the step costs besides them")
+    parser.add_argument("--compiled-body", action="store_true",
+                        help="A: the lean step's PyTorch body, B: its decoder layers as one compiled call")
     args = parser.parse_args(argv)
 
     from app.engine.backends.torch_backend import TorchBackend
@@ -53,20 +58,33 @@ def main(argv: list[str] | None = None) -> int:
     backend = TorchBackend(folder, device="cpu", precision=args.precision)
     print(f"{args.model}: {backend.precision}; {torch.get_num_threads()} threads")
     ids = [(11 + 37 * i) % min(40000, backend.vocab_size) for i in range(args.context + 32)]
-    print("width | transformers ms | lean ms | lean / transformers [min-max over blocks]")
+    a, b = ("pytorch body", "compiled body") if args.compiled_body else ("transformers", "lean")
+    if args.compiled_body:
+        backend.step = "lean"
+        native = backend._lean.native
+        if native is None:
+            print(f"no compiled body here: {backend._lean.native_note}")
+            return 1
+    print(f"width | {a} ms | {b} ms | {b} / {a} [min-max over blocks]")
     for width in (int(w) for w in args.widths.split(",")):
-        medians = {"transformers": [], "lean": []}
+        medians = {a: [], b: []}
         for block in range(args.blocks):
-            for step in (("transformers", "lean") if block % 2 == 0 else ("lean", "transformers")):
-                backend.step = step
+            for step in ((a, b) if block % 2 == 0 else (b, a)):
+                if args.compiled_body:
+                    backend._lean.native = native if step == b else None
+                else:
+                    backend.step = step
                 timed_passes(backend, ids, args.context, width, 2)  # warm
                 medians[step].append(statistics.median(timed_passes(backend, ids, args.context, width, args.passes)))
-        ratios = [lean / tf for lean, tf in zip(medians["lean"], medians["transformers"], strict=True)]
-        print(f"{width:5d} | {statistics.median(medians['transformers']) * 1e3:15.2f} | "
-              f"{statistics.median(medians['lean']) * 1e3:7.2f} | {statistics.median(ratios):.3f} "
+        ratios = [new / old for new, old in zip(medians[b], medians[a], strict=True)]
+        print(f"{width:5d} | {statistics.median(medians[a]) * 1e3:15.2f} | "
+              f"{statistics.median(medians[b]) * 1e3:7.2f} | {statistics.median(ratios):.3f} "
               f"[{min(ratios):.3f}-{max(ratios):.3f}]", flush=True)
+    if args.compiled_body:
+        backend._lean.native = native
     if args.without_kernels:
         backend.step = "lean"
+        backend._lean.native = None  # the PyTorch body, whose kernels can be replaced
         for width in (int(w) for w in args.widths.split(",")):
             whole = statistics.median(timed_passes(backend, ids, args.context, width, args.passes))
             restore = _stub_kernels(backend)

@@ -108,10 +108,11 @@ def test_a_q4_gguf_loads_at_its_own_precisions_and_agrees_with_its_dequantized_w
         embedding(torch.tensor([[len(rows)]]))
     linear_bytes = sum(m.weight.numel() * 4 for m in reference.model.modules()
                        if isinstance(m, torch.nn.Linear) and m is not reference.model.get_output_embeddings())
-    # every linear layer shrank to 4 bits and bfloat16 scales (0.625 bytes a weight, not 4), the
-    # embedding stays in the file, and the tied head adds an int8 screen of it
+    # every linear layer shrank to 4 bits and 16-bit scales (0.625 bytes a weight, not 4; here
+    # up to 1.25: the CPU kernel pads this tiny model's 32-row k and v to its chunk of 64 rows),
+    # the embedding stays in the file, and the tied head adds an int8 screen of it
     screen = own.model.get_output_embeddings().codes.numel()
-    assert reference.weights_bytes - own.weights_bytes >= 0.8 * linear_bytes + rows.size * 4 - screen
+    assert reference.weights_bytes - own.weights_bytes >= 0.65 * linear_bytes + rows.size * 4 - screen
     ids = [1, 900, 198, 300, 301, 302, 40, 41]
     a, b = own.forward_last(ids), reference.forward_last(ids)
     assert torch.argmax(a) == torch.argmax(b)
@@ -233,6 +234,8 @@ from app.models.gguf_torch import load_gguf_model
 folder, source = Path(sys.argv[1]), Path(sys.argv[2])
 with torch.device("meta"):  # the loader's imports and first meta model, before the baseline
     AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(folder)))
+from app.models.int4_cpu_torch import compiled
+compiled()  # the 4-bit CPU kernel's compiled code (LLVM's, not weights), before the baseline too
 gc.collect()
 def high_water():  # the peak resident size (VmHWM), in bytes
     line = next(l for l in open("/proc/self/status") if l.startswith("VmHWM:"))
@@ -301,13 +304,20 @@ def test_models_info_says_what_runs_and_check_measures_it(tiny_q4, capsys):
     source = gguf_source(tiny_q4[0])
     assert main(["models", "info", "--check", str(source)]) == 0
     out = capsys.readouterr().out
-    assert "Q4_0" in out and "int4, groups of 32, bfloat16 scales" in out and "Q8_0" in out
+    from app.models.int4_cpu_torch import int4_scales
+
+    assert "Q4_0" in out and f"int4, groups of 32, {int4_scales()}" in out and "Q8_0" in out
     assert "float32 would be" in out
     q4 = next(line for line in out.splitlines() if line.strip().startswith("Q4_0 as int4 g32:"))
     assert any(line.strip().startswith("Q8_0 (token embedding) as float32 rows read from the file: 1 tensors, exact")
                for line in out.splitlines())
     largest = float(q4.split("largest error ")[1].split(" ")[0])
-    assert 0 < largest < 1e-2  # bfloat16 scales: about 3 significant digits, never the codes
+    from app.models.int4_cpu_torch import why_not_available
+
+    if why_not_available():
+        assert 0 < largest < 1e-2  # PyTorch's kernel: bfloat16 scales, about 3 significant digits
+    else:
+        assert largest == 0  # Tandem's CPU kernel holds the file's fp16 scales as they are
     ppl = next(line for line in out.splitlines() if line.startswith("perplexity"))
     change = float(ppl.rsplit("(", 1)[1].split("%")[0])
     assert abs(change) < 1.0, ppl

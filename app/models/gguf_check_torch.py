@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from app.models.gguf_blocks import INT4_TYPES, int4_groups
+from app.models.int4_cpu_torch import int4_kernel_words, int4_scales
 
 # A fixed text for the perplexity check (Dickens, A Tale of Two Cities, 1859: public domain).
 FIXED_TEXT = (
@@ -53,7 +54,7 @@ def info_lines(gguf_path: Path) -> list[str]:
                          "win rescored in float32 from the file")
         rest = n - embedding - head
         if rest and kind in INT4_TYPES:
-            parts.append(f"int4, groups of 32, bfloat16 scales ({_size(rest * INT4_BYTES)})")
+            parts.append(f"int4, groups of 32, {int4_scales()} ({_size(rest * INT4_BYTES)})")
         elif rest and kind in INT8_TYPES:
             parts.append(f"int8, one bfloat16 scale per row ({_size(rest * INT8_BYTES)})")
         elif rest:
@@ -62,8 +63,7 @@ def info_lines(gguf_path: Path) -> list[str]:
         lines.append(f"{kind:<8}{count:>8}{n:>14,}{_size(info.stored[kind]):>14}  {runs}")
     loaded = loaded_bytes(info.elements, info.embedding, info.head, info.head_rows)
     lines.append(f"loaded size {_size(loaded)} (float32 would be "
-                 f"{_size(info.n_params * 4)}); linear layers run on PyTorch's int4 (tinygemm) and int8 kernels "
-                 "on the CPU")
+                 f"{_size(info.n_params * 4)}); {int4_kernel_words()}")
     return lines
 
 
@@ -75,7 +75,7 @@ def quantization_error(gguf_path: Path) -> dict[str, dict]:
     import gguf
     import torch
 
-    from app.models.gguf_layers_torch import INT8_TYPES, GGUFInt8Linear
+    from app.models.gguf_layers_torch import INT8_TYPES, GGUFInt8Linear, _blocks
 
     from app.models.screened_head_torch import ScreenedHead
 
@@ -97,8 +97,13 @@ def quantization_error(gguf_path: Path) -> dict[str, dict]:
                 continue
         if kind in INT4_TYPES and not flat and not embedding:
             groups = int4_groups(kind, tensor.data, rows, cols)
-            bf16 = lambda a: torch.from_numpy(a).to(torch.bfloat16).float().numpy()  # noqa: E731
-            loaded = type(groups)(groups.codes, bf16(groups.scale), bf16(groups.zero)).dequantize()
+            blocks = _blocks(rows, cols)
+            if blocks is not None:  # Tandem's CPU kernel: the file's scales as they are
+                blocks.fill(0, groups.codes, groups.scale, groups.zero)
+                loaded = blocks.dequantize()
+            else:  # PyTorch's int4 kernel: scales and zeros in bfloat16
+                bf16 = lambda a: torch.from_numpy(a).to(torch.bfloat16).float().numpy()  # noqa: E731
+                loaded = type(groups)(groups.codes, bf16(groups.scale), bf16(groups.zero)).dequantize()
             _add_error(out, f"{kind} as int4 g32", loaded, _reference(gguf, tensor, rows, cols))
             continue
         if kind in INT8_TYPES and not flat and not embedding:

@@ -32,18 +32,30 @@ def inner_k_tiles(in_features: int) -> int | None:
 
 
 class GGUFInt4Linear(torch.nn.Module):
-    """A bias-free Linear whose weight is GGUF's 4-bit codes, packed for PyTorch's int4 kernel.
-    Activations run in `act_dtype` (the kernel's scales are stored in it). Filled by row blocks
-    (`fill`), so packing a large weight never needs more than a block's temporaries."""
+    """A bias-free Linear whose weight is GGUF's 4-bit codes: on Tandem's compiled CPU kernel
+    (int4_cpu_torch.Int4Blocks: float32 activations, the file's scales exactly) where it runs
+    here, else packed for PyTorch's int4 kernel with activations in `act_dtype` (the kernel's
+    scales are stored in it). Filled by row blocks (`fill`), so packing a large weight never
+    needs more than a block's temporaries."""
 
     def __init__(self, out_features: int, in_features: int, act_dtype: torch.dtype):
         super().__init__()
         self.out_features, self.in_features = out_features, in_features
+        self.blocks = _blocks(out_features, in_features)
+        if self.blocks is not None:
+            self.act_dtype = torch.float32
+            self._expose_blocks()
+            return
         self.tiles = inner_k_tiles(in_features)
         self.register_buffer("packed", torch.empty(out_features, in_features // 2, dtype=torch.uint8))
         # (groups, out, 2): the scale and the zero of each group of 32 weights of each output row
         self.register_buffer("scales_and_zeros", torch.empty(in_features // GROUP, out_features, 2, dtype=act_dtype))
         self.act_dtype = act_dtype
+
+    def _expose_blocks(self) -> None:
+        """The kernel's arrays as buffers (views, not copies), so the loaded size counts them."""
+        for name in ("codes", "scale", "offset"):
+            self.register_buffer(f"blocks_{name}", torch.from_numpy(getattr(self.blocks, name)), persistent=False)
 
     @classmethod
     def from_groups(cls, groups: Int4Groups, act_dtype: torch.dtype) -> GGUFInt4Linear:
@@ -56,6 +68,10 @@ class GGUFInt4Linear(torch.nn.Module):
         """Rows start.. of the weight (start a multiple of PACK_ROWS: the CPU layout packs rows in
         blocks of 64, so blocks packed apart equal the whole packed at once)."""
         rows = groups.codes.shape[0]
+        if self.blocks is not None:
+            self.blocks.fill(start, groups.codes, groups.scale, groups.zero)
+            self._expose_blocks()  # a scale that is not a half widens the held scales to float32
+            return
         q = torch.from_numpy(np.ascontiguousarray(groups.codes)).to(torch.int32)
         self.packed[start:start + rows] = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, self.tiles)
         self.scales_and_zeros[:, start:start + rows, 0] = torch.from_numpy(groups.scale.T)
@@ -63,11 +79,28 @@ class GGUFInt4Linear(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features).to(self.act_dtype)
+        if self.blocks is not None:
+            y = _on_blocks(self.blocks, flat)
+            return y.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
         y = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, GROUP, self.scales_and_zeros)
         return y.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, int4 g{GROUP} ({self.act_dtype})"
+        kernel = "Tandem's CPU kernel" if self.blocks is not None else "PyTorch's kernel"
+        return (f"in_features={self.in_features}, out_features={self.out_features}, int4 g{GROUP} "
+                f"({self.act_dtype}, {kernel})")
+
+
+def _blocks(rows: int, cols: int):
+    """An Int4Blocks for a (rows, cols) weight where the compiled kernel runs here, else None."""
+    from app.models.int4_cpu_torch import Int4Blocks, why_not_available
+
+    return None if why_not_available() else Int4Blocks(rows, cols)
+
+
+@torch.compiler.disable  # NumPy arrays into a Numba call: torch.compile (--compile on) steps around it
+def _on_blocks(blocks, flat: torch.Tensor) -> torch.Tensor:
+    return torch.from_numpy(blocks.matmul(np.ascontiguousarray(flat.numpy())))
 
 
 PACK_ROWS = 64

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
 import torch
 
 # the int8 kernel accumulates in float32 and rounds its output to bfloat16: half a unit in the last
@@ -53,6 +54,7 @@ class ScreenedHead(torch.nn.Module):
         self.register_buffer("scales", torch.empty(vocab, dtype=torch.bfloat16))
         self.register_buffer("error_norm", torch.empty(vocab))  # |w_v - w'_v|
         self.register_buffer("screen_norm", torch.empty(vocab))  # |w'_v|
+        self._compiled = None  # Tandem's CPU kernel (kernels_numba.screen) where it runs, at the first pass
         if weights is not None:
             step = max(1, chunk_bytes // (dim * 4))  # a chunk's float32 temporaries at a time
             for start in range(0, vocab, step):
@@ -67,6 +69,7 @@ class ScreenedHead(torch.nn.Module):
     def fill(self, start: int, rows: torch.Tensor) -> None:
         """Rows start.. of the screen, from their float32 weights."""
         end = start + rows.shape[0]
+        self._compiled = None  # its scales are read again at the next pass
         scale = (rows.abs().amax(dim=1).clamp(min=1e-30) / 127.0).to(torch.bfloat16)
         codes = torch.round(rows / scale.float()[:, None]).clamp(-127, 127)
         screen = codes * scale.float()[:, None]
@@ -82,6 +85,9 @@ class ScreenedHead(torch.nn.Module):
 
     def candidates(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(screen logits (n, V) float32, mask (n, V) of the rows that could be each argmax)."""
+        compiled = self._kernel() if hidden.device.type == "cpu" else None
+        if compiled is not None:
+            return self._compiled_candidates(compiled, hidden)
         low = hidden.to(torch.bfloat16)
         screen = torch.ops.aten._weight_int8pack_mm(low, self.codes, self.scales).float()
         if self.limit < self.out_features:
@@ -90,6 +96,36 @@ class ScreenedHead(torch.nn.Module):
         rounding = (hidden - low.float()).norm(dim=1, keepdim=True)
         bound = screen.abs().mul_(OUTPUT_ROUNDING).add_(SLACK)
         bound.addcmul_(h_norm, self.error_norm).addcmul_(rounding, self.screen_norm)
+        floor = (screen - bound).amax(dim=1, keepdim=True)
+        return screen, (screen + bound) >= floor
+
+    def _kernel(self):
+        """The compiled module (int4_cpu_torch.compiled()) with the float32 scales it reads, or None."""
+        if self._compiled is None:
+            from app.models.int4_cpu_torch import compiled
+
+            module = compiled()
+            # a float32 sum of n products errs by at most n * 2**-24 of the sum of their sizes,
+            # which Cauchy-Schwarz bounds by |h| |w'_v| (Higham's gamma_n; n + 2 for the scale's
+            # product): per row, |h| times this
+            rounding = (self.in_features + 2) * 2.0 ** -24
+            row_bound = self.error_norm + rounding * self.screen_norm
+            self._compiled = (False,) if module is None else (module, self.scales.float().numpy(), row_bound)
+        return self._compiled[0] or None
+
+    def _compiled_candidates(self, compiled, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The same screen and bound on Tandem's CPU kernel: float32 activations and sums, so the
+        bound has no activation rounding and no bfloat16 output rounding, only the sum's."""
+        from app.models.int4_cpu_torch import threads
+
+        flat = np.ascontiguousarray(hidden.float().numpy())
+        screen = np.empty((flat.shape[0], self.out_features), np.float32)
+        compiled.screen(self.codes.numpy(), self._compiled[1], flat, screen, threads())
+        screen = torch.from_numpy(screen)
+        if self.limit < self.out_features:
+            screen[:, self.limit:] = float("-inf")
+        bound = self._compiled[2] * hidden.float().norm(dim=1, keepdim=True)
+        bound.add_(SLACK)
         floor = (screen - bound).amax(dim=1, keepdim=True)
         return screen, (screen + bound) >= floor
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -127,6 +128,9 @@ class _Product:
             self.kernel = _stack_dense(modules)
         self.modules = modules
         self.act = _act_dtype(fused if whole else modules[0], dtype) if self.kernel else dtype
+        # the 4-bit weight on Tandem's CPU kernel, where the whole product is one (compiled_layers_torch.py)
+        single = fused if whole else (modules[0] if len(modules) == 1 else None)
+        self.blocks = getattr(single, "blocks", None)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.kernel is not None:
@@ -187,6 +191,9 @@ def _kernel(module: torch.nn.Module):
     from app.models.gguf_blocks import GROUP
     from app.models.gguf_layers_torch import GGUFInt4Linear, GGUFInt8Linear
 
+    if isinstance(module, GGUFInt4Linear) and module.blocks is not None:
+        blocks = module.blocks  # Tandem's CPU kernel: float32 in and out
+        return lambda x: torch.from_numpy(blocks.matmul(np.ascontiguousarray(x.numpy())))
     if isinstance(module, GGUFInt4Linear):
         packed, scales = module.packed, module.scales_and_zeros
         return lambda x: torch.ops.aten._weight_int4pack_mm_for_cpu(x, packed, GROUP, scales)
@@ -252,6 +259,17 @@ class LeanStep:
         self.layers = [self._layer(layer) for layer in inner.layers]
         self._cos = self._sin = None  # (positions, head_dim) tables, grown with the cache
         self.glue = self.new_glue(fused)
+        # the decoder layers as one compiled call on the CPU (compiled_layers_torch.py), where it covers them
+        from app.engine.backends.compiled_layers_torch import NativeBody, why_not
+
+        self.native_note = why_not(self)
+        self.native = None if self.native_note else NativeBody(self)
+        products = [p for layer in self.layers for p in (layer.qkv, layer.o, layer.gate_up, layer.down)]
+        on_kernel = sum(p.blocks is not None for p in products)
+        # where only some products are 4-bit (a Q4_K_M file's 6-bit ones stay on PyTorch's int8 kernel)
+        partly = on_kernel and self.native is None
+        self.kernel_words = (f"{on_kernel} of {len(products)} products on Tandem's 4-bit CPU kernel "
+                             f"(layers not compiled as one: {self.native_note})") if partly else ""
         # masked attention over each KV head's queries together (`_attend`): CUDA's path. (One SDPA
         # call over the grouped queries, cuDNN's kernel, measured no faster on an H100: 7.01 against
         # 6.95 ms for the 8B shape's width-1 pass, docs/performance.md)
@@ -292,6 +310,13 @@ class LeanStep:
         head's dtype, and with `hidden` the final norm's output (n, D). `static`: the positions
         and attended length come as tensors (a CUDA graph's capture); kv.appended is the caller's."""
         n, start = ids.shape[1], kv.length
+        if self.native is not None and static is None and not (hidden and self.aux) and not self.glue.fused:
+            end = start + n
+            kv.reserve(end)
+            self.rope_tables(end)
+            x = self.embed(ids)[0].to(self.dtype)
+            normed = self.native(x, kv.store, start, self._cos[start:end], self._sin[start:end])
+            return self.head(normed[n - keep:]), (normed if hidden else None)
         if static is None:  # eager: exact lengths
             end = start + n
             kv.reserve(end)

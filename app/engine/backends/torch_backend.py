@@ -270,6 +270,10 @@ class TorchBackend(ModelBackend):
         """The precision words with how passes run, in the detail tooltips and `models info` show."""
         if self._lean is not None:
             how = "CUDA graphs" if self._captures() else "lean step"
+            if self._lean.native is not None:
+                how += ", its decoder layers as one compiled call on Tandem's 4-bit CPU kernel"
+            elif self._lean.kernel_words:
+                how += f", {self._lean.kernel_words}"
             if self._lean.glue.fused:
                 how += ", glue fused by torch.compile"
             elif self.glue_note and (self._captures() or self._glue_mode == "on"):

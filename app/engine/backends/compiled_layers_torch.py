@@ -1,0 +1,85 @@
+"""The lean step's decoder layers as one compiled call on the CPU, for a GGUF whose every
+projection is 4-bit (app/models/kernels_numba.decoder_body).
+
+Why: on the demo (30 layers, 2 cores) the lean step's pass was ~1,200 PyTorch calls around the
+int4 kernels; each costs a few microseconds of dispatch, and together they were half the step
+(docs/performance.md). Numba compiles the whole stack of layers for the machine it runs on, so
+a pass is one call: the embedding lookup before it and the screened head after it stay PyTorch.
+The arithmetic is the lean step's (RMSNorm, RoPE by transformers' own cos/sin tables, grouped-
+query attention, the SiLU-gated MLP), in float32 throughout; tests compare it with transformers'
+forward over the same weights.
+
+It runs where the whole stack is covered: the Llama family's layers without biases, every
+product on Int4Blocks with the same scale dtype across layers, SiLU, and no inner-layer states
+asked for (EAGLE-3's heads take the PyTorch body). Anything else keeps the PyTorch body, and
+`why_not` says why.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from app.models.int4_cpu_torch import threads
+
+
+def why_not(lean) -> str:
+    """"" where `lean` (a LeanStep) can run its layers as one compiled call, else why not."""
+    from app.models.int4_cpu_torch import why_not_available
+
+    if lean.device.type != "cpu" or lean.dtype != torch.float32:
+        return "the compiled layers run on the CPU in float32"
+    if getattr(lean.model.config, "hidden_act", "silu") != "silu":
+        return f"the compiled layers cover the SiLU-gated MLP, not {lean.model.config.hidden_act}"
+    for layer in lean.layers:
+        if any(p.blocks is None for p in (layer.qkv, layer.o, layer.gate_up, layer.down)):
+            return "not every projection is a 4-bit GGUF weight on the compiled kernel"
+        if (layer.q_norm is None) != (layer.k_norm is None):
+            return "a q norm without a k norm"
+    fields = [[getattr(getattr(layer, role).blocks, name) for layer in lean.layers]
+              for role in ("qkv", "o", "gate_up", "down") for name in ("codes", "scale", "offset")]
+    if any(len({(a.dtype, a.shape[1:]) for a in arrays}) != 1 for arrays in fields):
+        return "layers of different shapes or scale types"
+    return why_not_available()
+
+
+class NativeBody:
+    """body(x, store, start, cos, sin) -> the final norm's output, as LeanStep.body gives it."""
+
+    def __init__(self, lean):
+        from numba.typed import List
+
+        from app.models.int4_cpu_torch import compiled
+
+        self.kernels = compiled()
+        layers = lean.layers
+        first = layers[0]
+        self.heads, self.kv_heads, self.head_dim = lean.heads, lean.kv_heads, lean.head_dim
+        self.scaling = np.float32(lean.scaling)
+        self.eps = np.float32(first.input_norm.variance_epsilon)
+        self.norms = np.stack([np.stack([_weights(layer.input_norm), _weights(layer.post_norm)]) for layer in layers])
+        if first.q_norm is not None:
+            self.qk_norms = np.stack([np.stack([_weights(layer.q_norm), _weights(layer.k_norm)]) for layer in layers])
+            self.qk_eps = np.float32(first.q_norm.variance_epsilon)
+        else:
+            self.qk_norms, self.qk_eps = np.zeros((0, 2, self.head_dim), np.float32), np.float32(0.0)
+        self.final_norm = _weights(lean.final_norm)
+        self.inner = first.gate_up.blocks.rows // 2
+        # one typed list per field of each product: passed to the compiled call as one object each
+        self.products = [List([getattr(getattr(layer, role).blocks, name) for layer in layers])
+                         for role in ("qkv", "o", "gate_up", "down") for name in ("codes", "scale", "offset")]
+
+    def __call__(self, x: torch.Tensor, store: torch.Tensor, start: int, cos: torch.Tensor,
+                 sin: torch.Tensor) -> torch.Tensor:
+        hidden = np.array(x.numpy(), dtype=np.float32, order="C")  # a copy: updated in place, the residual stream
+        out = np.empty_like(hidden)
+        self.kernels.decoder_body(
+            hidden, store.numpy(), start, np.ascontiguousarray(cos.numpy(), dtype=np.float32),
+            np.ascontiguousarray(sin.numpy(), dtype=np.float32), self.norms, self.eps, self.qk_norms, self.qk_eps,
+            self.heads, self.kv_heads, self.head_dim, self.scaling, self.inner, *self.products,
+            self.final_norm, out, threads())
+        return torch.from_numpy(out)
+
+
+def _weights(norm: torch.nn.Module) -> np.ndarray:
+    return np.ascontiguousarray(norm.weight.detach().float().numpy())

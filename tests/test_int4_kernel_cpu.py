@@ -1,0 +1,213 @@
+"""Tandem's 4-bit CPU kernel (app/models/int4_cpu_torch.py, compiled by Numba) and the decoder
+layers as one compiled call (app/engine/backends/compiled_layers_torch.py): the file's weights exactly,
+the same bits for a token whatever the width of its pass, and the lean step's numbers."""
+
+from __future__ import annotations
+
+import gguf
+import numpy as np
+import pytest
+import torch
+
+from app.draft_choice import NO_DRAFT, PROMPT_LOOKUP
+from app.models import int4_cpu_torch
+from app.models.gguf_blocks import Int4Groups, int4_groups
+from app.models.int4_cpu_torch import CHUNK, Int4Blocks
+from tests.test_gguf_own_precision import SUITE, _random_blocks, _speculative_answers
+
+Q = gguf.GGMLQuantizationType
+
+pytestmark = pytest.mark.skipif(bool(int4_cpu_torch.why_not_available()),
+                                reason=f"the kernel does not run here: {int4_cpu_torch.why_not_available()}")
+
+
+def _blocks_of(kind: str, rows: int, cols: int, seed: int) -> tuple[Int4Blocks, np.ndarray]:
+    raw = _random_blocks(kind, rows, cols, seed=seed)
+    groups = int4_groups(kind, raw, rows, cols)
+    blocks = Int4Blocks(rows, cols)
+    for start in range(0, rows, CHUNK):  # filled a chunk of rows at a time, as the loader does
+        part = slice(start, start + CHUNK)
+        blocks.fill(start, groups.codes[part], groups.scale[part], groups.zero[part])
+    reference = gguf.quants.dequantize(raw, getattr(Q, kind)).reshape(rows, cols).astype(np.float32)
+    return blocks, reference
+
+
+@pytest.mark.parametrize("kind,held", [("Q4_0", np.uint16), ("Q4_1", np.uint16), ("Q4_K", np.float32)])
+def test_the_kernel_holds_and_multiplies_the_files_weights(kind, held):
+    blocks, reference = _blocks_of(kind, 2 * CHUNK, 256, seed=5)
+    # Q4_0 and Q4_1 keep the file's fp16 fields as halves; Q4_K's scales are products, so float32
+    assert blocks.scale.dtype == held and blocks.offset.dtype == held
+    np.testing.assert_allclose(blocks.dequantize(), reference, rtol=0, atol=1e-6 * np.abs(reference).max())
+    x = np.random.default_rng(1).standard_normal((5, 256)).astype(np.float32)
+    expected = x.astype(np.float64) @ reference.T.astype(np.float64)
+    got = blocks.matmul(x)
+    assert got.dtype == np.float32 and got.shape == (5, 2 * CHUNK)
+    assert np.abs(got - expected).max() <= 1e-5 * np.abs(expected).max()  # float32 sums, exact weights
+    swapped, _ = _blocks_of(kind, 2 * CHUNK, 256, seed=6)  # the check can fail
+    assert np.abs(swapped.matmul(x) - expected).max() > 0.1 * np.abs(expected).max()
+
+
+def test_every_width_gives_each_token_the_bits_one_token_gives():
+    """Batch invariance: a verify pass of n tokens and n one-token steps agree bit for bit, through
+    the four-token path and the remainder alike (speculation is exact only if they do)."""
+    blocks, _ = _blocks_of("Q4_1", 3 * CHUNK, 192, seed=8)
+    x = np.random.default_rng(2).standard_normal((11, 192)).astype(np.float32)
+    alone = np.stack([blocks.matmul(x[i:i + 1])[0] for i in range(11)])
+    for width in range(1, 12):
+        np.testing.assert_array_equal(blocks.matmul(np.ascontiguousarray(x[:width])), alone[:width])
+
+
+def test_a_scale_that_is_no_half_widens_what_was_held_without_changing_it():
+    rows, cols = 2 * CHUNK, 64
+    rng = np.random.default_rng(3)
+    codes = rng.integers(0, 16, (rows, cols), dtype=np.uint8)
+    halves = rng.random((rows, 2), dtype=np.float32).astype(np.float16).astype(np.float32)
+    blocks = Int4Blocks(rows, cols)
+    blocks.fill(0, codes[:CHUNK], halves[:CHUNK], 8 * halves[:CHUNK])
+    assert blocks.scale.dtype == np.uint16
+    odd = halves[CHUNK:] * np.float32(1.0001)  # not representable as halves
+    blocks.fill(CHUNK, codes[CHUNK:], odd, 8 * odd)
+    assert blocks.scale.dtype == np.float32
+    expected = Int4Groups(codes, np.concatenate([halves[:CHUNK], odd]), 8 * np.concatenate([halves[:CHUNK], odd]))
+    np.testing.assert_allclose(blocks.dequantize(), expected.dequantize(), rtol=1e-6, atol=1e-7)
+
+
+def test_turned_off_it_says_so_and_pytorchs_kernel_runs(monkeypatch):
+    from app.models.gguf_layers_torch import GGUFInt4Linear
+
+    monkeypatch.setattr(int4_cpu_torch, "_COMPILED", None)
+    monkeypatch.setattr(int4_cpu_torch, "_WHY_NOT", None)
+    monkeypatch.setenv("TANDEM_INT4_KERNEL", "off")
+    assert int4_cpu_torch.why_not_available() == "turned off by TANDEM_INT4_KERNEL"
+    assert "does not run here: turned off" in int4_cpu_torch.int4_kernel_words()
+    raw = _random_blocks("Q4_1", 64, 128, seed=3)
+    layer = GGUFInt4Linear.from_groups(int4_groups("Q4_1", raw, 64, 128), torch.bfloat16)
+    assert layer.blocks is None and layer.packed.shape == (64, 64) and "PyTorch's kernel" in repr(layer)
+
+
+# The decoder layers as one compiled call, on a model whose projections are all 4-bit ------------
+
+def _quantized(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
+    """`model` with every projection on the 4-bit kernel, quantized as Q4_1 groups (asymmetric,
+    fp16 scale and minimum), q/k/v and gate/up stacked as the GGUF loader stacks them."""
+    from app.models.fused_projections_torch import GROUPS, install
+    from app.models.gguf_layers_torch import GGUFInt4Linear
+
+    def groups_of(weight: torch.Tensor) -> Int4Groups:
+        w = weight.detach().numpy().reshape(weight.shape[0], -1, 32)
+        low, high = w.min(-1), w.max(-1)
+        d = ((high - low) / 15).astype(np.float16).astype(np.float32)
+        m = low.astype(np.float16).astype(np.float32)
+        codes = np.clip(np.round((w - m[..., None]) / d[..., None]), 0, 15).astype(np.uint8)
+        return Int4Groups(codes.reshape(weight.shape), d, m + 8 * d)
+
+    for layer in model.model.layers:
+        for attr, parts in GROUPS.items():
+            owner = getattr(layer, attr)
+            stacked = torch.cat([getattr(owner, part).weight for part in parts])
+            install(owner, parts, GGUFInt4Linear.from_groups(groups_of(stacked), torch.float32))
+        layer.self_attn.o_proj = GGUFInt4Linear.from_groups(groups_of(layer.self_attn.o_proj.weight), torch.float32)
+        layer.mlp.down_proj = GGUFInt4Linear.from_groups(groups_of(layer.mlp.down_proj.weight), torch.float32)
+    return model
+
+
+def _tiny(kind: str) -> torch.nn.Module:
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(4)
+    shape = dict(vocab_size=300, hidden_size=128, intermediate_size=256, num_hidden_layers=3,
+                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-5)
+    if kind == "qwen3":
+        model = Qwen3ForCausalLM(Qwen3Config(head_dim=32, **shape))
+    else:
+        model = LlamaForCausalLM(LlamaConfig(**shape))
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.mul_(4.0)
+    return _quantized(model.eval())
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen3"])
+@torch.inference_mode()
+def test_the_compiled_layers_compute_what_the_lean_step_and_transformers_compute(kind):
+    from app.engine.backends.lean_step_torch import LeanStep
+
+    model = _tiny(kind)
+    lean = LeanStep(model)
+    assert lean.native is not None, lean.native_note
+    ids = torch.tensor([[(7 + 31 * i) % 300 for i in range(24)]])
+    results = {}
+    for body in ("native", "pytorch"):
+        native = lean.native
+        if body == "pytorch":
+            lean.native = None  # the lean step's PyTorch body, on the same 4-bit kernel per product
+        kv = lean.new_cache()
+        prefill = lean.forward(ids[:, :16], kv, 16, hidden=True)
+        kv.appended(16)
+        verify = lean.forward(ids[:, 16:], kv, 8, hidden=True)
+        results[body] = (prefill, verify)
+        lean.native = native
+    reference = model(ids).logits[0].float()  # transformers' forward over the same modules
+    for (logits, hidden), (torch_logits, torch_hidden) in zip(results["native"], results["pytorch"], strict=True):
+        assert (hidden - torch_hidden).abs().max() <= 1e-4 * torch_hidden.abs().max()
+        assert (logits - torch_logits).abs().max() <= 1e-4 * torch_logits.abs().max()
+    logits = torch.cat([results["native"][0][0], results["native"][1][0]])
+    assert (logits - reference).abs().max() <= 1e-4 * reference.abs().max()
+    assert torch.equal(logits.argmax(-1), reference.argmax(-1))
+
+
+@torch.inference_mode()
+def test_a_verify_pass_gives_each_token_the_bits_of_its_own_step():
+    """The final norm's output, bit for bit (the head after it is the model's own: a GGUF's
+    screened head keeps the property, the tiny model's float32 Linear need not)."""
+    from app.engine.backends.lean_step_torch import LeanStep
+
+    lean = LeanStep(_tiny("llama"))
+    ids = torch.tensor([[(5 + 17 * i) % 300 for i in range(20)]])
+    kv = lean.new_cache()
+    lean.forward(ids[:, :12], kv, 1)
+    kv.appended(12)
+    _, verify = lean.forward(ids[:, 12:], kv, 8, hidden=True)
+    steps = []
+    for i in range(12, 20):
+        _, hidden = lean.forward(ids[:, i:i + 1], kv, 1, hidden=True)
+        kv.appended(1)
+        steps.append(hidden)
+    assert torch.equal(verify, torch.cat(steps))
+
+
+def test_why_the_compiled_layers_do_not_run_is_said():
+    from app.engine.backends.lean_step_torch import LeanStep
+    from tests.factories import tiny_llama
+
+    lean = LeanStep(tiny_llama(3))  # float32 Linear layers: no 4-bit kernel
+    assert lean.native is None
+    assert lean.native_note == "not every projection is a 4-bit GGUF weight on the compiled kernel"
+
+
+@pytest.fixture(scope="module")
+def wide_q4(tmp_path_factory, tiny_fields):
+    """A tiny Llama as a Q4_1 GGUF whose every projection has whole chunks of rows (the compiled
+    layers run it); the embedding Q8_0."""
+    from app.models.gguf_import import import_gguf
+    from tests.factories import tiny_llama, write_gguf
+
+    root = tmp_path_factory.mktemp("wide_q4")
+    model = tiny_llama(seed=23, hidden=128, heads=4, kv_heads=2)
+    write_gguf(model, root / "m.gguf", tiny_fields, Q.Q4_1, embedding_qtype=Q.Q8_0)
+    return import_gguf(root / "m.gguf", root / "import", mlx_variants=())["hf"]
+
+
+def test_on_the_compiled_layers_speculation_writes_exactly_what_the_target_writes_alone(wide_q4):
+    """Token for token, with no near-tie allowance: every pass is batch invariant on this path."""
+    from app.runner import Runner
+
+    answers = {}
+    for draft in (PROMPT_LOOKUP, NO_DRAFT):
+        runner = Runner()
+        loaded = runner.load(wide_q4, "torch", draft=draft, precision="gguf", progress=lambda m: None)
+        assert "decoder layers as one compiled call" in loaded.dtype
+        answers[draft] = _speculative_answers(runner, SUITE[5:7], max_tokens=80)  # copy prompts: long drafts
+    assert sum(len(tokens) for _, tokens in answers[PROMPT_LOOKUP]) >= 120
+    assert answers[PROMPT_LOOKUP] == answers[NO_DRAFT]

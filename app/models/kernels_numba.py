@@ -86,9 +86,9 @@ def chunk_product(codes, scale, offset, x, sums, out, ch, decoded, acc, scratch)
     """Rows ch * CHUNK.. of out (tokens, rows) = x (tokens, cols) @ the weight's rows, transposed.
 
     Group by group: the group's 32 x CHUNK weights are decoded once into `decoded` (L1-sized),
-    then each token's 32 activations are held in registers while one loop over the rows sums
-    all 32 products of a row (written out, so the sum stays in a register and LLVM vectorizes
-    across rows). The order of that sum is fixed in the code: one token or many, the same bits."""
+    then each token's 32 activations are held while one loop over the rows sums all 32 products
+    of a row in two chains of FMAs, even and odd (written out, so the sums stay in registers and
+    LLVM vectorizes across rows). The order of that sum is fixed in the code: one token or many, the same bits."""
     groups = codes.shape[1]
     tokens = x.shape[0]
     sb, ob = scratch[0], scratch[1]
@@ -142,22 +142,39 @@ def chunk_product(codes, scale, offset, x, sums, out, ch, decoded, acc, scratch)
             total = sums[t, b]
             into = acc[t]
             for r in range(CHUNK):
-                s = decoded[0, r] * x0 + decoded[1, r] * x1
-                s = s + (decoded[2, r] * x2 + decoded[3, r] * x3)
-                s = s + (decoded[4, r] * x4 + decoded[5, r] * x5)
-                s = s + (decoded[6, r] * x6 + decoded[7, r] * x7)
-                s = s + (decoded[8, r] * x8 + decoded[9, r] * x9)
-                s = s + (decoded[10, r] * x10 + decoded[11, r] * x11)
-                s = s + (decoded[12, r] * x12 + decoded[13, r] * x13)
-                s = s + (decoded[14, r] * x14 + decoded[15, r] * x15)
-                s = s + (decoded[16, r] * x16 + decoded[17, r] * x17)
-                s = s + (decoded[18, r] * x18 + decoded[19, r] * x19)
-                s = s + (decoded[20, r] * x20 + decoded[21, r] * x21)
-                s = s + (decoded[22, r] * x22 + decoded[23, r] * x23)
-                s = s + (decoded[24, r] * x24 + decoded[25, r] * x25)
-                s = s + (decoded[26, r] * x26 + decoded[27, r] * x27)
-                s = s + (decoded[28, r] * x28 + decoded[29, r] * x29)
-                s = s + (decoded[30, r] * x30 + decoded[31, r] * x31)
+                even = decoded[0, r] * x0
+                odd = decoded[1, r] * x1
+                even = even + decoded[2, r] * x2
+                odd = odd + decoded[3, r] * x3
+                even = even + decoded[4, r] * x4
+                odd = odd + decoded[5, r] * x5
+                even = even + decoded[6, r] * x6
+                odd = odd + decoded[7, r] * x7
+                even = even + decoded[8, r] * x8
+                odd = odd + decoded[9, r] * x9
+                even = even + decoded[10, r] * x10
+                odd = odd + decoded[11, r] * x11
+                even = even + decoded[12, r] * x12
+                odd = odd + decoded[13, r] * x13
+                even = even + decoded[14, r] * x14
+                odd = odd + decoded[15, r] * x15
+                even = even + decoded[16, r] * x16
+                odd = odd + decoded[17, r] * x17
+                even = even + decoded[18, r] * x18
+                odd = odd + decoded[19, r] * x19
+                even = even + decoded[20, r] * x20
+                odd = odd + decoded[21, r] * x21
+                even = even + decoded[22, r] * x22
+                odd = odd + decoded[23, r] * x23
+                even = even + decoded[24, r] * x24
+                odd = odd + decoded[25, r] * x25
+                even = even + decoded[26, r] * x26
+                odd = odd + decoded[27, r] * x27
+                even = even + decoded[28, r] * x28
+                odd = odd + decoded[29, r] * x29
+                even = even + decoded[30, r] * x30
+                odd = odd + decoded[31, r] * x31
+                s = even + odd
                 into[r] = into[r] + (sb[r] * s + ob[r] * total)
     rows = out.shape[1]
     for t in range(tokens):

@@ -309,11 +309,14 @@ def screen(codes, scales, x, out, parts):  # pragma: no cover - compiled
     tokens = x.shape[0]
     parts = min(parts, rows)
     for part in prange(parts):
+        weights = np.empty(width, np.float32)  # the row's codes as floats, once for all tokens
         for v in range(part * rows // parts, (part + 1) * rows // parts):
             row = codes[v]
+            for i in range(width):
+                weights[i] = np.float32(row[i])
             for t in range(tokens):
                 xt = x[t]
                 s = np.float32(0.0)
                 for i in range(width):
-                    s += np.float32(row[i]) * xt[i]
+                    s += weights[i] * xt[i]
                 out[t, v] = s * scales[v]

@@ -43,6 +43,11 @@ def why_not_available() -> str:
     return _WHY_NOT or ""
 
 
+def decided() -> bool:
+    """Whether this process has built (or failed to build) the kernel already."""
+    return _COMPILED is not None or _WHY_NOT is not None
+
+
 def compiled():
     """The module of compiled functions (kernels_numba), built on first use; None where it cannot be."""
     global _COMPILED, _WHY_NOT
@@ -61,6 +66,12 @@ def compiled():
         # runtime it shares with PyTorch: PyTorch's own count (OMP_NUM_THREADS, the user's
         # setting) is put back after the first parallel call
         chosen = torch.get_num_threads()
+        import numba
+
+        # a threading layer that takes calls from several threads at once (OpenMP or TBB; the
+        # window and the server may decode on different threads): Numba's own work queue aborts
+        # the process on that, and where no safe layer exists the first call fails here instead
+        numba.config.THREADING_LAYER = "threadsafe"
         module = importlib.import_module("app.models.kernels_numba")
         probe = Int4Blocks(CHUNK, GROUP)  # compiles (or loads from the cache) and runs once
         probe.fill(0, np.full((CHUNK, GROUP), 9, np.uint8), np.ones((CHUNK, 1), np.float32),

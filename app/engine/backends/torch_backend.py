@@ -314,7 +314,8 @@ class TorchBackend(ModelBackend):
 
     def _load_gguf(self, folder: Path):
         """The weights straight from the GGUF the folder was imported from, at its own precisions
-        (app/models/gguf_torch.py): its 4-bit tensors run on PyTorch's int4 CPU kernel."""
+        (app/models/gguf_torch.py): its 4-bit tensors run on Tandem's CPU kernel (int4_cpu_torch.py), or
+        on PyTorch's int4 kernel where that cannot run."""
         from app.models.errors import ModelFileError
         from app.models.gguf_import import gguf_source
         from app.models.gguf_torch import BATCHED_TIE_GAP, load_gguf_model
@@ -323,6 +324,11 @@ class TorchBackend(ModelBackend):
             raise ModelFileError(
                 f"Loading a GGUF at its own precisions runs on the CPU's int4 kernel; on {self._device.type} "
                 "choose float16 or bfloat16 instead.")
+        from app.models import int4_cpu_torch
+
+        if not int4_cpu_torch.decided():  # the first GGUF of this process: Numba builds or reads the kernel
+            self._progress("Preparing the 4-bit CPU kernel (compiled on the first load, then read from the cache)")
+            int4_cpu_torch.why_not_available()
         model, report = load_gguf_model(folder, gguf_source(folder), dtype=self._dtype)
         self.near_tie_gap = BATCHED_TIE_GAP
         # the UI shows the words before " (", and the whole in tooltips and the load line

@@ -103,6 +103,7 @@ class TorchBackend(ModelBackend):
                  compile: str = "off", progress: Callable[[str], None] | None = None,
                  state_replay: str = "layers", step: str = "auto", graphs: str = "auto", glue: str = "auto"):
         config = check_model_folder(folder)
+        self._progress = progress or (lambda message: None)
         self._state_replay = check_choice("state replay", state_replay, STATE_REPLAYS)
         check_choice("precision", precision, PRECISIONS)
         self.folder = folder
@@ -169,7 +170,6 @@ class TorchBackend(ModelBackend):
         self._graph_mode = check_choice("graphs mode", graphs, GRAPH_MODES)
         self._glue_mode = check_choice("glue mode", glue, GLUE_MODES)
         self.glue_note = ""  # why the lean step's glue runs eagerly where passes are captured
-        self._progress = progress or (lambda message: None)
         want, self.compile_note = decide(compile, self._device)
         self.lean_note = why_not_lean(self.model)  # why transformers' own forward runs ("" where it does not)
         self.graph_note = ""  # why passes on CUDA run eagerly

@@ -211,3 +211,16 @@ def test_on_the_compiled_layers_speculation_writes_exactly_what_the_target_write
         answers[draft] = _speculative_answers(runner, SUITE[5:7], max_tokens=80)  # copy prompts: long drafts
     assert sum(len(tokens) for _, tokens in answers[PROMPT_LOOKUP]) >= 120
     assert answers[PROMPT_LOOKUP] == answers[NO_DRAFT]
+
+
+def test_the_first_gguf_load_of_a_process_says_it_prepares_the_kernel(tiny_q4, monkeypatch):
+    from app.engine.backends.torch_backend import TorchBackend
+
+    monkeypatch.setattr(int4_cpu_torch, "_COMPILED", None)  # as in a fresh process
+    monkeypatch.setattr(int4_cpu_torch, "_WHY_NOT", None)
+    said: list[str] = []
+    TorchBackend(tiny_q4[0], precision="gguf", progress=said.append)
+    assert any("4-bit CPU kernel" in message for message in said)
+    said.clear()
+    TorchBackend(tiny_q4[0], precision="gguf", progress=said.append)  # decided: nothing to say
+    assert not any("4-bit CPU kernel" in message for message in said)

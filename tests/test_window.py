@@ -97,6 +97,13 @@ def session(qapp, demo, tmp_path_factory):
     wait_until(session.window.composer.can_send, LOAD_TIMEOUT_MS)
     yield session
     session.window.close()
+    # deleted, not only closed: the window was quit mid-answer above, and a theme test later in
+    # the same process restyles every widget still alive (a closed, half-torn-down window crashed
+    # setStyleSheet there)
+    from PySide6.QtCore import QCoreApplication, QEvent
+
+    session.window.deleteLater()
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
 
 
 @pytest.fixture

@@ -75,7 +75,7 @@ def quantization_error(gguf_path: Path) -> dict[str, dict]:
     import gguf
     import torch
 
-    from app.models.gguf_layers_torch import INT8_TYPES, GGUFInt8Linear, _blocks
+    from app.models.gguf_layers_torch import INT8_TYPES, GGUFInt8Linear, int4_blocks
 
     from app.models.screened_head_torch import ScreenedHead
 
@@ -97,7 +97,7 @@ def quantization_error(gguf_path: Path) -> dict[str, dict]:
                 continue
         if kind in INT4_TYPES and not flat and not embedding:
             groups = int4_groups(kind, tensor.data, rows, cols)
-            blocks = _blocks(rows, cols)
+            blocks = int4_blocks(rows, cols)
             if blocks is not None:  # Tandem's CPU kernel: the file's scales as they are
                 blocks.fill(0, groups.codes, groups.scale, groups.zero)
                 loaded = blocks.dequantize()

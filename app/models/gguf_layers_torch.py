@@ -41,7 +41,7 @@ class GGUFInt4Linear(torch.nn.Module):
     def __init__(self, out_features: int, in_features: int, act_dtype: torch.dtype):
         super().__init__()
         self.out_features, self.in_features = out_features, in_features
-        self.blocks = _blocks(out_features, in_features)
+        self.blocks = int4_blocks(out_features, in_features)
         if self.blocks is not None:
             self.act_dtype = torch.float32
             self._expose_blocks()
@@ -80,7 +80,7 @@ class GGUFInt4Linear(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features).to(self.act_dtype)
         if self.blocks is not None:
-            y = _on_blocks(self.blocks, flat)
+            y = on_blocks(self.blocks, flat)
             return y.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
         y = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, GROUP, self.scales_and_zeros)
         return y.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
@@ -91,7 +91,7 @@ class GGUFInt4Linear(torch.nn.Module):
                 f"({self.act_dtype}, {kernel})")
 
 
-def _blocks(rows: int, cols: int):
+def int4_blocks(rows: int, cols: int):
     """An Int4Blocks for a (rows, cols) weight where the compiled kernel runs here, else None."""
     from app.models.int4_cpu_torch import Int4Blocks, why_not_available
 
@@ -99,7 +99,8 @@ def _blocks(rows: int, cols: int):
 
 
 @torch.compiler.disable  # NumPy arrays into a Numba call: torch.compile (--compile on) steps around it
-def _on_blocks(blocks, flat: torch.Tensor) -> torch.Tensor:
+def on_blocks(blocks, flat: torch.Tensor) -> torch.Tensor:
+    """flat (n, cols) float32 through Tandem's 4-bit CPU kernel -> (n, rows) float32."""
     return torch.from_numpy(blocks.matmul(np.ascontiguousarray(flat.numpy())))
 
 

@@ -51,7 +51,7 @@ def decided() -> bool:
 def compiled():
     """The module of compiled functions (kernels_numba), built on first use; None where it cannot be."""
     global _COMPILED, _WHY_NOT
-    if _COMPILED is not None or _WHY_NOT is not None:
+    if decided():
         return _COMPILED
     if os.environ.get("TANDEM_INT4_KERNEL", "").lower() in ("0", "off", "torch"):
         _WHY_NOT = "turned off by TANDEM_INT4_KERNEL"

@@ -12,8 +12,9 @@ Two things are compiled here:
   is one call, and the threads are shared out inside it.
 
 Every output element is computed by the same operations in the same order whatever the number
-of tokens in the pass (no fastmath reassociation; loops over tokens never change a sum's order),
-so a verify pass gives each token bit for bit what a one-token step gives it.
+of tokens in the pass (the products allow no reassociation; row-local sums may be reordered by
+LLVM, but once, at compile time, in the one code path every width takes), so a verify pass gives
+each token bit for bit what a one-token step gives it.
 """
 
 from __future__ import annotations
@@ -29,9 +30,8 @@ CHUNK = 64
 GROUP = 32
 HALF = GROUP // 2
 
-# The products: "contract" lets LLVM fuse a multiply and an add into one FMA, the same way in
-# every path (the expressions are written alike for one token and four); no reassociation, so
-# the one-token and four-token paths sum in the same order.
+# The products: "contract" lets LLVM fuse a multiply and an add into one FMA; no reassociation, so
+# a row's sum runs in the order written, the same for one token or many.
 # cache: the compiled code is kept in Tandem's cache folder (NUMBA_CACHE_DIR, int4_cpu_torch.py);
 # a frozen bundle has no source files for Numba to key its cache on, so it compiles at each start
 _OPTS = dict(boundscheck=False, error_model="numpy", nogil=True, cache=not getattr(sys, "frozen", False),

@@ -36,9 +36,7 @@ def why_not(lean) -> str:
             return "not every projection is a 4-bit GGUF weight on the compiled kernel"
         if (layer.q_norm is None) != (layer.k_norm is None):
             return "a q norm without a k norm"
-    fields = [[getattr(getattr(layer, role).blocks, name) for layer in lean.layers]
-              for role in ("qkv", "o", "gate_up", "down") for name in ("codes", "scale", "offset")]
-    if any(len({(a.dtype, a.shape[1:]) for a in arrays}) != 1 for arrays in fields):
+    if any(len({(a.dtype, a.shape[1:]) for a in arrays}) != 1 for arrays in _product_fields(lean.layers)):
         return "layers of different shapes or scale types"
     return why_not_available()
 
@@ -66,8 +64,7 @@ class NativeBody:
         self.final_norm = _weights(lean.final_norm)
         self.inner = first.gate_up.blocks.rows // 2
         # one typed list per field of each product: passed to the compiled call as one object each
-        self.products = [List([getattr(getattr(layer, role).blocks, name) for layer in layers])
-                         for role in ("qkv", "o", "gate_up", "down") for name in ("codes", "scale", "offset")]
+        self.products = [List(arrays) for arrays in _product_fields(layers)]
 
     def __call__(self, x: torch.Tensor, store: torch.Tensor, start: int, cos: torch.Tensor,
                  sin: torch.Tensor) -> torch.Tensor:
@@ -79,6 +76,12 @@ class NativeBody:
             self.heads, self.kv_heads, self.head_dim, self.scaling, self.inner, *self.products,
             self.final_norm, out, threads())
         return torch.from_numpy(out)
+
+
+def _product_fields(layers) -> list[list[np.ndarray]]:
+    """Each product's Int4Blocks fields across the layers, in decoder_body's argument order."""
+    return [[getattr(getattr(layer, role).blocks, name) for layer in layers]
+            for role in ("qkv", "o", "gate_up", "down") for name in ("codes", "scale", "offset")]
 
 
 def _weights(norm: torch.nn.Module) -> np.ndarray:

@@ -28,8 +28,8 @@ changes with the length, a multimodal wrapper), keeps transformers' forward, and
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -190,11 +190,10 @@ def _kernel(module: torch.nn.Module):
     """PyTorch's weight-only kernel a GGUF layer runs on, called without the module's own dtype
     round trip (the caller converts once); None for any other module."""
     from app.models.gguf_blocks import GROUP
-    from app.models.gguf_layers_torch import GGUFInt4Linear, GGUFInt8Linear
+    from app.models.gguf_layers_torch import GGUFInt4Linear, GGUFInt8Linear, on_blocks
 
     if isinstance(module, GGUFInt4Linear) and module.blocks is not None:
-        blocks = module.blocks  # Tandem's CPU kernel: float32 in and out
-        return lambda x: torch.from_numpy(blocks.matmul(np.ascontiguousarray(x.numpy())))
+        return partial(on_blocks, module.blocks)  # Tandem's CPU kernel: float32 in and out
     if isinstance(module, GGUFInt4Linear):
         packed, scales = module.packed, module.scales_and_zeros
         return lambda x: torch.ops.aten._weight_int4pack_mm_for_cpu(x, packed, GROUP, scales)

@@ -26,6 +26,9 @@ from llvmlite import ir
 from numba import njit, prange, types  # noqa: F401 - prange is read by the parallel functions
 from numba.extending import intrinsic, overload
 
+from app.models.kernel_tiles_numba import (CODE_DOT_TILES, FLOAT_DOT_TILES, GROUP_TILES, ONE_CODE_DOT, ONE_FLOAT_DOT,
+                                          SUM_TILES)
+
 CHUNK = 64
 GROUP = 32
 HALF = GROUP // 2
@@ -81,18 +84,27 @@ def part_product(codes, scale, offset, x, out, part, parts):  # pragma: no cover
         chunk_product(codes, scale, offset, x, sums, out, ch, decoded, acc, scratch)
 
 
+_T1, _T2, _T3, _T4, _T5, _T6 = (GROUP_TILES[t] for t in range(1, 7))
+_D1, _D2, _D3, _D4, _D5, _D6 = (CODE_DOT_TILES[t] for t in range(1, 7))
+_F1, _F2, _F3, _F4, _F5, _F6 = (FLOAT_DOT_TILES[t] for t in range(1, 7))
+_S1, _S2, _S3, _S4, _S5, _S6 = (SUM_TILES[t] for t in range(1, 7))
+
+
 @njit(**_OPTS)
 def chunk_product(codes, scale, offset, x, sums, out, ch, decoded, acc, scratch):  # pragma: no cover - compiled
     """Rows ch * CHUNK.. of out (tokens, rows) = x (tokens, cols) @ the weight's rows, transposed.
 
     Group by group: the group's 32 x CHUNK weights are decoded once into `decoded` (L1-sized),
-    then each token's 32 activations are held while one loop over the rows sums all 32 products
-    of a row in two chains of FMAs, even and odd (written out, so the sums stay in registers and
-    LLVM vectorizes across rows). The order of that sum is fixed in the code: one token or many, the same bits."""
+    then register tiles of up to 6 tokens (kernel_tiles_numba.py) sum each row's 32 products in one
+    chain and add the group's share to `acc`. The order of that sum is fixed in the code: one token
+    or many, in any tile, the same bits."""
     groups = codes.shape[1]
     tokens = x.shape[0]
     sb, ob = scratch[0], scratch[1]
     acc[:] = 0
+    x_stride = x.strides[0] // 4
+    x_at, acc_at, sums_at = x.ctypes.data, acc.ctypes.data, sums.ctypes.data
+    decoded_at, sb_at, ob_at = decoded.ctypes.data, sb.ctypes.data, ob.ctypes.data
     for b in range(groups):
         for j in range(HALF):  # byte j holds weight j (low nibble) and weight j + 16 (high)
             column = codes[ch, b, j]
@@ -105,77 +117,29 @@ def chunk_product(codes, scale, offset, x, sums, out, ch, decoded, acc, scratch)
         for r in range(CHUNK):
             sb[r] = widen(scale_row[r])
             ob[r] = widen(offset_row[r])
-        base = b * GROUP
-        for t in range(tokens):
-            x0  = x[t, base + 0]
-            x1  = x[t, base + 1]
-            x2  = x[t, base + 2]
-            x3  = x[t, base + 3]
-            x4  = x[t, base + 4]
-            x5  = x[t, base + 5]
-            x6  = x[t, base + 6]
-            x7  = x[t, base + 7]
-            x8  = x[t, base + 8]
-            x9  = x[t, base + 9]
-            x10 = x[t, base + 10]
-            x11 = x[t, base + 11]
-            x12 = x[t, base + 12]
-            x13 = x[t, base + 13]
-            x14 = x[t, base + 14]
-            x15 = x[t, base + 15]
-            x16 = x[t, base + 16]
-            x17 = x[t, base + 17]
-            x18 = x[t, base + 18]
-            x19 = x[t, base + 19]
-            x20 = x[t, base + 20]
-            x21 = x[t, base + 21]
-            x22 = x[t, base + 22]
-            x23 = x[t, base + 23]
-            x24 = x[t, base + 24]
-            x25 = x[t, base + 25]
-            x26 = x[t, base + 26]
-            x27 = x[t, base + 27]
-            x28 = x[t, base + 28]
-            x29 = x[t, base + 29]
-            x30 = x[t, base + 30]
-            x31 = x[t, base + 31]
-            total = sums[t, b]
-            into = acc[t]
-            for r in range(CHUNK):
-                even = decoded[0, r] * x0
-                odd = decoded[1, r] * x1
-                even = even + decoded[2, r] * x2
-                odd = odd + decoded[3, r] * x3
-                even = even + decoded[4, r] * x4
-                odd = odd + decoded[5, r] * x5
-                even = even + decoded[6, r] * x6
-                odd = odd + decoded[7, r] * x7
-                even = even + decoded[8, r] * x8
-                odd = odd + decoded[9, r] * x9
-                even = even + decoded[10, r] * x10
-                odd = odd + decoded[11, r] * x11
-                even = even + decoded[12, r] * x12
-                odd = odd + decoded[13, r] * x13
-                even = even + decoded[14, r] * x14
-                odd = odd + decoded[15, r] * x15
-                even = even + decoded[16, r] * x16
-                odd = odd + decoded[17, r] * x17
-                even = even + decoded[18, r] * x18
-                odd = odd + decoded[19, r] * x19
-                even = even + decoded[20, r] * x20
-                odd = odd + decoded[21, r] * x21
-                even = even + decoded[22, r] * x22
-                odd = odd + decoded[23, r] * x23
-                even = even + decoded[24, r] * x24
-                odd = odd + decoded[25, r] * x25
-                even = even + decoded[26, r] * x26
-                odd = odd + decoded[27, r] * x27
-                even = even + decoded[28, r] * x28
-                odd = odd + decoded[29, r] * x29
-                even = even + decoded[30, r] * x30
-                odd = odd + decoded[31, r] * x31
-                s = even + odd
-                into[r] = into[r] + (sb[r] * s + ob[r] * total)
+        t = 0
+        while t < tokens:
+            left = tokens - t
+            size = 6 if left >= 6 else left
+            vectors = 8 if size == 1 else (4 if size <= 3 else 2)
+            xt = x_at + 4 * (t * x_stride + b * GROUP)
+            st = sums_at + 4 * (t * groups + b)
+            for v in range(0, 8, vectors):
+                r4 = 4 * 8 * v
+                args = (decoded_at + r4, xt, x_stride, acc_at + 4 * t * CHUNK + r4, sb_at + r4, ob_at + r4, st, groups)
+                if size == 6:
+                    _T6(*args)
+                elif size == 5:
+                    _T5(*args)
+                elif size == 4:
+                    _T4(*args)
+                elif size == 3:
+                    _T3(*args)
+                elif size == 2:
+                    _T2(*args)
+                else:
+                    _T1(*args)
+            t += size
     rows = out.shape[1]
     for t in range(tokens):
         for r in range(CHUNK):
@@ -214,26 +178,73 @@ def _rope(v, cos, sin):  # pragma: no cover - compiled
 
 
 @njit(**_ROW_OPTS)
-def _attend(q, keys, values, upto, scaling, out, scores):  # pragma: no cover - compiled
-    """One query head (hd,) against positions 0..upto-1 of its KV head -> out (hd,)."""
-    top = np.float32(-np.inf)
-    for p in range(upto):
-        s = np.float32(0.0)
-        for i in range(q.shape[0]):
-            s += q[i] * keys[p, i]
-        s *= scaling
-        scores[p] = s
-        top = max(top, s)
-    total = np.float32(0.0)
-    for p in range(upto):
-        e = np.exp(scores[p] - top)
-        scores[p] = e
-        total += e
-    out[:] = 0
-    for p in range(upto):
-        w = scores[p] / total
-        for i in range(q.shape[0]):
-            out[i] = out[i] + w * values[p, i]
+def _attend_group(qkv, t, first_head, count, keys, values, upto, scaling, attn, scores):  # pragma: no cover - compiled
+    """Query heads first_head.. (count of them, one KV head's group) of token t, in qkv (n, ...),
+    against positions 0..upto-1 of that KV head's keys and values (capacity, hd) -> attn[t, ...].
+    scores (group, >= upto): scratch. Register tiles (kernel_tiles_numba.py): each key and value
+    row read once serves the group's queries; each score and each output one fixed chain."""
+    hd = keys.shape[1]
+    f = 4  # bytes a float
+    q_at = qkv.ctypes.data + f * (t * qkv.strides[0] // f + first_head * hd)
+    k_at, v_at, s_at = keys.ctypes.data, values.ctypes.data, scores.ctypes.data
+    s_stride = scores.strides[0] // f
+    out_at = attn.ctypes.data + f * (t * attn.strides[0] // f + first_head * hd)
+    q0 = 0
+    while q0 < count:  # scores = q . k, in blocks of 8 positions
+        size = min(6, count - q0)
+        block = 8 if size == 1 else (4 if size <= 3 else 2)
+        p = 0
+        while p + 8 <= upto:
+            for r in range(p, p + 8, block):
+                args = (k_at + f * r * hd, hd, q_at + f * q0 * hd, hd, hd, s_at + f * (q0 * s_stride + r), s_stride)
+                if size == 6:
+                    _F6(*args)
+                elif size == 5:
+                    _F5(*args)
+                elif size == 4:
+                    _F4(*args)
+                elif size == 3:
+                    _F3(*args)
+                elif size == 2:
+                    _F2(*args)
+                else:
+                    _F1(*args)
+            p += 8
+        for r in range(p, upto):
+            for g in range(q0, q0 + size):
+                ONE_FLOAT_DOT(k_at + f * r * hd, hd, q_at + f * g * hd, hd, hd, s_at + f * (g * s_stride + r), s_stride)
+        q0 += size
+    for g in range(count):  # softmax, as transformers' eager attention in float32
+        row = scores[g]
+        top = np.float32(-np.inf)
+        for p in range(upto):
+            row[p] = row[p] * scaling
+            top = max(top, row[p])
+        total = np.float32(0.0)
+        for p in range(upto):
+            e = np.exp(row[p] - top)
+            row[p] = e
+            total += e
+        for p in range(upto):
+            row[p] = row[p] / total
+    q0 = 0
+    while q0 < count:  # attn = weights @ values, 16 columns a tile
+        size = min(6, count - q0)
+        for c in range(0, hd, 16):
+            args = (v_at + f * c, hd, s_at + f * q0 * s_stride, s_stride, upto, out_at + f * (q0 * hd + c), hd)
+            if size == 6:
+                _S6(*args)
+            elif size == 5:
+                _S5(*args)
+            elif size == 4:
+                _S4(*args)
+            elif size == 3:
+                _S3(*args)
+            elif size == 2:
+                _S2(*args)
+            else:
+                _S1(*args)
+        q0 += size
 
 
 @njit(parallel=True, **_ROW_OPTS)
@@ -271,12 +282,11 @@ def decoder_body(x, store, start, cos, sin, norms, eps, qk_norms, qk_eps, heads,
                 for i in range(head_dim):
                     keys[kh, start + t, i] = qkv[t, base + i]
                     values[kh, start + t, i] = qkv[t, base + kv_width + i]
-        scores = np.empty((n * heads, start + n), np.float32)
-        for job in prange(n * heads):
-            t, head = job // heads, job % heads
-            kh = head // group
-            _attend(qkv[t, head * head_dim:(head + 1) * head_dim], keys[kh], values[kh], start + t + 1,
-                    scaling, attn[t, head * head_dim:(head + 1) * head_dim], scores[job])
+        scores = np.empty((n * kv_heads, group, start + n), np.float32)
+        for job in prange(n * kv_heads):
+            t, kh = job // kv_heads, job % kv_heads
+            _attend_group(qkv, t, kh * group, group, keys[kh], values[kh], start + t + 1, scaling, attn,
+                          scores[job])
         codes, scale, offset = o_c[layer], o_s[layer], o_o[layer]
         y = np.empty((n, width), np.float32)
         for part in prange(min(parts, codes.shape[0])):
@@ -299,24 +309,52 @@ def decoder_body(x, store, start, cos, sin, norms, eps, qk_norms, qk_eps, heads,
     _rms_norm(x, final_norm, eps, out)
 
 
-@njit(parallel=True, **_ROW_OPTS)
+@njit(parallel=True, **_OPTS)
 def screen(codes, scales, x, out, parts):  # pragma: no cover - compiled
     """out (tokens, rows) = x (tokens, width) @ (codes * scales[:, None]).T: the screened head's
-    int8 pass (screened_head_torch.py) in float32. Each row's sum is one loop whatever the number
-    of tokens (LLVM vectorizes it; its order is fixed at compile time), so every width gives a
-    token the same bits; the sum's rounding is inside the head's bound (SCREEN_SUM_ROUNDING)."""
-    rows, width = codes.shape
-    tokens = x.shape[0]
+    int8 pass (screened_head_torch.py) in float32, runs of rows shared out between threads. Each
+    row's sum is one fixed chain whatever the number of tokens (kernel_tiles_numba's dot tiles), so
+    every width gives a token the same bits; the sum's rounding is inside the head's bound
+    (SCREEN_SUM_ROUNDING). width: a multiple of 8."""
+    rows = codes.shape[0]
     parts = min(parts, rows)
     for part in prange(parts):
-        weights = np.empty(width, np.float32)  # the row's codes as floats, once for all tokens
-        for v in range(part * rows // parts, (part + 1) * rows // parts):
-            row = codes[v]
-            for i in range(width):
-                weights[i] = np.float32(row[i])
-            for t in range(tokens):
-                xt = x[t]
-                s = np.float32(0.0)
-                for i in range(width):
-                    s += weights[i] * xt[i]
-                out[t, v] = s * scales[v]
+        _screen_rows(codes, scales, x, out, part * rows // parts, (part + 1) * rows // parts)
+
+
+@njit(**_OPTS)
+def _screen_rows(codes, scales, x, out, first, last):  # pragma: no cover - compiled
+    tokens, width = x.shape
+    a_stride, x_stride, out_stride = codes.strides[0], x.strides[0] // 4, out.strides[0] // 4
+    a_at, x_at, out_at = codes.ctypes.data, x.ctypes.data, out.ctypes.data
+    v = first
+    while v + 8 <= last:  # blocks of 8 rows, each read by every token tile while it is in L1
+        t = 0
+        while t < tokens:
+            left = tokens - t
+            size = 6 if left >= 6 else left
+            block = 8 if size == 1 else (4 if size <= 3 else 2)
+            for r in range(v, v + 8, block):
+                args = (a_at + r * a_stride, a_stride, x_at + 4 * t * x_stride, x_stride, width,
+                        out_at + 4 * (t * out_stride + r), out_stride)
+                if size == 6:
+                    _D6(*args)
+                elif size == 5:
+                    _D5(*args)
+                elif size == 4:
+                    _D4(*args)
+                elif size == 3:
+                    _D3(*args)
+                elif size == 2:
+                    _D2(*args)
+                else:
+                    _D1(*args)
+            t += size
+        v += 8
+    for r in range(v, last):
+        for t in range(tokens):
+            ONE_CODE_DOT(a_at + r * a_stride, a_stride, x_at + 4 * t * x_stride, x_stride, width,
+                         out_at + 4 * (t * out_stride + r), out_stride)
+    for t in range(tokens):
+        for r in range(first, last):
+            out[t, r] = out[t, r] * scales[r]

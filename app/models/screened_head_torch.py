@@ -104,7 +104,7 @@ class ScreenedHead(torch.nn.Module):
         if self._compiled is None:
             from app.models.int4_cpu_torch import compiled
 
-            module = compiled()
+            module = compiled() if self.in_features % 8 == 0 else None  # its rows: whole vectors of 8
             # a float32 sum of n products errs by at most n * 2**-24 of the sum of their sizes,
             # which Cauchy-Schwarz bounds by |h| |w'_v| (Higham's gamma_n; n + 2 for the scale's
             # product): per row, |h| times this

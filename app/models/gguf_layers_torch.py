@@ -141,18 +141,44 @@ class GGUFInt8Linear(torch.nn.Module):
 
 class GGUFRows:
     """Rows of a GGUF tensor decoded on demand from the memory-mapped file, in float32: the
-    values of `gguf`'s own dequantization (for a head's rescored rows; a few per token)."""
+    values of `gguf`'s own dequantization (for a head's rescored rows; a few per token). A Q8_0
+    tensor (the demo's tied embedding) is read by Tandem's CPU kernel where it runs: gguf's
+    general decoder cost ~0.15 ms a call, and the head rescores hundreds of rows a token."""
 
     def __init__(self, tensor, cols: int):
         self.data, self.kind, self.cols = tensor.data, tensor.tensor_type, cols
 
+    def _kernel(self):
+        import gguf
+
+        from app.models.int4_cpu_torch import compiled
+
+        if self.kind != gguf.GGMLQuantizationType.Q8_0 or self.cols % GROUP:
+            return None
+        return compiled()
+
     def __call__(self, rows: torch.Tensor) -> torch.Tensor:
         import gguf
 
+        kernel = self._kernel()
+        if kernel is not None:
+            out = np.empty((rows.numel(), self.cols), np.float32)
+            kernel.q8_rows(np.asarray(self.data), rows.reshape(-1).numpy().astype(np.int64), out)
+            return torch.from_numpy(out).reshape(*rows.shape, self.cols)
         unique, back = torch.unique(rows, return_inverse=True)
         part = gguf.quants.dequantize(self.data[unique.numpy()], self.kind)
         values = torch.from_numpy(np.asarray(part, dtype=np.float32).reshape(-1, self.cols))
         return values[back]
+
+    def dots(self, hidden: torch.Tensor, pos: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """hidden[pos[k]] . row rows[k] for every k, float32."""
+        kernel = self._kernel()
+        if kernel is None:
+            return (hidden[pos] * self(rows)).sum(dim=1)
+        out = np.empty(pos.numel(), np.float32)
+        kernel.q8_dots(np.asarray(self.data), pos.numpy().astype(np.int64), rows.numpy().astype(np.int64),
+                       np.ascontiguousarray(hidden.numpy(), dtype=np.float32), out)
+        return torch.from_numpy(out)
 
 
 class GGUFEmbedding(torch.nn.Module):

@@ -24,8 +24,10 @@ threshold in tests/test_gguf_own_precision.py exists for it).
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import os
+from pathlib import Path
 
 import numpy as np
 
@@ -48,6 +50,20 @@ def decided() -> bool:
     return _COMPILED is not None or _WHY_NOT is not None
 
 
+def _sources_version() -> str:
+    """A digest of the compiled modules' sources. Numba keys a cached function on its own file's
+    time stamp only, not on the files it calls into: an edit of kernel_tiles_numba.py alone would
+    leave kernels_numba's cached code stale. A folder per version of both keeps them together."""
+    here = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for name in ("kernels_numba.py", "kernel_tiles_numba.py"):
+        try:
+            digest.update((here / name).read_bytes())
+        except OSError:  # a frozen bundle without sources: Numba caches nothing there anyway
+            digest.update(name.encode())
+    return digest.hexdigest()[:12]
+
+
 def compiled():
     """The module of compiled functions (kernels_numba), built on first use; None where it cannot be."""
     global _COMPILED, _WHY_NOT
@@ -59,7 +75,7 @@ def compiled():
     try:
         from app.paths import cache_dir
 
-        os.environ.setdefault("NUMBA_CACHE_DIR", str(cache_dir() / "numba"))
+        os.environ.setdefault("NUMBA_CACHE_DIR", str(cache_dir() / "numba" / _sources_version()))
         import torch
 
         # Numba's OpenMP pool starts with one thread per core and sets that count in the OpenMP

@@ -9,7 +9,7 @@ registers: each weight vector loaded serves T tokens and each activation broadca
 vectors (the layout of the usual AVX2 GEMM micro-kernel, 6 x 16).
 
 Exactness: every output element goes through the same operations in the same order in every tile
-shape: s = d_0 x_0, then s = fmuladd(d_j, x_j, s) for j = 1..31, one chain, so a pass of any width,
+shape: s = d_0 x_0, then s = fmuladd(d_j, x_j, s) for j = 16, 1, 17, 2, ..., 31 (ORDER), one chain, so a pass of any width,
 split into any tiles, gives a token bit for bit what a one-token step gives it. (llvm.fmuladd is
 one FMA where the CPU has them and a multiply and an add where not: the choice is made per type
 when the code is built, the same for every tile.)
@@ -23,6 +23,7 @@ from numba.extending import intrinsic
 
 LANES = 8  # floats in a vector (one AVX register; two NEON or SSE registers elsewhere)
 GROUP = 32  # weights a 4-bit group holds: the chain's length
+HALF = GROUP // 2  # bytes a row of a group takes
 CHUNK = 64  # rows a decoded group holds (the stride of `decoded` and of the accumulators)
 
 # (tokens, row vectors) for a tile of 1..6 tokens: at least 8 independent chains where the tokens
@@ -57,12 +58,20 @@ def _at(builder, floats, index):
     return builder.gep(floats, [index])
 
 
-def _make_group_tile(tokens: int, vectors: int):
+# The chain's order over a group's 32 weights: byte j holds weight j (its low nibble) and weight
+# j + 16 (its high one), so the two are taken together, which lets a one-token tile decode a byte in
+# registers and use both halves at once
+ORDER = tuple(k // 2 if k % 2 == 0 else HALF + k // 2 for k in range(GROUP))
+
+
+def _make_group_tile(tokens: int, vectors: int, packed: bool = False):
     """The tile of `tokens` x `vectors` * 8 rows for one 4-bit group, with its epilogue:
     acc[t, r] += scale[r] * s[t, r] + offset[r] * sums[t] (kernels_numba.chunk_product's rule).
 
     Arguments are addresses (an array's .ctypes.data plus the byte offset) and strides in floats:
-    decoded (32, 64) from the tile's first row; x from the tile's first token at the group's first
+    decoded (32, 64) floats from the tile's first row, or with `packed` the group's codes as stored
+    (16, 64) bytes, decoded here in registers (a one-token step: nothing to share a decode with);
+    x from the tile's first token at the group's first
     column, x_stride floats a token; acc (tokens, 64) from the tile's first token and row;
     scale, offset: the tile's first row; sums: the tile's first token, sums_stride floats a token."""
 
@@ -73,7 +82,7 @@ def _make_group_tile(tokens: int, vectors: int):
 
         def codegen(context, builder, sig, args):
             decoded_p, x_p, x_stride_v, acc_p, scale_p, offset_p, sums_p, sums_stride_v = args
-            decoded_f = _pointer(builder, decoded_p, _F32)
+            decoded_f = _pointer(builder, decoded_p, ir.IntType(8) if packed else _F32)
             x_f = _pointer(builder, x_p, _F32)
             acc_f = _pointer(builder, acc_p, _F32)
             scale_f = _pointer(builder, scale_p, _F32)
@@ -83,12 +92,16 @@ def _make_group_tile(tokens: int, vectors: int):
             rows = [_at(builder, x_f, builder.mul(x_stride_v, ir.Constant(ir.IntType(64), t)))
                     for t in range(tokens)]
             chains = [[None] * vectors for _ in range(tokens)]
-            for j in range(GROUP):
-                weights = [_load_vector(builder, decoded_f, j * CHUNK + v * LANES) for v in range(vectors)]
+            nibbles = {}
+            for j in ORDER:
+                if packed:
+                    weights = [_nibble(builder, decoded_f, j, v, nibbles) for v in range(vectors)]
+                else:
+                    weights = [_load_vector(builder, decoded_f, j * CHUNK + v * LANES) for v in range(vectors)]
                 for t in range(tokens):
                     xj = _splat(builder, builder.load(_at(builder, rows[t], ir.Constant(ir.IntType(64), j)), align=4))
                     for v in range(vectors):
-                        if j == 0:
+                        if chains[t][v] is None:
                             chains[t][v] = builder.fmul(weights[v], xj)
                         else:
                             chains[t][v] = builder.call(fmuladd, [weights[v], xj, chains[t][v]])
@@ -108,7 +121,24 @@ def _make_group_tile(tokens: int, vectors: int):
     return group_tile
 
 
+def _nibble(builder, codes, j, v, held):
+    """Weight j of rows 8v..8v+7 as floats, from the bytes (16, 64): the low nibble of byte j for
+    j < 16, else the high nibble of byte j - 16 (the bytes are loaded once for both)."""
+    column = j % HALF
+    if (column, v) not in held:
+        address = builder.gep(codes, [ir.Constant(ir.IntType(64), column * CHUNK + v * LANES)])
+        loaded = builder.load(builder.bitcast(address, ir.VectorType(ir.IntType(8), LANES).as_pointer()), align=1)
+        held[column, v] = builder.zext(loaded, ir.VectorType(ir.IntType(32), LANES))
+    wide = held[column, v]
+    if j < HALF:
+        value = builder.and_(wide, ir.Constant(wide.type, [15] * LANES))
+    else:
+        value = builder.lshr(wide, ir.Constant(wide.type, [4] * LANES))
+    return builder.sitofp(value, _VEC)
+
+
 GROUP_TILES = {tokens: _make_group_tile(tokens, vectors) for tokens, vectors in TILES.items()}
+PACKED_STEP = _make_group_tile(1, CHUNK // LANES, packed=True)  # one token, the whole chunk, from the codes
 
 
 # (tokens, rows) for the dot tiles: T * R sums in registers, each an 8-lane vector until the end

@@ -27,7 +27,7 @@ from numba import njit, prange, types  # noqa: F401 - prange is read by the para
 from numba.extending import intrinsic, overload
 
 from app.models.kernel_tiles_numba import (CODE_DOT_TILES, FLOAT_DOT_TILES, GROUP_TILES, ONE_CODE_DOT, ONE_FLOAT_DOT,
-                                          SUM_TILES)
+                                          PACKED_STEP, SUM_TILES)
 
 CHUNK = 64
 GROUP = 32
@@ -105,7 +105,16 @@ def chunk_product(codes, scale, offset, x, sums, out, ch, decoded, acc, scratch)
     x_stride = x.strides[0] // 4
     x_at, acc_at, sums_at = x.ctypes.data, acc.ctypes.data, sums.ctypes.data
     decoded_at, sb_at, ob_at = decoded.ctypes.data, sb.ctypes.data, ob.ctypes.data
+    codes_at = codes.ctypes.data + ch * codes.strides[0]
     for b in range(groups):
+        scale_row, offset_row = scale[ch, b], offset[ch, b]
+        for r in range(CHUNK):
+            sb[r] = widen(scale_row[r])
+            ob[r] = widen(offset_row[r])
+        if tokens == 1:  # nothing to share a decode with: the tile decodes the bytes in registers
+            PACKED_STEP(codes_at + b * codes.strides[1], x_at + 4 * b * GROUP, x_stride, acc_at, sb_at, ob_at,
+                        sums_at + 4 * b, groups)
+            continue
         for j in range(HALF):  # byte j holds weight j (low nibble) and weight j + 16 (high)
             column = codes[ch, b, j]
             for r in range(CHUNK):
@@ -113,10 +122,6 @@ def chunk_product(codes, scale, offset, x, sums, out, ch, decoded, acc, scratch)
                 h = np.floor(f * np.float32(0.0625))
                 decoded[j + HALF, r] = h
                 decoded[j, r] = f - np.float32(16.0) * h
-        scale_row, offset_row = scale[ch, b], offset[ch, b]
-        for r in range(CHUNK):
-            sb[r] = widen(scale_row[r])
-            ob[r] = widen(offset_row[r])
         t = 0
         while t < tokens:
             left = tokens - t
@@ -358,3 +363,79 @@ def _screen_rows(codes, scales, x, out, first, last):  # pragma: no cover - comp
     for t in range(tokens):
         for r in range(first, last):
             out[t, r] = out[t, r] * scales[r]
+
+
+@njit(parallel=True, **_OPTS)
+def screen_candidates(screen, row_bound, h_norm, slack, limit):  # pragma: no cover - compiled
+    """The screened head's rule on its float32 pass (screened_head_torch.py): row v of token t can
+    be t's argmax unless screen[t, v] + bound < max_u (screen[t, u] - bound_u), with
+    bound_v = row_bound[v] |h_t| + slack; rows from `limit` on are padding. Returns the (token,
+    row) pairs that can, token by token, rows in order: what PyTorch's five passes over the
+    (tokens, vocabulary) screen and a nonzero() gave, in two passes that stay in the cache."""
+    tokens = screen.shape[0]
+    counts = np.zeros(tokens + 1, np.int64)
+    floors = np.empty(tokens, np.float32)
+    for t in prange(tokens):
+        h = h_norm[t]
+        floor = np.float32(-np.inf)
+        for v in range(limit):
+            low = screen[t, v] - (row_bound[v] * h + slack)
+            if low > floor:
+                floor = low
+        floors[t] = floor
+        count = 0
+        for v in range(limit):
+            if screen[t, v] + (row_bound[v] * h + slack) >= floor:
+                count += 1
+        counts[t + 1] = count
+    starts = np.cumsum(counts)
+    pos = np.empty(starts[tokens], np.int64)
+    rows = np.empty(starts[tokens], np.int64)
+    for t in prange(tokens):
+        h, floor, at = h_norm[t], floors[t], starts[t]
+        for v in range(limit):
+            if screen[t, v] + (row_bound[v] * h + slack) >= floor:
+                pos[at] = t
+                rows[at] = v
+                at += 1
+    return pos, rows
+
+
+Q8_BLOCK = 2 + GROUP  # GGUF's Q8_0: an fp16 scale, then 32 int8 codes
+
+
+@njit(**_OPTS)
+def _q8_weight(row, i):  # pragma: no cover - compiled
+    """Weight i of a Q8_0 row's bytes: scale * code, exact in float32 (11 + 8 significant bits),
+    the value of gguf's own dequantization."""
+    at = (i // GROUP) * Q8_BLOCK
+    scale = _half(np.uint16(row[at]) | (np.uint16(row[at + 1]) << np.uint16(8)))
+    return scale * np.float32(np.int8(row[at + 2 + i % GROUP]))
+
+
+@njit(parallel=True, **_OPTS)
+def q8_rows(data, ids, out):  # pragma: no cover - compiled
+    """out (n, cols) = rows `ids` of a Q8_0 tensor's bytes (rows, cols / 32 * 34), dequantized:
+    the embedding's lookup, reading only those rows of the memory-mapped file."""
+    for k in prange(ids.shape[0]):
+        row = data[ids[k]]
+        for i in range(out.shape[1]):
+            out[k, i] = _q8_weight(row, i)
+
+
+@njit(parallel=True, **_ROW_OPTS)
+def q8_dots(data, pos, rows, h, out):  # pragma: no cover - compiled
+    """out[k] = h[pos[k]] . row rows[k] of a Q8_0 tensor, from its bytes: the screened head's exact
+    rescoring of its candidates (hundreds a token), without dequantizing them into a table first.
+    Each weight is gguf's value (scale * code, exact); the sum is row-local, one code path for
+    every pair (LLVM may vectorize it, once, at compile time), so a pair's value never depends on
+    the pairs around it."""
+    for k in prange(pos.shape[0]):
+        row, x = data[rows[k]], h[pos[k]]
+        total = np.float32(0.0)
+        for b in range(x.shape[0] // GROUP):
+            at = b * Q8_BLOCK
+            scale = _half(np.uint16(row[at]) | (np.uint16(row[at + 1]) << np.uint16(8)))
+            for i in range(GROUP):
+                total += (scale * np.float32(np.int8(row[at + 2 + i]))) * x[b * GROUP + i]
+        out[k] = total

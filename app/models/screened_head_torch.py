@@ -85,6 +85,13 @@ class ScreenedHead(torch.nn.Module):
 
     def candidates(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(screen logits (n, V) float32, mask (n, V) of the rows that could be each argmax)."""
+        screen, pos, rows = self._candidate_pairs(hidden)
+        mask = torch.zeros(screen.shape, dtype=torch.bool)
+        mask[pos, rows] = True
+        return screen, mask
+
+    def _candidate_pairs(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(screen logits (n, V) float32, and the (token, row) pairs that could be each argmax)."""
         compiled = self._kernel() if hidden.device.type == "cpu" else None
         if compiled is not None:
             return self._compiled_candidates(compiled, hidden)
@@ -97,7 +104,7 @@ class ScreenedHead(torch.nn.Module):
         bound = screen.abs().mul_(OUTPUT_ROUNDING).add_(SLACK)
         bound.addcmul_(h_norm, self.error_norm).addcmul_(rounding, self.screen_norm)
         floor = (screen - bound).amax(dim=1, keepdim=True)
-        return screen, (screen + bound) >= floor
+        return screen, *((screen + bound) >= floor).nonzero(as_tuple=True)
 
     def _kernel(self):
         """The compiled module (int4_cpu_torch.compiled()) with the float32 scales it reads, or None."""
@@ -109,11 +116,11 @@ class ScreenedHead(torch.nn.Module):
             # which Cauchy-Schwarz bounds by |h| |w'_v| (Higham's gamma_n; n + 2 for the scale's
             # product): per row, |h| times this
             rounding = (self.in_features + 2) * 2.0 ** -24
-            row_bound = self.error_norm + rounding * self.screen_norm
+            row_bound = np.ascontiguousarray((self.error_norm + rounding * self.screen_norm).numpy(), np.float32)
             self._compiled = (False,) if module is None else (module, self.scales.float().numpy(), row_bound)
         return self._compiled[0] or None
 
-    def _compiled_candidates(self, compiled, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _compiled_candidates(self, compiled, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The same screen and bound on Tandem's CPU kernel: float32 activations and sums, so the
         bound has no activation rounding and no bfloat16 output rounding, only the sum's."""
         from app.models.int4_cpu_torch import threads
@@ -121,19 +128,17 @@ class ScreenedHead(torch.nn.Module):
         flat = np.ascontiguousarray(hidden.float().numpy())
         screen = np.empty((flat.shape[0], self.out_features), np.float32)
         compiled.screen(self.codes.numpy(), self._compiled[1], flat, screen, threads())
-        screen = torch.from_numpy(screen)
         if self.limit < self.out_features:
             screen[:, self.limit:] = float("-inf")
-        bound = self._compiled[2] * hidden.float().norm(dim=1, keepdim=True)
-        bound.add_(SLACK)
-        floor = (screen - bound).amax(dim=1, keepdim=True)
-        return screen, (screen + bound) >= floor
+        h_norm = np.linalg.norm(flat.astype(np.float64), axis=1).astype(np.float32)
+        pos, rows = compiled.screen_candidates(screen, self._compiled[2], h_norm, np.float32(SLACK), self.limit)
+        return torch.from_numpy(screen), torch.from_numpy(pos), torch.from_numpy(rows)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         flat = hidden.reshape(-1, self.in_features).float()
-        logits, mask = self.candidates(flat)
-        pos, rows = mask.nonzero(as_tuple=True)
-        logits[pos, rows] = (flat[pos] * self.exact_rows(rows)).sum(dim=1)
+        logits, pos, rows = self._candidate_pairs(flat)
+        dots = getattr(self.exact_rows, "dots", None)  # the rows' own kernel, where they have one
+        logits[pos, rows] = dots(flat, pos, rows) if dots is not None else (flat[pos] * self.exact_rows(rows)).sum(dim=1)
         return logits.reshape(*hidden.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:

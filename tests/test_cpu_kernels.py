@@ -49,11 +49,15 @@ def test_the_kernel_holds_and_multiplies_the_files_weights(kind, held):
 
 def test_every_width_gives_each_token_the_bits_one_token_gives():
     """Batch invariance: a verify pass of n tokens and n one-token steps agree bit for bit, through
-    the four-token path and the remainder alike (speculation is exact only if they do)."""
-    blocks, _ = _blocks_of("Q4_1", 3 * CHUNK, 192, seed=8)
-    x = np.random.default_rng(2).standard_normal((11, 192)).astype(np.float32)
-    alone = np.stack([blocks.matmul(x[i:i + 1])[0] for i in range(11)])
-    for width in range(1, 12):
+    every register tile (up to 6 tokens, any mix of them up to 17) and the one-token step that
+    decodes its bytes in registers (speculation is exact only if they do); a last chunk of rows
+    only partly filled included."""
+    blocks, reference = _blocks_of("Q4_1", 3 * CHUNK - 24, 192, seed=8)
+    x = np.random.default_rng(2).standard_normal((17, 192)).astype(np.float32)
+    alone = np.stack([blocks.matmul(x[i:i + 1])[0] for i in range(17)])
+    expected = x.astype(np.float64) @ reference.T.astype(np.float64)
+    assert np.abs(alone - expected).max() <= 1e-5 * np.abs(expected).max()  # the step itself is right
+    for width in range(1, 18):
         np.testing.assert_array_equal(blocks.matmul(np.ascontiguousarray(x[:width])), alone[:width])
 
 
@@ -117,6 +121,8 @@ def _tiny(kind: str) -> torch.nn.Module:
     torch.manual_seed(4)
     shape = dict(vocab_size=300, hidden_size=128, intermediate_size=256, num_hidden_layers=3,
                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-5)
+    if kind == "wide-group":  # 8 query heads a KV head: more than one attention tile of 6 queries
+        shape.update(num_attention_heads=8, num_key_value_heads=1)
     if kind == "qwen3":
         model = Qwen3ForCausalLM(Qwen3Config(head_dim=32, **shape))
     else:
@@ -128,7 +134,7 @@ def _tiny(kind: str) -> torch.nn.Module:
     return _quantized(model.eval())
 
 
-@pytest.mark.parametrize("kind", ["llama", "qwen3"])
+@pytest.mark.parametrize("kind", ["llama", "qwen3", "wide-group"])
 @torch.inference_mode()
 def test_the_compiled_layers_compute_what_the_lean_step_and_transformers_compute(kind):
     from app.engine.backends.lean_step_torch import LeanStep
@@ -157,13 +163,15 @@ def test_the_compiled_layers_compute_what_the_lean_step_and_transformers_compute
     assert torch.equal(logits.argmax(-1), reference.argmax(-1))
 
 
+@pytest.mark.parametrize("kind", ["llama", "wide-group"])
 @torch.inference_mode()
-def test_a_verify_pass_gives_each_token_the_bits_of_its_own_step():
+def test_a_verify_pass_gives_each_token_the_bits_of_its_own_step(kind):
     """The final norm's output, bit for bit (the head after it is the model's own: a GGUF's
-    screened head keeps the property, the tiny model's float32 Linear need not)."""
+    screened head keeps the property, the tiny model's float32 Linear need not); 20 positions,
+    so attention takes whole blocks of 8 keys and a remainder."""
     from app.engine.backends.lean_step_torch import LeanStep
 
-    lean = LeanStep(_tiny("llama"))
+    lean = LeanStep(_tiny(kind))
     ids = torch.tensor([[(5 + 17 * i) % 300 for i in range(20)]])
     kv = lean.new_cache()
     lean.forward(ids[:, :12], kv, 1)
@@ -224,3 +232,20 @@ def test_the_first_gguf_load_of_a_process_says_it_prepares_the_kernel(tiny_q4, m
     said.clear()
     TorchBackend(tiny_q4[0], precision="gguf", progress=said.append)  # decided: nothing to say
     assert not any("4-bit CPU kernel" in message for message in said)
+
+
+def test_the_cache_folder_follows_both_compiled_modules(tmp_path, monkeypatch):
+    """Numba keys a cached function on its own file only: an edit of the tiles' module alone must
+    still give the kernels a fresh cache folder, or stale code would run."""
+    import shutil
+    from pathlib import Path
+
+    here = Path(int4_cpu_torch.__file__).resolve().parent
+    for name in ("kernels_numba.py", "kernel_tiles_numba.py"):
+        shutil.copy(here / name, tmp_path / name)
+    monkeypatch.setattr(int4_cpu_torch, "__file__", str(tmp_path / "int4_cpu_torch.py"))
+    before = int4_cpu_torch._sources_version()
+    assert before == int4_cpu_torch._sources_version()
+    with open(tmp_path / "kernel_tiles_numba.py", "a") as f:
+        f.write("# edited\n")
+    assert int4_cpu_torch._sources_version() != before

@@ -176,3 +176,55 @@ def tiny_q4_big(tmp_path_factory, tiny_fields):
     write_gguf(tiny_llama(seed=9, hidden=128, heads=4, kv_heads=2), root / "m.gguf", tiny_fields, Q.Q4_0,
                embedding_qtype=Q.Q8_0)
     return import_gguf(root / "m.gguf", root / "imp", mlx_variants=(), torch_variant="gguf")["gguf"]
+
+
+def _kernel_or_skip():
+    from app.models import int4_cpu_torch
+
+    if int4_cpu_torch.why_not_available():
+        pytest.skip(f"the kernel does not run here: {int4_cpu_torch.why_not_available()}")
+    return int4_cpu_torch.compiled()
+
+
+def test_the_compiled_candidates_are_the_rows_the_bound_keeps():
+    """kernels_numba.screen_candidates against the rule written out in NumPy on the same screen:
+    the same (token, row) pairs, token by token, and none from the padding past the limit."""
+    kernel = _kernel_or_skip()
+    rng = np.random.default_rng(3)
+    screen = (rng.standard_normal((7, 3000)) * 2).astype(np.float32)
+    row_bound = (rng.random(3000) * 0.05).astype(np.float32)
+    h_norm = (rng.random(7) * 20 + 1).astype(np.float32)
+    limit = 2900
+    screen[:, limit:] = np.float32(np.inf)  # padding: would be picked were it read
+    pos, rows = kernel.screen_candidates(screen, row_bound, h_norm, np.float32(1e-3), limit)
+    bound = row_bound[None, :limit] * h_norm[:, None] + np.float32(1e-3)
+    floor = (screen[:, :limit] - bound).max(axis=1, keepdims=True)
+    want_pos, want_rows = np.nonzero(screen[:, :limit] + bound >= floor)
+    np.testing.assert_array_equal(pos, want_pos)
+    np.testing.assert_array_equal(rows, want_rows)
+    assert 7 < len(rows) < 7 * 3000 // 4  # the rule keeps some rows and drops most
+
+
+def test_q8_rows_are_read_as_gguf_reads_them_and_dotted_pair_by_pair():
+    """The head's rescoring and the embedding's lookup straight from Q8_0 bytes: gguf's own
+    dequantization exactly, and each pair's dot the same bits alone or among others."""
+    from types import SimpleNamespace
+
+    from app.models.gguf_layers_torch import GGUFRows
+
+    _kernel_or_skip()
+    g = torch.Generator().manual_seed(2)
+    weights = torch.randn(500, 96, generator=g)
+    data = gguf.quants.quantize(weights.numpy(), Q.Q8_0)
+    rows = GGUFRows(SimpleNamespace(data=data, tensor_type=Q.Q8_0), 96)
+    assert rows._kernel() is not None
+    ids = torch.tensor([[3, 499], [3, 0]])
+    reference = torch.from_numpy(gguf.quants.dequantize(data, Q.Q8_0).reshape(500, 96).astype(np.float32))
+    assert torch.equal(rows(ids), reference[ids])
+    hidden = torch.randn(4, 96, generator=g) * 3
+    pos, picked = torch.tensor([0, 0, 1, 3, 3, 2]), torch.tensor([7, 499, 7, 250, 0, 13])
+    dots = rows.dots(hidden, pos, picked)
+    torch.testing.assert_close(dots, (hidden[pos].double() * reference[picked].double()).sum(1).float(),
+                               rtol=1e-5, atol=1e-4)
+    for k in range(len(pos)):
+        assert torch.equal(rows.dots(hidden, pos[k:k + 1], picked[k:k + 1]), dots[k:k + 1])

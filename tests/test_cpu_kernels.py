@@ -249,3 +249,26 @@ def test_the_cache_folder_follows_both_compiled_modules(tmp_path, monkeypatch):
     with open(tmp_path / "kernel_tiles_numba.py", "a") as f:
         f.write("# edited\n")
     assert int4_cpu_torch._sources_version() != before
+
+
+def test_the_compiled_exp_is_within_2_ulp_where_attention_and_silu_use_it():
+    """kernels_numba._exp (Cephes' expf, vectorizable) against e^x in float64: attention's
+    weights take x <= 0, SiLU's gate any x; 0 far below, no inf or NaN above."""
+    from numba import njit
+
+    kernels = int4_cpu_torch.compiled()
+    exp = kernels._exp
+
+    @njit
+    def apply(x, out):
+        for i in range(x.shape[0]):
+            out[i] = exp(x[i])
+
+    x = np.concatenate([np.linspace(-87.0, 88.0, 400_001), [-1e4, -200.0, 0.0, 200.0]]).astype(np.float32)
+    out = np.empty_like(x)
+    apply(x, out)
+    ref = np.exp(x[:-4].astype(np.float64))
+    ulp = np.abs(out[:-4] - ref) / np.spacing(ref.astype(np.float32)).astype(np.float64)
+    assert ulp.max() <= 2.0, ulp.max()
+    assert out[-4] == 0.0 and out[-3] == 0.0 and out[-2] == 1.0
+    assert np.isfinite(out[-1]) and out[-1] > 1e38

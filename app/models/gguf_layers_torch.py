@@ -143,7 +143,7 @@ class GGUFRows:
     """Rows of a GGUF tensor decoded on demand from the memory-mapped file, in float32: the
     values of `gguf`'s own dequantization (for a head's rescored rows; a few per token). A Q8_0
     tensor (the demo's tied embedding) is read by Tandem's CPU kernel where it runs: gguf's
-    general decoder cost ~0.15 ms a call, and the head rescores hundreds of rows a token."""
+    general decoder cost ~0.15 ms a call, twice a pass (the lookup, the head's rescoring)."""
 
     def __init__(self, tensor, cols: int):
         self.data, self.kind, self.cols = tensor.data, tensor.tensor_type, cols

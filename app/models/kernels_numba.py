@@ -455,7 +455,8 @@ def q8_rows(data, ids, out):  # pragma: no cover - compiled
 @njit(parallel=True, **_ROW_OPTS)
 def q8_dots(data, pos, rows, h, out):  # pragma: no cover - compiled
     """out[k] = h[pos[k]] . row rows[k] of a Q8_0 tensor, from its bytes: the screened head's exact
-    rescoring of its candidates (hundreds a token), without dequantizing them into a table first.
+    rescoring of its candidates (a few a token on real text, hundreds on odd states), without
+    dequantizing them into a table first.
     Each weight is gguf's value (scale * code, exact); the sum is row-local, one code path for
     every pair (LLVM may vectorize it, once, at compile time), so a pair's value never depends on
     the pairs around it."""

@@ -228,3 +228,22 @@ def test_q8_rows_are_read_as_gguf_reads_them_and_dotted_pair_by_pair():
                                rtol=1e-5, atol=1e-4)
     for k in range(len(pos)):
         assert torch.equal(rows.dots(hidden, pos[k:k + 1], picked[k:k + 1]), dots[k:k + 1])
+
+
+def test_the_compiled_screen_gives_a_token_its_bits_in_every_tile_and_leftover_row():
+    """Widths 1 to 13 (tiles of 6 and every smaller one) over a vocabulary that is no multiple of
+    the 8-row block, against each token screened alone."""
+    kernel = _kernel_or_skip()
+    rng = np.random.default_rng(4)
+    codes = rng.integers(-127, 128, (1003, 96)).astype(np.int8)
+    scales = (rng.random(1003) * 0.01).astype(np.float32)
+    x = rng.standard_normal((13, 96)).astype(np.float32)
+    alone = np.empty((13, 1003), np.float32)
+    for t in range(13):
+        kernel.screen(codes, scales, np.ascontiguousarray(x[t:t + 1]), alone[t:t + 1], 2)
+    expected = (x.astype(np.float64) @ codes.T.astype(np.float64)) * scales
+    assert np.abs(alone - expected).max() <= 1e-5 * np.abs(expected).max()
+    for width in range(1, 14):
+        together = np.empty((width, 1003), np.float32)
+        kernel.screen(codes, scales, np.ascontiguousarray(x[:width]), together, 2)
+        np.testing.assert_array_equal(together, alone[:width])

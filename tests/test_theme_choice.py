@@ -7,7 +7,21 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from PySide6.QtCore import QSettings  # noqa: E402
+from PySide6.QtCore import QCoreApplication, QEvent, QSettings  # noqa: E402
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _no_windows_left_from_other_files(qapp):
+    """A theme change restyles every widget alive in the process. Files that ran before on this
+    worker may leave windows behind (closed mid-answer, their workers winding down); restyling
+    one of those crashed a CI worker in setStyleSheet twice. The theme is the application's, so
+    its tests start from an application without them."""
+    for widget in qapp.topLevelWidgets():
+        widget.close()
+        widget.deleteLater()
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    qapp.processEvents()
+    yield
 
 
 def test_the_users_choice_picks_the_theme_and_the_environment_still_wins(qapp, monkeypatch):

@@ -50,6 +50,24 @@ def decided() -> bool:
     return _COMPILED is not None or _WHY_NOT is not None
 
 
+def _probe_the_rest(module) -> None:
+    """Build (or load) and run once the head's and the Q8_0 rows' functions too, so that a CPU
+    LLVM cannot build them for turns the kernel off here, with its reason, not a pass later."""
+    codes = np.ones((9, 16), np.int8)
+    x = np.ones((2, 16), np.float32)
+    screen = np.empty((2, 9), np.float32)
+    module.screen(codes, np.ones(9, np.float32), x, screen, 1)
+    pos, rows = module.screen_candidates(screen, np.zeros(9, np.float32), np.ones(2, np.float32), np.float32(0), 9)
+    q8 = np.zeros((1, 34), np.uint8)
+    q8[0, 1], q8[0, 2:] = 0x3C, 2  # scale 1.0 (fp16 0x3C00), codes 2
+    row = np.empty((1, 32), np.float32)
+    module.q8_rows(q8, np.zeros(1, np.int64), row)
+    dot = np.empty(1, np.float32)
+    module.q8_dots(q8, np.zeros(1, np.int64), np.zeros(1, np.int64), np.ones((1, 32), np.float32), dot)
+    if not (np.all(screen == 16) and len(rows) == 18 and np.all(row == 2) and dot[0] == 64):
+        raise ArithmeticError("the compiled head or Q8_0 rows computed a known value wrongly")
+
+
 def _sources_version() -> str:
     """A digest of the compiled modules' sources. Numba keys a cached function on its own file's
     time stamp only, not on the files it calls into: an edit of kernel_tiles_numba.py alone would
@@ -75,7 +93,6 @@ def compiled():
     try:
         from app.paths import cache_dir
 
-        os.environ.setdefault("NUMBA_CACHE_DIR", str(cache_dir() / "numba" / _sources_version()))
         import torch
 
         # Numba's OpenMP pool starts with one thread per core and sets that count in the OpenMP
@@ -88,6 +105,10 @@ def compiled():
         # window and the server may decode on different threads): Numba's own work queue aborts
         # the process on that, and where no safe layer exists the first call fails here instead
         numba.config.THREADING_LAYER = "threadsafe"
+        # the cache folder (read when the module's functions are decorated), one per version of
+        # the sources, under the user's NUMBA_CACHE_DIR where one is set
+        base = Path(os.environ.get("NUMBA_CACHE_DIR") or cache_dir() / "numba")
+        numba.config.CACHE_DIR = str(base / _sources_version())
         module = importlib.import_module("app.models.kernels_numba")
         probe = Int4Blocks(CHUNK, GROUP)  # compiles (or loads from the cache) and runs once
         probe.fill(0, np.full((CHUNK, GROUP), 9, np.uint8), np.ones((CHUNK, 1), np.float32),
@@ -99,6 +120,7 @@ def compiled():
             torch.set_num_threads(chosen)
         if not right:
             raise ArithmeticError("the compiled kernel computed a known product wrongly")
+        _probe_the_rest(module)
     except Exception as exc:  # noqa: BLE001 - no Numba, or LLVM cannot build here: PyTorch's kernel
         _COMPILED = None
         _WHY_NOT = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else 'no message'}"

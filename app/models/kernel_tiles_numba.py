@@ -27,8 +27,11 @@ HALF = GROUP // 2  # bytes a row of a group takes
 CHUNK = 64  # rows a decoded group holds (the stride of `decoded` and of the accumulators)
 
 # (tokens, row vectors) for a tile of 1..6 tokens: at least 8 independent chains where the tokens
-# allow (an FMA's latency is 4-5 cycles, two issue a cycle) and at most 16 registers in use
+# allow (an FMA's latency is 4-5 cycles, two issue a cycle) and about the 16 registers there are
+# (3 x 4 and 1 x 8 may hold a 17th vector a moment: a matter of speed, not of the result)
 TILES = {6: 2, 5: 2, 4: 2, 3: 4, 2: 4, 1: 8}
+# the same indexed by the tile's tokens, for the compiled callers (which step over rows by it)
+TILE_VECTORS = tuple(TILES.get(tokens, 0) for tokens in range(7))
 
 _F32 = ir.FloatType()
 _VEC = ir.VectorType(_F32, LANES)
@@ -141,8 +144,11 @@ GROUP_TILES = {tokens: _make_group_tile(tokens, vectors) for tokens, vectors in 
 PACKED_STEP = _make_group_tile(1, CHUNK // LANES, packed=True)  # one token, the whole chunk, from the codes
 
 
-# (tokens, rows) for the dot tiles: T * R sums in registers, each an 8-lane vector until the end
+# (tokens, rows) for the dot tiles: T * R sums in registers, each an 8-lane vector until the end;
+# the rows of each divide 8, the block the callers step over
 DOT_TILES = {6: 2, 5: 2, 4: 2, 3: 4, 2: 4, 1: 8}
+DOT_ROWS = tuple(DOT_TILES.get(tokens, 0) for tokens in range(7))
+assert all(8 % rows == 0 for rows in DOT_TILES.values()) and all(8 % v == 0 for v in TILES.values())
 
 
 def _hsum(builder, vector):

@@ -26,8 +26,8 @@ from llvmlite import ir
 from numba import njit, prange, types  # noqa: F401 - prange is read by the parallel functions
 from numba.extending import intrinsic, overload
 
-from app.models.kernel_tiles_numba import (CODE_DOT_TILES, FLOAT_DOT_TILES, GROUP_TILES, ONE_CODE_DOT, ONE_FLOAT_DOT,
-                                          PACKED_STEP, SUM_TILES)
+from app.models.kernel_tiles_numba import (CODE_DOT_TILES, DOT_ROWS, FLOAT_DOT_TILES, GROUP_TILES, ONE_CODE_DOT,
+                                          ONE_FLOAT_DOT, PACKED_STEP, SUM_TILES, TILE_VECTORS)
 
 CHUNK = 64
 GROUP = 32
@@ -126,7 +126,7 @@ def chunk_product(codes, scale, offset, x, sums, out, ch, decoded, acc, scratch)
         while t < tokens:
             left = tokens - t
             size = 6 if left >= 6 else left
-            vectors = 8 if size == 1 else (4 if size <= 3 else 2)
+            vectors = TILE_VECTORS[size]
             xt = x_at + 4 * (t * x_stride + b * GROUP)
             st = sums_at + 4 * (t * groups + b)
             for v in range(0, 8, vectors):
@@ -168,12 +168,12 @@ def _float_of_bits(typingctx, bits):
     return types.float32(types.int32), codegen
 
 
-@njit(inline="always", **_ROW_OPTS)
+@njit(**_OPTS)  # its own flags, not its callers' fastmath: reassociating would undo the split ln 2
 def _exp(x):  # pragma: no cover - compiled
     """e^x in float32 by Cephes' expf (a degree-6 polynomial on x - n ln 2, times 2^n built in the
     exponent's bits): within 1.3 ulp (measured) where e^x is a normal float up to x = 88.37, x
-    clamped to +-88.376 beyond (0 below, 2.4e38 above: attention's weights and SiLU's gate take
-    only the low end, where the result is below any float32 sum it joins). Written in arithmetic so
+    clamped to +-88.376 beyond (0 below, 2.4e38 above: attention's weights take the low end; SiLU's
+    e^-g the high one for g < -88.4, where g / (1 + e^-g) is -0 either way). Written in arithmetic so
     LLVM vectorizes the loops that call it: libm's expf is a call per element (the SiLU of a
     17-token pass made 780,000 of them)."""
     x = min(max(x, np.float32(-88.3762626647949)), np.float32(88.3762626647949))
@@ -216,7 +216,8 @@ def _attend_group(qkv, t, first_head, count, keys, values, upto, scaling, attn, 
     """Query heads first_head.. (count of them, one KV head's group) of token t, in qkv (n, ...),
     against positions 0..upto-1 of that KV head's keys and values (capacity, hd) -> attn[t, ...].
     scores (group, >= upto): scratch. Register tiles (kernel_tiles_numba.py): each key and value
-    row read once serves the group's queries; each score and each output one fixed chain."""
+    row read once serves up to 6 of the group's queries; each score one fixed 8-lane chain and
+    tree, each output one fixed chain, whatever the tile."""
     hd = keys.shape[1]
     f = 4  # bytes a float
     q_at = qkv.ctypes.data + f * (t * qkv.strides[0] // f + first_head * hd)
@@ -226,7 +227,7 @@ def _attend_group(qkv, t, first_head, count, keys, values, upto, scaling, attn, 
     q0 = 0
     while q0 < count:  # scores = q . k, in blocks of 8 positions
         size = min(6, count - q0)
-        block = 8 if size == 1 else (4 if size <= 3 else 2)
+        block = DOT_ROWS[size]
         p = 0
         while p + 8 <= upto:
             for r in range(p, p + 8, block):
@@ -367,7 +368,7 @@ def _screen_rows(codes, scales, x, out, first, last):  # pragma: no cover - comp
         while t < tokens:
             left = tokens - t
             size = 6 if left >= 6 else left
-            block = 8 if size == 1 else (4 if size <= 3 else 2)
+            block = DOT_ROWS[size]
             for r in range(v, v + 8, block):
                 args = (a_at + r * a_stride, a_stride, x_at + 4 * t * x_stride, x_stride, width,
                         out_at + 4 * (t * out_stride + r), out_stride)
@@ -452,14 +453,14 @@ def q8_rows(data, ids, out):  # pragma: no cover - compiled
             out[k, i] = _q8_weight(row, i)
 
 
-@njit(parallel=True, **_ROW_OPTS)
+@njit(parallel=True, **_OPTS)
 def q8_dots(data, pos, rows, h, out):  # pragma: no cover - compiled
     """out[k] = h[pos[k]] . row rows[k] of a Q8_0 tensor, from its bytes: the screened head's exact
     rescoring of its candidates (a few a token on real text, hundreds on odd states), without
     dequantizing them into a table first.
-    Each weight is gguf's value (scale * code, exact); the sum is row-local, one code path for
-    every pair (LLVM may vectorize it, once, at compile time), so a pair's value never depends on
-    the pairs around it."""
+    Each weight is gguf's value (scale * code, exact in float32), summed in order in one chain (no
+    reassociation: a few pairs a token make its latency nothing), so a pair's value never depends
+    on the pairs around it."""
     for k in prange(pos.shape[0]):
         row, x = data[rows[k]], h[pos[k]]
         total = np.float32(0.0)

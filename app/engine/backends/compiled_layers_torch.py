@@ -31,7 +31,7 @@ def why_not(lean) -> str:
         return "the compiled layers run on the CPU in float32"
     if getattr(lean.model.config, "hidden_act", "silu") != "silu":
         return f"the compiled layers cover the SiLU-gated MLP, not {lean.model.config.hidden_act}"
-    if lean.head_dim % 16 or lean.model.config.hidden_size % 8:
+    if lean.head_dim % 16:  # the attention's sum tiles take 16 of a head's columns at a time
         return f"the compiled attention takes heads of a multiple of 16 wide, not {lean.head_dim}"
     for layer in lean.layers:
         if any(p.blocks is None for p in (layer.qkv, layer.o, layer.gate_up, layer.down)):

@@ -9,10 +9,10 @@ registers: each weight vector loaded serves T tokens and each activation broadca
 vectors (the layout of the usual AVX2 GEMM micro-kernel, 6 x 16).
 
 Exactness: every output element goes through the same operations in the same order in every tile
-shape: s = d_0 x_0, then s = fmuladd(d_j, x_j, s) for j = 16, 1, 17, 2, ..., 31 (ORDER), one chain, so a pass of any width,
-split into any tiles, gives a token bit for bit what a one-token step gives it. (llvm.fmuladd is
-one FMA where the CPU has them and a multiply and an add where not: the choice is made per type
-when the code is built, the same for every tile.)
+shape: s = d_0 x_0, then s = fmuladd(d_j, x_j, s) for j = 16, 1, 17, 2, ..., 31 (ORDER), one chain,
+so a pass of any width, split into any tiles, gives a token bit for bit what a one-token step
+gives it. (llvm.fmuladd is one FMA where the CPU has them and a multiply and an add where not: the
+choice is made per type when the code is built, the same for every tile.)
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ def _pointer(builder, address, kind):
 
 def _splat(builder, value):
     vector = builder.insert_element(ir.Constant(_VEC, ir.Undefined), value, ir.Constant(ir.IntType(32), 0))
-    return builder.shuffle_vector(vector, ir.Constant(_VEC, ir.Undefined), ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES))
+    zeros = ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES)
+    return builder.shuffle_vector(vector, ir.Constant(_VEC, ir.Undefined), zeros)
 
 
 def _load_vector(builder, floats, index):
@@ -156,7 +157,8 @@ def _hsum(builder, vector):
     width = LANES
     while width > 1:
         width //= 2
-        low = builder.shuffle_vector(vector, vector, ir.Constant(ir.VectorType(ir.IntType(32), width), list(range(width))))
+        low = builder.shuffle_vector(vector, vector,
+                                     ir.Constant(ir.VectorType(ir.IntType(32), width), list(range(width))))
         high = builder.shuffle_vector(vector, vector, ir.Constant(ir.VectorType(ir.IntType(32), width),
                                                                   list(range(width, 2 * width))))
         vector = builder.fadd(low, high)

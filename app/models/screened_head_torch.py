@@ -138,7 +138,10 @@ class ScreenedHead(torch.nn.Module):
         flat = hidden.reshape(-1, self.in_features).float()
         logits, pos, rows = self._candidate_pairs(flat)
         dots = getattr(self.exact_rows, "dots", None)  # the rows' own kernel, where they have one
-        logits[pos, rows] = dots(flat, pos, rows) if dots is not None else (flat[pos] * self.exact_rows(rows)).sum(dim=1)
+        if dots is not None:
+            logits[pos, rows] = dots(flat, pos, rows)
+        else:
+            logits[pos, rows] = (flat[pos] * self.exact_rows(rows)).sum(dim=1)
         return logits.reshape(*hidden.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:

@@ -105,10 +105,7 @@ def _make_group_tile(tokens: int, vectors: int, packed: bool = False):
                 for t in range(tokens):
                     xj = _splat(builder, builder.load(_at(builder, rows[t], ir.Constant(ir.IntType(64), j)), align=4))
                     for v in range(vectors):
-                        if chains[t][v] is None:
-                            chains[t][v] = builder.fmul(weights[v], xj)
-                        else:
-                            chains[t][v] = builder.call(fmuladd, [weights[v], xj, chains[t][v]])
+                        chains[t][v] = _chained(builder, weights[v], xj, chains[t][v])
             for t in range(tokens):
                 total = _splat(builder, builder.load(
                     _at(builder, sums_f, builder.mul(sums_stride_v, ir.Constant(ir.IntType(64), t))), align=4))
@@ -165,6 +162,35 @@ def _hsum(builder, vector):
     return builder.extract_element(vector, ir.Constant(ir.IntType(32), 0))
 
 
+def _chained(builder, weights, x, chain):
+    """The chain's rule: its first term a product, every later one fmuladd(weights, x, chain)."""
+    if chain is None:
+        return builder.fmul(weights, x)
+    return builder.call(_fmuladd(builder.module), [weights, x, chain])
+
+
+def _chains_over(builder, step, stride, stop, tokens: int, width: int):
+    """The tokens x width chains after step(i, chains) for i = 0, stride, 2 stride, ... < stop
+    (stop > 0): the first step outside the loop, so every chain starts with a product; the chains
+    kept in allocas between iterations (LLVM holds them in registers)."""
+    from numba.core import cgutils
+
+    i64 = ir.IntType(64)
+    first = [[None] * width for _ in range(tokens)]
+    step(ir.Constant(i64, 0), first)
+    slots = [[cgutils.alloca_once(builder, _VEC) for _ in range(width)] for _ in range(tokens)]
+    for t in range(tokens):
+        for r in range(width):
+            builder.store(first[t][r], slots[t][r])
+    with cgutils.for_range_slice(builder, ir.Constant(i64, stride), stop, ir.Constant(i64, stride), intp=i64) as (i, _):
+        chains = [[builder.load(slots[t][r]) for r in range(width)] for t in range(tokens)]
+        step(i, chains)
+        for t in range(tokens):
+            for r in range(width):
+                builder.store(chains[t][r], slots[t][r])
+    return [[builder.load(slots[t][r]) for r in range(width)] for t in range(tokens)]
+
+
 def _make_dot_tile(tokens: int, rows: int, codes: bool):
     """out[t * out_stride + r] = sum_i a[r, i] x[t, i] for a tile of `tokens` x `rows`, i over
     `width` (a multiple of 8): a's rows are int8 codes (the screened head) or float32 (attention's
@@ -180,14 +206,11 @@ def _make_dot_tile(tokens: int, rows: int, codes: bool):
         signature = types.void(*(types.int64,) * 7)
 
         def codegen(context, builder, sig, args):
-            from numba.core import cgutils
-
             a_p, a_stride_v, x_p, x_stride_v, width_v, out_p, out_stride_v = args
             i64 = ir.IntType(64)
             a_e = _pointer(builder, a_p, element)
             x_f = _pointer(builder, x_p, _F32)
             out_f = _pointer(builder, out_p, _F32)
-            fmuladd = _fmuladd(builder.module)
             row_at = [_at(builder, a_e, builder.mul(a_stride_v, ir.Constant(i64, r))) for r in range(rows)]
             token_at = [_at(builder, x_f, builder.mul(x_stride_v, ir.Constant(i64, t))) for t in range(tokens)]
 
@@ -201,26 +224,13 @@ def _make_dot_tile(tokens: int, rows: int, codes: bool):
                 for t in range(tokens):
                     xs = builder.load(builder.bitcast(_at(builder, token_at[t], i), _VEC.as_pointer()), align=4)
                     for r in range(rows):
-                        chains[t][r] = (builder.fmul(weights[r], xs) if chains[t][r] is None
-                                        else builder.call(fmuladd, [weights[r], xs, chains[t][r]]))
+                        chains[t][r] = _chained(builder, weights[r], xs, chains[t][r])
 
-            first = [[None] * rows for _ in range(tokens)]
-            step(ir.Constant(i64, 0), first)
-            slots = [[cgutils.alloca_once(builder, _VEC) for _ in range(rows)] for _ in range(tokens)]
-            for t in range(tokens):
-                for r in range(rows):
-                    builder.store(first[t][r], slots[t][r])
-            with cgutils.for_range_slice(builder, ir.Constant(i64, LANES), width_v, ir.Constant(i64, LANES),
-                                         intp=i64) as (i, _):
-                chains = [[builder.load(slots[t][r]) for r in range(rows)] for t in range(tokens)]
-                step(i, chains)
-                for t in range(tokens):
-                    for r in range(rows):
-                        builder.store(chains[t][r], slots[t][r])
+            sums = _chains_over(builder, step, LANES, width_v, tokens, rows)
             for t in range(tokens):
                 for r in range(rows):
                     where = builder.add(builder.mul(out_stride_v, ir.Constant(i64, t)), ir.Constant(i64, r))
-                    builder.store(_hsum(builder, builder.load(slots[t][r])), _at(builder, out_f, where), align=4)
+                    builder.store(_hsum(builder, sums[t][r]), _at(builder, out_f, where), align=4)
             return context.get_dummy_value()
 
         return signature, codegen
@@ -246,12 +256,9 @@ def _make_sum_tile(tokens: int, vectors: int):
         signature = types.void(*(types.int64,) * 7)
 
         def codegen(context, builder, sig, args):
-            from numba.core import cgutils
-
             a_p, a_stride_v, x_p, x_stride_v, count_v, out_p, out_stride_v = args
             i64 = ir.IntType(64)
             a_f, x_f, out_f = (_pointer(builder, p, _F32) for p in (a_p, x_p, out_p))
-            fmuladd = _fmuladd(builder.module)
             token_at = [_at(builder, x_f, builder.mul(x_stride_v, ir.Constant(i64, t))) for t in range(tokens)]
 
             def step(p, chains):
@@ -260,27 +267,14 @@ def _make_sum_tile(tokens: int, vectors: int):
                 for t in range(tokens):
                     xp = _splat(builder, builder.load(_at(builder, token_at[t], p), align=4))
                     for v in range(vectors):
-                        chains[t][v] = (builder.fmul(columns[v], xp) if chains[t][v] is None
-                                        else builder.call(fmuladd, [columns[v], xp, chains[t][v]]))
+                        chains[t][v] = _chained(builder, columns[v], xp, chains[t][v])
 
-            first = [[None] * vectors for _ in range(tokens)]
-            step(ir.Constant(i64, 0), first)
-            slots = [[cgutils.alloca_once(builder, _VEC) for _ in range(vectors)] for _ in range(tokens)]
-            for t in range(tokens):
-                for v in range(vectors):
-                    builder.store(first[t][v], slots[t][v])
-            with cgutils.for_range_slice(builder, ir.Constant(i64, 1), count_v, ir.Constant(i64, 1),
-                                         intp=i64) as (p, _):
-                chains = [[builder.load(slots[t][v]) for v in range(vectors)] for t in range(tokens)]
-                step(p, chains)
-                for t in range(tokens):
-                    for v in range(vectors):
-                        builder.store(chains[t][v], slots[t][v])
+            sums = _chains_over(builder, step, 1, count_v, tokens, vectors)
             for t in range(tokens):
                 row = _at(builder, out_f, builder.mul(out_stride_v, ir.Constant(i64, t)))
                 for v in range(vectors):
                     into = builder.bitcast(_at(builder, row, ir.Constant(i64, v * LANES)), _VEC.as_pointer())
-                    builder.store(builder.load(slots[t][v]), into, align=4)
+                    builder.store(sums[t][v], into, align=4)
             return context.get_dummy_value()
 
         return signature, codegen

@@ -306,6 +306,13 @@ def main(argv: list[str] | None = None) -> int:
             say(f"draft one-token pass {draft_ms:.2f} ms = {draft_ms / target_ms:.2f} of the target's "
                 f"{target_ms:.2f} ms ({draft.precision})")
             del draft
+        if cuda:  # the draft at int4 (a draft may be inexact: the target's verdict keeps the answer exact)
+            draft = TorchBackend(draft_dir, device=str(device), precision="int4", graphs=graph_mode)
+            draft_ms = pass_cost(draft, 1, repeats, device) * 1e3
+            summary["draft_int4_step_ms"] = draft_ms
+            say(f"draft at int4, one-token pass {draft_ms:.2f} ms = {draft_ms / target_ms:.2f} of the target's "
+                f"{target_ms:.2f} ms ({draft.precision})")
+            del draft
 
     _guarded("the draft's step", draft_step)
     if cuda:

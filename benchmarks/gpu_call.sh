@@ -2,7 +2,10 @@
 # One call on a lent GPU machine (docs/performance.md): set-up from the carried wheels in .whl,
 # the smoke check, the CUDA-marked tests, then cuda_bench.py's and head_costs.py's measurements,
 # each printed as it runs into $OUT/log.txt, and the whole call held under CALL_S seconds (default 560).
+# PHASE=check runs the smoke check and the CUDA-marked tests alone (a first short call), PHASE=measure
+# the measurements alone (the next call, on the machine still warm), PHASE=all (the default) both.
 set -u
+PHASE=${PHASE:-all}
 OUT=${OUT:-/tmp/gpu-call}; mkdir -p "$OUT"; LOG=$OUT/log.txt; : >"$LOG"
 CALL_S=${CALL_S:-560}
 rm -rf /tmp/site /tmp/th /tmp/cb  # a warm machine keeps /tmp between calls
@@ -15,9 +18,13 @@ step() {  # step SECONDS command...: at most SECONDS, and never past the call's 
   echo "=== $* (at most ${limit} s, ${SECONDS} s into the call)" | tee -a "$LOG"
   [ "$limit" -gt 5 ] && timeout "$limit" "$@" 2>&1 | tee -a "$LOG"
 }
-step 100 python3 benchmarks/cuda_bench.py --smoke --tokenizer .whl/tok --out /tmp/cb
-step 150 python3 -m pytest -q -m cuda tests/test_cuda_graphs.py -p no:cacheprovider
-step 600 python3 benchmarks/cuda_bench.py --tokenizer .whl/tok --out /tmp/cb "$@"
-# what's left: an EAGLE-3 token and a DFlash block of the published shapes against the 8B pass
-step 240 python3 benchmarks/head_costs.py --shape t8b --device cuda --whole --repeats 5
+if [ "$PHASE" != measure ]; then
+  step 100 python3 benchmarks/cuda_bench.py --smoke --tokenizer .whl/tok --out /tmp/cb
+  step 240 python3 -m pytest -q -m cuda tests/test_cuda_graphs.py tests/test_head_graphs.py -p no:cacheprovider
+fi
+if [ "$PHASE" != check ]; then
+  # an EAGLE-3 token and a DFlash block of the published shapes against the 8B pass, captured and eager
+  step 240 python3 benchmarks/head_costs.py --shape t8b --device cuda --whole --repeats 5
+  step 600 python3 benchmarks/cuda_bench.py --tokenizer .whl/tok --out /tmp/cb "$@"
+fi
 echo "=== done at ${SECONDS} s" | tee -a "$LOG"

@@ -138,7 +138,7 @@ def random_target(folder: Path, shape: str, layers: int, dtype: torch.dtype, dev
 
 
 def measure(target_folder: Path, heads: Path, count: int, dtype_name: str, repeats: int, context: int,
-            device: str = "cpu") -> dict:
+            device: str = "cpu", graphs: str = "auto") -> dict:
     """Costs in seconds on one target: its pass by width, an EAGLE-3 proposal by k, a DFlash block."""
     from app.engine.backends import load_backend
     from app.engine.dflash import load_dflash_drafter
@@ -147,7 +147,7 @@ def measure(target_folder: Path, heads: Path, count: int, dtype_name: str, repea
     from app.engine.sampling import SamplingParams
 
     greedy = SamplingParams(temperature=0.0)
-    target = load_backend(target_folder, "torch", precision=dtype_name,
+    target = load_backend(target_folder, "torch", precision=dtype_name, graphs=graphs,
                           **({"device": device} if device != "cpu" else {}))
     config = json.loads((target_folder / "config.json").read_text())
     config = config.get("text_config") or config
@@ -160,7 +160,7 @@ def measure(target_folder: Path, heads: Path, count: int, dtype_name: str, repea
     assert target.capture_hidden(True, eagle.target_layers) == ""
     target.prefill(ids)
     rows_e = target.last_hidden()
-    costs: dict = {"target": {}, "eagle3": {}, "dflash": None}
+    costs: dict = {"target": {}, "eagle3": {}, "eagle3 eager": {}, "dflash": None, "dflash eager": None}
     for width in (1, 2, 3, 4, 5, 8, 9, 16):
         def one_pass(width=width, mark=target.checkpoint()):
             if width > 1:
@@ -170,28 +170,41 @@ def measure(target_folder: Path, heads: Path, count: int, dtype_name: str, repea
             target.rewind(mark, mark.length)
 
         costs["target"][width] = timed(one_pass, repeats)
-    head = eagle.head
-    head.reset()
-    with torch.inference_mode():
-        head.draft(ids[1:-1], rows_e[:-2], 1, greedy)  # the conversation read: steady state from here
-        base = head.length
-        for k in (1, 2, 4, 8):
-            def propose(k=k):
-                head.draft([ids[-1]], rows_e[-2:-1], k, greedy)
-                head.trim(base)
-            costs["eagle3"][k] = timed(propose, repeats)
+    # the head as it runs (replayed as CUDA graphs where the target's passes are), and eagerly over
+    # transformers' DynamicCache (as every head ran before)
+    eager = load_eagle3_drafter(target, heads / "eagle3").head
+    eager.eager()
+    for name, head in (("eagle3", eagle.head), ("eagle3 eager", eager)):
+        if name == "eagle3 eager" and not eagle.head.graph_mode:
+            costs[name] = costs["eagle3"]  # the same passes
+            continue
+        head.reset()
+        with torch.inference_mode():
+            head.draft(ids[1:-1], rows_e[:-2], 1, greedy)  # the conversation read: steady state from here
+            base = head.length
+            for k in (1, 2, 4, 8):
+                def propose(k=k, head=head, base=base):
+                    head.draft([ids[-1]], rows_e[-2:-1], k, greedy)
+                    head.trim(base)
+                costs[name][k] = timed(propose, repeats)
     target.capture_hidden(True, block.target_layers)
     target.reset()
     target.prefill(ids)
     rows_d = target.last_hidden()
-    with torch.inference_mode():
-        block.block.reset()
-        block.block.block(ids[-1], rows_d[:-1], 0)
+    eager_block = load_dflash_drafter(target, heads / "dflash").block
+    eager_block.eager()
+    for name, drafter in (("dflash", block.block), ("dflash eager", eager_block)):
+        if name == "dflash eager" and not block.block.graph_mode:
+            costs[name] = costs["dflash"]  # the same passes
+            continue
+        with torch.inference_mode():
+            drafter.reset()
+            drafter.draft(ids[-1], rows_d[:-1], 0, 1, greedy)  # the conversation read
 
-        def one_block():
-            block.block.draft(ids[-1], rows_d[-1:], len(ids) - 1, DFLASH_BLOCK - 1, greedy)
-            block.block.trim(len(ids) - 1)
-        costs["dflash"] = timed(one_block, repeats)
+            def one_block(drafter=drafter):
+                drafter.draft(ids[-1], rows_d[-1:], len(ids) - 1, DFLASH_BLOCK - 1, greedy)
+                drafter.trim(len(ids) - 1)
+            costs[name] = timed(one_block, repeats)
     target.capture_hidden(False)
     return costs
 
@@ -208,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--context", type=int, default=256)
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--graphs", default="auto", choices=("auto", "off", "static"),
+                        help="the target's graphs mode (static: the graphs' shapes, eagerly; a check off the GPU)")
     parser.add_argument("--whole", action="store_true",
                         help="build the target whole (a GPU's memory), no extrapolation")
     args = parser.parse_args(argv)
@@ -229,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
                 folder = random_target(root / f"target{layers}", args.shape, layers, getattr(torch, args.dtype),
                                        args.device)
                 parts[layers] = measure(folder, root / f"heads{layers}", layers, args.dtype, args.repeats, args.context,
-                                        args.device)
+                                        args.device, args.graphs)
                 import shutil
 
                 shutil.rmtree(folder)
@@ -244,12 +259,16 @@ def main(argv: list[str] | None = None) -> int:
     t = costs["target"]
     print(f"# {label}; context {args.context} tokens; medians of {args.repeats}")
     print("target pass (ms) by width: " + " ".join(f"{w}:{s * 1000:.1f}" for w, s in t.items()))
+    how = (("replayed as CUDA graphs" if args.device == "cuda" else "static shapes, eagerly")
+           if costs["eagle3"] is not costs["eagle3 eager"] else "as the head runs here")
     for k, s in costs["eagle3"].items():
-        print(f"EAGLE-3 proposal of k={k}: {s * 1000:.1f} ms = {s / k * 1000:.2f} ms per drafted token "
-              f"= {s / k / t[1]:.3f} of a target pass")
-    d = costs["dflash"]
-    print(f"DFlash block of {DFLASH_BLOCK} ({DFLASH_BLOCK - 1} drafts): {d * 1000:.1f} ms = {d / t[1]:.3f} "
-          "of a target pass")
+        eager = costs["eagle3 eager"][k]
+        print(f"EAGLE-3 proposal of k={k} ({how}): {s * 1000:.1f} ms = {s / k * 1000:.2f} ms per drafted token "
+              f"= {s / k / t[1]:.3f} of a target pass (eager over a DynamicCache: {eager / k * 1000:.2f} ms "
+              f"= {eager / k / t[1]:.3f})")
+    d, eager = costs["dflash"], costs["dflash eager"]
+    print(f"DFlash block of {DFLASH_BLOCK} ({DFLASH_BLOCK - 1} drafts, {how}): {d * 1000:.1f} ms = {d / t[1]:.3f} "
+          f"of a target pass (eager over a DynamicCache: {eager * 1000:.1f} ms = {eager / t[1]:.3f})")
     for a in ACCEPTANCE:
         e3 = max((bound(a, k, s, t[1], t[k + 1]), k) for k, s in costs["eagle3"].items())
         df = max((bound(a, k, d, t[1], t[k + 1]), k) for k in (1, 3, 7, 15))

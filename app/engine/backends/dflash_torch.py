@@ -10,6 +10,7 @@ values beside the block's, and the block's queries attend to all of them with no
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 import torch
@@ -20,13 +21,17 @@ from transformers.cache_utils import DynamicCache
 from transformers.models.qwen3.modeling_qwen3 import (Qwen3DecoderLayer, Qwen3RMSNorm, Qwen3RotaryEmbedding,
                                                       rotate_half)
 
+from app.engine.backends.cuda_graphs_torch import CaptureError
 from app.engine.backends.head_cache_torch import CachedHead
+from app.engine.backends.head_graphs_torch import GraphedBlock
 from app.engine.backends.torch_backend import TorchBackend
 from app.engine.backends.verdict_torch import DraftSteps
 from app.engine.sampling import SamplingParams
 from app.models.dflash_head import DFlashHead
 from app.models.errors import ModelFileError
 from app.models.head_sources import check_tensors
+
+log = logging.getLogger(__name__)
 
 NOT_LAYER_KEYS = ("architectures", "auto_map", "transformers_version", "torch_dtype", "dtype", "_name_or_path",
                   "dflash_config", "block_size", "num_target_layers", "model_type")
@@ -55,10 +60,11 @@ class DFlashModules(torch.nn.Module):
         return self.hidden_norm(self.fc(states))
 
     def forward(self, context: torch.Tensor, noise: torch.Tensor, positions: torch.Tensor,
-                cache: DynamicCache | None) -> torch.Tensor:
-        """Context features (N, c, H) at positions[:, :c], the blocks' embeddings (N, b, H) at the
-        b positions after, appended to `cache` (its earlier context before them) -> the blocks'
-        normed outputs (N, b, H)."""
+                cache: DynamicCache | None, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Context features (N, c, H) at positions[:, :c], the blocks' embeddings (N, b, H) at
+        positions[:, c:], appended to `cache` (its earlier context before them) -> the blocks'
+        normed outputs (N, b, H). `mask` (N, 1, 1 or b, keys): which keys the block sees (a fixed
+        buffer's padding hidden, head_graphs_torch.GraphedBlock); None: all of them."""
         n, b, c = noise.shape[0], noise.shape[1], context.shape[1]
         cos, sin = (t.unsqueeze(1) for t in self.rotary_emb(noise, positions))  # (1, 1, c + b, hd)
         x = noise
@@ -74,8 +80,8 @@ class DFlashModules(torch.nn.Module):
             k = k * cos + rotate_half(k) * sin
             if cache is not None:
                 k, v = cache.update(k, v, index)
-            # no mask: the block sees every context position and the whole block (DFlash's rule)
-            out = F.scaled_dot_product_attention(q, k, v, scale=attn.scaling, enable_gqa=True)
+            # no causal mask: the block sees every context position and the whole block (DFlash's rule)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=attn.scaling, enable_gqa=True)
             x = x + attn.o_proj(out.transpose(1, 2).reshape(n, b, -1))
             x = x + layer.mlp(layer.post_attention_layernorm(x))
         return self.norm(x)
@@ -112,7 +118,29 @@ class TorchDFlashBlock(CachedHead):
         self.weights_bytes = sum(p.numel() * p.element_size() for p in self.modules.parameters())
         self.device = device
         self._own_stream(device)
+        self._static_passes(target, self.modules.layers[0].self_attn, len(self.modules.layers), dtype, device)
         self.reset()
+
+    def _static_block(self) -> GraphedBlock:
+        if self._graphed is None:
+            spec = self.spec
+            self._graphed = GraphedBlock(self._run_block, self.static_kv,
+                                         [spec.mask_token_id] * spec.block_size, self.modules.fc.in_features,
+                                         self._in_dtype, self._planned, capture=self.graph_mode == "capture")
+            self._rule = self.target.vocab_limit
+        if self._rule != self.target.vocab_limit:  # the logits' width changed: capture again
+            self._rule = self.target.vocab_limit
+            self._graphed.drop()
+        return self._graphed
+
+    def _run_block(self, ids: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor,
+                   mask: torch.Tensor | None) -> torch.Tensor:
+        """GraphedBlock's pass: the block's logits after its first position, (b - 1, V')."""
+        dtype = self.modules.fc.weight.dtype
+        context = self.modules.context(rows.to(dtype))
+        noise = self.text_model.embed_tokens(ids).to(dtype) * self.spec.input_scale
+        out = self.modules(context, noise, positions, self.cache, mask)
+        return self._logits(out[0, 1:])
 
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """The target's head on the block's outputs (n, H) -> (n, V'), with the drafter's scale
@@ -140,18 +168,32 @@ class TorchDFlashBlock(CachedHead):
         self.trim(self.length - spec.block_size)  # the block's own entries go: the cache keeps context only
         return out[0]
 
+    def _block_logits(self, anchor: int, rows: torch.Tensor | None, start: int) -> torch.Tensor:
+        """The block over the fixed buffer: its logits after the anchor, (b - 1, V')."""
+        block = self._static_block()
+        try:
+            return block.forward(anchor, rows, start)
+        except CaptureError as exc:  # eagerly at the same shapes from here on, saying why
+            log.warning("a DFlash drafter runs without CUDA graphs: %s", exc)
+            self.graph_note = f"no CUDA graphs: {exc}"
+            self.graph_mode, block.capture = "static", False
+            block.drop()
+            return block.forward(anchor, rows, start)
+
     @torch.inference_mode()
     def draft(self, anchor: int, rows: torch.Tensor | None, start: int, k: int, params: SamplingParams,
               should_stop: Callable[[], bool] | None = None):
         """One block after `anchor`: up to k drafts (at most block_size - 1), each picked from its
         own position's distribution (the draft never conditions on its own picks, so each row is
         the distribution its token came from, as the Leviathan/Chen rule needs)."""
-        out = self.block(anchor, rows, start)
-        steps = DraftSteps(params, self._generator)
         n = min(k, self.spec.block_size - 1)
+        if self.graph_mode:
+            logits = self._block_logits(anchor, rows, start)[:n]
+        else:
+            logits = self._logits(self.block(anchor, rows, start)[1 : 1 + n])
+        steps = DraftSteps(params, self._generator)
         if n <= 0 or (should_stop is not None and should_stop()):
             return steps.result()
-        logits = self._logits(out[1 : 1 + n])
         for row in logits:
             steps.pick(row)
         return steps.result()

@@ -148,6 +148,7 @@ class TorchEagle3Head(CachedHead):
         self.device = device
         self._own_stream(device)
         self._limit = -1
+        self._static_passes(target, self.modules.layers[0].self_attn, len(self.modules.layers), dtype, device)
         self.reset()
 
     def restart_vocab(self, tokens: Sequence[int]) -> None:
@@ -157,25 +158,47 @@ class TorchEagle3Head(CachedHead):
         own = getattr(self.modules, "embed_tokens", None)  # a head that carries its own copy
         return (own if own is not None else self.text_model.embed_tokens)(ids)
 
+    def _run(self, ids: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor,
+             mask: torch.Tensor | None) -> torch.Tensor:
+        """Tokens (1, n) beside states (1, n, H) at positions (1, n), appended to the cache -> the
+        outputs (1, n, H)."""
+        return self.modules(self._embed(ids).to(hidden.dtype), hidden, positions, mask, self.cache)
+
     def _pass(self, ids: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
-        """Tokens (1, n) beside states (1, n, H), appended to the cache -> the outputs (1, n, H)."""
         past, n = self.length, ids.shape[1]
         positions = torch.arange(past, past + n, device=self.device).view(1, -1)
-        embeds = self._embed(ids).to(hidden.dtype)
         mask = None
         if n > 1 and past:  # SDPA's is_causal aligns a short query top-left: say where each row may look
             mask = torch.ones(n, past + n, dtype=torch.bool, device=self.device).tril(past).view(1, 1, n, past + n)
-        return self.modules(embeds, hidden, positions, mask, self.cache)
+        return self._run(ids, hidden, positions, mask)
+
+    def _step(self, ids: torch.Tensor, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A pass: the output at the last token (1, 1, H) and its logits (V',)."""
+        if self.graph_mode:
+            return self._graph_step(ids, hidden)  # the logits come out of the same replay
+        last = self._pass(ids, hidden)[:, -1:]
+        return last, self.logits(last[0, -1])
+
+    def _tail_rule(self):
+        self._prepare(self.target.vocab_limit)
+        return self._limit
+
+    def _tail(self, row: torch.Tensor) -> torch.Tensor:
+        return self.logits(row[0])
+
+    def _prepare(self, limit: int) -> None:
+        """Which draft rows land on which target ids below `limit` (once per limit: a boolean index
+        reads back to the host, which no captured pass may do)."""
+        if limit != self._limit:
+            keep = self.targets < limit
+            self._limit, self._rows, self._ids = limit, keep.nonzero()[:, 0], self.targets[keep]
 
     def logits(self, out: torch.Tensor) -> torch.Tensor:
         """The head's output row (H,) -> logits over the target's ids (V',), -inf where the draft
         vocabulary has no token (vLLM's rule: each draft logit at its d2t target id)."""
         small = self.modules.lm_head(self.modules.norm(out)).float()
-        limit = self.target.vocab_limit
-        if limit != self._limit:  # (once per limit: a boolean index reads back to the host)
-            keep = self.targets < limit
-            self._limit, self._rows, self._ids = limit, keep.nonzero()[:, 0], self.targets[keep]
-        full = torch.full((limit,), float("-inf"), device=self.device)
+        self._prepare(self.target.vocab_limit)
+        full = torch.full((self._limit,), float("-inf"), device=self.device)
         return full.index_copy_(0, self._ids, small.index_select(0, self._rows))
 
     @torch.inference_mode()
@@ -187,13 +210,13 @@ class TorchEagle3Head(CachedHead):
         dtype = self.modules.fc.weight.dtype
         ids = torch.tensor([list(tokens)], dtype=torch.long, device=self.device)
         fused = self.modules.fuse(rows.view(1, *rows.shape[-2:]).to(dtype))
-        last = self._pass(ids, fused)[:, -1:]
+        last, logits = self._step(ids, fused)
         steps = DraftSteps(params, self._generator)
         for i in range(k):
             if should_stop is not None and should_stop():
                 break
-            token = steps.pick(self.logits(last[0, -1]))
+            token = steps.pick(logits)
             if i < k - 1:
                 state = self.modules.norm(last) if self.spec.flags.get("norm_output") else last
-                last = self._pass(token.view(1, 1), state)
+                last, logits = self._step(token.view(1, 1), state)
         return steps.result()

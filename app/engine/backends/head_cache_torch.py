@@ -1,29 +1,87 @@
 """What a drafter head on PyTorch keeps beside its layers (an MTP layer, an EAGLE-3 head, a DFlash
 drafter): its own KV cache, transformers' DynamicCache over the head's config, cut back to a
 length after each round, and its own random stream (the target's would be shared with it, and
-rejection sampling needs the two independent)."""
+rejection sampling needs the two independent).
+
+Where the target's passes replay as CUDA graphs (or run their static shapes, graphs mode "static"),
+a head that chains steps (EAGLE-3, MTP) keeps its cache in a fixed buffer instead and runs its
+passes through `GraphedHead` (head_graphs_torch.py): `_static_passes` in its __init__ sets that up,
+`_graph_step` runs a pass."""
 
 from __future__ import annotations
+
+import logging
 
 import torch
 from transformers.cache_utils import DynamicCache
 
 from app.engine.backends.base import entropy_seed
+from app.engine.backends.cuda_graphs_torch import CaptureError
+from app.engine.backends.head_graphs_torch import GraphedHead, HeadKV, head_graph_mode
+
+log = logging.getLogger(__name__)
 
 
 class CachedHead:
     """A mixin: the class sets `config` (its layers' transformers config) and calls
-    `_own_stream(device)` in its __init__."""
+    `_own_stream(device)` in its __init__. A head with static passes defines `_run` (GraphedHead's
+    pass), `_tail_rule()` and `_tail(row)` (its logits, or None where they cannot run in a graph)."""
 
     config = None
-    cache: DynamicCache
+    cache: DynamicCache | HeadKV
+    graph_mode = ""  # head_graph_mode: "capture", "static", or "" (DynamicCache, eagerly)
+    graph_note = ""  # why the head's passes run eagerly where the target's are captured
+    static_kv: HeadKV | None = None
+    _graphed: GraphedHead | None = None
 
     def _own_stream(self, device) -> None:
         self._generator = torch.Generator(device=device)
         self._generator.manual_seed(entropy_seed())
 
+    def _static_passes(self, target, attention: torch.nn.Module, layers: int, dtype: torch.dtype, device) -> None:
+        """Fixed-buffer passes where the target's mode asks for them (head_graph_mode): a HeadKV of
+        `layers` layers shaped like `attention`'s keys and values, allocated at the first pass."""
+        self.graph_mode = head_graph_mode(target)
+        if not self.graph_mode:
+            return
+        self._planned = target._planned  # the target's planned context and a padded pass's room
+        self._in_dtype = dtype
+        self.static_kv = HeadKV(layers, attention.config.num_key_value_heads, attention.head_dim, dtype, device)
+
+    def eager(self) -> None:
+        """transformers' DynamicCache and eager passes from here on, whatever the target runs
+        (a benchmark's baseline; `--graphs off` does this for a whole pair). Starts an empty cache."""
+        self.graph_mode, self.static_kv, self._graphed = "", None, None
+        self.reset()
+
     def reset(self) -> None:
+        if self.static_kv is not None:
+            self.static_kv.length = 0  # the buffer stays where the graphs read it
+            self.cache = self.static_kv
+            return
         self.cache = DynamicCache(config=self.config)
+
+    def _graph_step(self, ids: torch.Tensor, hidden: torch.Tensor):
+        """A pass over the fixed buffer: (the output at the last token (1, 1, H), its logits (V,) or None)."""
+        if self._graphed is None:
+            self._graphed = GraphedHead(self._run, self.static_kv, hidden.shape[-1], self._in_dtype, self._planned,
+                                        capture=self.graph_mode == "capture")
+            self._rule = None
+        rule = self._tail_rule()
+        if rule != self._rule:  # what the logits depend on changed (the target's vocab_limit)
+            self._rule, self._graphed.tail = rule, (self._tail if rule is not None else None)
+            self._graphed.drop()
+        try:
+            return self._graphed.forward(ids, hidden)
+        except CaptureError as exc:  # eagerly at the same shapes from here on, saying why
+            log.warning("a draft head runs without CUDA graphs: %s", exc)
+            self.graph_note = f"no CUDA graphs: {exc}"
+            self.graph_mode, self._graphed.capture = "static", False
+            self._graphed.drop()
+            return self._graphed.forward(ids, hidden)
+
+    def _tail_rule(self):
+        return None
 
     @property
     def length(self) -> int:

@@ -13,7 +13,6 @@ from collections.abc import Callable, Sequence
 
 import torch
 from safetensors import safe_open
-from transformers.cache_utils import DynamicCache
 from transformers.modeling_layers import MtpLayer
 
 from app.engine.backends.head_cache_torch import CachedHead
@@ -58,14 +57,14 @@ def build_layer(text_model: torch.nn.Module, config) -> MtpLayer:
 
 
 def run_layer(layer: MtpLayer, text_model, ids: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor,
-              cache: DynamicCache | None) -> torch.Tensor:
+              cache, mask: torch.Tensor | None = None) -> torch.Tensor:
     """One pass of the MTP layer: the tokens' embeddings (1, n) beside the hidden states (1, n, H) of
-    the positions before them -> the layer's normed output (1, n, H), appended to `cache`."""
+    the positions before them -> the layer's normed output (1, n, H), appended to `cache`. `mask`:
+    where each row may look (1, 1, n, keys), or None for the rule by the cache's length."""
     embeds = text_model.embed_tokens(ids)
     position_ids = positions.view(1, -1)
     n, past = ids.shape[1], (cache.get_seq_length() if cache is not None else 0)
-    mask = None
-    if n > 1 and past:  # SDPA's is_causal aligns a short query top-left: say where each row may look
+    if mask is None and n > 1 and past:  # SDPA's is_causal aligns a short query top-left: say where each row may look
         mask = torch.ones(n, past + n, dtype=torch.bool, device=ids.device).tril(past).view(1, 1, n, past + n)
     return layer(embeds, hidden.to(embeds.dtype), position_embeddings=text_model.rotary_emb(embeds, position_ids),
                  attention_mask=mask, position_ids=position_ids, cache=cache)
@@ -112,6 +111,7 @@ class TorchMTPHead(CachedHead):
         head = target.model.get_output_embeddings()
         self.vocab = list(vocab) if vocab and SubsetHead.fits(head) else None
         self.subset = SubsetHead(head, self.vocab, target.vocab_limit) if self.vocab else None
+        self._static_passes(target, self.layer.mtp_block.self_attn, 1, dtype, device)
         self.reset()
 
     def reset(self) -> None:
@@ -129,6 +129,28 @@ class TorchMTPHead(CachedHead):
         positions = torch.arange(start, start + ids.shape[1], device=self.device)
         return run_layer(self.layer, self.text_model, ids, hidden, positions, self.cache)
 
+    def _run(self, ids: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor,
+             mask: torch.Tensor | None) -> torch.Tensor:
+        """GraphedHead's pass: positions (1, n) and the mask given."""
+        return run_layer(self.layer, self.text_model, ids, hidden, positions, self.cache, mask)
+
+    def _tail_rule(self):
+        """The whole head's logits run in the pass; a draft vocabulary that grows with the
+        conversation (SubsetHead) changes shape, so its logits run after it."""
+        return None if self.subset is not None else self.target.vocab_limit
+
+    def _tail(self, row: torch.Tensor) -> torch.Tensor:
+        return self.target.model.get_output_embeddings()(row)[0, : self.target.vocab_limit].float()
+
+    def _step(self, ids: torch.Tensor, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A pass: the output at the last token (1, 1, H) and its logits (V',)."""
+        last, logits = self._graph_step(ids, hidden) if self.graph_mode else (self._pass(ids, hidden)[:, -1:], None)
+        if logits is None:
+            row = last[0, -1]
+            head, limit = self.target.model.get_output_embeddings(), self.target.vocab_limit
+            logits = self.subset(row) if self.subset is not None else head(last)[0, -1, :limit].float()
+        return last, logits
+
     @torch.inference_mode()
     def draft(self, tokens: Sequence[int], rows: torch.Tensor, k: int, params: SamplingParams,
               should_stop: Callable[[], bool] | None = None):
@@ -136,18 +158,17 @@ class TorchMTPHead(CachedHead):
         then draft k tokens, each step reading the last draft beside the layer's own output. The
         cache keeps the read pairs and all steps but the last. Returns what backend.draft returns."""
         ids = torch.tensor([list(tokens)], dtype=torch.long, device=self.device)
-        last = self._pass(ids, rows.view(1, *rows.shape[-2:]))[:, -1:]
         head, limit = self.target.model.get_output_embeddings(), self.target.vocab_limit
         if self.subset is not None:
             if self.subset.limit != limit:  # the target's vocab_limit changed
                 self.subset = SubsetHead(head, self.vocab, limit)
             self.subset.add(tokens)  # every committed token passes here once: the conversation's
+        last, logits = self._step(ids, rows.view(1, *rows.shape[-2:]))
         steps = DraftSteps(params, self._generator)
         for i in range(k):
             if should_stop is not None and should_stop():
                 break
-            logits = self.subset(last[0, -1]) if self.subset is not None else head(last)[0, -1, :limit].float()
             token = steps.pick(logits)
             if i < k - 1:
-                last = self._pass(token.view(1, 1), last)
+                last, logits = self._step(token.view(1, 1), last)
         return steps.result()

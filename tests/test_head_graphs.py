@@ -1,0 +1,125 @@
+"""Draft heads' passes over fixed buffers (app/engine/backends/head_graphs_torch.py): an EAGLE-3 head,
+an MTP layer and a DFlash drafter, run at the CUDA graphs' bucketed static shapes (graphs mode "static", on the CPU),
+draft round for round what their DynamicCache passes draft: at temperature 0 and 1, for every k,
+across conversations, a follow-up turn that keeps the caches, a first catch-up wider than any
+bucket and an answer crossing a length bucket. Marked `cuda` (run on a lent GPU): the captured
+passes draft what the eager ones do, and a replay reading a stale input fails that comparison."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from app.engine.backends import cuda_graphs_torch, load_backend
+from app.engine.backends.head_graphs_torch import GraphedHead, HeadKV
+from app.engine.events import Round
+from app.engine.dflash import load_dflash_drafter
+from app.engine.mtp import load_eagle3_drafter, load_mtp_drafter
+from app.engine.sampling import SamplingParams
+from app.engine.speculative import generate
+
+PERIODIC = [1, 5, 9, 17, 5, 9, 17, 5]
+OTHER = [1, 4, 8, 15, 22, 3, 7]
+LONG = [1] + [5, 9, 17, 20] * 6  # 25 tokens: the first catch-up is wider than the widest bucket (17)
+on_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+
+
+@pytest.fixture(scope="module")
+def heads(tmp_path_factory):
+    """{kind: (target folder, drafter loader)}: a tiny Llama with a trained EAGLE-3 head, another with
+    a trained DFlash drafter, a tiny Qwen3.5 with its trained MTP layer (tests/*_training.py)."""
+    from tests import dflash_training
+    from tests.eagle3_training import train, write_head
+    from tests.mtp_training import save_trained
+
+    root = tmp_path_factory.mktemp("head-graphs")
+    model, head, _ = train(steps=300)
+    model.save_pretrained(root / "llama")
+    eagle = write_head(head, root / "eagle3")
+    mtp, _ = save_trained(root / "qwen35-mtp")
+    model, drafter, _ = dflash_training.train()
+    model.save_pretrained(root / "llama-dflash")
+    dflash = dflash_training.write_drafter(drafter, root / "dflash")
+    return {"eagle3": (root / "llama", lambda target: load_eagle3_drafter(target, eagle)),
+            "mtp": (mtp, load_mtp_drafter),
+            "dflash": (root / "llama-dflash", lambda target: load_dflash_drafter(target, dflash))}
+
+
+def _rounds(target, drafter, prompt, **options) -> list[tuple]:
+    events = generate(target, lambda ids: "", prompt, drafter=drafter, **options)
+    return [(e.drafted, e.accepted, e.emitted) for e in events if isinstance(e, Round)]
+
+
+def _session(target, drafter) -> list[list[tuple]]:
+    """Conversations one after another (the head restarts on each), every k, a follow-up turn that
+    keeps both caches, sampled answers, and one answer long enough to cross a length bucket."""
+    seen = []
+    for prompt in (PERIODIC, OTHER, LONG):
+        for k in (1, 3, 8, 15):
+            seen.append(_rounds(target, drafter, prompt, max_tokens=24, draft_tokens=k))
+    first = _rounds(target, drafter, PERIODIC, max_tokens=12, draft_tokens=2, reuse_cache=True)
+    follow = [*PERIODIC, *(t for r in first for t in r[2]), 3, 11, 6, 3, 11]
+    seen += [first, _rounds(target, drafter, follow, max_tokens=12, draft_tokens=2, reuse_cache=True)]
+    for seed in range(4):
+        seen.append(_rounds(target, drafter, OTHER, max_tokens=16, draft_tokens=3,
+                            params=SamplingParams(temperature=1.0, seed=seed)))
+    seen.append(_rounds(target, drafter, LONG, max_tokens=120, draft_tokens=4))  # across length buckets
+    return seen
+
+
+@pytest.mark.parametrize("kind", ["eagle3", "mtp", "dflash"])
+def test_fixed_buffer_passes_draft_what_the_dynamic_cache_drafts(heads, kind, monkeypatch):
+    # length buckets from 32 (not 256): the tiny models' 256-position context then crosses several
+    monkeypatch.setattr(cuda_graphs_torch, "MIN_LENGTH", 32)
+    folder, load = heads[kind]
+    runs = {}
+    for mode in ("off", "static"):
+        target = load_backend(folder, "torch", graphs=mode)
+        drafter = load(target)
+        runs[mode] = _session(target, drafter)
+        head = getattr(drafter, "head", None) or drafter.block  # MTPDrafter's head, DFlashDrafter's block
+        assert head.graph_mode == ("static" if mode == "static" else "")
+        assert isinstance(head.cache, HeadKV) == (mode == "static")
+    assert runs["static"] == runs["off"]
+    assert sum(r[1] for run in runs["off"] for r in run) > 50  # drafts were accepted: rollbacks kept entries
+    lengths = {length for _, length in head._graphed.graphs}  # (width, length) keys
+    assert {32, 64, 128} <= lengths and head._graphed.replays > 150, (lengths, head._graphed.replays)
+    plain = load_backend(folder, "torch")
+    assert [t for r in runs["static"][-1] for t in r[2]] == [
+        t for r in _rounds(plain, None, LONG, max_tokens=120) for t in r[2]]  # exact, as ever
+
+
+def test_a_stale_head_input_changes_the_drafts(heads, monkeypatch):
+    """The comparison above must fail when a pass reads a stale input: here the chained steps'
+    states are no longer copied into the head's buffer."""
+    folder, load = heads["eagle3"]
+    target = load_backend(folder, "torch", graphs="static")
+    right = _rounds(target, load(target), PERIODIC, max_tokens=24, draft_tokens=4)
+    forward = GraphedHead.forward
+
+    def stale(self, ids, hidden):
+        if ids.shape[1] == 1:  # a chained step: its state stays the previous pass's
+            hidden = self.hidden[:, :1].clone()
+        return forward(self, ids, hidden)
+
+    monkeypatch.setattr(GraphedHead, "forward", stale)
+    wrong = _rounds(target, load(target), PERIODIC, max_tokens=24, draft_tokens=4)
+    assert [r[2] for r in wrong] != [] and [r[:2] for r in wrong] != [r[:2] for r in right]
+
+
+@pytest.mark.cuda
+@on_gpu
+@pytest.mark.parametrize("kind", ["eagle3", "mtp", "dflash"])
+def test_captured_head_passes_draft_what_eager_ones_draft(heads, kind, monkeypatch):
+    monkeypatch.setattr(cuda_graphs_torch, "MIN_LENGTH", 32)
+    folder, load = heads[kind]
+    runs, drafters = {}, {}
+    for mode in ("off", "auto"):
+        target = load_backend(folder, "torch", device="cuda", graphs=mode)
+        drafters[mode] = load(target)
+        runs[mode] = _session(target, drafters[mode])
+    head = getattr(drafters["auto"], "head", None) or drafters["auto"].block
+    assert head.graph_mode == "capture" and not head.graph_note, head.graph_note
+    captured = head._graphed.graphs.values()
+    assert captured and all((c[0] if isinstance(c, tuple) else c.graph) is not None for c in captured)
+    assert runs["auto"] == runs["off"]

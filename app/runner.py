@@ -134,14 +134,31 @@ class LoadedModel:
     reasoning: str = ""  # the model thinks before answering: "switch" (its template turns it off), "always", ""
     own_context: int = 0  # what the model itself reads (context_length is what chats are kept within)
     draft_dtype: str = ""  # a draft model's as loaded ("int4 (g32, float32 head)"), "" for none and lookup
+    draft_passes: str = ""  # how a draft head's passes run on PyTorch ("passes: CUDA graphs"), "" elsewhere
 
     def draft_words(self) -> tuple[str, str]:
         """The draft's (label, detail) for the window: a self-draft at the precision it loaded at."""
-        return self.draft.words(self.draft_dtype if self.draft.kind is DraftKind.SELF else "")
+        label, detail = self.draft.words(self.draft_dtype if self.draft.kind is DraftKind.SELF else "")
+        return label, f"{detail}; {self.draft_passes}" if self.draft_passes else detail
 
     def describe(self) -> str:
         pair = f" + {self.draft_words()[0]}" if self.draft != NO_DRAFT else ""
         return f"{display_name(self.folder)}{pair} ({self.model_type}, {self.dtype}) on {self.backend}/{self.device}"
+
+
+def head_passes(drafter, device: str) -> str:
+    """How a draft head on PyTorch (an MTP layer, an EAGLE-3 head, a DFlash drafter) runs its passes
+    (head_graphs_torch.py), for the draft's detail: "" for other drafters and for MLX's heads."""
+    inner = getattr(drafter, "model", drafter)
+    head = getattr(inner, "head", None) or getattr(inner, "block", None)
+    mode = getattr(head, "graph_mode", None)
+    if mode is None:
+        return ""
+    if mode == "capture":
+        return "passes: CUDA graphs"
+    if mode == "static":
+        return "passes: fixed buffers, eagerly"
+    return "passes: eager (CUDA graphs turned off)" if str(device).startswith("cuda") else ""
 
 
 def _gguf_loaded_bytes(folder: Path, backend: str, precision: str) -> int | None:
@@ -396,7 +413,7 @@ class Runner:
                                   draft_backend.weights_bytes if draft_folder is not None else draft_weights,
                                   target.device_note,
                                   "switch" if tokenizer.thinking_switch else "always" if tokenizer.thinks else "",
-                                  own, draft_dtype)
+                                  own, draft_dtype, head_passes(drafter, target.device))
         return self.loaded
 
     @staticmethod

@@ -25,6 +25,7 @@ one summary table. See docs/performance.md.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import shutil
 import statistics
@@ -218,40 +219,15 @@ def answer_costs(runner, prompt: str, tokens: int, gpu: bool) -> dict:
             "tokens_per_pass": stats.decode_tokens / stats.rounds if stats.rounds else None}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="tiny models on the CPU, graphs off (CI)")
-    parser.add_argument("--target", default=None, help="target shape (t8b; quick: small)")
-    parser.add_argument("--draft", default=None, help="draft shape (d1b; quick: tiny)")
-    parser.add_argument("--tokenizer", default=None, help="a folder with the demo's tokenizer files")
-    parser.add_argument("--out", default="/tmp/tandem-cuda-bench", help="where the random models go")
-    parser.add_argument("--widths", default="1,2,4,8,16")
-    parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--skip-cli-bench", action="store_true")
-    parser.add_argument("--skip-probe", action="store_true", help="no kernel profiles (CUDA)")
-    parser.add_argument("--smoke", action="store_true",
-                        help="a minute's check first: imports, one tiny model's passes captured and eager, compared")
-    args = parser.parse_args(argv)
-    if args.smoke:
-        return smoke(Path(args.tokenizer) if args.tokenizer else _demo_tokenizer(), Path(args.out))
-
+def _pass_tables(summary: dict, target_shape: str, draft_shape: str, out: Path, tokenizer: Path,
+                 device: torch.device, dtype: torch.dtype, widths: list[int], repeats: int, quick: bool) -> None:
+    """The read bandwidth, the target's pass by width in each mode, the draft's step, int4 (CUDA)."""
     from app.engine.backends.torch_backend import TorchBackend
 
-    device = torch.device("cpu" if args.quick or not torch.cuda.is_available() else "cuda")
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    target_shape = args.target or ("small" if args.quick else "t8b")
-    draft_shape = args.draft or ("tiny" if args.quick else "d1b")
-    repeats = 3 if args.quick else args.repeats
-    widths = [int(w) for w in args.widths.split(",")]
-    tokenizer = Path(args.tokenizer) if args.tokenizer else _demo_tokenizer()
-    out = Path(args.out)
-    card = torch.cuda.get_device_name() if device.type == "cuda" else "CPU"
-    say(f"device: {card}; torch {torch.__version__}; dtype {dtype}")
     target_dir = build(target_shape, out, tokenizer, device, dtype)
     draft_dir = build(draft_shape, out, tokenizer, device, dtype)
-    summary: dict[str, object] = {"card": card, "target": target_shape, "draft": draft_shape}
 
-    bandwidth = read_bandwidth(device, (64 << 20) if args.quick else (2 << 30))
+    bandwidth = read_bandwidth(device, (64 << 20) if quick else (2 << 30))
     summary["bandwidth_GBps"] = bandwidth / 1e9
     say(f"read bandwidth {bandwidth / 1e9:.1f} GB/s")
 
@@ -306,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
             say(f"draft one-token pass {draft_ms:.2f} ms = {draft_ms / target_ms:.2f} of the target's "
                 f"{target_ms:.2f} ms ({draft.precision})")
             del draft
+            gc.collect()
         if cuda:  # the draft at int4 (a draft may be inexact: the target's verdict keeps the answer exact)
             draft = TorchBackend(draft_dir, device=str(device), precision="int4", graphs=graph_mode)
             draft_ms = pass_cost(draft, 1, repeats, device) * 1e3
@@ -313,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
             say(f"draft at int4, one-token pass {draft_ms:.2f} ms = {draft_ms / target_ms:.2f} of the target's "
                 f"{target_ms:.2f} ms ({draft.precision})")
             del draft
+            gc.collect()
 
     _guarded("the draft's step", draft_step)
     if cuda:
@@ -334,12 +312,47 @@ def main(argv: list[str] | None = None) -> int:
                 say(f"int4 g{group} target ({int4.precision}) width 1: {int4_ms:.2f} ms = "
                     f"{target_ms / int4_ms:.2f}x the bf16 pass")
                 del int4
+                gc.collect()
                 torch.cuda.empty_cache()
 
             _guarded(f"int4 g{group} glue {glue}", int4_pass)
     del target
     if device.type == "cuda":
+        gc.collect()
         torch.cuda.empty_cache()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny models on the CPU, graphs off (CI)")
+    parser.add_argument("--target", default=None, help="target shape (t8b; quick: small)")
+    parser.add_argument("--draft", default=None, help="draft shape (d1b; quick: tiny)")
+    parser.add_argument("--tokenizer", default=None, help="a folder with the demo's tokenizer files")
+    parser.add_argument("--out", default="/tmp/tandem-cuda-bench", help="where the random models go")
+    parser.add_argument("--widths", default="1,2,4,8,16")
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--skip-cli-bench", action="store_true")
+    parser.add_argument("--loop-only", action="store_true", help="only the planted pair's loop and the CLI bench")
+    parser.add_argument("--skip-probe", action="store_true", help="no kernel profiles (CUDA)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="a minute's check first: imports, one tiny model's passes captured and eager, compared")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        return smoke(Path(args.tokenizer) if args.tokenizer else _demo_tokenizer(), Path(args.out))
+
+    device = torch.device("cpu" if args.quick or not torch.cuda.is_available() else "cuda")
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    target_shape = args.target or ("small" if args.quick else "t8b")
+    draft_shape = args.draft or ("tiny" if args.quick else "d1b")
+    repeats = 3 if args.quick else args.repeats
+    widths = [int(w) for w in args.widths.split(",")]
+    tokenizer = Path(args.tokenizer) if args.tokenizer else _demo_tokenizer()
+    out = Path(args.out)
+    card = torch.cuda.get_device_name() if device.type == "cuda" else "CPU"
+    say(f"device: {card}; torch {torch.__version__}; dtype {dtype}")
+    summary: dict[str, object] = {"card": card, "target": target_shape, "draft": draft_shape}
+    if not args.loop_only:
+        _pass_tables(summary, target_shape, draft_shape, out, tokenizer, device, dtype, widths, repeats, args.quick)
     # the loop where drafts are accepted: a planted pair (see `plant`), built now so that the
     # table above comes first in a call that runs out of time
     target_dir = build(target_shape, out, tokenizer, device, dtype, planted=True)
@@ -356,7 +369,10 @@ def main(argv: list[str] | None = None) -> int:
                 ["bench", "--backend", "torch", "--model", str(target_dir), "--draft", drafter, "--no-anchors",
                  "--ks", "", "--repeats", "1" if args.quick else "2", "--prompts", "2" if args.quick else "4",
                  "--max-tokens", "16" if args.quick else "64"]))
-    if device.type == "cuda" and not args.skip_probe:
+            if device.type == "cuda":
+                gc.collect()
+                torch.cuda.empty_cache()
+    if device.type == "cuda" and not args.skip_probe and not args.loop_only:
         _guarded("the kernels of a pass", lambda: kernel_probe(out / target_shape, out / draft_shape, repeats))
     say("=== summary\n" + json.dumps(summary, indent=1))
     return 0
@@ -446,6 +462,7 @@ def kernel_probe(target_dir: Path, draft_dir: Path, repeats: int) -> None:
             kernel_profile(backend)
             say("  " + ", ".join(f"width {w} {pass_cost(backend, w, repeats, device) * 1e3:.2f} ms" for w in (1, 4)))
             del backend
+            gc.collect()
             torch.cuda.empty_cache()
 
 
@@ -473,6 +490,9 @@ def _loop_rows(target_dir: Path, draft_dir: Path, device: torch.device, quick: b
             + ("" if row["gpu_idle_share"] is None else f", GPU idle {row['gpu_idle_share']:.1%} of the wall clock"))
         del runner
         if device.type == "cuda":
+            # a runner's backends, graphs and drafters hold one another: only the collector frees them,
+            # and the next pair's memory check would find the last one's 17 GB still taken
+            gc.collect()
             torch.cuda.empty_cache()
     return rows
 

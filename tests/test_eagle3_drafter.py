@@ -273,6 +273,11 @@ def test_the_runner_loads_an_eagle3_head_beside_prompt_lookup_and_stays_exact(ba
         loaded = runner.load(target, backend, DraftChoice.parse(named), progress=lambda m: None)
         assert loaded.draft.kind is DraftKind.EAGLE3 and loaded.draft_words()[0] == "EAGLE-3 head"
     assert runner.drafter.wants_target_state and runner.drafter.model.target_layers == (0, 1, 2)
+    if backend == "torch":  # the head's passes, in the draft's detail (CUDA graphs on a GPU: test_head_graphs.py)
+        assert "passes" not in loaded.draft_words()[1]  # eager on the CPU, as everything there
+        static = runner.load(target, backend, DraftChoice.parse(f"eagle3:{folder}"), graphs="static",
+                             progress=lambda m: None)
+        assert static.draft_words()[1].endswith("; passes: fixed buffers, eagerly")
     ask = ChatRequest(({"role": "user", "content": "Say the list 1, 2, 3, 1, 2, 3, 1, 2, 3 again."},),
                       max_tokens=24, draft_tokens=3)
     spec = list(runner.chat(ask))

@@ -14,7 +14,7 @@ from app.engine.backends import cuda_graphs_torch, load_backend
 from app.engine.backends.head_graphs_torch import GraphedHead, HeadKV
 from app.engine.events import Round
 from app.engine.dflash import load_dflash_drafter
-from app.engine.mtp import load_eagle3_drafter, load_mtp_drafter
+from app.engine.mtp import MTPDrafter, load_eagle3_drafter, load_mtp_drafter
 from app.engine.sampling import SamplingParams
 from app.engine.speculative import generate
 
@@ -40,8 +40,17 @@ def heads(tmp_path_factory):
     model, drafter, _ = dflash_training.train()
     model.save_pretrained(root / "llama-dflash")
     dflash = dflash_training.write_drafter(drafter, root / "dflash")
+
+    def mtp_subset(target):  # an aligned head's way: a draft vocabulary growing with the conversation
+        from app.engine.backends.mtp_torch import TorchMTPHead
+        from app.models.mtp_weights import find_mtp
+
+        drafter = MTPDrafter(TorchMTPHead(target, find_mtp(mtp), vocab=list(range(3, 12))), "aligned draft head")
+        assert drafter.head.subset is not None
+        return drafter
+
     return {"eagle3": (root / "llama", lambda target: load_eagle3_drafter(target, eagle)),
-            "mtp": (mtp, load_mtp_drafter),
+            "mtp": (mtp, load_mtp_drafter), "mtp-subset": (mtp, mtp_subset),
             "dflash": (root / "llama-dflash", lambda target: load_dflash_drafter(target, dflash))}
 
 
@@ -67,7 +76,7 @@ def _session(target, drafter) -> list[list[tuple]]:
     return seen
 
 
-@pytest.mark.parametrize("kind", ["eagle3", "mtp", "dflash"])
+@pytest.mark.parametrize("kind", ["eagle3", "mtp", "mtp-subset", "dflash"])
 def test_fixed_buffer_passes_draft_what_the_dynamic_cache_drafts(heads, kind, monkeypatch):
     # length buckets from 32 (not 256): the tiny models' 256-position context then crosses several
     monkeypatch.setattr(cuda_graphs_torch, "MIN_LENGTH", 32)

@@ -251,6 +251,27 @@ def test_the_cache_folder_follows_both_compiled_modules(tmp_path, monkeypatch):
     assert int4_cpu_torch._sources_version() != before
 
 
+def test_an_earlier_versions_cache_folder_goes_after_a_day_and_nothing_else(tmp_path):
+    import os
+    import time
+
+    now = time.time()
+    folders = {"aaaaaaaaaaaa": now - 3 * 86400, "bbbbbbbbbbbb": now - 3600, "cccccccccccc": now - 3 * 86400,
+               "not-a-version": now - 3 * 86400}
+    for name, when in folders.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "index.nbi").write_bytes(b"x")
+        os.utime(tmp_path / name / "index.nbi", (when, when))
+        os.utime(tmp_path / name, (when, when))
+    os.utime(tmp_path / "aaaaaaaaaaaa" / "index.nbi", (now - 60, now - 60))  # written a minute ago: in use
+    removed = int4_cpu_torch.prune_versions(tmp_path, keep="cccccccccccc", now=now)
+    assert removed == []  # the kept version stays however old; the rest are recent or not ours
+    os.utime(tmp_path / "aaaaaaaaaaaa" / "index.nbi", (now - 2 * 86400, now - 2 * 86400))
+    assert int4_cpu_torch.prune_versions(tmp_path, keep="cccccccccccc", now=now) == ["aaaaaaaaaaaa"]
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["bbbbbbbbbbbb", "cccccccccccc", "not-a-version"]
+    assert int4_cpu_torch.prune_versions(tmp_path / "missing", keep="cccccccccccc") == []
+
+
 def test_the_compiled_exp_is_within_2_ulp_where_attention_and_silu_use_it():
     """kernels_numba._exp (Cephes' expf, vectorizable) against e^x in float64: attention's
     weights take x <= 0, SiLU's gate any x; 0 far below, no inf or NaN above."""

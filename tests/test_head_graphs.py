@@ -91,6 +91,8 @@ def test_fixed_buffer_passes_draft_what_the_dynamic_cache_drafts(heads, kind, mo
         assert isinstance(head.cache, HeadKV) == (mode == "static")
     assert runs["static"] == runs["off"]
     assert sum(r[1] for run in runs["off"] for r in run) > 50  # drafts were accepted: rollbacks kept entries
+    if kind in ("eagle3", "mtp"):  # greedy drafts of k > 1 ran as one chain (keys (-k, length))
+        assert any(width < 0 for width, _ in head._graphed.graphs)
     lengths = {length for _, length in head._graphed.graphs}  # (width, length) keys
     assert {32, 64, 128} <= lengths and head._graphed.replays > 150, (lengths, head._graphed.replays)
     plain = load_backend(folder, "torch")
@@ -100,20 +102,24 @@ def test_fixed_buffer_passes_draft_what_the_dynamic_cache_drafts(heads, kind, mo
 
 def test_a_stale_head_input_changes_the_drafts(heads, monkeypatch):
     """The comparison above must fail when a pass reads a stale input: here the chained steps'
-    states are no longer copied into the head's buffer."""
+    states are no longer copied into the head's buffer, in a whole greedy draft's one replay
+    (temperature 0) and step by step (temperature 1)."""
     folder, load = heads["eagle3"]
     target = load_backend(folder, "torch", graphs="static")
-    right = _rounds(target, load(target), PERIODIC, max_tokens=24, draft_tokens=4)
-    forward = GraphedHead.forward
+    sampled = SamplingParams(temperature=1.0, seed=3)
+    right = [_rounds(target, load(target), PERIODIC, max_tokens=24, draft_tokens=4, params=params)
+             for params in (SamplingParams(), sampled)]
+    load_inputs = GraphedHead._load_inputs
 
     def stale(self, ids, hidden):
         if ids.shape[1] == 1:  # a chained step: its state stays the previous pass's
             hidden = self.hidden[:, :1].clone()
-        return forward(self, ids, hidden)
+        return load_inputs(self, ids, hidden)
 
-    monkeypatch.setattr(GraphedHead, "forward", stale)
-    wrong = _rounds(target, load(target), PERIODIC, max_tokens=24, draft_tokens=4)
-    assert [r[2] for r in wrong] != [] and [r[:2] for r in wrong] != [r[:2] for r in right]
+    monkeypatch.setattr(GraphedHead, "_load_inputs", stale)
+    for params, good in zip((SamplingParams(), sampled), right, strict=True):
+        wrong = _rounds(target, load(target), PERIODIC, max_tokens=24, draft_tokens=4, params=params)
+        assert wrong and [r[:2] for r in wrong] != [r[:2] for r in good], params
 
 
 @pytest.mark.cuda
@@ -128,6 +134,8 @@ def test_captured_head_passes_draft_what_eager_ones_draft(heads, kind, monkeypat
         drafters[mode] = load(target)
         runs[mode] = _session(target, drafters[mode])
     head = getattr(drafters["auto"], "head", None) or drafters["auto"].block
+    # every capture is one-time work the engine leaves out of a round's timings
+    assert head.one_time_work == len(head._graphed.graphs) == drafters["auto"].one_time_work
     assert head.graph_mode == "capture" and not head.graph_note, head.graph_note
     captured = head._graphed.graphs.values()
     assert captured and all((c[0] if isinstance(c, tuple) else c.graph) is not None for c in captured)

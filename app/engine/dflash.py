@@ -58,6 +58,11 @@ class DFlashDrafter(Drafter):
     def weights_bytes(self) -> int:
         return self.block.weights_bytes
 
+    @property
+    def one_time_work(self) -> int:
+        """The drafter's captured graphs so far (speculative.one_time_work)."""
+        return getattr(self.block, "one_time_work", 0)
+
     def _restart(self, base: int) -> None:
         self.block.reset()
         self._base = base  # the position of the cache's first entry

@@ -227,6 +227,10 @@ class LookupThenModelDrafter(Drafter):
     def backend(self) -> ModelBackend | None:
         return getattr(self.model, "backend", None)  # a draft model's; None for an MTP layer
 
+    @property
+    def one_time_work(self) -> int:
+        return getattr(self.model, "one_time_work", 0)  # a draft head's captures (a draft model's: its backend's)
+
     def start(self, prompt_ids: Sequence[int], seed: int | None = None, reuse: bool = False,
               should_stop: Callable[[], bool] | None = None) -> None:
         self.model.start(prompt_ids, seed, reuse, should_stop)

@@ -66,6 +66,11 @@ class MTPDrafter(Drafter):
     def weights_bytes(self) -> int:
         return self.head.weights_bytes
 
+    @property
+    def one_time_work(self) -> int:
+        """The head's captured graphs so far (speculative.one_time_work)."""
+        return getattr(self.head, "one_time_work", 0)
+
     def _restart(self, base: int) -> None:
         """An empty layer cache whose first pair will be the one of position `base`."""
         self.head.reset()

@@ -70,10 +70,11 @@ def _prompt_rows(target: ModelBackend, parts: list, lengths: list[int]):
 
 
 def one_time_work(target: ModelBackend, drafter: Drafter | None) -> int:
-    """Passes of the target and the draft model that did one-time work (a CUDA graph captured):
-    a round in which this changes is timed with that work in it, so its timings are left out."""
+    """Passes of the target, the draft model and a draft head that did one-time work (a CUDA graph
+    captured): a round in which this changes is timed with that work in it, so its timings are left out."""
     draft = getattr(drafter, "backend", None)
-    return target.one_time_work + (getattr(draft, "one_time_work", 0) if draft is not None else 0)
+    return (target.one_time_work + (getattr(draft, "one_time_work", 0) if draft is not None else 0)
+            + getattr(drafter, "one_time_work", 0))
 
 
 def proposal_end(proposal: Proposal, stop_ids: frozenset[int], vocab_limit: int) -> int:

@@ -82,6 +82,35 @@ def _sources_version() -> str:
     return digest.hexdigest()[:12]
 
 
+STALE_S = 24 * 3600  # a version's folder unused this long is an earlier Tandem's (or an edit's)
+
+
+def prune_versions(base: Path, keep: str, now: float | None = None) -> list[str]:
+    """Remove the cache folders of other versions of the sources (`_sources_version` names) that
+    nothing has written to for STALE_S: an update leaves its predecessor's compiled code behind
+    (2-11 MB each), and a day's grace spares a second Tandem of another version still running.
+    Best effort; the names removed."""
+    import re
+    import shutil
+    import time
+
+    now = time.time() if now is None else now
+    removed = []
+    try:
+        folders = [f for f in base.iterdir() if f.is_dir() and f.name != keep and re.fullmatch(r"[0-9a-f]{12}", f.name)]
+    except OSError:
+        return removed
+    for folder in folders:
+        try:
+            newest = max([folder.stat().st_mtime] + [f.stat().st_mtime for f in folder.iterdir()])
+            if now - newest > STALE_S:
+                shutil.rmtree(folder)
+                removed.append(folder.name)
+        except OSError:  # in use, or gone already: another day
+            continue
+    return removed
+
+
 def compiled():
     """The module of compiled functions (kernels_numba), built on first use; None where it cannot be."""
     global _COMPILED, _WHY_NOT
@@ -107,8 +136,11 @@ def compiled():
         numba.config.THREADING_LAYER = "threadsafe"
         # the cache folder (read when the module's functions are decorated), one per version of
         # the sources, under the user's NUMBA_CACHE_DIR where one is set
+        own = not os.environ.get("NUMBA_CACHE_DIR")
         base = Path(os.environ.get("NUMBA_CACHE_DIR") or cache_dir() / "numba")
         numba.config.CACHE_DIR = str(base / _sources_version())
+        if own:  # (a user's NUMBA_CACHE_DIR may hold anything: only Tandem's own folder is pruned)
+            prune_versions(base, _sources_version())
         module = importlib.import_module("app.models.kernels_numba")
         probe = Int4Blocks(CHUNK, GROUP)  # compiles (or loads from the cache) and runs once
         probe.fill(0, np.full((CHUNK, GROUP), 9, np.uint8), np.ones((CHUNK, 1), np.float32),

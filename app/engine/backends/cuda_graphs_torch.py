@@ -82,6 +82,24 @@ class CaptureError(RuntimeError):
     """A pass could not be captured (the backend then runs eagerly and says why)."""
 
 
+def capture(run, pool):
+    """(the graph, what `run()` returned inside it): warmed up on a side stream first (PyTorch's
+    rule for capture: lazy initialisation and the allocator's first blocks happen outside the
+    graph; what the warm-up writes is the same pass), captured into `pool`, then replayed once,
+    since the capture itself ran nothing and the caller asked for this pass."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            run()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool):
+        outputs = run()
+    graph.replay()
+    return graph, outputs
+
+
 class _Captured:
     def __init__(self, graph, logits: torch.Tensor, hidden: torch.Tensor):
         self.graph, self.logits, self.hidden = graph, logits, hidden
@@ -145,16 +163,5 @@ class GraphedStep:
         self.lean.rope_tables(self.kv.capacity)  # the tables the graph indexes, allocated outside it
         if not self.capture:
             return _Captured(None, None, None)
-        # warm up on a side stream first (PyTorch's rule for capture: lazy initialisation and
-        # the allocator's first blocks happen outside the graph); what it writes is the same pass
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(2):
-                self._pass(width, length)
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
-            logits, hidden = self._pass(width, length)
-        graph.replay()  # the capture itself ran nothing: this is the pass that was asked for
+        graph, (logits, hidden) = capture(lambda: self._pass(width, length), self.pool)
         return _Captured(graph, logits, hidden)

@@ -211,12 +211,15 @@ class TorchEagle3Head(CachedHead):
         ids = torch.tensor([list(tokens)], dtype=torch.long, device=self.device)
         fused = self.modules.fuse(rows.view(1, *rows.shape[-2:]).to(dtype))
         last, logits = self._step(ids, fused)
+        state = self.modules.norm if self.spec.flags.get("norm_output") else (lambda out: out)
+        chained = self._greedy_chain(last, logits, k, params, state, should_stop)
+        if chained is not None:
+            return chained
         steps = DraftSteps(params, self._generator)
         for i in range(k):
             if should_stop is not None and should_stop():
                 break
             token = steps.pick(logits)
             if i < k - 1:
-                state = self.modules.norm(last) if self.spec.flags.get("norm_output") else last
-                last, logits = self._step(token.view(1, 1), state)
+                last, logits = self._step(token.view(1, 1), state(last))
         return steps.result()

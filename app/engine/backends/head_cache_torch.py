@@ -80,8 +80,37 @@ class CachedHead:
             self._graphed.drop()
             return self._graphed.forward(ids, hidden)
 
+    def _greedy_chain(self, last: torch.Tensor, logits: torch.Tensor, k: int, params, state,
+                      should_stop=None):
+        """The whole greedy draft of k as one replay (GraphedHead.greedy_chain), as DraftSteps.result
+        gives it; None where the draft goes step by step (sampling, eager passes, a draft of one,
+        logits outside the pass). Stop is honoured before the chain, not inside it (one replay)."""
+        graphed = self._graphed
+        if not (params.greedy and k > 1 and self.graph_mode and graphed is not None and graphed.tail is not None
+                and getattr(self, "_chains", True)):
+            return None
+        if should_stop is not None and should_stop():
+            return (), (), None, None
+        try:
+            chained = graphed.greedy_chain(last, logits, k, state)
+        except CaptureError as exc:  # step by step from here on (each step still replays), saying why
+            log.warning("a draft head drafts step by step: %s", exc)
+            self.graph_note, self._chains = f"no whole-draft graphs: {exc}", False
+            return None
+        if chained is None:
+            return None
+        tokens, probs = chained
+        both = torch.cat([tokens.float(), probs.float()]).tolist()  # one transfer, as DraftSteps.result
+        return tuple(int(t) for t in both[:k]), tuple(both[k:]), None, tokens
+
     def _tail_rule(self):
         return None
+
+    @property
+    def one_time_work(self) -> int:
+        """Graphs captured (or tried) so far: a round that captured is timed with that work in it
+        (speculative.one_time_work leaves its timings out, as for the target's captures)."""
+        return self._graphed.captures if self._graphed is not None else 0
 
     @property
     def length(self) -> int:

@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 import torch
 
-from app.engine.backends.cuda_graphs_torch import WIDTHS, CaptureError, length_bucket, width_bucket
+from app.engine.backends.cuda_graphs_torch import WIDTHS, CaptureError, capture, length_bucket, width_bucket
 
 # run(ids (1, w), hidden (1, w, H_in), positions (1, w), mask (1, 1, w, L) bool or None) -> (1, w, H)
 HeadPass = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]
@@ -114,9 +114,11 @@ class GraphedHead:
         self.positions = {w: torch.zeros(1, w, dtype=torch.long, device=device) for w in WIDTHS}
         self._count = {w: torch.arange(w, device=device).view(1, w) for w in WIDTHS}
         self.last = torch.zeros(1, dtype=torch.long, device=device)  # the last real token's row
+        self._chain_in: tuple | None = None  # greedy_chain's inputs: logits, last output, start
         self.graphs: dict[tuple[int, int], _Captured] = {}
         self.pool = torch.cuda.graph_pool_handle() if capture else None
         self.replays = 0  # passes that ran as a graph (or its static-shape stand-in)
+        self.captures = 0  # graphs captured, or tried: one-time work a round's timing must not price
 
     def drop(self) -> None:
         """Forget the graphs (the tail's rule changed): each is captured again when next needed."""
@@ -137,8 +139,7 @@ class GraphedHead:
             kv.length += n
             return out, (self.tail(out[0]) if self.tail is not None else None)
         length = length_bucket(start + width, kv.capacity)
-        self.ids[:, :n].copy_(ids)
-        self.hidden[:, :n].copy_(hidden)
+        self._load_inputs(ids, hidden)
         torch.add(self._count[width], start, out=self.positions[width])
         self.last.fill_(n - 1)
         key = (width, length)
@@ -158,6 +159,13 @@ class GraphedHead:
         kv.length += n
         return captured.last.clone(), (captured.logits.clone() if captured.logits is not None else None)
 
+    def _load_inputs(self, ids: torch.Tensor, hidden: torch.Tensor) -> None:
+        """A pass's tokens (1, n) and states (1, n, H_in) into the buffers the graphs read
+        (device-side copies; inside a chain's graph, recorded with it)."""
+        n = ids.shape[1]
+        self.ids[:, :n].copy_(ids)
+        self.hidden[:, :n].copy_(hidden)
+
     def _pass(self, width: int, length: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         kv = self.kv
         positions = self.positions[width]
@@ -170,18 +178,60 @@ class GraphedHead:
     def _build(self, width: int, length: int) -> _Captured:
         if not self.capture:
             return _Captured(None, *self._pass(width, length))
-        # warm up on a side stream first (PyTorch's rule for capture); what it writes is the same pass
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(2):
-                self._pass(width, length)
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
-            last, logits = self._pass(width, length)
-        graph.replay()  # the capture itself ran nothing: this is the pass that was asked for
+        self.captures += 1
+        graph, (last, logits) = capture(lambda: self._pass(width, length), self.pool)
         return _Captured(graph, last, logits)
+
+    def greedy_chain(self, last: torch.Tensor, logits: torch.Tensor, k: int,
+                     state: Callable[[torch.Tensor], torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """A whole greedy draft of k tokens in one replay, after a pass gave (last, logits): the first
+        pick from `logits`, each next from a chained step reading the last pick beside state(the
+        step's own output). (tokens (k,), their softmax probabilities (k,)) as DraftSteps picks them
+        at temperature 0; None where it cannot run (logits outside the pass, no room)."""
+        kv = self.kv
+        start = kv.length
+        if self.tail is None or start + k > kv.capacity:
+            return None
+        if self._chain_in is None or self._chain_in[0].shape != logits.shape:
+            self._chain_in = (torch.empty_like(logits), torch.empty_like(last),
+                              torch.zeros(1, dtype=torch.long, device=kv.device))
+        chain_logits, chain_last, chain_start = self._chain_in
+        chain_logits.copy_(logits)
+        chain_last.copy_(last)
+        chain_start.fill_(start)
+        length = length_bucket(start + k, kv.capacity)
+        key = (-k, length)  # (negative: a chain of k, beside the passes' (width, length))
+        captured = self.graphs.get(key)
+        if captured is None and self.capture:
+            try:
+                self.captures += 1
+                graph, out = capture(lambda: self._chain(k, length, state), self.pool)
+            except Exception as exc:
+                first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else "no message"
+                raise CaptureError(f"capturing a draft of {k} failed ({type(exc).__name__}: {first})") from exc
+            captured = self.graphs[key] = _Captured(graph, *out)
+        elif captured is not None and captured.graph is not None:
+            captured.graph.replay()
+        else:  # the static shapes, eagerly
+            captured = self.graphs[key] = _Captured(None, *self._chain(k, length, state))
+        self.replays += k - 1
+        kv.length += k - 1
+        return captured.last.clone(), captured.logits.clone()  # (the tokens and their probabilities)
+
+    def _chain(self, k: int, length: int, state) -> tuple[torch.Tensor, torch.Tensor]:
+        logits, last = self._chain_in[0], self._chain_in[1]
+        tokens, probs = [], []
+        for i in range(k):
+            token = torch.argmax(logits)  # DraftSteps.pick's greedy rule, op for op
+            tokens.append(token)
+            probs.append(torch.softmax(logits, -1).gather(0, token.view(1))[0])
+            if i == k - 1:
+                break
+            self._load_inputs(token.view(1, 1), state(last).view(1, 1, -1))
+            torch.add(self._chain_in[2], i, out=self.positions[1][0])
+            self.last.zero_()
+            last, logits = self._pass(1, length)
+        return torch.stack(tokens), torch.stack(probs)
 
 
 class GraphedBlock:
@@ -209,6 +259,7 @@ class GraphedBlock:
         self.graphs: dict[tuple[int, int], tuple] = {}
         self.pool = torch.cuda.graph_pool_handle() if capture else None
         self.replays = 0
+        self.captures = 0  # as GraphedHead's
 
     def drop(self) -> None:
         self.graphs.clear()
@@ -264,14 +315,5 @@ class GraphedBlock:
     def _build(self, width: int, length: int) -> tuple:
         if not self.capture:
             return None, self._pass(width, length)
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(2):
-                self._pass(width, length)
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
-            logits = self._pass(width, length)
-        graph.replay()
-        return graph, logits
+        self.captures += 1
+        return capture(lambda: self._pass(width, length), self.pool)

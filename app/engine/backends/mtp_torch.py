@@ -164,6 +164,9 @@ class TorchMTPHead(CachedHead):
                 self.subset = SubsetHead(head, self.vocab, limit)
             self.subset.add(tokens)  # every committed token passes here once: the conversation's
         last, logits = self._step(ids, rows.view(1, *rows.shape[-2:]))
+        chained = self._greedy_chain(last, logits, k, params, lambda out: out, should_stop)
+        if chained is not None:
+            return chained
         steps = DraftSteps(params, self._generator)
         for i in range(k):
             if should_stop is not None and should_stop():

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from app.engine.backends import cuda_graphs_torch, load_backend
+from app.engine.backends import cuda_graphs_torch, head_graphs_torch, load_backend
 from app.engine.backends.head_graphs_torch import GraphedHead, HeadKV
 from app.engine.events import Round
 from app.engine.dflash import load_dflash_drafter
@@ -69,9 +69,20 @@ def _session(target, drafter) -> list[list[tuple]]:
     first = _rounds(target, drafter, PERIODIC, max_tokens=12, draft_tokens=2, reuse_cache=True)
     follow = [*PERIODIC, *(t for r in first for t in r[2]), 3, 11, 6, 3, 11]
     seen += [first, _rounds(target, drafter, follow, max_tokens=12, draft_tokens=2, reuse_cache=True)]
+    # a turn decoded without the drafter, then a follow-up with it: the drafter starts reading
+    # mid-conversation (its cache's entry 0 is not position 0)
+    plain = _rounds(target, None, OTHER, max_tokens=10, reuse_cache=True)
+    later = [*OTHER, *(t for r in plain for t in r[2]), 5, 9, 17, 5, 9, 17]
+    seen += [plain, _rounds(target, drafter, later, max_tokens=16, draft_tokens=3, reuse_cache=True)]
     for seed in range(4):
         seen.append(_rounds(target, drafter, OTHER, max_tokens=16, draft_tokens=3,
                             params=SamplingParams(temperature=1.0, seed=seed)))
+    limit = target.vocab_limit  # fewer tokens allowed: the logits' rule changes, the graphs with it
+    target.vocab_limit = limit - 3
+    try:
+        seen.append(_rounds(target, drafter, PERIODIC, max_tokens=16, draft_tokens=3))
+    finally:
+        target.vocab_limit = limit
     seen.append(_rounds(target, drafter, LONG, max_tokens=120, draft_tokens=4))  # across length buckets
     return seen
 
@@ -120,6 +131,29 @@ def test_a_stale_head_input_changes_the_drafts(heads, monkeypatch):
     for params, good in zip((SamplingParams(), sampled), right, strict=True):
         wrong = _rounds(target, load(target), PERIODIC, max_tokens=24, draft_tokens=4, params=params)
         assert wrong and [r[:2] for r in wrong] != [r[:2] for r in good], params
+
+
+def test_a_failed_capture_leaves_the_head_on_the_same_shapes_eagerly(heads, monkeypatch):
+    """On a GPU a pass that cannot be captured: the head drafts on at the same shapes, eagerly,
+    says why, and counts the try as one-time work; the drafts stay the DynamicCache path's."""
+    folder, load = heads["eagle3"]
+    plain = load_backend(folder, "torch", graphs="off")
+    right = _rounds(plain, load(plain), PERIODIC, max_tokens=24, draft_tokens=4)
+    target = load_backend(folder, "torch", graphs="static")
+    drafter = load(target)
+
+    def broken(run, pool):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: None)  # (this machine has no CUDA)
+    monkeypatch.setattr(head_graphs_torch, "capture", broken)
+    drafter.head.graph_mode = "capture"  # what a GPU would run
+    assert _rounds(target, drafter, PERIODIC, max_tokens=24, draft_tokens=4) == right
+    head = drafter.head
+    assert head.graph_mode == "static" and not head._graphed.capture
+    assert head.graph_note.startswith("no CUDA graphs: capturing a head's pass of width 8 failed (RuntimeError: "
+                                      "operation not permitted")  # (the first pass read the prompt's 8)
+    assert drafter.one_time_work == 1
 
 
 @pytest.mark.cuda

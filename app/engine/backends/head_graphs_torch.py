@@ -36,14 +36,25 @@ HeadPass = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | No
 
 
 def head_graph_mode(target) -> str:
-    """How a head drafting for `target` runs its passes: "capture" (CUDA graphs: the target's
-    graphs are on, on a GPU), "static" (the graphs' static shapes eagerly: the target's graphs
-    mode "static", what the CPU tests run) or "" (transformers' DynamicCache, eagerly)."""
+    """How a head drafting for `target` runs its passes: "capture" (CUDA graphs: on a GPU, with the
+    target's graphs mode "auto", also where the target's own passes cannot be captured, as a hybrid
+    target's MTP layer's), "static" (the graphs' static shapes eagerly: the target's graphs mode
+    "static", what the CPU tests run) or "" (transformers' DynamicCache, eagerly: graphs off)."""
     mode = getattr(target, "graphs", "off")
     device = getattr(target, "_device", torch.device("cpu"))
     if mode == "static":
         return "static"
     return "capture" if mode == "auto" and device.type == "cuda" else ""
+
+
+def _captured_or_why(run, pool, what: str):
+    """capture(run, pool), or a CaptureError that says what failed and why (the head then runs
+    eagerly at the same shapes)."""
+    try:
+        return capture(run, pool)
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else "no message"
+        raise CaptureError(f"capturing {what} failed ({type(exc).__name__}: {first})") from exc
 
 
 class HeadKV:
@@ -145,12 +156,7 @@ class GraphedHead:
         key = (width, length)
         captured = self.graphs.get(key)
         if captured is None:
-            try:
-                captured = self.graphs[key] = self._build(width, length)
-            except Exception as exc:
-                first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else "no message"
-                raise CaptureError(f"capturing a head's pass of width {width} failed "
-                                   f"({type(exc).__name__}: {first})") from exc
+            captured = self.graphs[key] = self._build(width, length)
         elif captured.graph is not None:
             captured.graph.replay()
         else:  # the static shapes, eagerly
@@ -179,7 +185,8 @@ class GraphedHead:
         if not self.capture:
             return _Captured(None, *self._pass(width, length))
         self.captures += 1
-        graph, (last, logits) = capture(lambda: self._pass(width, length), self.pool)
+        graph, (last, logits) = _captured_or_why(lambda: self._pass(width, length), self.pool,
+                                                 f"a head's pass of width {width}")
         return _Captured(graph, last, logits)
 
     def greedy_chain(self, last: torch.Tensor, logits: torch.Tensor, k: int,
@@ -203,12 +210,8 @@ class GraphedHead:
         key = (-k, length)  # (negative: a chain of k, beside the passes' (width, length))
         captured = self.graphs.get(key)
         if captured is None and self.capture:
-            try:
-                self.captures += 1
-                graph, out = capture(lambda: self._chain(k, length, state), self.pool)
-            except Exception as exc:
-                first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else "no message"
-                raise CaptureError(f"capturing a draft of {k} failed ({type(exc).__name__}: {first})") from exc
+            self.captures += 1
+            graph, out = _captured_or_why(lambda: self._chain(k, length, state), self.pool, f"a draft of {k}")
             captured = self.graphs[key] = _Captured(graph, *out)
         elif captured is not None and captured.graph is not None:
             captured.graph.replay()
@@ -266,42 +269,41 @@ class GraphedBlock:
 
     def forward(self, anchor: int, rows: torch.Tensor | None, start: int) -> torch.Tensor:
         """Context rows (c, H_in) of positions start .. start + c - 1 (None: none new) read into
-        the cache (kv.length must be start), then the block after anchor: its logits, a copy."""
+        the cache after what it holds, then the block after anchor: its logits, a copy. The
+        cache's entries count from where the drafter started reading (DFlashDrafter's base, not
+        always position 0): RoPE takes the true positions, the buffer its own."""
         kv, b = self.kv, self.b
+        at = kv.length  # where the new context goes in the buffer
         c = 0 if rows is None else rows.shape[-2]
         width = width_bucket(max(c, 1))
-        if kv.reserve(max(start + (width or c) + b, self.planned() + b)):
+        if kv.reserve(max(at + (width or c) + b, self.planned() + b)):
             self.graphs.clear()
         self.ids[0, 0].fill_(anchor)
         if width is None:  # more new context than any bucket (the first block of a chat): its own shape
-            kv.positions = torch.arange(start, start + c + b, device=kv.device)
-            kv.attended = start + c + b
-            logits = self.run(self.ids, rows.view(1, c, -1), kv.positions.view(1, -1), None)
-            kv.length = start + c
+            kv.positions = torch.arange(at, at + c + b, device=kv.device)
+            kv.attended = at + c + b
+            rope = torch.arange(start, start + c + b, device=kv.device).view(1, -1)
+            logits = self.run(self.ids, rows.view(1, c, -1), rope, None)
+            kv.length = at + c
             return logits
-        length = length_bucket(start + width + b, kv.capacity)
+        length = length_bucket(at + width + b, kv.capacity)
         if c:
             self.rows[:, :c].copy_(rows.view(1, c, -1))
         # rope: the context from start (padding continuing), the block from start + c
         torch.add(self._count[width], start, out=self.rope[width][0])
         self.rope[width][0, width:].sub_(width - c)
-        torch.add(self._count[width], start, out=self.writes[width])  # written side by side
-        self.real.fill_(start + c)
+        torch.add(self._count[width], at, out=self.writes[width])  # written side by side
+        self.real.fill_(at + c)
         key = (width, length)
         captured = self.graphs.get(key)
         if captured is None:
-            try:
-                captured = self.graphs[key] = self._build(width, length)
-            except Exception as exc:
-                first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else "no message"
-                raise CaptureError(f"capturing a block pass of width {width} failed "
-                                   f"({type(exc).__name__}: {first})") from exc
+            captured = self.graphs[key] = self._build(width, length)
         elif captured[0] is not None:
             captured[0].replay()
         else:
             captured = (None, self._pass(width, length))
         self.replays += 1
-        kv.length = start + c
+        kv.length = at + c
         return captured[1].clone()
 
     def _pass(self, width: int, length: int) -> torch.Tensor:
@@ -316,4 +318,4 @@ class GraphedBlock:
         if not self.capture:
             return None, self._pass(width, length)
         self.captures += 1
-        return capture(lambda: self._pass(width, length), self.pool)
+        return _captured_or_why(lambda: self._pass(width, length), self.pool, f"a block pass of width {width}")

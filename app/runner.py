@@ -35,7 +35,8 @@ from app.models.draft_heads import assistant_estimate, has_mtp, is_assistant_fol
 from app.models.errors import ModelFileError
 from app.models.folder import check_model_folder
 from app.models.integrity import check_weights
-from app.models.memory import MemoryEstimate, NotEnoughMemory, check_fits, estimate, free_memory, longest_chat
+from app.models.memory import (MemoryEstimate, NotEnoughMemory, check_fits, estimate, free_memory, head_kv_per_token,
+                               kv_dtype_bytes, longest_chat)
 from app.models.aligned_head import draft_vocab, head_bytes, head_weights, is_aligned_head, subset_bytes
 from app.models.head_sources import HEADS, find_head, head_kind
 from app.models.mtp_weights import find_mtp, mtp_bytes
@@ -313,7 +314,8 @@ class Runner:
             head_weights(head_folder, config)
             text = config.get("text_config") or config
             vocab = draft_vocab(head_folder, int(text.get("vocab_size", 2 ** 31)))
-            models.append(MemoryEstimate("draft", head_bytes(head_folder) * 2 + subset_bytes(vocab, text), 0,
+            models.append(MemoryEstimate("draft", head_bytes(head_folder) * 2 + subset_bytes(vocab, text),
+                                         head_kv_per_token(config, 1, kv_dtype_bytes(models[0], config)),
                                          models[0].context))
         elif (published_kind := _published_kind(draft)) is not None:
             # an EAGLE-3 head or a DFlash drafter, named so or dropped as a draft model: it drafts as
@@ -321,7 +323,11 @@ class Runner:
             published_folder = find_head(draft.source, published_kind)  # a folder, or a hub id downloaded
             draft = DraftChoice(published_kind, source=str(published_folder))
             published = HEADS[published_kind].read(published_folder, config)
-            models.append(MemoryEstimate("draft", published.weights_bytes * 2, 0, models[0].context))
+            layers = published.layer_config if published_kind is DraftKind.EAGLE3 else published.config
+            models.append(MemoryEstimate("draft", published.weights_bytes * 2,
+                                         head_kv_per_token(layers, published.layer_count,
+                                                           kv_dtype_bytes(models[0], config)),
+                                         models[0].context))
         elif draft.kind in (DraftKind.MODEL, DraftKind.ASSISTANT):
             draft_folder = resolve_model(draft.source, backend, progress)
             if is_assistant_folder(draft_folder):  # a Gemma 4 assistant dropped as the draft: it drafts as one
@@ -341,7 +347,9 @@ class Runner:
             mtp = find_mtp(folder)  # before any weights load: a checkpoint without one is refused now
             if mtp is None:
                 raise ModelFileError(no_mtp_reason(folder))
-            models.append(MemoryEstimate("draft", mtp_bytes(mtp), 0, models[0].context))
+            models.append(MemoryEstimate("draft", mtp_bytes(mtp),
+                                         head_kv_per_token(config, 1, kv_dtype_bytes(models[0], config)),
+                                         models[0].context))
         if context is not None:  # the memory check plans for the context asked for
             models = [replace(m, context=min(m.context, context)) for m in models]
         try:

@@ -275,6 +275,9 @@ def test_the_runner_loads_an_eagle3_head_beside_prompt_lookup_and_stays_exact(ba
     assert runner.drafter.wants_target_state and runner.drafter.model.target_layers == (0, 1, 2)
     if backend == "torch":  # the head's passes, in the draft's detail (CUDA graphs on a GPU: test_head_graphs.py)
         assert "passes" not in loaded.draft_words()[1]  # eager on the CPU, as everything there
+        estimates = []
+        real_check = runner._check_memory
+        runner._check_memory = lambda models, *rest: (estimates.extend(models), real_check(models, *rest))[1]
         static = runner.load(target, backend, DraftChoice.parse(f"eagle3:{folder}"), graphs="static",
                              progress=lambda m: None)
         assert static.draft_words()[1].endswith("; passes: fixed buffers, eagerly")
@@ -286,6 +289,10 @@ def test_the_runner_loads_an_eagle3_head_beside_prompt_lookup_and_stays_exact(ba
     assert tokens[0] == tokens[1]
     assert next(e for e in spec if isinstance(e, Finished)).stats.drafted > 0
     assert "eagle3" in {e.source for e in spec if isinstance(e, Round) and e.drafted}
+    if backend == "torch":  # the memory check counted the head's own cache as the fixed buffer holds it
+        kv = runner.drafter.model.head.static_kv
+        assert kv.store is not None and next(e for e in estimates if e.name == "draft").kv_per_token == (
+            kv.store.nbytes // kv.capacity)
 
 
 def test_the_runner_refuses_a_head_for_another_target_before_loading(tiny_pair, trained):

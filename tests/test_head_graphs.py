@@ -174,3 +174,39 @@ def test_captured_head_passes_draft_what_eager_ones_draft(heads, kind, monkeypat
     captured = head._graphed.graphs.values()
     assert captured and all((c[0] if isinstance(c, tuple) else c.graph) is not None for c in captured)
     assert runs["auto"] == runs["off"]
+
+
+@pytest.mark.parametrize("kind", ["mtp", "dflash"])
+def test_the_memory_check_counts_a_heads_fixed_cache(kind, tiny_pair, tmp_path):
+    """A head's own KV cache is held for the planned context from its first pass: the pair's
+    memory check counts it, per position, as the fixed buffer holds it (layers, heads, dtype)."""
+    import json
+
+    from app.draft_choice import DraftChoice
+    from app.runner import ChatRequest, Runner
+
+    if kind == "mtp":
+        from tests.test_mtp_drafter import _random_mtp_checkpoint
+
+        target, named = _random_mtp_checkpoint(tmp_path / "qwen35-mtp", tiny_pair["target"]), "mtp"
+    else:
+        from app.engine.backends.dflash_torch import DFlashModules, layer_config
+        from tests.dflash_training import draft_config, spec, write_drafter
+
+        target = tiny_pair["target"]
+        config = json.loads((target / "config.json").read_text())
+        drafter = draft_config(hidden=config["hidden_size"], vocab=config["vocab_size"], layers=(0,),
+                               target_layers=config["num_hidden_layers"], draft_layers=2)  # two layers' caches
+        torch.manual_seed(4)
+        shape = spec(drafter, (1,))
+        named = f"dflash:{write_drafter(DFlashModules(shape, layer_config(shape)), tmp_path / 'd', drafter)}"
+    runner, estimates = Runner(), []
+    real_check = runner._check_memory
+    runner._check_memory = lambda models, *rest: (estimates.extend(models), real_check(models, *rest))[1]
+    runner.load(target, "torch", DraftChoice.parse(named), graphs="static", progress=lambda m: None)
+    ask = ChatRequest(({"role": "user", "content": "Say 1, 2, 3, 1, 2, 3 again."},), max_tokens=12, draft_tokens=3)
+    list(runner.chat(ask))
+    inner = runner.drafter.model
+    kv = (getattr(inner, "head", None) or inner.block).static_kv
+    assert kv.store is not None  # it drafted, over the fixed buffer
+    assert next(e for e in estimates if e.name == "draft").kv_per_token == kv.store.nbytes // kv.capacity > 0

@@ -68,6 +68,21 @@ def kv_bytes_per_token(config: dict, dtype_bytes: int) -> int:
     return 2 * layers * kv_heads * head_dim * dtype_bytes
 
 
+def head_kv_per_token(config: dict, layers: int, dtype_bytes: int) -> int:
+    """A draft head's own KV cache per position (an MTP layer, an aligned head, an EAGLE-3 head, a
+    DFlash drafter): `layers` attention layers shaped as `config` says (its layers' config, or the
+    target's for a layer of the target's kind). On a GPU it is held for the planned context from
+    the first pass (app/engine/backends/head_graphs_torch.py), so it is counted like a model's."""
+    c = {k: v for k, v in _text_config(config).items() if k not in ("layer_types", "full_attention_interval")}
+    return kv_bytes_per_token({**c, "num_hidden_layers": layers}, dtype_bytes)
+
+
+def kv_dtype_bytes(model: MemoryEstimate, config: dict) -> int:
+    """The bytes of one cached number for `model` (estimated from `config`): what its heads' caches use too."""
+    per_byte = kv_bytes_per_token(config, 1)
+    return model.kv_per_token // per_byte if per_byte else 2
+
+
 def loaded_dtype(config: dict, backend: str, device: str, precision: str) -> str:
     """What the backends load the weights as (app/engine/backends): their own dtype, except
     float16 on a CPU under PyTorch, which runs as float32; an explicit precision wins."""

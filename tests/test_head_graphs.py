@@ -12,7 +12,8 @@ import torch
 
 from app.engine.backends import cuda_graphs_torch, head_graphs_torch, load_backend
 from app.engine.backends.head_graphs_torch import GraphedHead, HeadKV
-from app.engine.events import Round
+from app.engine.drafters import LookupThenModelDrafter
+from app.engine.events import Notice, Round
 from app.engine.dflash import load_dflash_drafter
 from app.engine.mtp import MTPDrafter, load_eagle3_drafter, load_mtp_drafter
 from app.engine.sampling import SamplingParams
@@ -148,6 +149,14 @@ def test_a_failed_capture_leaves_the_head_on_the_same_shapes_eagerly(heads, monk
     monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: None)  # (this machine has no CUDA)
     monkeypatch.setattr(head_graphs_torch, "capture", broken)
     drafter.head.graph_mode = "capture"  # what a GPU would run
+    events = list(generate(target, lambda ids: "", PERIODIC, drafter=drafter, max_tokens=24, draft_tokens=4))
+    notices = [e.message for e in events if isinstance(e, Notice)]
+    assert len(notices) == 1 and notices[0].startswith("Draft head: no CUDA graphs: capturing a head's pass")
+    assert notices[0].endswith("; it drafts on without them.")  # said once, where the window shows notices
+    assert LookupThenModelDrafter(drafter).graph_note == drafter.head.graph_note  # (as the runner pairs it)
+    target.reset()
+    drafter = load(target)
+    drafter.head.graph_mode = "capture"
     assert _rounds(target, drafter, PERIODIC, max_tokens=24, draft_tokens=4) == right
     head = drafter.head
     assert head.graph_mode == "static" and not head._graphed.capture

@@ -63,6 +63,11 @@ class DFlashDrafter(Drafter):
         """The drafter's captured graphs so far (speculative.one_time_work)."""
         return getattr(self.block, "one_time_work", 0)
 
+    @property
+    def graph_note(self) -> str:
+        """Why the drafter runs its blocks without CUDA graphs, "" where nothing failed."""
+        return getattr(self.block, "graph_note", "")
+
     def _restart(self, base: int) -> None:
         self.block.reset()
         self._base = base  # the position of the cache's first entry

@@ -231,6 +231,10 @@ class LookupThenModelDrafter(Drafter):
     def one_time_work(self) -> int:
         return getattr(self.model, "one_time_work", 0)  # a draft head's captures (a draft model's: its backend's)
 
+    @property
+    def graph_note(self) -> str:
+        return getattr(self.model, "graph_note", "")  # a draft head's capture that failed
+
     def start(self, prompt_ids: Sequence[int], seed: int | None = None, reuse: bool = False,
               should_stop: Callable[[], bool] | None = None) -> None:
         self.model.start(prompt_ids, seed, reuse, should_stop)

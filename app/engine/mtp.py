@@ -71,6 +71,11 @@ class MTPDrafter(Drafter):
         """The head's captured graphs so far (speculative.one_time_work)."""
         return getattr(self.head, "one_time_work", 0)
 
+    @property
+    def graph_note(self) -> str:
+        """Why the head runs (some of) its passes without CUDA graphs, "" where nothing failed."""
+        return getattr(self.head, "graph_note", "")
+
     def _restart(self, base: int) -> None:
         """An empty layer cache whose first pair will be the one of position `base`."""
         self.head.reset()

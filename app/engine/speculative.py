@@ -270,6 +270,7 @@ def _generate(
 
     rounds = decode_tokens = replayed_total = 0
     rollback_total = 0.0
+    noted = getattr(drafter, "graph_note", "")  # why a draft head runs without CUDA graphs, once said
     # Throughput is wall clock, not the sum of model calls: the loop's own overhead (and the
     # consumer's, between yields) is part of what a user waits for.
     decode_start = time.perf_counter()
@@ -344,6 +345,9 @@ def _generate(
                     target_q=verdict.q[:len(drafted)] if verdict else (),
                     draft_s=proposal.seconds, verify_s=verify_s, k=k, source=proposal.source,
                     rollback_s=rollback_s, replayed=replayed)
+        if drafter is not None and (note := getattr(drafter, "graph_note", "")) != noted:
+            noted = note  # a capture failed in this round: the head went on eagerly (head_cache_torch.py)
+            yield Notice(f"Draft head: {note}; it drafts on without them.")
         rollback_total += rollback_s
         replayed_total += replayed
     decode_s = time.perf_counter() - decode_start

@@ -26,7 +26,8 @@ from app.engine.backends.base import ModelBackend
 from app.engine.kept_caches import KeptCaches, default_budget
 from app.engine.dflash import load_dflash_drafter
 from app.engine.mtp import load_eagle3_drafter, load_head_drafter, load_mtp_drafter
-from app.engine.drafters import Drafter, LookupThenModelDrafter, ModelDrafter, PromptLookupDrafter, chat_lookup
+from app.engine.drafters import (Drafter, LookupThenModelDrafter, ModelDrafter, PromptLookupDrafter, chat_lookup,
+                                 head_passes)
 from app.engine.events import Finished, Notice, Round
 from app.engine.sampling import SamplingParams
 from app.engine.speculative import generate
@@ -145,21 +146,6 @@ class LoadedModel:
     def describe(self) -> str:
         pair = f" + {self.draft_words()[0]}" if self.draft != NO_DRAFT else ""
         return f"{display_name(self.folder)}{pair} ({self.model_type}, {self.dtype}) on {self.backend}/{self.device}"
-
-
-def head_passes(drafter, device: str) -> str:
-    """How a draft head on PyTorch (an MTP layer, an EAGLE-3 head, a DFlash drafter) runs its passes
-    (head_graphs_torch.py), for the draft's detail: "" for other drafters and for MLX's heads."""
-    inner = getattr(drafter, "model", drafter)
-    head = getattr(inner, "head", None) or getattr(inner, "block", None)
-    mode = getattr(head, "graph_mode", None)
-    if mode is None:
-        return ""
-    if mode == "capture":
-        return "passes: CUDA graphs"
-    if mode == "static":
-        return "passes: fixed buffers, eagerly"
-    return "passes: eager (CUDA graphs turned off)" if str(device).startswith("cuda") else ""
 
 
 def _gguf_loaded_bytes(folder: Path, backend: str, precision: str) -> int | None:

@@ -160,7 +160,7 @@ def measure(target_folder: Path, heads: Path, count: int, dtype_name: str, repea
     assert target.capture_hidden(True, eagle.target_layers) == ""
     target.prefill(ids)
     rows_e = target.last_hidden()
-    costs: dict = {"target": {}, "eagle3": {}, "eagle3 eager": {}, "dflash": None, "dflash eager": None}
+    costs: dict = {"target": {}}
     for width in (1, 2, 3, 4, 5, 8, 9, 16):
         def one_pass(width=width, mark=target.checkpoint()):
             if width > 1:
@@ -170,41 +170,44 @@ def measure(target_folder: Path, heads: Path, count: int, dtype_name: str, repea
             target.rewind(mark, mark.length)
 
         costs["target"][width] = timed(one_pass, repeats)
-    # the head as it runs (replayed as CUDA graphs where the target's passes are), and eagerly over
+    # each head as it runs (replayed as CUDA graphs where the target's passes are), and eagerly over
     # transformers' DynamicCache (as every head ran before)
-    eager = load_eagle3_drafter(target, heads / "eagle3").head
-    eager.eager()
-    for name, head in (("eagle3", eagle.head), ("eagle3 eager", eager)):
-        if name == "eagle3 eager" and not eagle.head.graph_mode:
-            costs[name] = costs["eagle3"]  # the same passes
-            continue
+    def as_run_and_eager(name: str, live, eager, measure) -> None:
+        costs[name] = measure(live)
+        costs[f"{name} eager"] = measure(eager) if live.graph_mode else costs[name]  # else: the same passes
+
+    def proposals(head) -> dict[int, float]:
         head.reset()
         with torch.inference_mode():
             head.draft(ids[1:-1], rows_e[:-2], 1, greedy)  # the conversation read: steady state from here
             base = head.length
-            for k in (1, 2, 4, 8):
-                def propose(k=k, head=head, base=base):
-                    head.draft([ids[-1]], rows_e[-2:-1], k, greedy)
-                    head.trim(base)
-                costs[name][k] = timed(propose, repeats)
+
+            def propose(k):
+                head.draft([ids[-1]], rows_e[-2:-1], k, greedy)
+                head.trim(base)
+            return {k: timed(lambda k=k: propose(k), repeats) for k in (1, 2, 4, 8)}
+
+    eager = load_eagle3_drafter(target, heads / "eagle3").head
+    eager.eager()
+    as_run_and_eager("eagle3", eagle.head, eager, proposals)
     target.capture_hidden(True, block.target_layers)
     target.reset()
     target.prefill(ids)
     rows_d = target.last_hidden()
-    eager_block = load_dflash_drafter(target, heads / "dflash").block
-    eager_block.eager()
-    for name, drafter in (("dflash", block.block), ("dflash eager", eager_block)):
-        if name == "dflash eager" and not block.block.graph_mode:
-            costs[name] = costs["dflash"]  # the same passes
-            continue
+
+    def blocks(drafter) -> float:
         with torch.inference_mode():
             drafter.reset()
             drafter.draft(ids[-1], rows_d[:-1], 0, 1, greedy)  # the conversation read
 
-            def one_block(drafter=drafter):
+            def one_block():
                 drafter.draft(ids[-1], rows_d[-1:], len(ids) - 1, DFLASH_BLOCK - 1, greedy)
                 drafter.trim(len(ids) - 1)
-            costs[name] = timed(one_block, repeats)
+            return timed(one_block, repeats)
+
+    eager_block = load_dflash_drafter(target, heads / "dflash").block
+    eager_block.eager()
+    as_run_and_eager("dflash", block.block, eager_block, blocks)
     target.capture_hidden(False)
     return costs
 

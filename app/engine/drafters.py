@@ -273,3 +273,18 @@ class LookupThenModelDrafter(Drafter):
 
     def can_speculate(self) -> str | None:
         return self.model.can_speculate()
+
+
+def head_passes(drafter, device: str) -> str:
+    """How a draft head on PyTorch (an MTP layer, an EAGLE-3 head, a DFlash drafter) runs its passes
+    (head_graphs_torch.py), for the draft's detail: "" for other drafters and for MLX's heads."""
+    inner = getattr(drafter, "model", drafter)
+    head = getattr(inner, "head", None) or getattr(inner, "block", None)
+    mode = getattr(head, "graph_mode", None)
+    if mode is None:
+        return ""
+    if mode == "capture":
+        return "passes: CUDA graphs"
+    if mode == "static":
+        return "passes: fixed buffers, eagerly"
+    return "passes: eager (CUDA graphs turned off)" if str(device).startswith("cuda") else ""

@@ -10,7 +10,6 @@ values beside the block's, and the block's queries attend to all of them with no
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 
 import torch
@@ -21,7 +20,6 @@ from transformers.cache_utils import DynamicCache
 from transformers.models.qwen3.modeling_qwen3 import (Qwen3DecoderLayer, Qwen3RMSNorm, Qwen3RotaryEmbedding,
                                                       rotate_half)
 
-from app.engine.backends.cuda_graphs_torch import CaptureError
 from app.engine.backends.head_cache_torch import CachedHead
 from app.engine.backends.head_graphs_torch import GraphedBlock
 from app.engine.backends.torch_backend import TorchBackend
@@ -30,8 +28,6 @@ from app.engine.sampling import SamplingParams
 from app.models.dflash_head import DFlashHead
 from app.models.errors import ModelFileError
 from app.models.head_sources import check_tensors
-
-log = logging.getLogger(__name__)
 
 NOT_LAYER_KEYS = ("architectures", "auto_map", "transformers_version", "torch_dtype", "dtype", "_name_or_path",
                   "dflash_config", "block_size", "num_target_layers", "model_type")
@@ -171,14 +167,7 @@ class TorchDFlashBlock(CachedHead):
     def _block_logits(self, anchor: int, rows: torch.Tensor | None, start: int) -> torch.Tensor:
         """The block over the fixed buffer: its logits after the anchor, (b - 1, V')."""
         block = self._static_block()
-        try:
-            return block.forward(anchor, rows, start)
-        except CaptureError as exc:  # eagerly at the same shapes from here on, saying why
-            log.warning("a DFlash drafter runs without CUDA graphs: %s", exc)
-            self.graph_note = f"no CUDA graphs: {exc}"
-            self.graph_mode, block.capture = "static", False
-            block.drop()
-            return block.forward(anchor, rows, start)
+        return self._without_graphs_if_need_be(lambda: block.forward(anchor, rows, start))
 
     @torch.inference_mode()
     def draft(self, anchor: int, rows: torch.Tensor | None, start: int, k: int, params: SamplingParams,

@@ -3,10 +3,10 @@ drafter): its own KV cache, transformers' DynamicCache over the head's config, c
 length after each round, and its own random stream (the target's would be shared with it, and
 rejection sampling needs the two independent).
 
-Where the target's passes replay as CUDA graphs (or run their static shapes, graphs mode "static"),
-a head that chains steps (EAGLE-3, MTP) keeps its cache in a fixed buffer instead and runs its
-passes through `GraphedHead` (head_graphs_torch.py): `_static_passes` in its __init__ sets that up,
-`_graph_step` runs a pass."""
+Where the target's graphs are on, on a GPU (or run their static shapes, graphs mode "static"), a
+head keeps its cache in a fixed buffer instead and runs its passes through `GraphedHead` (EAGLE-3,
+MTP: `_graph_step`) or `GraphedBlock` (DFlash) (head_graphs_torch.py); `_static_passes` in its
+__init__ sets that up."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from transformers.cache_utils import DynamicCache
 
 from app.engine.backends.base import entropy_seed
 from app.engine.backends.cuda_graphs_torch import CaptureError
-from app.engine.backends.head_graphs_torch import GraphedHead, HeadKV, head_graph_mode
+from app.engine.backends.head_graphs_torch import GraphedBlock, GraphedHead, HeadKV, head_graph_mode
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,8 @@ class CachedHead:
     graph_mode = ""  # head_graph_mode: "capture", "static", or "" (DynamicCache, eagerly)
     graph_note = ""  # why the head's passes run eagerly where the target's are captured
     static_kv: HeadKV | None = None
-    _graphed: GraphedHead | None = None
+    _graphed: GraphedHead | GraphedBlock | None = None
+    _chains = True  # whole greedy drafts as one replay (False once capturing one failed)
 
     def _own_stream(self, device) -> None:
         self._generator = torch.Generator(device=device)
@@ -71,14 +72,19 @@ class CachedHead:
         if rule != self._rule:  # what the logits depend on changed (the target's vocab_limit)
             self._rule, self._graphed.tail = rule, (self._tail if rule is not None else None)
             self._graphed.drop()
+        return self._without_graphs_if_need_be(lambda: self._graphed.forward(ids, hidden))
+
+    def _without_graphs_if_need_be(self, run):
+        """run() over the head's graphs; where a capture fails, the same pass at the same shapes,
+        eagerly, from here on, saying why (graph_note: the answer's notice, the log)."""
         try:
-            return self._graphed.forward(ids, hidden)
-        except CaptureError as exc:  # eagerly at the same shapes from here on, saying why
+            return run()
+        except CaptureError as exc:
             log.warning("a draft head runs without CUDA graphs: %s", exc)
             self.graph_note = f"no CUDA graphs: {exc}"
             self.graph_mode, self._graphed.capture = "static", False
             self._graphed.drop()
-            return self._graphed.forward(ids, hidden)
+            return run()
 
     def _greedy_chain(self, last: torch.Tensor, logits: torch.Tensor, k: int, params, state,
                       should_stop=None):
@@ -87,7 +93,7 @@ class CachedHead:
         logits outside the pass). Stop is honoured before the chain, not inside it (one replay)."""
         graphed = self._graphed
         if not (params.greedy and k > 1 and self.graph_mode and graphed is not None and graphed.tail is not None
-                and getattr(self, "_chains", True)):
+                and self._chains):
             return None
         if should_stop is not None and should_stop():
             return (), (), None, None

@@ -1,4 +1,5 @@
-"""A drafter head's passes (an EAGLE-3 head, an MTP layer) over fixed buffers, replayed as CUDA graphs.
+"""A drafter head's passes (an EAGLE-3 head, an MTP layer, a DFlash drafter) over fixed buffers,
+replayed as CUDA graphs.
 
 A head is one or two decoder layers and a projection: its weights read in a fraction of a
 millisecond on a GPU, but transformers' modules run eagerly launch 50-100 kernels a step from
@@ -14,13 +15,14 @@ already replay as graphs (cuda_graphs_torch.py); this does the same for the head
   17 for the catch-up pass that reads the tokens the target committed), padded, under a mask built
   from the positions inside the pass; the head's output at the last real token and, where the
   head's draft vocabulary is fixed, its logits (`tail`) come out of the same replay;
+- `GraphedBlock` does the same for a DFlash drafter's block: its new context padded to a width
+  bucket, the padding hidden by a mask built inside the pass;
 - one graph per (width, length), captured lazily into one pool; a pass wider than the widest
   bucket runs eagerly through the same code at its own shape.
 
 `capture=False` runs the same static-shape code eagerly (what the CPU tests check against the
 heads' DynamicCache path). The Gemma 4 assistant reads the target's DynamicCache (its target has
-sliding-window layers, which run transformers' forward eagerly) and a DFlash drafter attends
-without a mask over a context that grows by 1 to k + 1 positions a round: both stay eager.
+sliding-window layers, which run transformers' forward eagerly): it stays eager.
 """
 
 from __future__ import annotations
@@ -104,12 +106,37 @@ class HeadKV:
         return held_keys[None, :, :self.attended], held_values[None, :, :self.attended]
 
 
-class _Captured:
-    def __init__(self, graph, last: torch.Tensor, logits: torch.Tensor | None):
-        self.graph, self.last, self.logits = graph, last, logits
+class _Graphs:
+    """Passes by key, each captured once as a CUDA graph and replayed after (`capture`), or run
+    eagerly at the same static shapes. `graphs[key]` is (graph or None, the outputs the replays
+    refill); outputs are the caller's to copy before the next pass."""
+
+    def __init__(self, capture: bool):
+        self.capture = capture
+        self.graphs: dict[tuple[int, int], tuple] = {}
+        self.pool = torch.cuda.graph_pool_handle() if capture else None
+        self.replays = 0  # passes that ran as a graph (or its static-shape stand-in)
+        self.captures = 0  # graphs captured, or tried: one-time work a round's timing must not price
+
+    def drop(self) -> None:
+        """Forget the graphs (what they compute changed): each is captured again when next needed."""
+        self.graphs.clear()
+
+    def _outputs(self, key: tuple[int, int], run: Callable, what: str):
+        """What `run()` returns: a replay of its graph, its capture the first time, or a run."""
+        held = self.graphs.get(key)
+        if held is not None and held[0] is not None:
+            held[0].replay()
+            return held[1]
+        if held is None and self.capture:
+            self.captures += 1
+            self.graphs[key] = _captured_or_why(run, self.pool, what)
+            return self.graphs[key][1]
+        self.graphs[key] = (None, None)  # (which shapes ran, for the tests)
+        return run()
 
 
-class GraphedHead:
+class GraphedHead(_Graphs):
     """A head's pass at bucketed static shapes over a HeadKV: captured as CUDA graphs (`capture`) or
     run eagerly at those shapes. `tail(row (1, H)) -> logits (V,)` runs inside the pass where given
     (a head whose logits depend on nothing but its output); `planned()` is the positions the buffer
@@ -117,7 +144,8 @@ class GraphedHead:
 
     def __init__(self, run: HeadPass, kv: HeadKV, in_width: int, in_dtype: torch.dtype,
                  planned: Callable[[], int], capture: bool, tail: Callable[[torch.Tensor], torch.Tensor] | None = None):
-        self.run, self.kv, self.planned, self.capture, self.tail = run, kv, planned, capture, tail
+        super().__init__(capture)
+        self.run, self.kv, self.planned, self.tail = run, kv, planned, tail
         device = kv.device
         widest = WIDTHS[-1]
         self.ids = torch.zeros(1, widest, dtype=torch.long, device=device)
@@ -126,14 +154,6 @@ class GraphedHead:
         self._count = {w: torch.arange(w, device=device).view(1, w) for w in WIDTHS}
         self.last = torch.zeros(1, dtype=torch.long, device=device)  # the last real token's row
         self._chain_in: tuple | None = None  # greedy_chain's inputs: logits, last output, start
-        self.graphs: dict[tuple[int, int], _Captured] = {}
-        self.pool = torch.cuda.graph_pool_handle() if capture else None
-        self.replays = 0  # passes that ran as a graph (or its static-shape stand-in)
-        self.captures = 0  # graphs captured, or tried: one-time work a round's timing must not price
-
-    def drop(self) -> None:
-        """Forget the graphs (the tail's rule changed): each is captured again when next needed."""
-        self.graphs.clear()
 
     def forward(self, ids: torch.Tensor, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Tokens (1, n) beside states (1, n, H_in) appended at kv.length -> the output at the last
@@ -153,17 +173,11 @@ class GraphedHead:
         self._load_inputs(ids, hidden)
         torch.add(self._count[width], start, out=self.positions[width])
         self.last.fill_(n - 1)
-        key = (width, length)
-        captured = self.graphs.get(key)
-        if captured is None:
-            captured = self.graphs[key] = self._build(width, length)
-        elif captured.graph is not None:
-            captured.graph.replay()
-        else:  # the static shapes, eagerly
-            captured = _Captured(None, *self._pass(width, length))
+        last, logits = self._outputs((width, length), lambda: self._pass(width, length),
+                                     f"a head's pass of width {width}")
         self.replays += 1
         kv.length += n
-        return captured.last.clone(), (captured.logits.clone() if captured.logits is not None else None)
+        return last.clone(), (logits.clone() if logits is not None else None)
 
     def _load_inputs(self, ids: torch.Tensor, hidden: torch.Tensor) -> None:
         """A pass's tokens (1, n) and states (1, n, H_in) into the buffers the graphs read
@@ -180,14 +194,6 @@ class GraphedHead:
         out = self.run(self.ids[:, :width], self.hidden[:, :width], positions, mask)
         last = out[0].index_select(0, self.last)  # (1, H): no read of n back to the host
         return last[None], (self.tail(last) if self.tail is not None else None)
-
-    def _build(self, width: int, length: int) -> _Captured:
-        if not self.capture:
-            return _Captured(None, *self._pass(width, length))
-        self.captures += 1
-        graph, (last, logits) = _captured_or_why(lambda: self._pass(width, length), self.pool,
-                                                 f"a head's pass of width {width}")
-        return _Captured(graph, last, logits)
 
     def greedy_chain(self, last: torch.Tensor, logits: torch.Tensor, k: int,
                      state: Callable[[torch.Tensor], torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -207,19 +213,11 @@ class GraphedHead:
         chain_last.copy_(last)
         chain_start.fill_(start)
         length = length_bucket(start + k, kv.capacity)
-        key = (-k, length)  # (negative: a chain of k, beside the passes' (width, length))
-        captured = self.graphs.get(key)
-        if captured is None and self.capture:
-            self.captures += 1
-            graph, out = _captured_or_why(lambda: self._chain(k, length, state), self.pool, f"a draft of {k}")
-            captured = self.graphs[key] = _Captured(graph, *out)
-        elif captured is not None and captured.graph is not None:
-            captured.graph.replay()
-        else:  # the static shapes, eagerly
-            captured = self.graphs[key] = _Captured(None, *self._chain(k, length, state))
+        # key (-k, length): a chain of k, beside the passes' (width, length)
+        tokens, probs = self._outputs((-k, length), lambda: self._chain(k, length, state), f"a draft of {k}")
         self.replays += k - 1
         kv.length += k - 1
-        return captured.last.clone(), captured.logits.clone()  # (the tokens and their probabilities)
+        return tokens.clone(), probs.clone()
 
     def _chain(self, k: int, length: int, state) -> tuple[torch.Tensor, torch.Tensor]:
         logits, last = self._chain_in[0], self._chain_in[1]
@@ -237,12 +235,12 @@ class GraphedHead:
         return torch.stack(tokens), torch.stack(probs)
 
 
-class GraphedBlock:
+class GraphedBlock(_Graphs):
     """A DFlash drafter's block pass at bucketed static shapes over a HeadKV, captured as CUDA graphs
     (`capture`) or run eagerly at those shapes. A pass reads c new context rows (c padded to a width
     bucket cw) and drafts a block of b positions after them: the context's keys and values are written
-    at start .. start + cw - 1, the block's after them, and each block query attends to the real
-    context (positions below start + c) and the block, nothing between (DFlash's rule: no causal
+    after what the buffer holds (at kv.length .. + cw - 1), the block's after them, and each block
+    query attends to the real context and the block, nothing between (DFlash's rule: no causal
     mask). RoPE reads the true positions: the context's from start, the block's from start + c.
     After the pass the cache keeps the real context; what lies past it is overwritten later.
 
@@ -251,21 +249,15 @@ class GraphedBlock:
 
     def __init__(self, run: Callable, kv: HeadKV, ids: list[int], in_width: int, in_dtype: torch.dtype,
                  planned: Callable[[], int], capture: bool):
-        self.run, self.kv, self.planned, self.capture = run, kv, planned, capture
+        super().__init__(capture)
+        self.run, self.kv, self.planned = run, kv, planned
         device, self.b = kv.device, len(ids)
         self.ids = torch.tensor([ids], dtype=torch.long, device=device)  # the anchor goes first, per pass
         self.rows = torch.zeros(1, WIDTHS[-1], in_width, dtype=in_dtype, device=device)
         self.rope = {w: torch.zeros(1, w + self.b, dtype=torch.long, device=device) for w in WIDTHS}
         self.writes = {w: torch.zeros(w + self.b, dtype=torch.long, device=device) for w in WIDTHS}
         self._count = {w: torch.arange(w + self.b, device=device) for w in WIDTHS}
-        self.real = torch.zeros(1, dtype=torch.long, device=device)  # start + c: the context's end
-        self.graphs: dict[tuple[int, int], tuple] = {}
-        self.pool = torch.cuda.graph_pool_handle() if capture else None
-        self.replays = 0
-        self.captures = 0  # as GraphedHead's
-
-    def drop(self) -> None:
-        self.graphs.clear()
+        self.real = torch.zeros(1, dtype=torch.long, device=device)  # the real context's end in the buffer
 
     def forward(self, anchor: int, rows: torch.Tensor | None, start: int) -> torch.Tensor:
         """Context rows (c, H_in) of positions start .. start + c - 1 (None: none new) read into
@@ -294,17 +286,10 @@ class GraphedBlock:
         self.rope[width][0, width:].sub_(width - c)
         torch.add(self._count[width], at, out=self.writes[width])  # written side by side
         self.real.fill_(at + c)
-        key = (width, length)
-        captured = self.graphs.get(key)
-        if captured is None:
-            captured = self.graphs[key] = self._build(width, length)
-        elif captured[0] is not None:
-            captured[0].replay()
-        else:
-            captured = (None, self._pass(width, length))
+        logits = self._outputs((width, length), lambda: self._pass(width, length), f"a block pass of width {width}")
         self.replays += 1
         kv.length = at + c
-        return captured[1].clone()
+        return logits.clone()
 
     def _pass(self, width: int, length: int) -> torch.Tensor:
         kv, b = self.kv, self.b
@@ -313,9 +298,3 @@ class GraphedBlock:
         first = self.writes[width][width:width + 1]  # where the block's keys are written
         mask = (keys < self.real) | ((keys >= first) & (keys < first + b))
         return self.run(self.ids, self.rows[:, :width], self.rope[width], mask.view(1, 1, 1, length))
-
-    def _build(self, width: int, length: int) -> tuple:
-        if not self.capture:
-            return None, self._pass(width, length)
-        self.captures += 1
-        return _captured_or_why(lambda: self._pass(width, length), self.pool, f"a block pass of width {width}")

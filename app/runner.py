@@ -443,7 +443,8 @@ class Runner:
         if choice.kind is DraftKind.NONE:
             return None
         if choice.kind is DraftKind.LOOKUP:
-            # stateless between generations: one instance serves every request
+            # what it proposes depends on the sequence alone (its index is checked each call): one
+            # instance serves every request
             return self.drafter if isinstance(self.drafter, PromptLookupDrafter) else self._lookup
         if choice.kind is not DraftKind.PAIR:
             raise ValueError(f"A request drafts with the loaded pair, prompt lookup or none, not “{choice}”: load "

@@ -20,6 +20,7 @@ from typing import Any
 
 from app.engine.backends.base import ModelBackend
 from app.engine.cache import Checkpoint
+from app.engine.lookup import LookupIndex
 from app.engine.prefill import prefill_chunked
 from app.engine.reuse import remember, start_cache
 from app.engine.sampling import SamplingParams
@@ -168,26 +169,21 @@ class ModelDrafter(Drafter):
 
 class PromptLookupDrafter(Drafter):
     """Prompt lookup decoding (Saxena 2023): find the latest earlier occurrence of the last n
-    tokens (n from max_ngram down to min_ngram) in prompt + output and propose what followed."""
+    tokens (n from max_ngram down to min_ngram) in prompt + output and propose what followed;
+    with min_ngram > 1, also where a copy resumes after an edit (app/engine/lookup.py)."""
 
     name = "prompt lookup"
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
+        self.index = LookupIndex(max_ngram, min_ngram)
 
     def propose(self, committed: Sequence[int], k: int, params: SamplingParams,
                 should_stop: Callable[[], bool] | None = None) -> Proposal:
         start = time.perf_counter()
-        seq = list(committed)
-        for n in range(min(self.max_ngram, len(seq) - 1), self.min_ngram - 1, -1):
-            tail = seq[-n:]
-            # scan backwards for the most recent match that has a continuation
-            for i in range(len(seq) - n - 1, -1, -1):
-                if seq[i : i + n] == tail:
-                    follow = tuple(seq[i + n : i + n + k])
-                    if follow:
-                        return Proposal(follow, (1.0,) * len(follow),
-                                        seconds=time.perf_counter() - start, source="lookup")
+        follow = self.index.continuation(committed, k)
+        if follow:
+            return Proposal(follow, (1.0,) * len(follow), seconds=time.perf_counter() - start, source="lookup")
         return Proposal((), (), seconds=time.perf_counter() - start)
 
 

@@ -131,6 +131,25 @@ def test_positions_never_drafted_borrow_the_pooled_acceptance():
     assert bad.costs.acceptance(10) < 0.15
 
 
+def test_all_rates_at_once_are_each_rate():
+    """choose() prices every k in one pass (CostModel.rates): the same figures as rate(k) one by
+    one, before anything is measured, with only plain decoding measured, and after mixed rounds."""
+    import random
+
+    c = DraftLengthController()
+    rng = random.Random(3)
+    states = []
+    for step in range(60):
+        states.append(c.costs.rates())
+        assert states[-1] == {k: r for k in range(c.costs.max_k + 1) if (r := c.costs.rate(k)) is not None}
+        if step == 0:
+            c.record_plain(0.02)
+        else:
+            drafted = rng.randrange(1, 12)
+            c.record_round(drafted, rng.randrange(drafted + 1), 0.001 * drafted, 0.02 + 0.003 * drafted)
+    assert states[0] == {} and set(states[1]) == {0} and len(states[-1]) == c.costs.max_k + 1
+
+
 def test_fixed_k_is_respected():
     c = DraftLengthController(fixed_k=3)
     c.record_round(3, 0, 0.1, 0.1)

@@ -94,6 +94,11 @@ class CostModel:
         """P(position i accepted | position i-1 accepted), shrunk towards the pooled acceptance."""
         return (self.accept_w[i] + POOL_WEIGHT * self.pooled_acceptance()) / (self.reach_w[i] + POOL_WEIGHT)
 
+    def acceptances(self) -> list[float]:
+        """acceptance(i) for every position, the pooled figure summed once."""
+        pooled = POOL_WEIGHT * self.pooled_acceptance()
+        return [(a + pooled) / (r + POOL_WEIGHT) for a, r in zip(self.accept_w, self.reach_w, strict=True)]
+
     def pooled_acceptance(self) -> float:
         return (sum(self.accept_w) + PRIOR_ACCEPT) / (sum(self.reach_w) + 1.0)
 
@@ -125,6 +130,21 @@ class CostModel:
         if t_v is None or (k and self.t_draft is None):
             return None
         return self.expected_tokens(k) / (self.draft_cost(k) + t_v)
+
+    def rates(self) -> dict[int, float]:
+        """rate(k) for k = 0 .. max_k where it can be estimated, as rate() gives each, in one pass:
+        the acceptances once and E[tokens] cumulatively (rate() for every k, each summing every
+        position, took 0.24 ms a round: 2% of a demo step)."""
+        acceptance = self.acceptances()
+        rates, expected, run = {}, 1.0, 1.0
+        for k in range(self.max_k + 1):
+            if k:
+                run *= acceptance[k - 1]
+                expected += run
+            t_v = self.verify_cost(k + 1)
+            if t_v is not None and (not k or self.t_draft is not None):
+                rates[k] = expected / (self.draft_cost(k) + t_v)
+        return rates
 
     def draft_cost(self, k: int) -> float:
         """Seconds to draft k tokens: k steps, or one pass for a block drafter."""
@@ -182,8 +202,7 @@ class DraftLengthController:
             self._warmup.pop(0)
         if self.costs.t_draft is None:
             return 4
-        rates = {k: self.costs.rate(k) for k in range(0, self.costs.max_k + 1)}
-        rates = {k: r for k, r in rates.items() if r is not None}
+        rates = self.costs.rates()
         if 0 not in rates:
             return 0  # measure plain decoding once
         best = max(rates, key=rates.get)

@@ -26,10 +26,13 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import logging
 import os
 from pathlib import Path
 
 import numpy as np
+
+log = logging.getLogger(__name__)
 
 CHUNK = 64  # rows a chunk holds (kernels_numba.CHUNK, which this module must not import eagerly)
 GROUP = 32
@@ -141,6 +144,10 @@ def compiled():
         numba.config.CACHE_DIR = str(base / _sources_version())
         if own:  # (a user's NUMBA_CACHE_DIR may hold anything: only Tandem's own folder is pruned)
             prune_versions(base, _sources_version())
+        from app.models import numba_cache
+
+        if why := numba_cache.install():  # a frozen bundle's cache (numba_cache.py)
+            log.warning("The compiled CPU kernels are compiled at each start, not cached: %s", why)
         module = importlib.import_module("app.models.kernels_numba")
         probe = Int4Blocks(CHUNK, GROUP)  # compiles (or loads from the cache) and runs once
         probe.fill(0, np.full((CHUNK, GROUP), 9, np.uint8), np.ones((CHUNK, 1), np.float32),

@@ -19,13 +19,13 @@ each token bit for bit what a one-token step gives it.
 
 from __future__ import annotations
 
-import sys
 
 import numpy as np
 from llvmlite import ir
 from numba import njit, prange, types  # noqa: F401 - prange is read by the parallel functions
 from numba.extending import intrinsic, overload
 
+from app.models import numba_cache
 from app.models.kernel_tiles_numba import (CODE_DOT_TILES, DOT_ROWS, FLOAT_DOT_TILES, GROUP_TILES, ONE_CODE_DOT,
                                           ONE_FLOAT_DOT, PACKED_STEP, SUM_TILES, TILE_VECTORS)
 
@@ -35,9 +35,9 @@ HALF = GROUP // 2
 
 # The products: "contract" lets LLVM fuse a multiply and an add into one FMA; no reassociation, so
 # a row's sum runs in the order written, the same for one token or many.
-# cache: the compiled code is kept in Tandem's cache folder (NUMBA_CACHE_DIR, int4_cpu_torch.py);
-# a frozen bundle has no source files for Numba to key its cache on, so it compiles at each start
-_OPTS = dict(boundscheck=False, error_model="numpy", nogil=True, cache=not getattr(sys, "frozen", False),
+# cache: the compiled code is kept in Tandem's cache folder (NUMBA_CACHE_DIR, int4_cpu_torch.py),
+# in a frozen bundle through numba_cache.py's locator (where it cannot be added: compiled each start)
+_OPTS = dict(boundscheck=False, error_model="numpy", nogil=True, cache=numba_cache.install() == "",
              fastmath={"contract"})
 # Row-local work (norms, attention for one query, RoPE): one code path whatever the width, so
 # LLVM may reorder a sum to vectorize it and still give every width the same bits.

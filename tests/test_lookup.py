@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from app.engine.drafters import PromptLookupDrafter, chat_lookup
 from app.engine.lookup import EDIT, LATEST, LookupIndex
 from app.engine.sampling import SamplingParams
@@ -99,12 +101,10 @@ def test_a_chance_one_token_match_in_free_text_is_not_proposed():
     assert _lookup([*SOURCE, 1, 5, 7, 9, 11, 13, 120]) == ()
 
 
-def test_the_edit_rule_is_off_where_one_token_matches_count_already():
-    # min_ngram 1 matches the last token anywhere: the edit rule adds nothing to it
-    drafter = PromptLookupDrafter(max_ngram=3, min_ngram=1)
-    committed = [*SOURCE, 1, 100, 101, 102, 999, 104]
-    assert drafter.propose(committed, 3, SamplingParams()).ids == (105, 106, 107)
-    assert drafter.index.continuation(committed, 3, resync=False) == (105, 106, 107)
+def test_lengths_outside_one_to_max_are_refused_at_construction():
+    for max_ngram, min_ngram in ((2, 3), (3, 0)):
+        with pytest.raises(ValueError, match="min_ngram <= max_ngram"):
+            PromptLookupDrafter(max_ngram=max_ngram, min_ngram=min_ngram)
 
 
 def test_one_drafter_serves_unrelated_sequences_in_turn():
@@ -116,3 +116,6 @@ def test_one_drafter_serves_unrelated_sequences_in_turn():
     other = [7, 8, 9, 10, 11, 7, 8, 9]
     assert drafter.propose(other, 3, SamplingParams()).ids == (10, 11, 7)
     assert drafter.propose(first + [103], 2, SamplingParams()).ids == (104, 105)
+    drafter.finish(first + [103])  # the answer ended: its index is let go
+    assert drafter.index.tokens == [] and not any(drafter.index.starts.values())
+    assert drafter.propose(other, 3, SamplingParams()).ids == (10, 11, 7)

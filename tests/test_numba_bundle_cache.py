@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # a function as a bundle holds it: compiled from a source file that is not on disk
 PROBE = '''
-import json, os, sys
+import json, os, sys, types
 sys.frozen = True
 sys.executable = os.environ["PROBE_EXECUTABLE"]
 import numba
@@ -24,18 +24,19 @@ numba.config.CACHE_DIR = os.environ["PROBE_CACHE"]
 from app.models import numba_cache
 assert numba_cache.install() == ""
 assert numba_cache.install() == ""  # once only
-source = "from numba import njit\\n@njit(cache=True)\\ndef triple(x):\\n    return 3 * x\\n"
-import types
-module = sys.modules["bundled_probe"] = types.ModuleType("bundled_probe")
-module.__file__ = "/no/such/folder/bundled_probe.py"
-space = module.__dict__
-exec(compile(source, module.__file__, "exec"), space)
-value = space["triple"](14)
-stats = space["triple"].stats
+values, hits = [], 0
+# two modules with a file of the same name and a function of the same name on the same line,
+# the same bytecode: Numba's entry names and its bytecode key cannot tell them apart
+for name, add in (("first.probe", 1), ("second.probe", 2)):
+    module = sys.modules[name] = types.ModuleType(name)
+    module.__file__ = "/no/such/folder/" + name.split(".")[0] + "/probe.py"
+    source = "from numba import njit\\n@njit(cache=True)\\ndef f(x):\\n    return x + %d\\n" % add
+    exec(compile(source, module.__file__, "exec"), module.__dict__)
+    values.append(module.f(40))
+    hits += sum(module.f.stats.cache_hits.values())
 locators = [c.__name__ for c in numba.core.caching.CacheImpl._locator_classes if getattr(c, "tandem_bundle", False)]
-print(json.dumps({"value": value, "hits": sum(stats.cache_hits.values()), "locators": locators}))
+print(json.dumps({"values": values, "hits": hits, "locators": locators}))
 '''
-
 
 def _run(script: str, cache: Path, executable: Path, home: Path) -> dict:
     env = {"PROBE_CACHE": str(cache), "PROBE_EXECUTABLE": str(executable), "PYTHONPATH": str(ROOT),
@@ -52,26 +53,34 @@ def test_a_bundle_caches_its_kernels_in_tandems_folder_per_build(tmp_path):
     build.write_bytes(b"the first build")
 
     first = _run(PROBE, cache, build, home)
-    assert first == {"value": 42, "hits": 0, "locators": ["BundleLocator"]}
-    entries = sorted(p.name for p in (cache / "bundle").iterdir())
-    assert any(name.endswith(".nbi") for name in entries) and any(name.endswith(".nbc") for name in entries)
+    assert first == {"values": [41, 42], "hits": 0, "locators": ["BundleLocator"]}
+    for module in ("first.probe", "second.probe"):
+        entries = [p.name for p in (cache / "bundle" / "tandem" / module).iterdir()]
+        assert any(name.endswith(".nbi") for name in entries) and any(name.endswith(".nbc") for name in entries)
     # nothing went to Numba's own folder in the user's cache
     assert not (home / "cache" / "numba").exists()
 
-    # the next launch of the same build loads what the first compiled
-    assert _run(PROBE, cache, build, home)["hits"] == 1
-    # a new build (another executable) compiles afresh, then is cached in turn
+    # the next launch of the same build loads what the first compiled, each module its own
+    assert _run(PROBE, cache, build, home) == {"values": [41, 42], "hits": 2, "locators": ["BundleLocator"]}
+    # the build's other executable keeps its own entries and leaves the first one's alone
+    other = build.with_name("tandem-cli")
+    other.write_bytes(b"the same build's command line")
+    assert _run(PROBE, cache, other, home)["hits"] == 0
+    assert _run(PROBE, cache, build, home)["hits"] == 2
+    assert _run(PROBE, cache, other, home)["hits"] == 2
+    # a new build (the executable rewritten) compiles afresh, then is cached in turn
     build.write_bytes(b"the second build, another size")
     assert _run(PROBE, cache, build, home)["hits"] == 0
-    assert _run(PROBE, cache, build, home)["hits"] == 1
+    assert _run(PROBE, cache, build, home) == {"values": [41, 42], "hits": 2, "locators": ["BundleLocator"]}
 
 
 def test_outside_a_bundle_numba_keeps_its_own_locators(tmp_path):
-    script = PROBE.replace("sys.frozen = True\n", "")
-    script = script.replace('"/no/such/folder/bundled_probe.py"', repr(str(tmp_path / "bundled_probe.py")))
-    (tmp_path / "bundled_probe.py").write_text("# the source, on disk as in a checkout\n")
+    script = PROBE.replace("sys.frozen = True\n", "").replace('"/no/such/folder/"', repr(f"{tmp_path}/"))
+    for folder in ("first", "second"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "probe.py").write_text("# the source, on disk as in a checkout\n")
     got = _run(script, tmp_path / "cache", Path(sys.executable), tmp_path / "home")
-    assert got["value"] == 42 and got["locators"] == []
+    assert got["values"] == [41, 42] and got["locators"] == []
 
 
 def test_the_kernels_take_the_bundle_locator_when_frozen(tmp_path):
@@ -86,4 +95,5 @@ locator = kernels_numba.matmul._cache._impl.locator
 print(json.dumps({"bundle": getattr(type(locator), "tandem_bundle", False), "path": locator.get_cache_path()}))
 '''
     got = _run(script, tmp_path / "cache", Path(sys.executable), tmp_path / "home")
-    assert got == {"bundle": True, "path": str(tmp_path / "cache" / "bundle")}
+    assert got == {"bundle": True, "path": str(tmp_path / "cache" / "bundle" / Path(sys.executable).stem
+                                               / "app.models.kernels_numba")}

@@ -148,6 +148,9 @@ def test_all_rates_at_once_are_each_rate():
             drafted = rng.randrange(1, 12)
             c.record_round(drafted, rng.randrange(drafted + 1), 0.001 * drafted, 0.02 + 0.003 * drafted)
     assert states[0] == {} and set(states[1]) == {0} and len(states[-1]) == c.costs.max_k + 1
+    c.costs.per_pass = True  # a block drafter's: one pass drafts every token
+    assert c.costs.rates() == {k: c.costs.rate(k) for k in range(c.costs.max_k + 1)}
+    assert c.costs.rates() != states[-1]
 
 
 def test_fixed_k_is_respected():

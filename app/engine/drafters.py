@@ -186,6 +186,9 @@ class PromptLookupDrafter(Drafter):
             return Proposal(follow, (1.0,) * len(follow), seconds=time.perf_counter() - start, source="lookup")
         return Proposal((), (), seconds=time.perf_counter() - start)
 
+    def finish(self, committed: Sequence[int] | None) -> None:
+        self.index.clear()  # its memory grows with the chat; the next answer indexes its own
+
 
 def chat_lookup() -> PromptLookupDrafter:
     """Prompt lookup as Tandem drafts with it (`ngram`, and beside a model): matches of 3-4 tokens
@@ -237,6 +240,7 @@ class LookupThenModelDrafter(Drafter):
 
     def finish(self, committed: Sequence[int] | None) -> None:
         self.model.finish(committed)
+        self.lookup.finish(committed)
 
     def drafts_in_one_pass(self, source: str | None) -> bool:
         return source == "model" and self.model.drafts_in_one_pass(None)

@@ -80,7 +80,7 @@ def _sources_version() -> str:
     for name in ("kernels_numba.py", "kernel_tiles_numba.py"):
         try:
             digest.update((here / name).read_bytes())
-        except OSError:  # a frozen bundle without sources: Numba caches nothing there anyway
+        except OSError:  # a frozen bundle without sources: its entries are stamped by its executable
             digest.update(name.encode())
     return digest.hexdigest()[:12]
 

@@ -1,17 +1,21 @@
 """Where the compiled CPU kernels are cached in a frozen bundle (the packaged app).
 
 Numba keys a function's cache on its source file: the file's folder names the cache's folder and
-its modification time and size stamp the entries. A PyInstaller bundle carries no source files,
-so none of Numba's own locators but its user-wide one takes a frozen function, and that one writes
-into Numba's folder in the user's cache, named after the folder the app was started from. Before
-this, the bundle compiled without a cache instead: 27 s of compiling on every launch on this
-2-core CPU, and 24 s more at the first answer, before the demo said a word.
+its contents stamp the entries. A PyInstaller bundle carries no source files, so none of Numba's
+own locators but its user-wide one takes a frozen function, and that one writes into Numba's
+folder in the user's cache, named after the folder the app was started from. Before this, the
+bundle compiled without a cache instead: 27 s of compiling on every launch on this 2-core CPU,
+and 24 s more at the first answer, before the demo said a word.
 
 In a frozen bundle this locator puts the entries in Tandem's own cache folder (NUMBA_CACHE_DIR as
-int4_cpu_torch.compiled() sets it: one folder per version of the kernels' sources, pruned), and
-stamps them with the bundle's executable, which every build replaces: a new build compiles afresh,
-the same build loads what it compiled before. Numba's index also keys each entry on the function's
-signature and the CPU it was compiled for, as everywhere.
+int4_cpu_torch.compiled() sets it: one folder per version of the kernels' sources, pruned), one
+folder per executable and module: `bundle/tandem-cli/app.models.kernels_numba/`. Numba names an
+entry by its file's base name, the function's name and its first line, so without the module two
+functions could share an entry; and the window and the command line, two executables of one
+build, each stamp their own (one shared index would be rewritten by each in turn). The stamp is
+the mixin's: in a frozen process, a SHA-256 of the executable, which holds the bundle's Python
+code, so a new build compiles afresh and the same build loads what it compiled before. Numba's
+index also keys each entry on the function's signature and the CPU it was compiled for.
 
 This reaches into Numba's caching module (its locator list has no public hook): where that
 changes, install() leaves the bundle compiling without a cache, as before, and says why.
@@ -53,12 +57,13 @@ def install() -> str:
         def __init__(self, py_func, py_file):
             self._py_file = py_file
             self._lineno = py_func.__code__.co_firstlineno
-            self._cache_path = os.path.join(config.CACHE_DIR, FOLDER)
+            executable = os.path.splitext(os.path.basename(sys.executable))[0] or "app"
+            self._cache_path = os.path.join(config.CACHE_DIR, FOLDER, executable, py_func.__module__ or "module")
 
         def get_cache_path(self):
             return self._cache_path
 
-        # the mixin's stamp: in a frozen process, the executable's modification time and size
+        # the mixin's stamp: in a frozen process, a SHA-256 of the executable (hashed once a process)
 
         @classmethod
         def from_function(cls, py_func, py_file):

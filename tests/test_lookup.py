@@ -23,8 +23,8 @@ def reference(seq: list[int], k: int, max_ngram: int, min_ngram: int, resync: bo
                 return tuple(seq[i + n : i + n + k])
     if not resync or min_ngram < 2:
         return ()
-    length, anchor = len(seq), min_ngram
-    for n in range(min(anchor - 1, 2), 0, -1):
+    length, anchor = len(seq), max_ngram
+    for n in range(min(min_ngram - 1, 2), 0, -1):
         tail = seq[-n:]
         for written in range(EDIT + 1):
             end = length - n - written
@@ -73,32 +73,34 @@ def _lookup(committed: list[int], k: int = 6) -> tuple[int, ...]:
 
 
 def test_a_copy_resumes_one_token_after_a_substituted_token():
-    # the answer wrote 103 as 999 (a corrected word), then the source's next token, 104
-    committed = [*SOURCE, 1, 2, 100, 101, 102, 999, 104]
-    assert _lookup(committed) == (105, 106, 107, 108, 109, 110)
-    # the plain rule alone (3-4 token matches) finds nothing here: 999 104 is not in the source
+    # the answer wrote 104 as 999 (a corrected word), then the source's next token, 105
+    committed = [*SOURCE, 1, 2, 100, 101, 102, 103, 999, 105]
+    assert _lookup(committed) == (106, 107, 108, 109, 110, 111)
+    # the plain rule alone (3-4 token matches) finds nothing here: 999 105 is not in the source
     assert LookupIndex(4, 3).continuation(committed, 6, resync=False) == ()
 
 
 def test_a_copy_resumes_after_a_word_written_as_two_tokens_and_after_a_deletion():
-    # 103 104 (one misspelt word in two tokens) became 777 888 889 in the answer
-    assert _lookup([*SOURCE, 1, 100, 101, 102, 777, 888, 889, 105]) == (106, 107, 108, 109, 110, 111)
+    # 104 105 (one misspelt word in two tokens) became 777 888 889 in the answer
+    assert _lookup([*SOURCE, 1, 100, 101, 102, 103, 777, 888, 889, 106]) == (107, 108, 109, 110, 111, 112)
     # the answer left out 104 105 106
     assert _lookup([*SOURCE, 1, 100, 101, 102, 103, 107], k=3) == (108, 109, 110)
-    # a two-token tail resumes too: 999 then 104 105
-    assert _lookup([*SOURCE, 1, 100, 101, 102, 999, 104, 105], k=2) == (106, 107)
+    # a two-token tail resumes too: 999 then 105 106
+    assert _lookup([*SOURCE, 1, 100, 101, 102, 103, 999, 105, 106], k=2) == (107, 108)
 
 
 def test_an_edit_longer_than_the_rule_allows_is_not_bridged():
     wrote = [900 + i for i in range(EDIT + 1)]  # more new tokens than an edit may hold
-    assert _lookup([*SOURCE, 1, 100, 101, 102, *wrote, 104]) == ()
-    skipped = 103 + EDIT + 1  # more source tokens left out than an edit may skip
-    assert _lookup([*SOURCE, 1, 100, 101, 102, skipped]) == ()
+    assert _lookup([*SOURCE, 1, 100, 101, 102, 103, *wrote, 105]) == ()
+    skipped = 104 + EDIT + 1  # more source tokens left out than an edit may skip
+    assert _lookup([*SOURCE, 1, 100, 101, 102, 103, skipped]) == ()
 
 
-def test_a_chance_one_token_match_in_free_text_is_not_proposed():
+def test_a_chance_short_match_is_not_proposed():
     # 120 occurs in the source, but nothing the answer wrote before it was copied
     assert _lookup([*SOURCE, 1, 5, 7, 9, 11, 13, 120]) == ()
+    # nor is a copy of only 3 tokens before the edit enough: chance repeats that short are common
+    assert _lookup([*SOURCE, 1, 101, 102, 103, 999, 105]) == ()
 
 
 def test_lengths_outside_one_to_max_are_refused_at_construction():

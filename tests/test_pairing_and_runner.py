@@ -131,17 +131,26 @@ def test_positions_never_drafted_borrow_the_pooled_acceptance():
     assert bad.costs.acceptance(10) < 0.15
 
 
-def test_all_rates_at_once_are_each_rate():
-    """choose() prices every k in one pass (CostModel.rates): the same figures as rate(k) one by
-    one, before anything is measured, with only plain decoding measured, and after mixed rounds."""
+def test_all_rates_at_once_are_the_formula_for_each_k():
+    """choose() prices every k in one pass (CostModel.rates): E[tokens | k] accumulated across k
+    equals bound.expected_tokens for each k on its own, before anything is measured, with only
+    plain decoding measured, after mixed rounds and for a block drafter."""
     import random
+
+    from app.engine.bound import expected_tokens
+
+    def one_by_one(costs):
+        acceptance = [costs.acceptance(i) for i in range(costs.max_k)]
+        return {k: expected_tokens(acceptance[:k], k) / (costs.draft_cost(k) + costs.verify_cost(k + 1))
+                for k in range(costs.max_k + 1)
+                if costs.verify_cost(k + 1) is not None and (not k or costs.t_draft is not None)}
 
     c = DraftLengthController()
     rng = random.Random(3)
     states = []
     for step in range(60):
         states.append(c.costs.rates())
-        assert states[-1] == {k: r for k in range(c.costs.max_k + 1) if (r := c.costs.rate(k)) is not None}
+        assert states[-1] == one_by_one(c.costs)
         if step == 0:
             c.record_plain(0.02)
         else:
@@ -149,8 +158,7 @@ def test_all_rates_at_once_are_each_rate():
             c.record_round(drafted, rng.randrange(drafted + 1), 0.001 * drafted, 0.02 + 0.003 * drafted)
     assert states[0] == {} and set(states[1]) == {0} and len(states[-1]) == c.costs.max_k + 1
     c.costs.per_pass = True  # a block drafter's: one pass drafts every token
-    assert c.costs.rates() == {k: c.costs.rate(k) for k in range(c.costs.max_k + 1)}
-    assert c.costs.rates() != states[-1]
+    assert c.costs.rates() == one_by_one(c.costs) != states[-1]
 
 
 def test_fixed_k_is_respected():

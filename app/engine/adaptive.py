@@ -92,7 +92,7 @@ class CostModel:
     # --- estimates ------------------------------------------------------------------------
     def acceptance(self, i: int) -> float:
         """P(position i accepted | position i-1 accepted), shrunk towards the pooled acceptance."""
-        return (self.accept_w[i] + POOL_WEIGHT * self.pooled_acceptance()) / (self.reach_w[i] + POOL_WEIGHT)
+        return self.acceptances()[i]
 
     def acceptances(self) -> list[float]:
         """acceptance(i) for every position, the pooled figure summed once."""
@@ -103,7 +103,7 @@ class CostModel:
         return (sum(self.accept_w) + PRIOR_ACCEPT) / (sum(self.reach_w) + 1.0)
 
     def expected_tokens(self, k: int) -> float:
-        return expected_tokens([self.acceptance(i) for i in range(k)], k)
+        return expected_tokens(self.acceptances()[:k], k)
 
     def verify_cost(self, width: int) -> float | None:
         """Measured cost of a width, or a line through the nearest measured widths."""
@@ -126,14 +126,11 @@ class CostModel:
 
     def rate(self, k: int) -> float | None:
         """Estimated committed tokens per second with k drafts (k = 0: plain decoding)."""
-        t_v = self.verify_cost(k + 1)
-        if t_v is None or (k and self.t_draft is None):
-            return None
-        return self.expected_tokens(k) / (self.draft_cost(k) + t_v)
+        return self.rates().get(k)
 
     def rates(self) -> dict[int, float]:
-        """rate(k) for k = 0 .. max_k where it can be estimated, as rate() gives each, in one pass:
-        the acceptances once and E[tokens] cumulatively (rate() for every k, each summing every
+        """rate(k) for k = 0 .. max_k where it can be estimated (the module's formula), in one pass:
+        the acceptances once and E[tokens] cumulatively (a pass per k, each summing every
         position, took 0.24 ms a round: 2% of a demo step)."""
         acceptance = self.acceptances()
         rates, expected, run = {}, 1.0, 1.0

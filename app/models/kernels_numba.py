@@ -19,7 +19,6 @@ each token bit for bit what a one-token step gives it.
 
 from __future__ import annotations
 
-
 import numpy as np
 from llvmlite import ir
 from numba import njit, prange, types  # noqa: F401 - prange is read by the parallel functions

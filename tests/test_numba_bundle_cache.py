@@ -97,3 +97,16 @@ print(json.dumps({"bundle": getattr(type(locator), "tandem_bundle", False), "pat
     got = _run(script, tmp_path / "cache", Path(sys.executable), tmp_path / "home")
     assert got == {"bundle": True, "path": str(tmp_path / "cache" / "bundle" / Path(sys.executable).stem
                                                / "app.models.kernels_numba")}
+
+
+def test_an_unwritable_cache_folder_falls_back_to_numbas_own(tmp_path):
+    """A bundle whose cache folder cannot be made (a file stands where it should be) still runs its
+    kernels, right: the bundle locator steps aside and Numba's user-wide one caches them."""
+    blocked = tmp_path / "numba"
+    blocked.write_text("a file, not a folder")
+    build, home = tmp_path / "tandem", tmp_path / "home"
+    build.write_bytes(b"a build")
+    assert _run(PROBE, blocked / "0123456789ab", build, home) == {
+        "values": [41, 42], "hits": 0, "locators": ["BundleLocator"]}
+    assert (home / "cache" / "numba").is_dir() and blocked.read_text() == "a file, not a folder"
+    assert _run(PROBE, blocked / "0123456789ab", build, home)["values"] == [41, 42]

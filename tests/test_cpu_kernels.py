@@ -11,8 +11,10 @@ import torch
 
 from app.draft_choice import NO_DRAFT, PROMPT_LOOKUP
 from app.models import int4_cpu_torch
-from app.models.gguf_blocks import Int4Groups, int4_groups
-from app.models.int4_cpu_torch import CHUNK, Int4Blocks
+from app.bench.random_gguf import random_blocks
+from app.models.gguf_blocks import int4_groups
+from app.models.gguf_codes import KERNEL_TYPES, NIBBLES32, CodeGroups, code_groups
+from app.models.int4_cpu_torch import CHUNK, CodeBlocks
 from tests.test_gguf_own_precision import SUITE, _random_blocks, _speculative_answers
 
 Q = gguf.GGMLQuantizationType
@@ -21,39 +23,46 @@ pytestmark = pytest.mark.skipif(bool(int4_cpu_torch.why_not_available()),
                                 reason=f"the kernel does not run here: {int4_cpu_torch.why_not_available()}")
 
 
-def _blocks_of(kind: str, rows: int, cols: int, seed: int) -> tuple[Int4Blocks, np.ndarray]:
-    raw = _random_blocks(kind, rows, cols, seed=seed)
-    groups = int4_groups(kind, raw, rows, cols)
-    blocks = Int4Blocks(rows, cols)
+def _blocks_of(kind: str, rows: int, cols: int, seed: int) -> tuple[CodeBlocks, np.ndarray]:
+    raw = random_blocks(kind, rows, cols, np.random.default_rng(seed))
+    groups = code_groups(kind, raw, rows, cols)
+    blocks = CodeBlocks(rows, cols, [(rows, groups.kind, groups.offset is not None)])
     for start in range(0, rows, CHUNK):  # filled a chunk of rows at a time, as the loader does
         part = slice(start, start + CHUNK)
-        blocks.fill(start, groups.codes[part], groups.scale[part], groups.zero[part])
+        blocks.fill(start, CodeGroups(groups.kind, groups.codes[part], groups.scale[part],
+                                      None if groups.offset is None else groups.offset[part]))
     reference = gguf.quants.dequantize(raw, getattr(Q, kind)).reshape(rows, cols).astype(np.float32)
     return blocks, reference
 
 
-@pytest.mark.parametrize("kind,held", [("Q4_0", np.uint16), ("Q4_1", np.uint16), ("Q4_K", np.float32)])
-def test_the_kernel_holds_and_multiplies_the_files_weights(kind, held):
-    blocks, reference = _blocks_of(kind, 2 * CHUNK, 256, seed=5)
-    # Q4_0 and Q4_1 keep the file's fp16 fields as halves; Q4_K's scales are products, so float32
-    assert blocks.scale.dtype == held and blocks.offset.dtype == held
-    np.testing.assert_allclose(blocks.dequantize(), reference, rtol=0, atol=1e-6 * np.abs(reference).max())
-    x = np.random.default_rng(1).standard_normal((5, 256)).astype(np.float32)
+HALF_SCALES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL")  # the file's own fp16 fields
+
+
+@pytest.mark.parametrize("kind", KERNEL_TYPES)
+def test_the_kernel_holds_and_multiplies_the_files_weights(kind):
+    blocks, reference = _blocks_of(kind, 2 * CHUNK, 512, seed=5)
+    # fp16 fields stay halves; K-quants' and IQ4_XS's scales are products of two, so float32
+    assert blocks.scale.dtype == (np.uint16 if kind in HALF_SCALES else np.float32)
+    np.testing.assert_array_equal(blocks.dequantize(), reference)  # the file's weights, bit for bit
+    x = np.random.default_rng(1).standard_normal((5, 512)).astype(np.float32)
     expected = x.astype(np.float64) @ reference.T.astype(np.float64)
     got = blocks.matmul(x)
     assert got.dtype == np.float32 and got.shape == (5, 2 * CHUNK)
-    assert np.abs(got - expected).max() <= 1e-5 * np.abs(expected).max()  # float32 sums, exact weights
-    swapped, _ = _blocks_of(kind, 2 * CHUNK, 256, seed=6)  # the check can fail
+    # float32 sums of exact weights: within the summation bound, n 2^-24 sum |w x| (Higham's gamma_n)
+    bound = 512 * 2.0 ** -24 * (np.abs(x).astype(np.float64) @ np.abs(reference).T.astype(np.float64))
+    assert np.all(np.abs(got - expected) <= bound)
+    swapped, _ = _blocks_of(kind, 2 * CHUNK, 512, seed=6)  # the check can fail
     assert np.abs(swapped.matmul(x) - expected).max() > 0.1 * np.abs(expected).max()
 
 
-def test_every_width_gives_each_token_the_bits_one_token_gives():
+@pytest.mark.parametrize("kind", ["Q4_1", "Q8_0", "Q6_K", "Q5_K"])
+def test_every_width_gives_each_token_the_bits_one_token_gives(kind):
     """Batch invariance: a verify pass of n tokens and n one-token steps agree bit for bit, through
     every register tile (up to 6 tokens, any mix of them up to 17) and the one-token step that
-    decodes its bytes in registers (speculation is exact only if they do); a last chunk of rows
-    only partly filled included."""
-    blocks, reference = _blocks_of("Q4_1", 3 * CHUNK - 24, 192, seed=8)
-    x = np.random.default_rng(2).standard_normal((17, 192)).astype(np.float32)
+    decodes its codes in registers (speculation is exact only if they do), for 4-bit codes and
+    int8 codes in groups of 32 and 16; a last chunk of rows only partly filled included."""
+    blocks, reference = _blocks_of(kind, 3 * CHUNK - 24, 256, seed=8)
+    x = np.random.default_rng(2).standard_normal((17, 256)).astype(np.float32)
     alone = np.stack([blocks.matmul(x[i:i + 1])[0] for i in range(17)])
     expected = x.astype(np.float64) @ reference.T.astype(np.float64)
     assert np.abs(alone - expected).max() <= 1e-5 * np.abs(expected).max()  # the step itself is right
@@ -61,19 +70,43 @@ def test_every_width_gives_each_token_the_bits_one_token_gives():
         np.testing.assert_array_equal(blocks.matmul(np.ascontiguousarray(x[:width])), alone[:width])
 
 
+def test_a_stack_of_parts_of_different_types_is_one_product():
+    """Q4_K_M's q/k/v: q and k Q4_K, v Q6_K in some layers; each part's rows as its own type."""
+    rng = np.random.default_rng(9)
+    parts = [("Q4_K", CHUNK), ("Q4_K", CHUNK), ("Q6_K", 2 * CHUNK), ("Q8_0", CHUNK)]
+    raws = [random_blocks(kind, rows, 512, rng) for kind, rows in parts]
+    blocks = CodeBlocks(5 * CHUNK, 512, [(rows, code_groups(kind, raw, rows, 512).kind, kind in ("Q4_K",))
+                                         for (kind, rows), raw in zip(parts, raws, strict=True)])
+    at = 0
+    for (kind, rows), raw in zip(parts, raws, strict=True):
+        blocks.fill(at, code_groups(kind, raw, rows, 512))
+        at += rows
+    reference = np.concatenate([gguf.quants.dequantize(raw, getattr(Q, kind)).reshape(rows, 512)
+                                for (kind, rows), raw in zip(parts, raws, strict=True)])
+    np.testing.assert_array_equal(blocks.dequantize(), reference)
+    x = rng.standard_normal((7, 512)).astype(np.float32)
+    alone = np.stack([blocks.matmul(x[i:i + 1])[0] for i in range(7)])
+    np.testing.assert_array_equal(blocks.matmul(x), alone)
+    expected = x.astype(np.float64) @ reference.T.astype(np.float64)
+    assert np.abs(alone - expected).max() <= 1e-5 * np.abs(expected).max()
+    with pytest.raises(ValueError, match="planned for other codes"):  # a part filled with the wrong type
+        blocks.fill(0, code_groups("Q8_0", raws[3], CHUNK, 512))
+
+
 def test_a_scale_that_is_no_half_widens_what_was_held_without_changing_it():
     rows, cols = 2 * CHUNK, 64
     rng = np.random.default_rng(3)
     codes = rng.integers(0, 16, (rows, cols), dtype=np.uint8)
     halves = rng.random((rows, 2), dtype=np.float32).astype(np.float16).astype(np.float32)
-    blocks = Int4Blocks(rows, cols)
-    blocks.fill(0, codes[:CHUNK], halves[:CHUNK], 8 * halves[:CHUNK])
+    blocks = CodeBlocks(rows, cols, [(rows, NIBBLES32, True)])
+    blocks.fill(0, CodeGroups(NIBBLES32, codes[:CHUNK], halves[:CHUNK], -8 * halves[:CHUNK]))
     assert blocks.scale.dtype == np.uint16
     odd = halves[CHUNK:] * np.float32(1.0001)  # not representable as halves
-    blocks.fill(CHUNK, codes[CHUNK:], odd, 8 * odd)
+    blocks.fill(CHUNK, CodeGroups(NIBBLES32, codes[CHUNK:], odd, -8 * odd))
     assert blocks.scale.dtype == np.float32
-    expected = Int4Groups(codes, np.concatenate([halves[:CHUNK], odd]), 8 * np.concatenate([halves[:CHUNK], odd]))
-    np.testing.assert_allclose(blocks.dequantize(), expected.dequantize(), rtol=1e-6, atol=1e-7)
+    scale = np.concatenate([halves[:CHUNK], odd])
+    expected = CodeGroups(NIBBLES32, codes, scale, -8 * scale)
+    np.testing.assert_array_equal(blocks.dequantize(), expected.dequantize())
 
 
 def test_turned_off_it_says_so_and_pytorchs_kernel_runs(monkeypatch):
@@ -86,32 +119,61 @@ def test_turned_off_it_says_so_and_pytorchs_kernel_runs(monkeypatch):
     assert "does not run here: turned off" in int4_cpu_torch.int4_kernel_words()
     raw = _random_blocks("Q4_1", 64, 128, seed=3)
     layer = GGUFInt4Linear.from_groups(int4_groups("Q4_1", raw, 64, 128), torch.bfloat16)
-    assert layer.blocks is None and layer.packed.shape == (64, 64) and "PyTorch's kernel" in repr(layer)
+    assert layer.packed.shape == (64, 64) and "PyTorch's kernel" in repr(layer)
 
 
-# The decoder layers as one compiled call, on a model whose projections are all 4-bit ------------
+# The decoder layers as one compiled call, on a model whose projections are GGUF codes ------------
 
-def _quantized(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
-    """`model` with every projection on the 4-bit kernel, quantized as Q4_1 groups (asymmetric,
-    fp16 scale and minimum), q/k/v and gate/up stacked as the GGUF loader stacks them."""
+def _codes(weight: torch.Tensor, kind: str) -> CodeGroups:
+    """A float weight as the codes of a GGUF type's kind: "Q4_1" 4-bit codes in groups of 32 with
+    an fp16 scale and minimum; "Q5_1" 5-bit ones (int8 codes, groups of 32, scale and minimum);
+    "Q6_K" signed 6-bit ones in groups of 16 with one scale (no offset)."""
+    from app.models.gguf_codes import GROUP_OF, KIND_OF
+
+    length = GROUP_OF[KIND_OF[kind]]
+    w = weight.detach().numpy().reshape(weight.shape[0], -1, length)
+    half = lambda a: a.astype(np.float16).astype(np.float32)  # noqa: E731
+    if kind == "Q6_K":
+        d = half(np.abs(w).max(-1) / 31)
+        codes = np.clip(np.round(w / d[..., None]), -32, 31).astype(np.int8)
+        return CodeGroups(KIND_OF[kind], codes.reshape(weight.shape), d, None)
+    top = 15 if kind == "Q4_1" else 31
+    low, high = w.min(-1), w.max(-1)
+    d, m = half((high - low) / top), half(low)
+    codes = np.clip(np.round((w - m[..., None]) / d[..., None]), 0, top).astype(np.uint8 if top == 15 else np.int8)
+    return CodeGroups(KIND_OF[kind], codes.reshape(weight.shape), d, m)
+
+
+def _quantized(model: torch.nn.Module, mixed: bool = False) -> torch.nn.Module:
+    """`model` with every projection on Tandem's kernel, q/k/v and gate/up stacked as the GGUF
+    loader stacks them: all Q4_1-like codes, or `mixed` as a K-quant preset mixes them (v and down
+    in 6-bit groups of 16 on every other layer, gate/up's up part and o in 5-bit groups of 32)."""
     from app.models.fused_projections_torch import GROUPS, install
-    from app.models.gguf_layers_torch import GGUFInt4Linear
+    from app.models.gguf_layers_torch import GGUFCodesLinear
 
-    def groups_of(weight: torch.Tensor) -> Int4Groups:
-        w = weight.detach().numpy().reshape(weight.shape[0], -1, 32)
-        low, high = w.min(-1), w.max(-1)
-        d = ((high - low) / 15).astype(np.float16).astype(np.float32)
-        m = low.astype(np.float16).astype(np.float32)
-        codes = np.clip(np.round((w - m[..., None]) / d[..., None]), 0, 15).astype(np.uint8)
-        return Int4Groups(codes.reshape(weight.shape), d, m + 8 * d)
+    def layer_of(weights: list[torch.Tensor], kinds: list[str]) -> GGUFCodesLinear:
+        rows, cols = sum(w.shape[0] for w in weights), weights[0].shape[1]
+        layer = GGUFCodesLinear(rows, cols, [(w.shape[0], kind) for w, kind in zip(weights, kinds, strict=True)])
+        at, i = 0, 0
+        while i < len(weights):  # parts of one kind are filled together (a part may be under a chunk)
+            j = i + 1
+            while j < len(weights) and kinds[j] == kinds[i]:
+                j += 1
+            layer.fill(at, _codes(torch.cat(weights[i:j]), kinds[i]))
+            at += sum(w.shape[0] for w in weights[i:j])
+            i = j
+        return layer
 
-    for layer in model.model.layers:
+    for i, layer in enumerate(model.model.layers):
+        more_bits = mixed and i % 2 == 0
+        kinds = {"q_proj": "Q4_1", "k_proj": "Q4_1", "v_proj": "Q6_K" if more_bits else "Q4_1",
+                 "gate_proj": "Q4_1", "up_proj": "Q5_1" if mixed else "Q4_1",
+                 "o_proj": "Q5_1" if mixed else "Q4_1", "down_proj": "Q6_K" if more_bits else "Q4_1"}
         for attr, parts in GROUPS.items():
             owner = getattr(layer, attr)
-            stacked = torch.cat([getattr(owner, part).weight for part in parts])
-            install(owner, parts, GGUFInt4Linear.from_groups(groups_of(stacked), torch.float32))
-        layer.self_attn.o_proj = GGUFInt4Linear.from_groups(groups_of(layer.self_attn.o_proj.weight), torch.float32)
-        layer.mlp.down_proj = GGUFInt4Linear.from_groups(groups_of(layer.mlp.down_proj.weight), torch.float32)
+            install(owner, parts, layer_of([getattr(owner, part).weight for part in parts], [kinds[p] for p in parts]))
+        layer.self_attn.o_proj = layer_of([layer.self_attn.o_proj.weight], [kinds["o_proj"]])
+        layer.mlp.down_proj = layer_of([layer.mlp.down_proj.weight], [kinds["down_proj"]])
     return model
 
 
@@ -131,10 +193,10 @@ def _tiny(kind: str) -> torch.nn.Module:
         for p in model.parameters():
             if p.dim() == 2:
                 p.mul_(4.0)
-    return _quantized(model.eval())
+    return _quantized(model.eval(), mixed=kind == "mixed")
 
 
-@pytest.mark.parametrize("kind", ["llama", "qwen3", "wide-group"])
+@pytest.mark.parametrize("kind", ["llama", "qwen3", "wide-group", "mixed"])
 @torch.inference_mode()
 def test_the_compiled_layers_compute_what_the_lean_step_and_transformers_compute(kind):
     from app.engine.backends.lean_step_torch import LeanStep
@@ -163,7 +225,7 @@ def test_the_compiled_layers_compute_what_the_lean_step_and_transformers_compute
     assert torch.equal(logits.argmax(-1), reference.argmax(-1))
 
 
-@pytest.mark.parametrize("kind", ["llama", "wide-group"])
+@pytest.mark.parametrize("kind", ["llama", "wide-group", "mixed"])
 @torch.inference_mode()
 def test_a_verify_pass_gives_each_token_the_bits_of_its_own_step(kind):
     """The final norm's output, bit for bit (the head after it is the model's own: a GGUF's
@@ -191,7 +253,7 @@ def test_why_the_compiled_layers_do_not_run_is_said():
 
     lean = LeanStep(tiny_llama(3))  # float32 Linear layers: no 4-bit kernel
     assert lean.native is None
-    assert lean.native_note == "not every projection is a 4-bit GGUF weight on the compiled kernel"
+    assert lean.native_note == "not every projection is a GGUF weight on the compiled kernel"
 
 
 @pytest.fixture(scope="module")
@@ -228,10 +290,10 @@ def test_the_first_gguf_load_of_a_process_says_it_prepares_the_kernel(tiny_q4, m
     monkeypatch.setattr(int4_cpu_torch, "_WHY_NOT", None)
     said: list[str] = []
     TorchBackend(tiny_q4[0], precision="gguf", progress=said.append)
-    assert any("4-bit CPU kernel" in message for message in said)
+    assert any("CPU kernel for GGUF weights" in message for message in said)
     said.clear()
     TorchBackend(tiny_q4[0], precision="gguf", progress=said.append)  # decided: nothing to say
-    assert not any("4-bit CPU kernel" in message for message in said)
+    assert not any("CPU kernel for GGUF weights" in message for message in said)
 
 
 def test_the_cache_folder_follows_both_compiled_modules(tmp_path, monkeypatch):

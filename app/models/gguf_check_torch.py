@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from app.models.gguf_blocks import INT4_TYPES, int4_groups
+from app.models.gguf_codes import GROUP_OF, KERNEL_TYPES, KIND_OF, code_groups
 from app.models.int4_cpu_torch import int4_kernel_words, int4_scales
 
 # A fixed text for the perplexity check (Dickens, A Tale of Two Cities, 1859: public domain).
@@ -33,8 +34,8 @@ def _size(n: float) -> str:
 def info_lines(gguf_path: Path) -> list[str]:
     """Per quantization type: tensors, weights, bytes in the file, and what PyTorch runs them as."""
     from app.models.gguf_import import inspect_gguf
-    from app.models.gguf_layers_torch import INT4_BYTES, INT8_BYTES, INT8_TYPES
-    from app.models.gguf_torch import FLOAT_BYTES, loaded_bytes
+    from app.models.gguf_layers_torch import INT4_BYTES, INT8_BYTES, INT8_TYPES, kernel_bytes, on_kernel
+    from app.models.gguf_torch import CODE_WORDS, FLOAT_BYTES, loaded_bytes
     from app.models.screened_head_torch import SCREEN_BYTES
 
     info = inspect_gguf(gguf_path)
@@ -53,7 +54,10 @@ def info_lines(gguf_path: Path) -> list[str]:
             parts.append(f"the output head as an int8 screen ({_size(head * SCREEN_BYTES)}), the rows that can "
                          "win rescored in float32 from the file")
         rest = n - embedding - head
-        if rest and kind in INT4_TYPES:
+        if rest and kind in KERNEL_TYPES and on_kernel():
+            parts.append(f"{CODE_WORDS[KIND_OF[kind]]}, the file's codes and scales exactly, on Tandem's kernel "
+                         f"({_size(rest * kernel_bytes(kind))})")
+        elif rest and kind in INT4_TYPES:
             parts.append(f"int4, groups of 32, {int4_scales()} ({_size(rest * INT4_BYTES)})")
         elif rest and kind in INT8_TYPES:
             parts.append(f"int8, one bfloat16 scale per row ({_size(rest * INT8_BYTES)})")
@@ -75,7 +79,9 @@ def quantization_error(gguf_path: Path) -> dict[str, dict]:
     import gguf
     import torch
 
-    from app.models.gguf_layers_torch import INT8_TYPES, GGUFInt8Linear, int4_blocks
+    from app.models.gguf_layers_torch import INT8_TYPES, GGUFInt8Linear, on_kernel
+    from app.models.int4_cpu_torch import CodeBlocks
+    from app.models.gguf_torch import CODE_WORDS
 
     from app.models.screened_head_torch import ScreenedHead
 
@@ -95,15 +101,15 @@ def quantization_error(gguf_path: Path) -> dict[str, dict]:
             _add_error(out, f"{kind} ({what}) as int8 screen, argmax in float32", screen.numpy(), reference)
             if not embedding:
                 continue
+        if kind in KERNEL_TYPES and not flat and not embedding and on_kernel() and cols % GROUP_OF[KIND_OF[kind]] == 0:
+            loaded = CodeBlocks.of(code_groups(kind, tensor.data, rows, cols)).dequantize()  # the file's numbers
+            _add_error(out, f"{kind} as {CODE_WORDS[KIND_OF[kind]]}", loaded, _reference(gguf, tensor, rows, cols))
+            continue
         if kind in INT4_TYPES and not flat and not embedding:
             groups = int4_groups(kind, tensor.data, rows, cols)
-            blocks = int4_blocks(rows, cols)
-            if blocks is not None:  # Tandem's CPU kernel: the file's scales as they are
-                blocks.fill(0, groups.codes, groups.scale, groups.zero)
-                loaded = blocks.dequantize()
-            else:  # PyTorch's int4 kernel: scales and zeros in bfloat16
-                bf16 = lambda a: torch.from_numpy(a).to(torch.bfloat16).float().numpy()  # noqa: E731
-                loaded = type(groups)(groups.codes, bf16(groups.scale), bf16(groups.zero)).dequantize()
+            # PyTorch's int4 kernel: scales and zeros in bfloat16
+            bf16 = lambda a: torch.from_numpy(a).to(torch.bfloat16).float().numpy()  # noqa: E731
+            loaded = type(groups)(groups.codes, bf16(groups.scale), bf16(groups.zero)).dequantize()
             _add_error(out, f"{kind} as int4 g32", loaded, _reference(gguf, tensor, rows, cols))
             continue
         if kind in INT8_TYPES and not flat and not embedding:
@@ -152,7 +158,8 @@ def check_lines(gguf_path: Path, folder: Path) -> list[str]:
             lines.append(f"  {what}: {e['tensors']} tensors, exact")
         else:
             lines.append(f"  {what}: {e['tensors']} tensors, largest error {e['max_rel']:.2e} of the tensor's "
-                         f"largest weight, RMS error {e['rms_rel']:.2e} of its RMS (bfloat16 scales)")
+                         f"largest weight, RMS error {e['rms_rel']:.2e} of its RMS"
+                         + (" (the file's weights exactly)" if e["max_rel"] == 0 else " (bfloat16 scales)"))
     ids = ChatTokenizer(folder).encode(FIXED_TEXT)
     own, _ = load_gguf_model(folder, gguf_path)
     ppl_own = perplexity(own, ids)

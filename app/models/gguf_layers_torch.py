@@ -1,6 +1,8 @@
 """The modules a GGUF loaded at its own precisions runs on PyTorch (app/models/gguf_torch.py
-loads them): linear layers on PyTorch's int4 and int8 weight-only kernels, and rows of a tensor
-read from the memory-mapped file on demand (the token embedding, a head's rescored rows)."""
+loads them): linear layers on Tandem's compiled CPU kernel at the file's own numbers (every type of
+gguf_codes.KERNEL_TYPES), or where it does not run on PyTorch's int4 and int8 weight-only kernels,
+and rows of a tensor read from the memory-mapped file on demand (the token embedding, a head's
+rescored rows)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import numpy as np
 import torch
 
 from app.models.gguf_blocks import GROUP, Int4Groups
+from app.models.gguf_codes import GROUP_OF, KIND_OF, OFFSET_TYPES, CodeGroups
 
 # Bytes per weight as loaded: 4-bit codes, plus a scale and a zero per 32 weights in bfloat16.
 INT4_BYTES = 0.5 + 2 * 2 / GROUP
@@ -21,6 +24,18 @@ INT8_TYPES = ("Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q8_0")
 INT8_BYTES = 1
 INT8_TOLERANCE = 6e-3
 
+# Bytes per weight on Tandem's kernel (int4_cpu_torch.CodeBlocks): the codes (4 bits, or a byte),
+# and per group a scale and, where the type has one, an offset: fp16 where the file's own fields
+# are the scales (2 bytes), float32 where they are products (K-quants, IQ4_XS). A stack of layers
+# whose products differ widens halves to float32 (compiled_layers_torch.py): at most 2 bytes more.
+_HALF_SCALES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL")
+
+
+def kernel_bytes(kind: str) -> float:
+    """Bytes per weight of a `kind` tensor on Tandem's CPU kernel."""
+    code = 0.5 if KIND_OF[kind] == 0 else 1.0
+    per_group = (2 if kind in _HALF_SCALES else 4) * (2 if kind in OFFSET_TYPES else 1)
+    return code + per_group / GROUP_OF[KIND_OF[kind]]
 
 
 def inner_k_tiles(in_features: int) -> int | None:
@@ -31,31 +46,65 @@ def inner_k_tiles(in_features: int) -> int | None:
     return None
 
 
-class GGUFInt4Linear(torch.nn.Module):
-    """A bias-free Linear whose weight is GGUF's 4-bit codes: on Tandem's compiled CPU kernel
-    (int4_cpu_torch.Int4Blocks: float32 activations, the file's scales exactly) where it runs
-    here, else packed for PyTorch's int4 kernel with activations in `act_dtype` (the kernel's
-    scales are stored in it). Filled by row blocks (`fill`), so packing a large weight never
+class GGUFCodesLinear(torch.nn.Module):
+    """A bias-free Linear whose weight is a GGUF's codes on Tandem's compiled CPU kernel
+    (int4_cpu_torch.CodeBlocks: float32 activations, the file's weights exactly). `parts`: (rows,
+    GGUF type) in row order, one for a plain projection, several for a stack (q/k/v, gate/up)
+    whose parts may differ in type. Filled by row blocks (`fill`), so packing a large weight never
     needs more than a block's temporaries."""
+
+    act_dtype = torch.float32
+
+    def __init__(self, out_features: int, in_features: int, parts: list[tuple[int, str]]):
+        super().__init__()
+        from app.models.int4_cpu_torch import CodeBlocks
+
+        self.out_features, self.in_features = out_features, in_features
+        self.types = tuple(kind for _, kind in parts)
+        self.blocks = CodeBlocks(out_features, in_features,
+                                 [(n, KIND_OF[kind], kind in OFFSET_TYPES) for n, kind in parts])
+        self.expose()
+
+    def expose(self) -> None:
+        """The kernel's arrays as buffers (views, not copies), so the loaded size counts them."""
+        for name in ("codes", "scale", "offset", "meta"):
+            self.register_buffer(f"blocks_{name}", torch.from_numpy(getattr(self.blocks, name)), persistent=False)
+
+    @classmethod
+    def from_groups(cls, groups: CodeGroups, kind: str) -> GGUFCodesLinear:
+        layer = cls(*groups.codes.shape, [(groups.codes.shape[0], kind)])
+        layer.fill(0, groups)
+        return layer
+
+    @torch.no_grad()
+    def fill(self, start: int, groups: CodeGroups) -> None:
+        """Rows start.. (start a multiple of PACK_ROWS) from gguf_codes.code_groups' result."""
+        self.blocks.fill(start, groups)
+        self.expose()  # a scale that is not a half widens the held scales to float32
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, self.in_features).to(torch.float32)
+        y = on_blocks(self.blocks, flat)
+        return y.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"{' + '.join(dict.fromkeys(self.types))} codes (float32, Tandem's CPU kernel)")
+
+
+class GGUFInt4Linear(torch.nn.Module):
+    """A bias-free Linear whose weight is GGUF's 4-bit codes packed for PyTorch's int4 kernel,
+    where Tandem's compiled kernel does not run (GGUFCodesLinear does where it does), with
+    activations in `act_dtype` (the kernel's scales are stored in it). Filled by row blocks."""
 
     def __init__(self, out_features: int, in_features: int, act_dtype: torch.dtype):
         super().__init__()
         self.out_features, self.in_features = out_features, in_features
-        self.blocks = int4_blocks(out_features, in_features)
-        if self.blocks is not None:
-            self.act_dtype = torch.float32
-            self._expose_blocks()
-            return
         self.tiles = inner_k_tiles(in_features)
         self.register_buffer("packed", torch.empty(out_features, in_features // 2, dtype=torch.uint8))
         # (groups, out, 2): the scale and the zero of each group of 32 weights of each output row
         self.register_buffer("scales_and_zeros", torch.empty(in_features // GROUP, out_features, 2, dtype=act_dtype))
         self.act_dtype = act_dtype
-
-    def _expose_blocks(self) -> None:
-        """The kernel's arrays as buffers (views, not copies), so the loaded size counts them."""
-        for name in ("codes", "scale", "offset"):
-            self.register_buffer(f"blocks_{name}", torch.from_numpy(getattr(self.blocks, name)), persistent=False)
 
     @classmethod
     def from_groups(cls, groups: Int4Groups, act_dtype: torch.dtype) -> GGUFInt4Linear:
@@ -68,10 +117,6 @@ class GGUFInt4Linear(torch.nn.Module):
         """Rows start.. of the weight (start a multiple of PACK_ROWS: the CPU layout packs rows in
         blocks of 64, so blocks packed apart equal the whole packed at once)."""
         rows = groups.codes.shape[0]
-        if self.blocks is not None:
-            self.blocks.fill(start, groups.codes, groups.scale, groups.zero)
-            self._expose_blocks()  # a scale that is not a half widens the held scales to float32
-            return
         q = torch.from_numpy(np.ascontiguousarray(groups.codes)).to(torch.int32)
         self.packed[start:start + rows] = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, self.tiles)
         self.scales_and_zeros[:, start:start + rows, 0] = torch.from_numpy(groups.scale.T)
@@ -79,28 +124,24 @@ class GGUFInt4Linear(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features).to(self.act_dtype)
-        if self.blocks is not None:
-            y = on_blocks(self.blocks, flat)
-            return y.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
         y = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, GROUP, self.scales_and_zeros)
         return y.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
 
     def extra_repr(self) -> str:
-        kernel = "Tandem's CPU kernel" if self.blocks is not None else "PyTorch's kernel"
         return (f"in_features={self.in_features}, out_features={self.out_features}, int4 g{GROUP} "
-                f"({self.act_dtype}, {kernel})")
+                f"({self.act_dtype}, PyTorch's kernel)")
 
 
-def int4_blocks(rows: int, cols: int):
-    """An Int4Blocks for a (rows, cols) weight where the compiled kernel runs here, else None."""
-    from app.models.int4_cpu_torch import Int4Blocks, why_not_available
+def on_kernel() -> bool:
+    """Whether Tandem's compiled CPU kernel runs here (else PyTorch's int4 and int8 kernels)."""
+    from app.models.int4_cpu_torch import why_not_available
 
-    return None if why_not_available() else Int4Blocks(rows, cols)
+    return not why_not_available()
 
 
 @torch.compiler.disable  # NumPy arrays into a Numba call: torch.compile (--compile on) steps around it
 def on_blocks(blocks, flat: torch.Tensor) -> torch.Tensor:
-    """flat (n, cols) float32 through Tandem's 4-bit CPU kernel -> (n, rows) float32."""
+    """flat (n, cols) float32 through Tandem's CPU kernel -> (n, rows) float32."""
     return torch.from_numpy(blocks.matmul(np.ascontiguousarray(flat.numpy())))
 
 

@@ -24,8 +24,10 @@ import torch
 
 from app.models.errors import ModelFileError
 from app.models.gguf_blocks import GROUP, INT4_TYPES, Int4Groups, int4_groups
-from app.models.gguf_layers_torch import (INT4_BYTES, INT8_BYTES, INT8_TYPES, PACK_ROWS, GGUFEmbedding,
-                                          GGUFInt4Linear, GGUFInt8Linear, GGUFRows, inner_k_tiles)
+from app.models.gguf_codes import GROUP_OF, KERNEL_TYPES, KIND_OF, code_groups
+from app.models.gguf_layers_torch import (INT4_BYTES, INT8_BYTES, INT8_TYPES, PACK_ROWS, GGUFCodesLinear,
+                                          GGUFEmbedding, GGUFInt4Linear, GGUFInt8Linear, GGUFRows, inner_k_tiles,
+                                          kernel_bytes, on_kernel)
 from app.models.screened_head_torch import SCREEN_BYTES, SCREEN_ROW_BYTES, ScreenedHead
 
 log = logging.getLogger(__name__)
@@ -42,19 +44,22 @@ FLOAT_BYTES = 4  # every other tensor, dequantized to float32
 
 
 def loaded_bytes(elements: dict[str, int], float_elements: dict[str, int] | None = None,
-                 head_elements: dict[str, int] | None = None, head_rows: int = 0) -> int:
+                 head_elements: dict[str, int] | None = None, head_rows: int = 0, kernel: bool | None = None) -> int:
     """The weights' size once loaded by `load_gguf_model`, from the GGUF's elements per type
     (app/models/gguf_import.GGUFInfo): `float_elements` those of the token embedding (read from
     the file as needed: nothing loaded), `head_elements` those of an untied output head (an int8
     screen; its rescored rows are read from the file). Without a head tensor the head is tied to
-    the embedding, which then gets the screen. What the memory check must count, not float32."""
+    the embedding, which then gets the screen. What the memory check must count, not float32.
+    `kernel`: whether Tandem's CPU kernel holds the linear layers (None: whether it runs here)."""
     float_elements, head_elements = float_elements or {}, head_elements or {}
+    kernel = on_kernel() if kernel is None else kernel
     total = 0.0
     for kind, n in elements.items():
         in_file = min(n, float_elements.get(kind, 0))  # the embedding
         screened = min(n - in_file, head_elements.get(kind, 0))
         rest = n - in_file - screened
-        per = INT4_BYTES if kind in INT4_TYPES else INT8_BYTES if kind in INT8_TYPES else FLOAT_BYTES
+        per = (kernel_bytes(kind) if kind in KERNEL_TYPES and kernel else INT4_BYTES if kind in INT4_TYPES
+               else INT8_BYTES if kind in INT8_TYPES else FLOAT_BYTES)
         total += rest * per + screened * SCREEN_BYTES  # the embedding's rows stay in the file
     if not head_elements:
         total += sum(float_elements.values()) * SCREEN_BYTES
@@ -66,6 +71,7 @@ class GGUFLoadReport:
     """What each tensor became, for the load line and `models info`."""
 
     classes: Counter = field(default_factory=Counter)  # "Q4_1 -> int4 g32" -> tensors
+    # what each kind of codes is called on Tandem's kernel, by gguf_codes kind
     weights_bytes: int = 0
     skipped: list[str] = field(default_factory=list)  # GGUF tensors the model has no place for
     fused: int = 0  # groups of projections (q/k/v, gate/up) stacked into one matmul
@@ -84,6 +90,15 @@ class GGUFLoadReport:
             by_result.setdefault(result, []).append(f"{source} x{n}")
         described = "; ".join(f"{result} from {', '.join(sources)}" for result, sources in by_result.items())
         return described + (f"; {self.fused} fused q/k/v and gate/up matmuls" if self.fused else "")
+
+
+CODE_WORDS = {0: "int4 g32", 1: "int8 g32", 2: "int8 g16"}
+
+
+def _codes_fit(module: torch.nn.Module, kind: str) -> bool:
+    """Whether a GGUF weight of `kind` can take `module`'s place on Tandem's kernel."""
+    return (isinstance(module, torch.nn.Linear) and module.bias is None and kind in KERNEL_TYPES
+            and module.in_features % GROUP_OF[KIND_OF[kind]] == 0)
 
 
 def _can_pack(module: torch.nn.Module) -> bool:
@@ -189,6 +204,29 @@ def _packed(tensor, processor, rows: int, cols: int, act_dtype: torch.dtype,
     return layer
 
 
+def _coded(tensor, processor, rows: int, cols: int, into: GGUFCodesLinear | None = None,
+           offset: int = 0) -> GGUFCodesLinear:
+    """A GGUF weight of a KERNEL_TYPES type as a GGUFCodesLinear (or rows offset.. of `into`, a
+    stack of several), decoded a block of rows at a time where the processor leaves rows in place
+    (Q and K, whose rows it reorders, are decoded whole: a permutation of whole rows, applied to
+    the codes and to each row's scales and offsets alike)."""
+    kind, data = tensor.tensor_type.name, tensor.data
+    layer = into if into is not None else GGUFCodesLinear(rows, cols, [(rows, kind)])
+    try:
+        if ".attn_q." in tensor.name or ".attn_k." in tensor.name:
+            groups = code_groups(kind, data, rows, cols)
+            moved = [None if a is None else processor.process(weights=a, name=tensor.name).weights for a in groups[1:]]
+            layer.fill(offset, type(groups)(groups.kind, *moved))
+            return layer
+        step = max(PACK_ROWS, CHUNK_BYTES // (cols * 4) // PACK_ROWS * PACK_ROWS)
+        for start in range(0, rows, step):
+            n = min(step, rows - start)
+            layer.fill(offset + start, code_groups(kind, data[start:start + n], n, cols))
+    except ValueError as exc:
+        raise ModelFileError(f"tensor {tensor.name} ({kind}, {rows}x{cols}): {exc}") from exc
+    return layer
+
+
 def _int8(tensor, processor, rows: int, cols: int, act_dtype: torch.dtype, rows_only: bool,
           into: GGUFInt8Linear | None = None, offset: int = 0) -> GGUFInt8Linear:
     """A 5/6/8-bit GGUF weight as a GGUFInt8Linear (or rows offset.. of `into`), dequantized and
@@ -203,9 +241,10 @@ def _int8(tensor, processor, rows: int, cols: int, act_dtype: torch.dtype, rows_
 
 
 def _plan_fusion(model: torch.nn.Module, tensors, names: dict[str, str], rows_only: bool,
-                 act_dtype: torch.dtype) -> tuple[dict[str, tuple[torch.nn.Module, int]], int]:
-    """Stack q/k/v and gate/up wherever a layer's parts will load as the same kind (all 4-bit
-    types become the same int4 layout; all 5/6/8-bit ones int8): the stacked module is made
+                 act_dtype: torch.dtype, kernel: bool) -> tuple[dict[str, tuple[torch.nn.Module, int]], int]:
+    """Stack q/k/v and gate/up wherever a layer's parts will load as the same kind (on Tandem's
+    kernel every KERNEL_TYPES type, parts of different types side by side; on PyTorch's, all 4-bit
+    types become the same int4 layout, all 5/6/8-bit ones int8): the stacked module is made
     before any part is read and each part is filled straight into its rows, so no weight is
     ever held twice. Returns {GGUF tensor name: (the stack, the part's first row)}, groups."""
     from app.models.fused_projections_torch import GROUPS, install
@@ -227,7 +266,15 @@ def _plan_fusion(model: torch.nn.Module, tensors, names: dict[str, str], rows_on
             kinds = {t.tensor_type.name for t in found}
             rows, cols = sum(m.out_features for m in linears), linears[0].in_features
             packable = all(_can_pack(m) and m.out_features % PACK_ROWS == 0 for m in linears)
-            if kinds <= set(INT4_TYPES) and rows_only and packable:
+            whole_chunks = all(m.out_features % PACK_ROWS == 0 for m in linears[:-1])
+            if (kernel and rows_only and whole_chunks
+                    and all(_codes_fit(m, t.tensor_type.name) for m, t in zip(linears, found, strict=True))):
+                fused = GGUFCodesLinear(rows, cols, [(m.out_features, t.tensor_type.name)
+                                                     for m, t in zip(linears, found, strict=True)])
+            elif kernel and rows_only and all(_codes_fit(m, t.tensor_type.name) for m, t in zip(linears, found,
+                                                                                              strict=True)):
+                continue  # each part on Tandem's kernel alone (a part under a whole chunk of rows)
+            elif kinds <= set(INT4_TYPES) and rows_only and packable:
                 fused = GGUFInt4Linear(rows, cols, act_dtype)
             elif kinds <= set(INT8_TYPES):
                 fused = GGUFInt8Linear(rows, cols, act_dtype)
@@ -303,7 +350,8 @@ def load_gguf_model(folder: Path, gguf_path: Path, dtype: torch.dtype = torch.fl
     tied = bool(getattr(config, "tie_word_embeddings", False))
     head = None if tied else model.get_output_embeddings()
     report = GGUFLoadReport()
-    stacks, report.fused = _plan_fusion(model, reader.tensors, names, rows_only, act_dtype) if int4 else ({}, 0)
+    kernel = on_kernel()
+    stacks, report.fused = _plan_fusion(model, reader.tensors, names, rows_only, act_dtype, kernel) if int4 else ({}, 0)
     for tensor in reader.tensors:
         hf_name = names.get(tensor.name)
         if hf_name is None:
@@ -317,7 +365,10 @@ def load_gguf_model(folder: Path, gguf_path: Path, dtype: torch.dtype = torch.fl
         if tensor.name in stacks:  # a part of a stacked q/k/v or gate/up: straight into its rows
             stack, offset = stacks[tensor.name]
             rows, cols = int(tensor.shape[1]), int(tensor.shape[0])
-            if isinstance(stack, GGUFInt4Linear):
+            if isinstance(stack, GGUFCodesLinear):
+                _coded(tensor, processor, rows, cols, into=stack, offset=offset)
+                what = CODE_WORDS[KIND_OF[kind]]
+            elif isinstance(stack, GGUFInt4Linear):
                 _packed(tensor, processor, rows, cols, act_dtype, into=stack, offset=offset)
                 what = f"int4 g{GROUP}"
             else:
@@ -333,6 +384,8 @@ def load_gguf_model(folder: Path, gguf_path: Path, dtype: torch.dtype = torch.fl
         elif int4 and linear and owner is head and rows_only:
             layer = _screened_from_file(tensor, owner.out_features, owner.in_features)
             what = "int8 screen + float32 argmax"
+        elif int4 and linear and kernel and rows_only and _codes_fit(owner, kind):
+            layer, what = _coded(tensor, processor, owner.out_features, owner.in_features), CODE_WORDS[KIND_OF[kind]]
         elif int4 and linear and kind in INT4_TYPES and rows_only and _can_pack(owner):
             layer, what = _packed(tensor, processor, owner.out_features, owner.in_features, act_dtype), f"int4 g{GROUP}"
         elif int4 and linear and kind in INT8_TYPES and not tensor.name.startswith("token_embd"):

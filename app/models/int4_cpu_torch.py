@@ -149,9 +149,11 @@ def compiled():
         if why := numba_cache.install():  # a frozen bundle's cache (numba_cache.py)
             log.warning("The compiled CPU kernels are compiled at each start, not cached: %s", why)
         module = importlib.import_module("app.models.kernels_numba")
-        probe = Int4Blocks(CHUNK, GROUP)  # compiles (or loads from the cache) and runs once
-        probe.fill(0, np.full((CHUNK, GROUP), 9, np.uint8), np.ones((CHUNK, 1), np.float32),
-                   np.zeros((CHUNK, 1), np.float32))
+        from app.models.gguf_codes import NIBBLES32, CodeGroups
+
+        # compiles (or loads from the cache) and runs once: codes 9 at scale 1 and offset -8
+        probe = CodeBlocks.of(CodeGroups(NIBBLES32, np.full((CHUNK, GROUP), 9, np.uint8),
+                                         np.ones((CHUNK, 1), np.float32), np.full((CHUNK, 1), -8, np.float32)))
         _COMPILED = module
         try:
             right = np.all(probe.matmul(np.ones((1, GROUP), np.float32)) == GROUP)
@@ -197,66 +199,138 @@ def threads() -> int:
     return count
 
 
-class Int4Blocks:
-    """One (rows, cols) weight in the kernel's layout, filled a block of rows at a time."""
+# code bytes a row of a group takes, by kind (kernels_numba's NIBBLES32, BYTES32, BYTES16)
+STORED = {0: HALF, 1: GROUP, 2: HALF}
+GROUP_OF = {0: GROUP, 1: GROUP, 2: HALF}
 
-    def __init__(self, rows: int, cols: int):
-        if cols % GROUP:
-            raise ValueError(f"a row of {cols} weights is not whole groups of {GROUP}")
+
+class CodeBlocks:
+    """One (rows, cols) weight in the kernel's layout, filled a block of rows at a time.
+
+    Rows come in chunks of CHUNK; a chunk holds one kind of codes (gguf_codes.py: 4-bit codes in
+    groups of 32, int8 codes in groups of 32 or of 16) with a scale per group and row, and an
+    offset where its type has one: w = scale * code + offset. A stacked product (q/k/v, gate/up)
+    may hold parts of different types, a segment of chunks each. Within a chunk, group by group,
+    byte j of every row lies side by side, so the innermost loop runs over 64 consecutive rows
+    (LLVM vectorizes it) and a chunk is one contiguous stretch of memory (the prefetcher streams
+    it). The arrays are flat; `meta` says where each chunk's codes, scales and offsets start."""
+
+    def __init__(self, rows: int, cols: int, segments: list[tuple[int, int, bool]]):
+        """segments: (rows, kind, has_offset) in row order, summing to `rows`; each but the last a
+        whole number of chunks."""
+        if sum(n for n, _, _ in segments) != rows:
+            raise ValueError(f"segments of {[n for n, _, _ in segments]} rows do not make {rows}")
         self.rows, self.cols = rows, cols
-        chunks = -(-rows // CHUNK)  # the last chunk's missing rows stay zero and are cut off
-        groups = cols // GROUP
-        self.codes = np.zeros((chunks, groups, HALF, CHUNK), np.uint8)
-        # scales as IEEE halves (Q4_0's and Q4_1's own fp16 fields: half the bytes) unless a
-        # scale is not one (Q4_K's products of two), then float32; either way exact
-        self.scale = np.zeros((chunks, groups, CHUNK), np.uint16)
-        self.offset = np.zeros((chunks, groups, CHUNK), np.uint16)
+        merged: list[tuple[int, int, bool]] = []
+        for n, kind, has_offset in segments:  # parts of one kind side by side are one segment
+            if merged and merged[-1][1:] == (kind, has_offset):
+                merged[-1] = (merged[-1][0] + n, kind, has_offset)
+            else:
+                merged.append((n, kind, has_offset))
+        segments = merged
+        self.meta = np.zeros((-(-rows // CHUNK), 4), np.int64)  # the last chunk's missing rows stay zero
+        codes_at = scales_at = offsets_at = chunk = 0
+        for i, (n, kind, has_offset) in enumerate(segments):
+            if cols % GROUP_OF[kind]:
+                raise ValueError(f"a row of {cols} weights is not whole groups of {GROUP_OF[kind]}")
+            if n % CHUNK and i < len(segments) - 1:
+                raise ValueError(f"a part of {n} rows is not whole chunks of {CHUNK}")
+            groups = cols // GROUP_OF[kind]
+            for _ in range(-(-n // CHUNK)):
+                self.meta[chunk] = (codes_at, scales_at, offsets_at if has_offset else -1, kind)
+                codes_at += groups * STORED[kind] * CHUNK
+                scales_at += groups * CHUNK
+                offsets_at += groups * CHUNK if has_offset else 0
+                chunk += 1
+        self.codes = np.zeros(codes_at, np.uint8)
+        # scales and offsets as IEEE halves (the file's own fp16 fields: half the bytes) unless a
+        # value is not one (K-quants' products of two), then float32; either way exact
+        self.scale = np.zeros(scales_at, np.uint16)
+        self.offset = np.zeros(offsets_at, np.uint16)
+
+    @classmethod
+    def of(cls, groups) -> CodeBlocks:
+        """A weight of one type from gguf_codes.CodeGroups, filled."""
+        rows, cols = groups.codes.shape
+        blocks = cls(rows, cols, [(rows, groups.kind, groups.offset is not None)])
+        blocks.fill(0, groups)
+        return blocks
 
     @property
     def nbytes(self) -> int:
-        return self.codes.nbytes + self.scale.nbytes + self.offset.nbytes
+        return self.codes.nbytes + self.scale.nbytes + self.offset.nbytes + self.meta.nbytes
 
-    def fill(self, start: int, codes: np.ndarray, scale: np.ndarray, zero: np.ndarray) -> None:
-        """Rows start.. (start a multiple of CHUNK) from gguf_blocks.Int4Groups' fields: codes
-        (n, cols) in 0..15, w = (codes - 8) * scale + zero."""
+    def fill(self, start: int, groups) -> None:
+        """Rows start.. (start a multiple of CHUNK) from a gguf_codes.CodeGroups of the kind the
+        segment there was made for."""
         if start % CHUNK:
             raise ValueError(f"rows are filled from a multiple of {CHUNK}, not {start}")
-        n, groups = codes.shape[0], self.cols // GROUP
-        whole = -(-n // CHUNK) * CHUNK
-        packed = np.zeros((whole, groups, HALF), np.uint8)
-        grouped = codes.reshape(n, groups, GROUP).astype(np.uint8)
-        packed[:n] = grouped[..., :HALF] | (grouped[..., HALF:] << 4)
-        first = start // CHUNK
-        span = slice(first, first + whole // CHUNK)
-        self.codes[span] = packed.reshape(-1, CHUNK, groups, HALF).transpose(0, 2, 3, 1)
-        for name, values in (("scale", scale), ("offset", zero - 8.0 * scale)):  # w = q * scale + offset
-            whole_values = np.zeros((whole, groups), np.float32)
-            whole_values[:n] = values
-            self._store(name, span, whole_values.reshape(-1, CHUNK, groups).transpose(0, 2, 1))
+        n = groups.codes.shape[0]
+        first, count = start // CHUNK, -(-n // CHUNK)
+        if start + n > self.rows:
+            raise ValueError(f"rows {start}..{start + n} lie past the weight's {self.rows}")
+        kind, length = groups.kind, GROUP_OF[groups.kind]
+        meta = self.meta[first:first + count]
+        if np.any(meta[:, 3] != kind) or np.any((meta[:, 2] >= 0) != (groups.offset is not None)):
+            raise ValueError(f"rows {start}..{start + n} were planned for other codes than these")
+        whole, ngroups = count * CHUNK, self.cols // length
+        grouped = np.zeros((whole, ngroups, length), np.uint8)
+        grouped[:n] = groups.codes.reshape(n, ngroups, length).view(np.uint8)
+        if kind == 0:  # byte j holds weight j (low nibble) and weight j + 16 (high)
+            grouped = grouped[..., :HALF] | (grouped[..., HALF:] << 4)
+        stored = grouped.reshape(count, CHUNK, ngroups, -1).transpose(0, 2, 3, 1)
+        at = int(meta[0, 0])
+        self.codes[at:at + stored.size] = stored.reshape(-1)
+        for name, values, column in (("scale", groups.scale, 1), ("offset", groups.offset, 2)):
+            if values is None:
+                continue
+            padded = np.zeros((whole, ngroups), np.float32)
+            padded[:n] = values
+            arranged = padded.reshape(count, CHUNK, ngroups).transpose(0, 2, 1).reshape(-1)  # [chunk][group][row]
+            self._store(name, int(meta[0, column]), arranged)
 
-    def _store(self, name: str, span: slice, values: np.ndarray) -> None:
+    def _store(self, name: str, at: int, values: np.ndarray) -> None:
         held = getattr(self, name)
         if held.dtype == np.uint16:
             half = values.astype(np.float16)
             if np.array_equal(half.astype(np.float32), values):
-                held[span] = half.view(np.uint16)
+                held[at:at + values.size] = half.view(np.uint16)
                 return
             held = held.view(np.float16).astype(np.float32)  # every half is a float32 exactly
             setattr(self, name, held)
-        held[span] = values
+        held[at:at + values.size] = values
+
+    def widened(self) -> None:
+        """Scales and offsets as float32 (a stack of layers whose products differ in this is
+        compiled as one list of arrays of one type)."""
+        for name in ("scale", "offset"):
+            held = getattr(self, name)
+            if held.dtype == np.uint16:
+                setattr(self, name, held.view(np.float16).astype(np.float32))
 
     def dequantize(self) -> np.ndarray:
-        """(rows, cols) float32: the weights as the kernel reads them (q * scale + offset)."""
-        chunks, groups = self.codes.shape[:2]
-        low, high = self.codes & 0x0F, self.codes >> 4  # (chunks, groups, 16, CHUNK)
-        q = np.concatenate([low, high], axis=2).transpose(0, 3, 1, 2).astype(np.float32)  # (chunks, CHUNK, groups, 32)
+        """(rows, cols) float32: the weights as the kernel reads them, w = scale * code + offset
+        in float32 (that order: the file's own arithmetic, gguf_codes.py)."""
         widen = lambda a: (a.view(np.float16) if a.dtype == np.uint16 else a).astype(np.float32)  # noqa: E731
-        scale = widen(self.scale).transpose(0, 2, 1)[..., None]
-        offset = widen(self.offset).transpose(0, 2, 1)[..., None]
-        return (q * scale + offset).reshape(chunks * CHUNK, groups * GROUP)[:self.rows]
+        scale, offset = widen(self.scale), widen(self.offset)
+        out = np.empty((self.meta.shape[0] * CHUNK, self.cols), np.float32)
+        for ch, (codes_at, scales_at, offsets_at, kind) in enumerate(self.meta.tolist()):
+            length = GROUP_OF[kind]
+            ngroups = self.cols // length
+            raw = self.codes[codes_at:codes_at + ngroups * STORED[kind] * CHUNK].reshape(ngroups, STORED[kind], CHUNK)
+            if kind == 0:
+                q = np.concatenate([raw & 0x0F, raw >> 4], axis=1).astype(np.float32)
+            else:
+                q = raw.view(np.int8).astype(np.float32)
+            s = scale[scales_at:scales_at + ngroups * CHUNK].reshape(ngroups, 1, CHUNK)
+            w = q * s  # (groups, length, CHUNK)
+            if offsets_at >= 0:
+                w = w + offset[offsets_at:offsets_at + ngroups * CHUNK].reshape(ngroups, 1, CHUNK)
+            out[ch * CHUNK:(ch + 1) * CHUNK] = w.transpose(2, 0, 1).reshape(CHUNK, self.cols)
+        return out[:self.rows]
 
     def matmul(self, x: np.ndarray) -> np.ndarray:
         """x (n, cols) float32, C-contiguous -> (n, rows) float32."""
         out = np.empty((x.shape[0], self.rows), np.float32)
-        _COMPILED.matmul(self.codes, self.scale, self.offset, x, out, threads())
+        (_COMPILED or compiled()).matmul(self.codes, self.scale, self.offset, self.meta, x, out, threads())
         return out

@@ -68,16 +68,19 @@ def _at(builder, floats, index):
 ORDER = tuple(k // 2 if k % 2 == 0 else HALF + k // 2 for k in range(GROUP))
 
 
-def _make_group_tile(tokens: int, vectors: int, packed: bool = False):
-    """The tile of `tokens` x `vectors` * 8 rows for one 4-bit group, with its epilogue:
+def _make_group_tile(tokens: int, vectors: int, length: int = GROUP, packed: str = ""):
+    """The tile of `tokens` x `vectors` * 8 rows for one group of `length` weights (32, or 16 for
+    the K-quants' sub-blocks of 16), with its epilogue:
     acc[t, r] += scale[r] * s[t, r] + offset[r] * sums[t] (kernels_numba.chunk_product's rule).
 
     Arguments are addresses (an array's .ctypes.data plus the byte offset) and strides in floats:
-    decoded (32, 64) floats from the tile's first row, or with `packed` the group's codes as stored
-    (16, 64) bytes, decoded here in registers (a one-token step: nothing to share a decode with);
-    x from the tile's first token at the group's first
-    column, x_stride floats a token; acc (tokens, 64) from the tile's first token and row;
-    scale, offset: the tile's first row; sums: the tile's first token, sums_stride floats a token."""
+    decoded (length, 64) floats from the tile's first row, or with `packed` the group's codes as
+    stored, decoded here in registers (a one-token step: nothing to share a decode with): "nibbles"
+    (16, 64) bytes of 4-bit codes, "bytes" (length, 64) int8 codes; x from the tile's first token at
+    the group's first column, x_stride floats a token; acc (tokens, 64) from the tile's first token
+    and row; scale, offset: the tile's first row; sums: the tile's first token, sums_stride floats a
+    token."""
+    order = ORDER if length == GROUP else tuple(range(length))
 
     @intrinsic
     def group_tile(typingctx, decoded, x, x_stride, acc, scale, offset, sums, sums_stride):
@@ -97,9 +100,11 @@ def _make_group_tile(tokens: int, vectors: int, packed: bool = False):
                     for t in range(tokens)]
             chains = [[None] * vectors for _ in range(tokens)]
             nibbles = {}
-            for j in ORDER:
-                if packed:
+            for j in order:
+                if packed == "nibbles":
                     weights = [_nibble(builder, decoded_f, j, v, nibbles) for v in range(vectors)]
+                elif packed == "bytes":
+                    weights = [_byte(builder, decoded_f, j, v) for v in range(vectors)]
                 else:
                     weights = [_load_vector(builder, decoded_f, j * CHUNK + v * LANES) for v in range(vectors)]
                 for t in range(tokens):
@@ -138,8 +143,20 @@ def _nibble(builder, codes, j, v, held):
     return builder.sitofp(value, _VEC)
 
 
+def _byte(builder, codes, j, v):
+    """Weight j of rows 8v..8v+7 as floats, from int8 codes (length, 64): byte j of each row."""
+    address = builder.gep(codes, [ir.Constant(ir.IntType(64), j * CHUNK + v * LANES)])
+    loaded = builder.load(builder.bitcast(address, ir.VectorType(ir.IntType(8), LANES).as_pointer()), align=1)
+    return builder.sitofp(loaded, _VEC)  # signed: the codes are int8
+
+
 GROUP_TILES = {tokens: _make_group_tile(tokens, vectors) for tokens, vectors in TILES.items()}
-PACKED_STEP = _make_group_tile(1, CHUNK // LANES, packed=True)  # one token, the whole chunk, from the codes
+GROUP16_TILES = {tokens: _make_group_tile(tokens, vectors, 16) for tokens, vectors in TILES.items()}
+# one token, the whole chunk, from the codes as stored: 4-bit codes in groups of 32, int8 codes in
+# groups of 32 and of 16
+PACKED_STEP = _make_group_tile(1, CHUNK // LANES, packed="nibbles")
+BYTES_STEP = _make_group_tile(1, CHUNK // LANES, packed="bytes")
+BYTES16_STEP = _make_group_tile(1, CHUNK // LANES, 16, packed="bytes")
 
 
 # (tokens, rows) for the dot tiles: T * R sums in registers, each an 8-lane vector until the end;

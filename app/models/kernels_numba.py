@@ -25,8 +25,9 @@ from numba import njit, prange, types  # noqa: F401 - prange is read by the para
 from numba.extending import intrinsic, overload
 
 from app.models import numba_cache
-from app.models.kernel_tiles_numba import (CODE_DOT_TILES, DOT_ROWS, FLOAT_DOT_TILES, GROUP_TILES, ONE_CODE_DOT,
-                                          ONE_FLOAT_DOT, PACKED_STEP, SUM_TILES, TILE_VECTORS)
+from app.models.kernel_tiles_numba import (BYTES16_STEP, BYTES_STEP, CODE_DOT_TILES, DOT_ROWS, FLOAT_DOT_TILES,
+                                          GROUP16_TILES, GROUP_TILES, ONE_CODE_DOT, ONE_FLOAT_DOT, PACKED_STEP,
+                                          SUM_TILES, TILE_VECTORS)
 
 CHUNK = 64
 GROUP = 32
@@ -62,87 +63,144 @@ def _widen(value):
     return lambda value: np.float32(value)
 
 
+# The kinds of codes a chunk of 64 rows holds (gguf_codes.py: which GGUF type is which)
+NIBBLES32, BYTES32, BYTES16 = 0, 1, 2
+# meta's columns, a row per chunk: where its codes start (bytes), its scales and offsets (elements;
+# offsets -1 where the chunk has none: w = scale * code), its kind
+CODES_AT, SCALES_AT, OFFSETS_AT, KIND = 0, 1, 2, 3
+
+
 @njit(**_OPTS)
-def part_product(codes, scale, offset, x, out, part, parts):  # pragma: no cover - compiled
+def _group_sums(x, length):  # pragma: no cover - compiled
+    """(tokens, cols // length): each group's activations summed in order, for the offsets."""
+    tokens, groups = x.shape[0], x.shape[1] // length
+    sums = np.empty((tokens, groups), np.float32)
+    for t in range(tokens):
+        for b in range(groups):
+            total = np.float32(0.0)
+            for j in range(length):
+                total += x[t, b * length + j]
+            sums[t, b] = total
+    return sums
+
+
+@njit(**_OPTS)
+def part_product(codes, scale, offset, meta, x, out, part, parts):  # pragma: no cover - compiled
     """The part-th of `parts` runs of chunks of out (tokens, rows) = x (tokens, cols) @ weight.T,
     with its scratch allocated once for the run."""
-    chunks, tokens = codes.shape[0], x.shape[0]
+    chunks, tokens = meta.shape[0], x.shape[0]
     first, last = part * chunks // parts, (part + 1) * chunks // parts
     decoded = np.empty((GROUP, CHUNK), np.float32)
     acc = np.empty((tokens, CHUNK), np.float32)
     scratch = np.empty((2, CHUNK), np.float32)
-    groups = codes.shape[1]
-    sums = np.empty((tokens, groups), np.float32)  # each group's activations summed, for the offsets
-    for t in range(tokens):
-        for b in range(groups):
-            total = np.float32(0.0)
-            for j in range(GROUP):
-                total += x[t, b * GROUP + j]
-            sums[t, b] = total
+    sums32 = _group_sums(x, GROUP)
+    sums16 = _group_sums(x, HALF)
     for ch in range(first, last):
-        chunk_product(codes, scale, offset, x, sums, out, ch, decoded, acc, scratch)
+        chunk_product(codes, scale, offset, meta, x, sums16 if meta[ch, KIND] == BYTES16 else sums32, out, ch,
+                      decoded, acc, scratch)
 
 
 _T1, _T2, _T3, _T4, _T5, _T6 = (GROUP_TILES[t] for t in range(1, 7))
+_H1, _H2, _H3, _H4, _H5, _H6 = (GROUP16_TILES[t] for t in range(1, 7))
 _D1, _D2, _D3, _D4, _D5, _D6 = (CODE_DOT_TILES[t] for t in range(1, 7))
 _F1, _F2, _F3, _F4, _F5, _F6 = (FLOAT_DOT_TILES[t] for t in range(1, 7))
 _S1, _S2, _S3, _S4, _S5, _S6 = (SUM_TILES[t] for t in range(1, 7))
 
 
 @njit(**_OPTS)
-def chunk_product(codes, scale, offset, x, sums, out, ch, decoded, acc, scratch):  # pragma: no cover - compiled
+def _tiles(args, size, length):  # pragma: no cover - compiled
+    """One register tile of `size` tokens over a decoded group of `length` weights."""
+    if length == GROUP:
+        if size == 6:
+            _T6(*args)
+        elif size == 5:
+            _T5(*args)
+        elif size == 4:
+            _T4(*args)
+        elif size == 3:
+            _T3(*args)
+        elif size == 2:
+            _T2(*args)
+        else:
+            _T1(*args)
+    elif size == 6:
+        _H6(*args)
+    elif size == 5:
+        _H5(*args)
+    elif size == 4:
+        _H4(*args)
+    elif size == 3:
+        _H3(*args)
+    elif size == 2:
+        _H2(*args)
+    else:
+        _H1(*args)
+
+
+@njit(**_OPTS)
+def chunk_product(codes, scale, offset, meta, x, sums, out, ch, decoded, acc, scratch):  # pragma: no cover
     """Rows ch * CHUNK.. of out (tokens, rows) = x (tokens, cols) @ the weight's rows, transposed.
 
-    Group by group: the group's 32 x CHUNK weights are decoded once into `decoded` (L1-sized),
-    then register tiles of up to 6 tokens (kernel_tiles_numba.py) sum each row's 32 products in one
-    chain and add the group's share to `acc`. The order of that sum is fixed in the code: one token
-    or many, in any tile, the same bits."""
-    groups = codes.shape[1]
-    tokens = x.shape[0]
+    Group by group: the group's weights (32 or 16 of each of the CHUNK rows) are decoded once into
+    `decoded` (L1-sized), then register tiles of up to 6 tokens (kernel_tiles_numba.py) sum each
+    row's products in one chain and add the group's share to `acc`. The order of that sum is fixed
+    in the code: one token or many, in any tile, the same bits. A one-token step decodes the codes
+    in registers instead."""
+    kind = meta[ch, KIND]
+    length = HALF if kind == BYTES16 else GROUP
+    stored = HALF if kind == NIBBLES32 else length  # code bytes a row of a group takes
+    tokens, groups = x.shape[0], x.shape[1] // length
     sb, ob = scratch[0], scratch[1]
     acc[:] = 0
     x_stride = x.strides[0] // 4
     x_at, acc_at, sums_at = x.ctypes.data, acc.ctypes.data, sums.ctypes.data
     decoded_at, sb_at, ob_at = decoded.ctypes.data, sb.ctypes.data, ob.ctypes.data
-    codes_at = codes.ctypes.data + ch * codes.strides[0]
+    codes_at = codes.ctypes.data + meta[ch, CODES_AT]
+    scales_at, offsets_at = meta[ch, SCALES_AT], meta[ch, OFFSETS_AT]
+    if offsets_at < 0:
+        ob[:] = 0  # a symmetric type: offset * sums adds nothing
     for b in range(groups):
-        scale_row, offset_row = scale[ch, b], offset[ch, b]
+        at = scales_at + b * CHUNK
         for r in range(CHUNK):
-            sb[r] = widen(scale_row[r])
-            ob[r] = widen(offset_row[r])
-        if tokens == 1:  # nothing to share a decode with: the tile decodes the bytes in registers
-            PACKED_STEP(codes_at + b * codes.strides[1], x_at + 4 * b * GROUP, x_stride, acc_at, sb_at, ob_at,
-                        sums_at + 4 * b, groups)
-            continue
-        for j in range(HALF):  # byte j holds weight j (low nibble) and weight j + 16 (high)
-            column = codes[ch, b, j]
+            sb[r] = widen(scale[at + r])
+        if offsets_at >= 0:
+            at = offsets_at + b * CHUNK
             for r in range(CHUNK):
-                f = np.float32(column[r])
-                h = np.floor(f * np.float32(0.0625))
-                decoded[j + HALF, r] = h
-                decoded[j, r] = f - np.float32(16.0) * h
+                ob[r] = widen(offset[at + r])
+        group_at = codes_at + b * stored * CHUNK
+        x_group = x_at + 4 * b * length
+        if tokens == 1:  # nothing to share a decode with: the tile decodes the codes in registers
+            if kind == NIBBLES32:
+                PACKED_STEP(group_at, x_group, x_stride, acc_at, sb_at, ob_at, sums_at + 4 * b, groups)
+            elif kind == BYTES32:
+                BYTES_STEP(group_at, x_group, x_stride, acc_at, sb_at, ob_at, sums_at + 4 * b, groups)
+            else:
+                BYTES16_STEP(group_at, x_group, x_stride, acc_at, sb_at, ob_at, sums_at + 4 * b, groups)
+            continue
+        first = meta[ch, CODES_AT] + b * stored * CHUNK
+        if kind == NIBBLES32:
+            for j in range(HALF):  # byte j holds weight j (low nibble) and weight j + 16 (high)
+                for r in range(CHUNK):
+                    f = np.float32(codes[first + j * CHUNK + r])
+                    h = np.floor(f * np.float32(0.0625))
+                    decoded[j + HALF, r] = h
+                    decoded[j, r] = f - np.float32(16.0) * h
+        else:
+            for j in range(length):  # int8 codes stored as bytes
+                for r in range(CHUNK):
+                    c = np.int32(codes[first + j * CHUNK + r])
+                    decoded[j, r] = np.float32(c - np.int32(256) if c > 127 else c)
         t = 0
         while t < tokens:
             left = tokens - t
             size = 6 if left >= 6 else left
             vectors = TILE_VECTORS[size]
-            xt = x_at + 4 * (t * x_stride + b * GROUP)
+            xt = x_group + 4 * t * x_stride
             st = sums_at + 4 * (t * groups + b)
             for v in range(0, 8, vectors):
                 r4 = 4 * 8 * v
-                args = (decoded_at + r4, xt, x_stride, acc_at + 4 * t * CHUNK + r4, sb_at + r4, ob_at + r4, st, groups)
-                if size == 6:
-                    _T6(*args)
-                elif size == 5:
-                    _T5(*args)
-                elif size == 4:
-                    _T4(*args)
-                elif size == 3:
-                    _T3(*args)
-                elif size == 2:
-                    _T2(*args)
-                else:
-                    _T1(*args)
+                _tiles((decoded_at + r4, xt, x_stride, acc_at + 4 * t * CHUNK + r4, sb_at + r4, ob_at + r4, st,
+                        groups), size, length)
             t += size
     rows = out.shape[1]
     for t in range(tokens):
@@ -152,11 +210,11 @@ def chunk_product(codes, scale, offset, x, sums, out, ch, decoded, acc, scratch)
 
 
 @njit(parallel=True, **_OPTS)
-def matmul(codes, scale, offset, x, out, parts):  # pragma: no cover - compiled
+def matmul(codes, scale, offset, meta, x, out, parts):  # pragma: no cover - compiled
     """out (tokens, rows) = x (tokens, cols) @ weight.T, runs of chunks shared out between threads."""
-    parts = min(parts, codes.shape[0])
+    parts = min(parts, meta.shape[0])
     for part in prange(parts):
-        part_product(codes, scale, offset, x, out, part, parts)
+        part_product(codes, scale, offset, meta, x, out, part, parts)
 
 
 @intrinsic
@@ -283,14 +341,15 @@ def _attend_group(qkv, t, first_head, count, keys, values, upto, scaling, attn, 
 
 @njit(parallel=True, **_ROW_OPTS)
 def decoder_body(x, store, start, cos, sin, norms, eps, qk_norms, qk_eps, heads, kv_heads, head_dim,
-                 scaling, inner, qkv_c, qkv_s, qkv_o, o_c, o_s, o_o, gu_c, gu_s, gu_o, down_c, down_s, down_o,
-                 final_norm, out, parts):  # pragma: no cover - compiled
+                 scaling, inner, qkv_c, qkv_s, qkv_o, qkv_m, o_c, o_s, o_o, o_m, gu_c, gu_s, gu_o, gu_m,
+                 down_c, down_s, down_o, down_m, final_norm, out, parts):  # pragma: no cover - compiled
     """x (n, D) float32, the residual stream of tokens at positions start..start+n-1, through every
     layer; keys and values written into store (layers, 2, kv_heads, capacity, hd); out (n, D): the
     final norm's output; inner: the MLP's width; parts: runs of chunks per product (the threads).
     norms (layers, 2, D): each layer's input and post-attention norm weights;
     qk_norms (layers, 2, hd) (Qwen3's per-head q/k norms) or (0, 2, hd) for none; cos/sin (n, hd).
-    The products' arrays are typed lists, one Int4Blocks field per layer."""
+    The products' arrays are typed lists, one CodeBlocks field per layer (codes, scales, offsets,
+    meta: each layer's product may hold any kinds of codes, chunk by chunk)."""
     n, width = x.shape
     group = heads // kv_heads
     q_width, kv_width = heads * head_dim, kv_heads * head_dim
@@ -298,10 +357,10 @@ def decoder_body(x, store, start, cos, sin, norms, eps, qk_norms, qk_eps, heads,
     attn = np.empty((n, q_width), np.float32)
     for layer in range(len(qkv_c)):
         _rms_norm(x, norms[layer, 0], eps, h)
-        codes, scale, offset = qkv_c[layer], qkv_s[layer], qkv_o[layer]
         qkv = np.empty((n, q_width + 2 * kv_width), np.float32)
-        for part in prange(min(parts, codes.shape[0])):
-            part_product(codes, scale, offset, h, qkv, part, min(parts, codes.shape[0]))
+        codes, scale, offset, meta = qkv_c[layer], qkv_s[layer], qkv_o[layer], qkv_m[layer]
+        for part in prange(min(parts, meta.shape[0])):
+            part_product(codes, scale, offset, meta, h, qkv, part, min(parts, meta.shape[0]))
         keys, values = store[layer, 0], store[layer, 1]
         for t in range(n):
             for kh in range(heads + kv_heads):
@@ -321,24 +380,24 @@ def decoder_body(x, store, start, cos, sin, norms, eps, qk_norms, qk_eps, heads,
             t, kh = job // kv_heads, job % kv_heads
             _attend_group(qkv, t, kh * group, group, keys[kh], values[kh], start + t + 1, scaling, attn,
                           scores[job])
-        codes, scale, offset = o_c[layer], o_s[layer], o_o[layer]
         y = np.empty((n, width), np.float32)
-        for part in prange(min(parts, codes.shape[0])):
-            part_product(codes, scale, offset, attn, y, part, min(parts, codes.shape[0]))
+        codes, scale, offset, meta = o_c[layer], o_s[layer], o_o[layer], o_m[layer]
+        for part in prange(min(parts, meta.shape[0])):
+            part_product(codes, scale, offset, meta, attn, y, part, min(parts, meta.shape[0]))
         x += y
         _rms_norm(x, norms[layer, 1], eps, h)
-        codes, scale, offset = gu_c[layer], gu_s[layer], gu_o[layer]
         gate_up = np.empty((n, 2 * inner), np.float32)
-        for part in prange(min(parts, codes.shape[0])):
-            part_product(codes, scale, offset, h, gate_up, part, min(parts, codes.shape[0]))
+        codes, scale, offset, meta = gu_c[layer], gu_s[layer], gu_o[layer], gu_m[layer]
+        for part in prange(min(parts, meta.shape[0])):
+            part_product(codes, scale, offset, meta, h, gate_up, part, min(parts, meta.shape[0]))
         act = np.empty((n, inner), np.float32)
         for t in range(n):
             for i in range(inner):
                 g = gate_up[t, i]
                 act[t, i] = g / (np.float32(1.0) + _exp(-g)) * gate_up[t, inner + i]
-        codes, scale, offset = down_c[layer], down_s[layer], down_o[layer]
-        for part in prange(min(parts, codes.shape[0])):
-            part_product(codes, scale, offset, act, y, part, min(parts, codes.shape[0]))
+        codes, scale, offset, meta = down_c[layer], down_s[layer], down_o[layer], down_m[layer]
+        for part in prange(min(parts, meta.shape[0])):
+            part_product(codes, scale, offset, meta, act, y, part, min(parts, meta.shape[0]))
         x += y
     _rms_norm(x, final_norm, eps, out)
 

@@ -1,5 +1,6 @@
 """The lean step's decoder layers as one compiled call on the CPU, for a GGUF whose every
-projection is 4-bit (app/models/kernels_numba.decoder_body).
+projection is on Tandem's kernel (app/models/kernels_numba.decoder_body): any mix of the file's
+types (gguf_codes.KERNEL_TYPES), layer by layer and within a stacked q/k/v or gate/up.
 
 Why: on the demo (30 layers, 2 cores) the lean step's pass was ~1,200 PyTorch calls around the
 int4 kernels; each costs a few microseconds of dispatch, and together they were half the step
@@ -10,7 +11,7 @@ query attention, the SiLU-gated MLP), in float32 throughout; tests compare it wi
 forward over the same weights.
 
 It runs where the whole stack is covered: the Llama family's layers without biases, every
-product on Int4Blocks with the same scale dtype across layers, SiLU, and no inner-layer states
+product on CodeBlocks, SiLU, and no inner-layer states
 asked for (EAGLE-3's heads take the PyTorch body). Anything else keeps the PyTorch body, and
 `why_not` says why.
 """
@@ -35,11 +36,9 @@ def why_not(lean) -> str:
         return f"the compiled attention takes heads of a multiple of 16 wide, not {lean.head_dim}"
     for layer in lean.layers:
         if any(p.blocks is None for p in (layer.qkv, layer.o, layer.gate_up, layer.down)):
-            return "not every projection is a 4-bit GGUF weight on the compiled kernel"
+            return "not every projection is a GGUF weight on the compiled kernel"
         if (layer.q_norm is None) != (layer.k_norm is None):
             return "a q norm without a k norm"
-    if any(len({(a.dtype, a.shape[1:]) for a in arrays}) != 1 for arrays in _product_fields(lean.layers)):
-        return "layers of different shapes or scale types"
     return why_not_available()
 
 
@@ -66,6 +65,7 @@ class NativeBody:
         self.final_norm = _weights(lean.final_norm)
         self.inner = first.gate_up.blocks.rows // 2
         # one typed list per field of each product: passed to the compiled call as one object each
+        _one_scale_type(layers)
         self.products = [List(arrays) for arrays in _product_fields(layers)]
 
     def __call__(self, x: torch.Tensor, store: torch.Tensor, start: int, cos: torch.Tensor,
@@ -80,10 +80,26 @@ class NativeBody:
         return torch.from_numpy(out)
 
 
+ROLES = ("qkv", "o", "gate_up", "down")
+
+
+def _one_scale_type(layers) -> None:
+    """A typed list holds arrays of one type: where a product's scales are halves in some layers
+    and float32 in others (a K-quant mix: Q4_K_M's attn_v is Q6_K in some layers), that product's
+    scales and offsets are widened to float32 in every layer (the same values)."""
+    for role in ROLES:
+        projections = [getattr(layer, role) for layer in layers]
+        types = {(p.blocks.scale.dtype, p.blocks.offset.dtype) for p in projections}
+        if len(types) > 1:
+            for p in projections:
+                p.blocks.widened()
+                p.single.expose()  # the module's buffers follow, so the halves are let go
+
+
 def _product_fields(layers) -> list[list[np.ndarray]]:
-    """Each product's Int4Blocks fields across the layers, in decoder_body's argument order."""
+    """Each product's CodeBlocks fields across the layers, in decoder_body's argument order."""
     return [[getattr(getattr(layer, role).blocks, name) for layer in layers]
-            for role in ("qkv", "o", "gate_up", "down") for name in ("codes", "scale", "offset")]
+            for role in ROLES for name in ("codes", "scale", "offset", "meta")]
 
 
 def _weights(norm: torch.nn.Module) -> np.ndarray:

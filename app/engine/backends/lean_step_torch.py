@@ -129,9 +129,9 @@ class _Product:
             self.kernel = _stack_dense(modules)
         self.modules = modules
         self.act = _act_dtype(fused if whole else modules[0], dtype) if self.kernel else dtype
-        # the 4-bit weight on Tandem's CPU kernel, where the whole product is one (compiled_layers_torch.py)
-        single = fused if whole else (modules[0] if len(modules) == 1 else None)
-        self.blocks = getattr(single, "blocks", None)
+        # the weight on Tandem's CPU kernel, where the whole product is one (compiled_layers_torch.py)
+        self.single = fused if whole else (modules[0] if len(modules) == 1 else None)
+        self.blocks = getattr(self.single, "blocks", None)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.kernel is not None:
@@ -190,9 +190,9 @@ def _kernel(module: torch.nn.Module):
     """PyTorch's weight-only kernel a GGUF layer runs on, called without the module's own dtype
     round trip (the caller converts once); None for any other module."""
     from app.models.gguf_blocks import GROUP
-    from app.models.gguf_layers_torch import GGUFInt4Linear, GGUFInt8Linear, on_blocks
+    from app.models.gguf_layers_torch import GGUFCodesLinear, GGUFInt4Linear, GGUFInt8Linear, on_blocks
 
-    if isinstance(module, GGUFInt4Linear) and module.blocks is not None:
+    if isinstance(module, GGUFCodesLinear):
         return partial(on_blocks, module.blocks)  # Tandem's CPU kernel: float32 in and out
     if isinstance(module, GGUFInt4Linear):
         packed, scales = module.packed, module.scales_and_zeros
@@ -266,9 +266,9 @@ class LeanStep:
         self.native = None if self.native_note else NativeBody(self)
         products = [p for layer in self.layers for p in (layer.qkv, layer.o, layer.gate_up, layer.down)]
         on_kernel = sum(p.blocks is not None for p in products)
-        # where only some products are 4-bit (a Q4_K_M file's 6-bit ones stay on PyTorch's int8 kernel)
+        # where only some products are on the kernel (a type it lacks, or a layer it cannot take)
         partly = on_kernel and self.native is None
-        self.kernel_words = (f"{on_kernel} of {len(products)} products on Tandem's 4-bit CPU kernel "
+        self.kernel_words = (f"{on_kernel} of {len(products)} products on Tandem's CPU kernel "
                              f"(layers not compiled as one: {self.native_note})") if partly else ""
         # masked attention over each KV head's queries together (`_attend`): CUDA's path. (One SDPA
         # call over the grouped queries, cuDNN's kernel, measured no faster on an H100: 7.01 against

@@ -271,7 +271,7 @@ class TorchBackend(ModelBackend):
         if self._lean is not None:
             how = "CUDA graphs" if self._captures() else "lean step"
             if self._lean.native is not None:
-                how += ", its decoder layers as one compiled call on Tandem's 4-bit CPU kernel"
+                how += ", its decoder layers as one compiled call on Tandem's CPU kernel"
             elif self._lean.kernel_words:
                 how += f", {self._lean.kernel_words}"
             if self._lean.glue.fused:
@@ -327,7 +327,7 @@ class TorchBackend(ModelBackend):
         from app.models import int4_cpu_torch
 
         if not int4_cpu_torch.decided():  # the first GGUF of this process: Numba builds or reads the kernel
-            self._progress("Preparing the 4-bit CPU kernel (compiled on the first load, then read from the cache)")
+            self._progress("Preparing the CPU kernel for GGUF weights (compiled on the first load, then cached)")
             int4_cpu_torch.why_not_available()
         model, report = load_gguf_model(folder, gguf_source(folder), dtype=self._dtype)
         self.near_tie_gap = BATCHED_TIE_GAP

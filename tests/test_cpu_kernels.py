@@ -26,23 +26,25 @@ pytestmark = pytest.mark.skipif(bool(int4_cpu_torch.why_not_available()),
 def _blocks_of(kind: str, rows: int, cols: int, seed: int) -> tuple[CodeBlocks, np.ndarray]:
     raw = random_blocks(kind, rows, cols, np.random.default_rng(seed))
     groups = code_groups(kind, raw, rows, cols)
-    blocks = CodeBlocks(rows, cols, [(rows, groups.kind, groups.offset is not None)])
+    blocks = CodeBlocks(rows, cols, [(rows, kind)])
     for start in range(0, rows, CHUNK):  # filled a chunk of rows at a time, as the loader does
-        part = slice(start, start + CHUNK)
-        blocks.fill(start, CodeGroups(groups.kind, groups.codes[part], groups.scale[part],
-                                      None if groups.offset is None else groups.offset[part]))
+        blocks.fill(start, code_groups(kind, raw[start:start + CHUNK], min(CHUNK, rows - start), cols))
     reference = gguf.quants.dequantize(raw, getattr(Q, kind)).reshape(rows, cols).astype(np.float32)
     return blocks, reference
 
 
-HALF_SCALES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL")  # the file's own fp16 fields
-
-
 @pytest.mark.parametrize("kind", KERNEL_TYPES)
 def test_the_kernel_holds_and_multiplies_the_files_weights(kind):
+    from app.models.gguf_codes import FACTORED_TYPES, GROUP_OF, KIND_OF, OFFSET_TYPES
+
     blocks, reference = _blocks_of(kind, 2 * CHUNK, 512, seed=5)
-    # fp16 fields stay halves; K-quants' and IQ4_XS's scales are products of two, so float32
-    assert blocks.scale.dtype == (np.uint16 if kind in HALF_SCALES else np.float32)
+    levels = 2 if kind in OFFSET_TYPES else 1
+    if kind in FACTORED_TYPES:  # the file's two levels: an integer per group, an fp16 per 256 weights
+        groups = 2 * CHUNK * 512 // GROUP_OF[KIND_OF[kind]]
+        assert blocks.scale.size == 0 and blocks.small.size == groups * levels
+        assert blocks.supers.size == 2 * CHUNK * 2 * levels
+    else:  # the file's fp16 fields as halves
+        assert blocks.scale.dtype == np.uint16 and blocks.small.size == blocks.supers.size == 0
     np.testing.assert_array_equal(blocks.dequantize(), reference)  # the file's weights, bit for bit
     x = np.random.default_rng(1).standard_normal((5, 512)).astype(np.float32)
     expected = x.astype(np.float64) @ reference.T.astype(np.float64)
@@ -75,8 +77,7 @@ def test_a_stack_of_parts_of_different_types_is_one_product():
     rng = np.random.default_rng(9)
     parts = [("Q4_K", CHUNK), ("Q4_K", CHUNK), ("Q6_K", 2 * CHUNK), ("Q8_0", CHUNK)]
     raws = [random_blocks(kind, rows, 512, rng) for kind, rows in parts]
-    blocks = CodeBlocks(5 * CHUNK, 512, [(rows, code_groups(kind, raw, rows, 512).kind, kind in ("Q4_K",))
-                                         for (kind, rows), raw in zip(parts, raws, strict=True)])
+    blocks = CodeBlocks(5 * CHUNK, 512, [(rows, kind) for kind, rows in parts])
     at = 0
     for (kind, rows), raw in zip(parts, raws, strict=True):
         blocks.fill(at, code_groups(kind, raw, rows, 512))
@@ -98,7 +99,7 @@ def test_a_scale_that_is_no_half_widens_what_was_held_without_changing_it():
     rng = np.random.default_rng(3)
     codes = rng.integers(0, 16, (rows, cols), dtype=np.uint8)
     halves = rng.random((rows, 2), dtype=np.float32).astype(np.float16).astype(np.float32)
-    blocks = CodeBlocks(rows, cols, [(rows, NIBBLES32, True)])
+    blocks = CodeBlocks(rows, cols, [(rows, "Q4_1")])
     blocks.fill(0, CodeGroups(NIBBLES32, codes[:CHUNK], halves[:CHUNK], -8 * halves[:CHUNK]))
     assert blocks.scale.dtype == np.uint16
     odd = halves[CHUNK:] * np.float32(1.0001)  # not representable as halves
@@ -127,16 +128,26 @@ def test_turned_off_it_says_so_and_pytorchs_kernel_runs(monkeypatch):
 def _codes(weight: torch.Tensor, kind: str) -> CodeGroups:
     """A float weight as the codes of a GGUF type's kind: "Q4_1" 4-bit codes in groups of 32 with
     an fp16 scale and minimum; "Q5_1" 5-bit ones (int8 codes, groups of 32, scale and minimum);
-    "Q6_K" signed 6-bit ones in groups of 16 with one scale (no offset)."""
-    from app.models.gguf_codes import GROUP_OF, KIND_OF
+    "Q6_K" signed 6-bit ones in groups of 16, scaled in two levels (an fp16 d per 256 weights
+    times an int8 per group)."""
+    from app.models.gguf_codes import GROUP_OF, KIND_OF, Factors
 
     length = GROUP_OF[KIND_OF[kind]]
     w = weight.detach().numpy().reshape(weight.shape[0], -1, length)
     half = lambda a: a.astype(np.float16).astype(np.float32)  # noqa: E731
-    if kind == "Q6_K":
-        d = half(np.abs(w).max(-1) / 31)
-        codes = np.clip(np.round(w / d[..., None]), -32, 31).astype(np.int8)
+    if kind == "Q8_0":
+        d = half(np.abs(w).max(-1) / 127)
+        codes = np.clip(np.round(w / np.where(d == 0, 1, d)[..., None]), -127, 127).astype(np.int8)
         return CodeGroups(KIND_OF[kind], codes.reshape(weight.shape), d, None)
+    if kind == "Q6_K":
+        rows, groups = w.shape[:2]
+        amax = np.abs(w).max(-1)  # (rows, groups)
+        d = half(amax.reshape(rows, -1, 16).max(-1) / (31 * 127))  # (rows, supers)
+        sc = np.clip(np.round(amax / 31 / np.repeat(d, 16, axis=1)), -128, 127).astype(np.int8)
+        scale = np.repeat(d, 16, axis=1) * sc.astype(np.float32)
+        codes = np.clip(np.round(w / np.where(scale == 0, 1, scale)[..., None]), -32, 31).astype(np.int8)
+        return CodeGroups(KIND_OF[kind], codes.reshape(weight.shape), scale, None,
+                          Factors(d[..., None], sc[..., None]))
     top = 15 if kind == "Q4_1" else 31
     low, high = w.min(-1), w.max(-1)
     d, m = half((high - low) / top), half(low)
@@ -146,8 +157,9 @@ def _codes(weight: torch.Tensor, kind: str) -> CodeGroups:
 
 def _quantized(model: torch.nn.Module, mixed: bool = False) -> torch.nn.Module:
     """`model` with every projection on Tandem's kernel, q/k/v and gate/up stacked as the GGUF
-    loader stacks them: all Q4_1-like codes, or `mixed` as a K-quant preset mixes them (v and down
-    in 6-bit groups of 16 on every other layer, gate/up's up part and o in 5-bit groups of 32)."""
+    loader stacks them: all Q4_1-like codes, or `mixed` as a K-quant preset mixes them (v as 8-bit
+    codes and down as Q6_K's two-level 6-bit ones on every other layer, gate/up's up part and o in
+    5-bit groups of 32)."""
     from app.models.fused_projections_torch import GROUPS, install
     from app.models.gguf_layers_torch import GGUFCodesLinear
 
@@ -166,7 +178,7 @@ def _quantized(model: torch.nn.Module, mixed: bool = False) -> torch.nn.Module:
 
     for i, layer in enumerate(model.model.layers):
         more_bits = mixed and i % 2 == 0
-        kinds = {"q_proj": "Q4_1", "k_proj": "Q4_1", "v_proj": "Q6_K" if more_bits else "Q4_1",
+        kinds = {"q_proj": "Q4_1", "k_proj": "Q4_1", "v_proj": "Q8_0" if more_bits else "Q4_1",
                  "gate_proj": "Q4_1", "up_proj": "Q5_1" if mixed else "Q4_1",
                  "o_proj": "Q5_1" if mixed else "Q4_1", "down_proj": "Q6_K" if more_bits else "Q4_1"}
         for attr, parts in GROUPS.items():

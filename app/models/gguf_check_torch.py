@@ -102,7 +102,7 @@ def quantization_error(gguf_path: Path) -> dict[str, dict]:
             if not embedding:
                 continue
         if kind in KERNEL_TYPES and not flat and not embedding and on_kernel() and cols % GROUP_OF[KIND_OF[kind]] == 0:
-            loaded = CodeBlocks.of(code_groups(kind, tensor.data, rows, cols)).dequantize()  # the file's numbers
+            loaded = CodeBlocks.of(code_groups(kind, tensor.data, rows, cols), kind).dequantize()  # the file's numbers
             _add_error(out, f"{kind} as {CODE_WORDS[KIND_OF[kind]]}", loaded, _reference(gguf, tensor, rows, cols))
             continue
         if kind in INT4_TYPES and not flat and not embedding:

@@ -54,10 +54,22 @@ KERNEL_TYPES: tuple[str, ...] = tuple(_TYPES)
 KIND_OF: dict[str, int] = {name: kind for name, (_, _, kind) in _TYPES.items()}
 # the types whose weights have an offset (w = scale * code + offset); the rest are w = scale * code
 OFFSET_TYPES: tuple[str, ...] = ("Q4_0", "Q4_1", "Q5_1", "Q2_K", "Q4_K", "Q5_K")
+# the types whose scales come in two levels (Factors): an fp16 per 256 weights times an integer per group
+FACTORED_TYPES: tuple[str, ...] = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS")
 BLOCK_SIZES: dict[str, tuple[int, int]] = {name: (n, size) for name, (n, size, _) in _TYPES.items()}
 
 # IQ4_NL's and IQ4_XS's non-linear 4-bit grid (ggml's kvalues_iq4nl).
 IQ4_KVALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], dtype=np.int8)
+
+
+class Factors(NamedTuple):
+    """A super-block type's scales as the file holds them, two levels: scale = fl32(d * sc) and
+    offset = -fl32(dmin * m), d and dmin fp16 per 256 weights, sc and m small integers per group.
+    The kernel keeps these (4.6 bits a Q4_K weight, where float32 products per group take 6) and
+    forms the same products in float32: exact, so the same bits as `scale` and `offset`."""
+
+    supers: np.ndarray  # (rows, cols // 256, 1 or 2) float32: d (and dmin), each an fp16 value
+    smalls: np.ndarray  # (rows, groups, 1 or 2) int8: sc (and m)
 
 
 class CodeGroups(NamedTuple):
@@ -67,6 +79,7 @@ class CodeGroups(NamedTuple):
     codes: np.ndarray  # (rows, cols): uint8 for NIBBLES32, int8 otherwise
     scale: np.ndarray  # (rows, cols // group) float32
     offset: np.ndarray | None  # (rows, cols // group) float32, or None where the type has no offset
+    factors: Factors | None = None  # the K-quants' and IQ4_XS's two-level scales
 
     @property
     def group(self) -> int:
@@ -126,6 +139,13 @@ def _times(d: np.ndarray, small: np.ndarray) -> np.ndarray:
     return np.multiply(d[:, None], small.astype(np.float32), dtype=np.float32)
 
 
+def _factors(d: np.ndarray, sc: np.ndarray, dmin: np.ndarray | None = None, m: np.ndarray | None = None):
+    """Per block: (supers (n, 1 or 2) float32, smalls (n, groups, 1 or 2) int8) of Factors."""
+    if dmin is None:
+        return d[:, None], sc.astype(np.int8)[:, :, None]
+    return np.stack([d, dmin], axis=-1), np.stack([sc.astype(np.int8), m.astype(np.int8)], axis=-1)
+
+
 # Each decoder takes (n_blocks, bytes per block) uint8 and returns (codes (n_blocks, weights per block),
 # scale (n_blocks, groups per block), offset or None), the scale and offset float32.
 
@@ -168,9 +188,8 @@ def _q2_k(b: np.ndarray):
     n = b.shape[0]
     scales, qs = b[:, :16], b[:, 16:80]
     q = _shifts(qs.reshape(n, 2, 32), (0, 2, 4, 6), 0x03).reshape(n, QK_K)
-    scale = _times(_f16(b, 80), scales & np.uint8(0x0F))
-    offset = -_times(_f16(b, 82), scales >> np.uint8(4))
-    return q.view(np.int8), scale, offset
+    d, dmin, sc, m = _f16(b, 80), _f16(b, 82), scales & np.uint8(0x0F), scales >> np.uint8(4)
+    return q.view(np.int8), _times(d, sc), -_times(dmin, m), _factors(d, sc, dmin, m)
 
 
 def _q3_k(b: np.ndarray):
@@ -181,7 +200,8 @@ def _q3_k(b: np.ndarray):
     low = _shifts(qs.reshape(n, 2, 32), (0, 2, 4, 6), 0x03).reshape(n, QK_K)
     high = _shifts(hmask, tuple(range(8)), 0x01).reshape(n, QK_K)
     q = low.astype(np.int8) - np.int8(4) + (high << np.uint8(2)).astype(np.int8)
-    return q, _times(_f16(b, 108), _q3_k_scales(b[:, 96:108])), None
+    d, sc = _f16(b, 108), _q3_k_scales(b[:, 96:108])
+    return q, _times(d, sc), None, _factors(d, sc)
 
 
 def _k_nibbles(qs: np.ndarray) -> np.ndarray:
@@ -194,7 +214,8 @@ def _q4_k(b: np.ndarray):
     # gguf: fl(d * sc) * q - fl(dmin * m), sc and m 6-bit per group of 32, q in 0..15.
     # Kernel: NIBBLES32 code q, scale fl(d * sc), offset -fl(dmin * m).
     sc, mn = _k_scale_min(b[:, 4:16])
-    return _k_nibbles(b[:, 16:144]), _times(_f16(b, 0), sc), -_times(_f16(b, 2), mn)
+    d, dmin = _f16(b, 0), _f16(b, 2)
+    return _k_nibbles(b[:, 16:144]), _times(d, sc), -_times(dmin, mn), _factors(d, sc, dmin, mn)
 
 
 def _q5_k(b: np.ndarray):
@@ -204,7 +225,8 @@ def _q5_k(b: np.ndarray):
     sc, mn = _k_scale_min(b[:, 4:16])
     high = _shifts(b[:, 16:48], tuple(range(8)), 0x01).reshape(n, QK_K)
     q = _k_nibbles(b[:, 48:176]) | (high << np.uint8(4))
-    return q.view(np.int8), _times(_f16(b, 0), sc), -_times(_f16(b, 2), mn)
+    d, dmin = _f16(b, 0), _f16(b, 2)
+    return q.view(np.int8), _times(d, sc), -_times(dmin, mn), _factors(d, sc, dmin, mn)
 
 
 def _q6_k(b: np.ndarray):
@@ -215,7 +237,8 @@ def _q6_k(b: np.ndarray):
     low = _shifts(ql.reshape(n, 2, 64), (0, 4), 0x0F).reshape(n, QK_K)
     high = _shifts(qh.reshape(n, 2, 32), (0, 2, 4, 6), 0x03).reshape(n, QK_K)
     q = (low | (high << np.uint8(4))).astype(np.int8) - np.int8(32)
-    return q, _times(_f16(b, 208), scales.view(np.int8)), None
+    d, sc = _f16(b, 208), scales.view(np.int8)
+    return q, _times(d, sc), None, _factors(d, sc)
 
 
 def _iq4_nl(b: np.ndarray):
@@ -231,7 +254,8 @@ def _iq4_xs(b: np.ndarray):
     high = _shifts(b[:, 2:4], (0, 2, 4, 6), 0x03).transpose(0, 2, 1).reshape(n, 8)  # group j: uint16 >> 2 j
     ls = (low | (high << np.uint8(4))).astype(np.int8) - np.int8(32)
     q = _shifts(b[:, 8:136].reshape(n, 8, 16), (0, 4), 0x0F).reshape(n, QK_K)
-    return IQ4_KVALUES[q], _times(_f16(b, 0), ls), None
+    d = _f16(b, 0)
+    return IQ4_KVALUES[q], _times(d, ls), None, _factors(d, ls)
 
 
 _DECODERS = {
@@ -266,10 +290,15 @@ def code_groups(kind: str, raw: np.ndarray, rows: int, cols: int) -> CodeGroups:
         raise ValueError(f"{name}: {raw.size} bytes do not match {rows} x {cols} weights "
                          f"({rows} rows of {row_bytes} bytes = {rows * row_bytes})")
     blocks = raw.reshape(rows * (cols // per_block), block_bytes)
-    codes, scale, offset = _DECODERS[name](blocks)
+    codes, scale, offset, *two_level = _DECODERS[name](blocks)
     groups = cols // GROUP_OF[code_kind]
     codes = np.ascontiguousarray(codes).reshape(rows, cols)
     scale = np.ascontiguousarray(scale, dtype=np.float32).reshape(rows, groups)
     if offset is not None:
         offset = np.ascontiguousarray(offset, dtype=np.float32).reshape(rows, groups)
-    return CodeGroups(code_kind, codes, scale, offset)
+    factors = None
+    if two_level:
+        supers, smalls = two_level[0]
+        factors = Factors(np.ascontiguousarray(supers, dtype=np.float32).reshape(rows, cols // QK_K, -1),
+                          np.ascontiguousarray(smalls, dtype=np.int8).reshape(rows, groups, -1))
+    return CodeGroups(code_kind, codes, scale, offset, factors)

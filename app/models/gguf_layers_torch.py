@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from app.models.gguf_blocks import GROUP, Int4Groups
-from app.models.gguf_codes import GROUP_OF, KIND_OF, OFFSET_TYPES, CodeGroups
+from app.models.gguf_codes import FACTORED_TYPES, GROUP_OF, KIND_OF, OFFSET_TYPES, CodeGroups
 
 # Bytes per weight as loaded: 4-bit codes, plus a scale and a zero per 32 weights in bfloat16.
 INT4_BYTES = 0.5 + 2 * 2 / GROUP
@@ -25,17 +25,18 @@ INT8_BYTES = 1
 INT8_TOLERANCE = 6e-3
 
 # Bytes per weight on Tandem's kernel (int4_cpu_torch.CodeBlocks): the codes (4 bits, or a byte),
-# and per group a scale and, where the type has one, an offset: fp16 where the file's own fields
-# are the scales (2 bytes), float32 where they are products (K-quants, IQ4_XS). A stack of layers
-# whose products differ widens halves to float32 (compiled_layers_torch.py): at most 2 bytes more.
-_HALF_SCALES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL")
+# and the file's scales as it holds them: an fp16 scale (and offset) per group, or for the
+# super-block types an integer per group and an fp16 per 256 weights. A stack of layers whose
+# products differ in fp16 against float32 scales widens them (compiled_layers_torch.py).
 
 
 def kernel_bytes(kind: str) -> float:
     """Bytes per weight of a `kind` tensor on Tandem's CPU kernel."""
     code = 0.5 if KIND_OF[kind] == 0 else 1.0
-    per_group = (2 if kind in _HALF_SCALES else 4) * (2 if kind in OFFSET_TYPES else 1)
-    return code + per_group / GROUP_OF[KIND_OF[kind]]
+    levels = 2 if kind in OFFSET_TYPES else 1
+    if kind in FACTORED_TYPES:  # an integer per group, an fp16 per 256 weights (each for d, and dmin)
+        return code + levels / GROUP_OF[KIND_OF[kind]] + 2 * levels / 256
+    return code + 2 * levels / GROUP_OF[KIND_OF[kind]]
 
 
 def inner_k_tiles(in_features: int) -> int | None:
@@ -61,13 +62,12 @@ class GGUFCodesLinear(torch.nn.Module):
 
         self.out_features, self.in_features = out_features, in_features
         self.types = tuple(kind for _, kind in parts)
-        self.blocks = CodeBlocks(out_features, in_features,
-                                 [(n, KIND_OF[kind], kind in OFFSET_TYPES) for n, kind in parts])
+        self.blocks = CodeBlocks(out_features, in_features, parts)
         self.expose()
 
     def expose(self) -> None:
         """The kernel's arrays as buffers (views, not copies), so the loaded size counts them."""
-        for name in ("codes", "scale", "offset", "meta"):
+        for name in self.blocks.ARRAYS:
             self.register_buffer(f"blocks_{name}", torch.from_numpy(getattr(self.blocks, name)), persistent=False)
 
     @classmethod

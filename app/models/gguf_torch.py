@@ -215,8 +215,10 @@ def _coded(tensor, processor, rows: int, cols: int, into: GGUFCodesLinear | None
     try:
         if ".attn_q." in tensor.name or ".attn_k." in tensor.name:
             groups = code_groups(kind, data, rows, cols)
-            moved = [None if a is None else processor.process(weights=a, name=tensor.name).weights for a in groups[1:]]
-            layer.fill(offset, type(groups)(groups.kind, *moved))
+            move = lambda a: None if a is None else processor.process(weights=a, name=tensor.name).weights  # noqa: E731
+            factors = None if groups.factors is None else type(groups.factors)(*map(move, groups.factors))
+            layer.fill(offset, type(groups)(groups.kind, move(groups.codes), move(groups.scale), move(groups.offset),
+                                            factors))
             return layer
         step = max(PACK_ROWS, CHUNK_BYTES // (cols * 4) // PACK_ROWS * PACK_ROWS)
         for start in range(0, rows, step):

@@ -153,7 +153,7 @@ def compiled():
 
         # compiles (or loads from the cache) and runs once: codes 9 at scale 1 and offset -8
         probe = CodeBlocks.of(CodeGroups(NIBBLES32, np.full((CHUNK, GROUP), 9, np.uint8),
-                                         np.ones((CHUNK, 1), np.float32), np.full((CHUNK, 1), -8, np.float32)))
+                                         np.ones((CHUNK, 1), np.float32), np.full((CHUNK, 1), -8, np.float32)), "Q4_1")
         _COMPILED = module
         try:
             right = np.all(probe.matmul(np.ones((1, GROUP), np.float32)) == GROUP)
@@ -202,67 +202,85 @@ def threads() -> int:
 # code bytes a row of a group takes, by kind (kernels_numba's NIBBLES32, BYTES32, BYTES16)
 STORED = {0: HALF, 1: GROUP, 2: HALF}
 GROUP_OF = {0: GROUP, 1: GROUP, 2: HALF}
+SUPER = 256  # weights a K-quant super-block holds (its fp16 d and dmin)
 
 
 class CodeBlocks:
     """One (rows, cols) weight in the kernel's layout, filled a block of rows at a time.
 
-    Rows come in chunks of CHUNK; a chunk holds one kind of codes (gguf_codes.py: 4-bit codes in
-    groups of 32, int8 codes in groups of 32 or of 16) with a scale per group and row, and an
-    offset where its type has one: w = scale * code + offset. A stacked product (q/k/v, gate/up)
-    may hold parts of different types, a segment of chunks each. Within a chunk, group by group,
-    byte j of every row lies side by side, so the innermost loop runs over 64 consecutive rows
-    (LLVM vectorizes it) and a chunk is one contiguous stretch of memory (the prefetcher streams
-    it). The arrays are flat; `meta` says where each chunk's codes, scales and offsets start."""
+    Rows come in chunks of CHUNK; a chunk holds one GGUF type's codes (gguf_codes.py: 4-bit codes
+    in groups of 32, int8 codes in groups of 32 or of 16), with per group and row a scale, and an
+    offset where the type has one: w = scale * code + offset. The scales are the file's own: its
+    fp16 fields as halves, or for the super-block types (K-quants, IQ4_XS) the two levels the file
+    stores, an fp16 d (and dmin) per 256 weights and an integer sc (and m) per group, which the
+    kernel multiplies in float32 (exact: the same bits as gguf's products, 4.6 bits a Q4_K weight
+    where float32 products would take 6). A stacked product (q/k/v, gate/up) may hold parts of
+    different types, a segment of chunks each. Within a chunk, group by group, byte j of every row
+    lies side by side, so the innermost loop runs over 64 consecutive rows (LLVM vectorizes it) and
+    a chunk is one contiguous stretch of memory (the prefetcher streams it). The arrays are flat;
+    `meta` says where each chunk's codes and scales start (kernels_numba's columns)."""
 
-    def __init__(self, rows: int, cols: int, segments: list[tuple[int, int, bool]]):
-        """segments: (rows, kind, has_offset) in row order, summing to `rows`; each but the last a
-        whole number of chunks."""
-        if sum(n for n, _, _ in segments) != rows:
-            raise ValueError(f"segments of {[n for n, _, _ in segments]} rows do not make {rows}")
+    def __init__(self, rows: int, cols: int, parts: list[tuple[int, str]]):
+        """parts: (rows, GGUF type name) in row order, summing to `rows`; each but the last a whole
+        number of chunks (parts of one type side by side count as one)."""
+        from app.models.gguf_codes import FACTORED_TYPES, KIND_OF, OFFSET_TYPES
+
+        if sum(n for n, _ in parts) != rows:
+            raise ValueError(f"parts of {[n for n, _ in parts]} rows do not make {rows}")
         self.rows, self.cols = rows, cols
-        merged: list[tuple[int, int, bool]] = []
-        for n, kind, has_offset in segments:  # parts of one kind side by side are one segment
-            if merged and merged[-1][1:] == (kind, has_offset):
-                merged[-1] = (merged[-1][0] + n, kind, has_offset)
+        merged: list[list] = []
+        for n, name in parts:
+            if merged and merged[-1][1] == name:
+                merged[-1][0] += n
             else:
-                merged.append((n, kind, has_offset))
-        segments = merged
-        self.meta = np.zeros((-(-rows // CHUNK), 4), np.int64)  # the last chunk's missing rows stay zero
-        codes_at = scales_at = offsets_at = chunk = 0
-        for i, (n, kind, has_offset) in enumerate(segments):
-            if cols % GROUP_OF[kind]:
-                raise ValueError(f"a row of {cols} weights is not whole groups of {GROUP_OF[kind]}")
-            if n % CHUNK and i < len(segments) - 1:
+                merged.append([n, name])
+        self.meta = np.zeros((-(-rows // CHUNK), 6), np.int64)  # the last chunk's missing rows stay zero
+        at = dict(codes=0, scales=0, offsets=0, small=0, supers=0)
+        chunk = 0
+        for i, (n, name) in enumerate(merged):
+            kind, has_offset, factored = KIND_OF[name], name in OFFSET_TYPES, name in FACTORED_TYPES
+            length = GROUP_OF[kind]
+            if cols % (SUPER if factored else length):
+                raise ValueError(f"a row of {cols} weights is not whole {name} blocks")
+            if n % CHUNK and i < len(merged) - 1:
                 raise ValueError(f"a part of {n} rows is not whole chunks of {CHUNK}")
-            groups = cols // GROUP_OF[kind]
+            groups, levels = cols // length, 2 if has_offset else 1
             for _ in range(-(-n // CHUNK)):
-                self.meta[chunk] = (codes_at, scales_at, offsets_at if has_offset else -1, kind)
-                codes_at += groups * STORED[kind] * CHUNK
-                scales_at += groups * CHUNK
-                offsets_at += groups * CHUNK if has_offset else 0
+                if factored:  # offsets: a flag only (0), the values come from supers and small
+                    self.meta[chunk] = (at["codes"], -1, 0 if has_offset else -1, kind, at["small"], at["supers"])
+                    at["small"] += groups * levels * CHUNK
+                    at["supers"] += cols // SUPER * levels * CHUNK
+                else:
+                    self.meta[chunk] = (at["codes"], at["scales"], at["offsets"] if has_offset else -1, kind, -1, -1)
+                    at["scales"] += groups * CHUNK
+                    at["offsets"] += groups * CHUNK if has_offset else 0
+                at["codes"] += groups * STORED[kind] * CHUNK
                 chunk += 1
-        self.codes = np.zeros(codes_at, np.uint8)
+        self.codes = np.zeros(at["codes"], np.uint8)
         # scales and offsets as IEEE halves (the file's own fp16 fields: half the bytes) unless a
-        # value is not one (K-quants' products of two), then float32; either way exact
-        self.scale = np.zeros(scales_at, np.uint16)
-        self.offset = np.zeros(offsets_at, np.uint16)
+        # value is not one, then float32; either way exact
+        self.scale = np.zeros(at["scales"], np.uint16)
+        self.offset = np.zeros(at["offsets"], np.uint16)
+        self.small = np.zeros(at["small"], np.int8)  # [group][sc, m][row] of each chunk
+        self.supers = np.zeros(at["supers"], np.uint16)  # [super-block][d, dmin][row], halves
 
     @classmethod
-    def of(cls, groups) -> CodeBlocks:
-        """A weight of one type from gguf_codes.CodeGroups, filled."""
+    def of(cls, groups, name: str) -> CodeBlocks:
+        """A weight of one GGUF type from gguf_codes.CodeGroups, filled."""
         rows, cols = groups.codes.shape
-        blocks = cls(rows, cols, [(rows, groups.kind, groups.offset is not None)])
+        blocks = cls(rows, cols, [(rows, name)])
         blocks.fill(0, groups)
         return blocks
 
+    ARRAYS = ("codes", "scale", "offset", "small", "supers", "meta")  # kernels_numba's argument order
+
     @property
     def nbytes(self) -> int:
-        return self.codes.nbytes + self.scale.nbytes + self.offset.nbytes + self.meta.nbytes
+        return sum(getattr(self, name).nbytes for name in self.ARRAYS)
 
     def fill(self, start: int, groups) -> None:
-        """Rows start.. (start a multiple of CHUNK) from a gguf_codes.CodeGroups of the kind the
-        segment there was made for."""
+        """Rows start.. (start a multiple of CHUNK) from a gguf_codes.CodeGroups of the type the
+        part there was made for."""
         if start % CHUNK:
             raise ValueError(f"rows are filled from a multiple of {CHUNK}, not {start}")
         n = groups.codes.shape[0]
@@ -271,7 +289,9 @@ class CodeBlocks:
             raise ValueError(f"rows {start}..{start + n} lie past the weight's {self.rows}")
         kind, length = groups.kind, GROUP_OF[groups.kind]
         meta = self.meta[first:first + count]
-        if np.any(meta[:, 3] != kind) or np.any((meta[:, 2] >= 0) != (groups.offset is not None)):
+        factored = meta[:, 4] >= 0
+        if (np.any(meta[:, 3] != kind) or np.any((meta[:, 2] >= 0) != (groups.offset is not None))
+                or np.any(factored != (groups.factors is not None))):
             raise ValueError(f"rows {start}..{start + n} were planned for other codes than these")
         whole, ngroups = count * CHUNK, self.cols // length
         grouped = np.zeros((whole, ngroups, length), np.uint8)
@@ -281,6 +301,15 @@ class CodeBlocks:
         stored = grouped.reshape(count, CHUNK, ngroups, -1).transpose(0, 2, 3, 1)
         at = int(meta[0, 0])
         self.codes[at:at + stored.size] = stored.reshape(-1)
+        if groups.factors is not None:
+            for name, values, column in (("small", groups.factors.smalls, 4), ("supers", groups.factors.supers, 5)):
+                padded = np.zeros((whole, *values.shape[1:]), values.dtype)
+                padded[:n] = values
+                arranged = padded.reshape(count, CHUNK, -1).transpose(0, 2, 1).reshape(-1)  # [chunk][..][row]
+                if name == "supers":
+                    arranged = arranged.astype(np.float16).view(np.uint16)  # fp16 fields: exact
+                getattr(self, name)[int(meta[0, column]):int(meta[0, column]) + arranged.size] = arranged
+            return
         for name, values, column in (("scale", groups.scale, 1), ("offset", groups.offset, 2)):
             if values is None:
                 continue
@@ -310,11 +339,12 @@ class CodeBlocks:
 
     def dequantize(self) -> np.ndarray:
         """(rows, cols) float32: the weights as the kernel reads them, w = scale * code + offset
-        in float32 (that order: the file's own arithmetic, gguf_codes.py)."""
+        in float32 (that order: the file's own arithmetic, gguf_codes.py), the two-level scales
+        multiplied out as the kernel multiplies them."""
         widen = lambda a: (a.view(np.float16) if a.dtype == np.uint16 else a).astype(np.float32)  # noqa: E731
-        scale, offset = widen(self.scale), widen(self.offset)
+        scale, offset, supers = widen(self.scale), widen(self.offset), widen(self.supers)
         out = np.empty((self.meta.shape[0] * CHUNK, self.cols), np.float32)
-        for ch, (codes_at, scales_at, offsets_at, kind) in enumerate(self.meta.tolist()):
+        for ch, (codes_at, scales_at, offsets_at, kind, small_at, supers_at) in enumerate(self.meta.tolist()):
             length = GROUP_OF[kind]
             ngroups = self.cols // length
             raw = self.codes[codes_at:codes_at + ngroups * STORED[kind] * CHUNK].reshape(ngroups, STORED[kind], CHUNK)
@@ -322,15 +352,24 @@ class CodeBlocks:
                 q = np.concatenate([raw & 0x0F, raw >> 4], axis=1).astype(np.float32)
             else:
                 q = raw.view(np.int8).astype(np.float32)
-            s = scale[scales_at:scales_at + ngroups * CHUNK].reshape(ngroups, 1, CHUNK)
+            if small_at >= 0:  # two levels: d per super-block times sc per group, (dmin times m)
+                levels, per = (2 if offsets_at >= 0 else 1), SUPER // length
+                small = self.small[small_at:small_at + ngroups * levels * CHUNK].reshape(ngroups, levels, CHUNK)
+                d = supers[supers_at:supers_at + ngroups // per * levels * CHUNK].reshape(-1, levels, CHUNK)
+                d = np.repeat(d, per, axis=0)
+                s = (d[:, 0] * small[:, 0].astype(np.float32))[:, None]
+                o = -(d[:, 1] * small[:, 1].astype(np.float32))[:, None] if offsets_at >= 0 else None
+            else:
+                s = scale[scales_at:scales_at + ngroups * CHUNK].reshape(ngroups, 1, CHUNK)
+                o = offset[offsets_at:offsets_at + ngroups * CHUNK].reshape(ngroups, 1, CHUNK) if offsets_at >= 0 else None
             w = q * s  # (groups, length, CHUNK)
-            if offsets_at >= 0:
-                w = w + offset[offsets_at:offsets_at + ngroups * CHUNK].reshape(ngroups, 1, CHUNK)
+            if o is not None:
+                w = w + o
             out[ch * CHUNK:(ch + 1) * CHUNK] = w.transpose(2, 0, 1).reshape(CHUNK, self.cols)
         return out[:self.rows]
 
     def matmul(self, x: np.ndarray) -> np.ndarray:
         """x (n, cols) float32, C-contiguous -> (n, rows) float32."""
         out = np.empty((x.shape[0], self.rows), np.float32)
-        (_COMPILED or compiled()).matmul(self.codes, self.scale, self.offset, self.meta, x, out, threads())
+        (_COMPILED or compiled()).matmul(*(getattr(self, name) for name in self.ARRAYS), x, out, threads())
         return out

@@ -66,8 +66,11 @@ def _widen(value):
 # The kinds of codes a chunk of 64 rows holds (gguf_codes.py: which GGUF type is which)
 NIBBLES32, BYTES32, BYTES16 = 0, 1, 2
 # meta's columns, a row per chunk: where its codes start (bytes), its scales and offsets (elements;
-# offsets -1 where the chunk has none: w = scale * code), its kind
-CODES_AT, SCALES_AT, OFFSETS_AT, KIND = 0, 1, 2, 3
+# offsets -1 where the chunk has none: w = scale * code), its kind, and for two-level scales (the
+# K-quants': scale = d * sc, offset = -(dmin * m)) where its integers sc (and m) and its halves d
+# (and dmin) start (-1 for one level; then OFFSETS_AT is only a flag, 0 for an offset)
+CODES_AT, SCALES_AT, OFFSETS_AT, KIND, SMALL_AT, SUPERS_AT = 0, 1, 2, 3, 4, 5
+SUPER = 256
 
 
 @njit(**_OPTS)
@@ -85,7 +88,7 @@ def _group_sums(x, length):  # pragma: no cover - compiled
 
 
 @njit(**_OPTS)
-def part_product(codes, scale, offset, meta, x, out, part, parts):  # pragma: no cover - compiled
+def part_product(codes, scale, offset, small, supers, meta, x, out, part, parts):  # pragma: no cover - compiled
     """The part-th of `parts` runs of chunks of out (tokens, rows) = x (tokens, cols) @ weight.T,
     with its scratch allocated once for the run."""
     chunks, tokens = meta.shape[0], x.shape[0]
@@ -96,8 +99,8 @@ def part_product(codes, scale, offset, meta, x, out, part, parts):  # pragma: no
     sums32 = _group_sums(x, GROUP)
     sums16 = _group_sums(x, HALF)
     for ch in range(first, last):
-        chunk_product(codes, scale, offset, meta, x, sums16 if meta[ch, KIND] == BYTES16 else sums32, out, ch,
-                      decoded, acc, scratch)
+        chunk_product(codes, scale, offset, small, supers, meta, x, sums16 if meta[ch, KIND] == BYTES16 else sums32,
+                      out, ch, decoded, acc, scratch)
 
 
 _T1, _T2, _T3, _T4, _T5, _T6 = (GROUP_TILES[t] for t in range(1, 7))
@@ -138,7 +141,8 @@ def _tiles(args, size, length):  # pragma: no cover - compiled
 
 
 @njit(**_OPTS)
-def chunk_product(codes, scale, offset, meta, x, sums, out, ch, decoded, acc, scratch):  # pragma: no cover
+def chunk_product(codes, scale, offset, small, supers, meta, x, sums, out, ch, decoded, acc,
+                  scratch):  # pragma: no cover - compiled
     """Rows ch * CHUNK.. of out (tokens, rows) = x (tokens, cols) @ the weight's rows, transposed.
 
     Group by group: the group's weights (32 or 16 of each of the CHUNK rows) are decoded once into
@@ -157,16 +161,28 @@ def chunk_product(codes, scale, offset, meta, x, sums, out, ch, decoded, acc, sc
     decoded_at, sb_at, ob_at = decoded.ctypes.data, sb.ctypes.data, ob.ctypes.data
     codes_at = codes.ctypes.data + meta[ch, CODES_AT]
     scales_at, offsets_at = meta[ch, SCALES_AT], meta[ch, OFFSETS_AT]
+    small_at, supers_at = meta[ch, SMALL_AT], meta[ch, SUPERS_AT]
+    levels = 2 if offsets_at >= 0 else 1
+    per_super = SUPER // length
     if offsets_at < 0:
         ob[:] = 0  # a symmetric type: offset * sums adds nothing
     for b in range(groups):
-        at = scales_at + b * CHUNK
-        for r in range(CHUNK):
-            sb[r] = widen(scale[at + r])
-        if offsets_at >= 0:
-            at = offsets_at + b * CHUNK
+        if small_at >= 0:  # two levels, multiplied as gguf does: fl(d * sc), -fl(dmin * m), exact
+            at = small_at + b * levels * CHUNK
+            top = supers_at + (b // per_super) * levels * CHUNK
             for r in range(CHUNK):
-                ob[r] = widen(offset[at + r])
+                sb[r] = _half(supers[top + r]) * np.float32(small[at + r])
+            if offsets_at >= 0:
+                for r in range(CHUNK):
+                    ob[r] = -(_half(supers[top + CHUNK + r]) * np.float32(small[at + CHUNK + r]))
+        else:
+            at = scales_at + b * CHUNK
+            for r in range(CHUNK):
+                sb[r] = widen(scale[at + r])
+            if offsets_at >= 0:
+                at = offsets_at + b * CHUNK
+                for r in range(CHUNK):
+                    ob[r] = widen(offset[at + r])
         group_at = codes_at + b * stored * CHUNK
         x_group = x_at + 4 * b * length
         if tokens == 1:  # nothing to share a decode with: the tile decodes the codes in registers
@@ -210,11 +226,11 @@ def chunk_product(codes, scale, offset, meta, x, sums, out, ch, decoded, acc, sc
 
 
 @njit(parallel=True, **_OPTS)
-def matmul(codes, scale, offset, meta, x, out, parts):  # pragma: no cover - compiled
+def matmul(codes, scale, offset, small, supers, meta, x, out, parts):  # pragma: no cover - compiled
     """out (tokens, rows) = x (tokens, cols) @ weight.T, runs of chunks shared out between threads."""
     parts = min(parts, meta.shape[0])
     for part in prange(parts):
-        part_product(codes, scale, offset, meta, x, out, part, parts)
+        part_product(codes, scale, offset, small, supers, meta, x, out, part, parts)
 
 
 @intrinsic
@@ -339,32 +355,39 @@ def _attend_group(qkv, t, first_head, count, keys, values, upto, scaling, attn, 
         q0 += size
 
 
+@njit(**_OPTS)
+def _arrays_of(product, layer):  # pragma: no cover - compiled
+    """A layer's CodeBlocks arrays, from a product's tuple of typed lists (one per array)."""
+    return product[0][layer], product[1][layer], product[2][layer], product[3][layer], product[4][layer], \
+        product[5][layer]
+
+
 @njit(parallel=True, **_ROW_OPTS)
 def decoder_body(x, store, start, cos, sin, norms, eps, qk_norms, qk_eps, heads, kv_heads, head_dim,
-                 scaling, inner, qkv_c, qkv_s, qkv_o, qkv_m, o_c, o_s, o_o, o_m, gu_c, gu_s, gu_o, gu_m,
-                 down_c, down_s, down_o, down_m, final_norm, out, parts):  # pragma: no cover - compiled
+                 scaling, inner, qkv, o, gate_up, down, final_norm, out, parts):  # pragma: no cover - compiled
     """x (n, D) float32, the residual stream of tokens at positions start..start+n-1, through every
     layer; keys and values written into store (layers, 2, kv_heads, capacity, hd); out (n, D): the
     final norm's output; inner: the MLP's width; parts: runs of chunks per product (the threads).
     norms (layers, 2, D): each layer's input and post-attention norm weights;
     qk_norms (layers, 2, hd) (Qwen3's per-head q/k norms) or (0, 2, hd) for none; cos/sin (n, hd).
-    The products' arrays are typed lists, one CodeBlocks field per layer (codes, scales, offsets,
-    meta: each layer's product may hold any kinds of codes, chunk by chunk)."""
+    Each product (qkv, o, gate_up, down) is a tuple of typed lists, one per CodeBlocks array
+    (CodeBlocks.ARRAYS), one entry per layer: each layer's product may hold any GGUF types, chunk
+    by chunk."""
     n, width = x.shape
     group = heads // kv_heads
     q_width, kv_width = heads * head_dim, kv_heads * head_dim
     h = np.empty((n, width), np.float32)
     attn = np.empty((n, q_width), np.float32)
-    for layer in range(len(qkv_c)):
+    for layer in range(len(qkv[0])):
         _rms_norm(x, norms[layer, 0], eps, h)
-        qkv = np.empty((n, q_width + 2 * kv_width), np.float32)
-        codes, scale, offset, meta = qkv_c[layer], qkv_s[layer], qkv_o[layer], qkv_m[layer]
+        qkv_out = np.empty((n, q_width + 2 * kv_width), np.float32)
+        codes, scale, offset, small, supers, meta = _arrays_of(qkv, layer)
         for part in prange(min(parts, meta.shape[0])):
-            part_product(codes, scale, offset, meta, h, qkv, part, min(parts, meta.shape[0]))
+            part_product(codes, scale, offset, small, supers, meta, h, qkv_out, part, min(parts, meta.shape[0]))
         keys, values = store[layer, 0], store[layer, 1]
         for t in range(n):
             for kh in range(heads + kv_heads):
-                v = qkv[t, kh * head_dim:(kh + 1) * head_dim]
+                v = qkv_out[t, kh * head_dim:(kh + 1) * head_dim]
                 if qk_norms.shape[0]:
                     weight = qk_norms[layer, 0] if kh < heads else qk_norms[layer, 1]
                     row = v.reshape((1, head_dim))
@@ -373,31 +396,31 @@ def decoder_body(x, store, start, cos, sin, norms, eps, qk_norms, qk_eps, heads,
             for kh in range(kv_heads):
                 base = q_width + kh * head_dim
                 for i in range(head_dim):
-                    keys[kh, start + t, i] = qkv[t, base + i]
-                    values[kh, start + t, i] = qkv[t, base + kv_width + i]
+                    keys[kh, start + t, i] = qkv_out[t, base + i]
+                    values[kh, start + t, i] = qkv_out[t, base + kv_width + i]
         scores = np.empty((n * kv_heads, group, start + n), np.float32)
         for job in prange(n * kv_heads):
             t, kh = job // kv_heads, job % kv_heads
-            _attend_group(qkv, t, kh * group, group, keys[kh], values[kh], start + t + 1, scaling, attn,
+            _attend_group(qkv_out, t, kh * group, group, keys[kh], values[kh], start + t + 1, scaling, attn,
                           scores[job])
         y = np.empty((n, width), np.float32)
-        codes, scale, offset, meta = o_c[layer], o_s[layer], o_o[layer], o_m[layer]
+        codes, scale, offset, small, supers, meta = _arrays_of(o, layer)
         for part in prange(min(parts, meta.shape[0])):
-            part_product(codes, scale, offset, meta, attn, y, part, min(parts, meta.shape[0]))
+            part_product(codes, scale, offset, small, supers, meta, attn, y, part, min(parts, meta.shape[0]))
         x += y
         _rms_norm(x, norms[layer, 1], eps, h)
-        gate_up = np.empty((n, 2 * inner), np.float32)
-        codes, scale, offset, meta = gu_c[layer], gu_s[layer], gu_o[layer], gu_m[layer]
+        gu_out = np.empty((n, 2 * inner), np.float32)
+        codes, scale, offset, small, supers, meta = _arrays_of(gate_up, layer)
         for part in prange(min(parts, meta.shape[0])):
-            part_product(codes, scale, offset, meta, h, gate_up, part, min(parts, meta.shape[0]))
+            part_product(codes, scale, offset, small, supers, meta, h, gu_out, part, min(parts, meta.shape[0]))
         act = np.empty((n, inner), np.float32)
         for t in range(n):
             for i in range(inner):
-                g = gate_up[t, i]
-                act[t, i] = g / (np.float32(1.0) + _exp(-g)) * gate_up[t, inner + i]
-        codes, scale, offset, meta = down_c[layer], down_s[layer], down_o[layer], down_m[layer]
+                g = gu_out[t, i]
+                act[t, i] = g / (np.float32(1.0) + _exp(-g)) * gu_out[t, inner + i]
+        codes, scale, offset, small, supers, meta = _arrays_of(down, layer)
         for part in prange(min(parts, meta.shape[0])):
-            part_product(codes, scale, offset, meta, act, y, part, min(parts, meta.shape[0]))
+            part_product(codes, scale, offset, small, supers, meta, act, y, part, min(parts, meta.shape[0]))
         x += y
     _rms_norm(x, final_norm, eps, out)
 

@@ -66,7 +66,7 @@ class NativeBody:
         self.inner = first.gate_up.blocks.rows // 2
         # one typed list per field of each product: passed to the compiled call as one object each
         _one_scale_type(layers)
-        self.products = [List(arrays) for arrays in _product_fields(layers)]
+        self.products = [tuple(List(arrays) for arrays in fields) for fields in _product_fields(layers)]
 
     def __call__(self, x: torch.Tensor, store: torch.Tensor, start: int, cos: torch.Tensor,
                  sin: torch.Tensor) -> torch.Tensor:
@@ -85,8 +85,8 @@ ROLES = ("qkv", "o", "gate_up", "down")
 
 def _one_scale_type(layers) -> None:
     """A typed list holds arrays of one type: where a product's scales are halves in some layers
-    and float32 in others (a K-quant mix: Q4_K_M's attn_v is Q6_K in some layers), that product's
-    scales and offsets are widened to float32 in every layer (the same values)."""
+    and float32 in others (a file's fp16 scale field that some layer's offset -8 d outgrows), that
+    product's scales and offsets are widened to float32 in every layer (the same values)."""
     for role in ROLES:
         projections = [getattr(layer, role) for layer in layers]
         types = {(p.blocks.scale.dtype, p.blocks.offset.dtype) for p in projections}
@@ -96,10 +96,12 @@ def _one_scale_type(layers) -> None:
                 p.single.expose()  # the module's buffers follow, so the halves are let go
 
 
-def _product_fields(layers) -> list[list[np.ndarray]]:
-    """Each product's CodeBlocks fields across the layers, in decoder_body's argument order."""
-    return [[getattr(getattr(layer, role).blocks, name) for layer in layers]
-            for role in ROLES for name in ("codes", "scale", "offset", "meta")]
+def _product_fields(layers) -> list[list[list[np.ndarray]]]:
+    """Per product, each CodeBlocks array across the layers, in decoder_body's argument order."""
+    from app.models.int4_cpu_torch import CodeBlocks
+
+    return [[[getattr(getattr(layer, role).blocks, name) for layer in layers] for name in CodeBlocks.ARRAYS]
+            for role in ROLES]
 
 
 def _weights(norm: torch.nn.Module) -> np.ndarray:

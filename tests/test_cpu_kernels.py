@@ -25,7 +25,6 @@ pytestmark = pytest.mark.skipif(bool(int4_cpu_torch.why_not_available()),
 
 def _blocks_of(kind: str, rows: int, cols: int, seed: int) -> tuple[CodeBlocks, np.ndarray]:
     raw = random_blocks(kind, rows, cols, np.random.default_rng(seed))
-    groups = code_groups(kind, raw, rows, cols)
     blocks = CodeBlocks(rows, cols, [(rows, kind)])
     for start in range(0, rows, CHUNK):  # filled a chunk of rows at a time, as the loader does
         blocks.fill(start, code_groups(kind, raw[start:start + CHUNK], min(CHUNK, rows - start), cols))

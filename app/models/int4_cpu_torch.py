@@ -361,7 +361,9 @@ class CodeBlocks:
                 o = -(d[:, 1] * small[:, 1].astype(np.float32))[:, None] if offsets_at >= 0 else None
             else:
                 s = scale[scales_at:scales_at + ngroups * CHUNK].reshape(ngroups, 1, CHUNK)
-                o = offset[offsets_at:offsets_at + ngroups * CHUNK].reshape(ngroups, 1, CHUNK) if offsets_at >= 0 else None
+                o = None
+                if offsets_at >= 0:
+                    o = offset[offsets_at:offsets_at + ngroups * CHUNK].reshape(ngroups, 1, CHUNK)
             w = q * s  # (groups, length, CHUNK)
             if o is not None:
                 w = w + o

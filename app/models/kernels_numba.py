@@ -166,23 +166,27 @@ def chunk_product(codes, scale, offset, small, supers, meta, x, sums, out, ch, d
     per_super = SUPER // length
     if offsets_at < 0:
         ob[:] = 0  # a symmetric type: offset * sums adds nothing
+    # (rows are read through slices indexed by the loop's own counter: an index computed from
+    # meta is signed, and Numba's wraparound check on it kept LLVM from vectorizing these loops)
     for b in range(groups):
         if small_at >= 0:  # two levels, multiplied as gguf does: fl(d * sc), -fl(dmin * m), exact
             at = small_at + b * levels * CHUNK
             top = supers_at + (b // per_super) * levels * CHUNK
+            d, sc = supers[top:top + CHUNK], small[at:at + CHUNK]
             for r in range(CHUNK):
-                sb[r] = _half(supers[top + r]) * np.float32(small[at + r])
+                sb[r] = _half(d[r]) * np.float32(sc[r])
             if offsets_at >= 0:
+                dmin, m = supers[top + CHUNK:top + 2 * CHUNK], small[at + CHUNK:at + 2 * CHUNK]
                 for r in range(CHUNK):
-                    ob[r] = -(_half(supers[top + CHUNK + r]) * np.float32(small[at + CHUNK + r]))
+                    ob[r] = -(_half(dmin[r]) * np.float32(m[r]))
         else:
-            at = scales_at + b * CHUNK
+            row = scale[scales_at + b * CHUNK:scales_at + (b + 1) * CHUNK]
             for r in range(CHUNK):
-                sb[r] = widen(scale[at + r])
+                sb[r] = widen(row[r])
             if offsets_at >= 0:
-                at = offsets_at + b * CHUNK
+                row = offset[offsets_at + b * CHUNK:offsets_at + (b + 1) * CHUNK]
                 for r in range(CHUNK):
-                    ob[r] = widen(offset[at + r])
+                    ob[r] = widen(row[r])
         group_at = codes_at + b * stored * CHUNK
         x_group = x_at + 4 * b * length
         if tokens == 1:  # nothing to share a decode with: the tile decodes the codes in registers
@@ -196,16 +200,17 @@ def chunk_product(codes, scale, offset, small, supers, meta, x, sums, out, ch, d
         first = meta[ch, CODES_AT] + b * stored * CHUNK
         if kind == NIBBLES32:
             for j in range(HALF):  # byte j holds weight j (low nibble) and weight j + 16 (high)
+                column = codes[first + j * CHUNK:first + (j + 1) * CHUNK]
                 for r in range(CHUNK):
-                    f = np.float32(codes[first + j * CHUNK + r])
+                    f = np.float32(column[r])
                     h = np.floor(f * np.float32(0.0625))
                     decoded[j + HALF, r] = h
                     decoded[j, r] = f - np.float32(16.0) * h
         else:
             for j in range(length):  # int8 codes stored as bytes
+                column = codes[first + j * CHUNK:first + (j + 1) * CHUNK].view(np.int8)
                 for r in range(CHUNK):
-                    c = np.int32(codes[first + j * CHUNK + r])
-                    decoded[j, r] = np.float32(c - np.int32(256) if c > 127 else c)
+                    decoded[j, r] = np.float32(column[r])
         t = 0
         while t < tokens:
             left = tokens - t

@@ -104,3 +104,32 @@ def test_non_gguf_is_refused_with_its_name(tmp_path):
         import_gguf(fake, out)
     assert "notes.gguf is not a GGUF file" in str(err.value)
     assert not out.exists()
+
+
+def test_a_tensor_of_a_type_nothing_reads_is_refused_before_loading_naming_it(tmp_path):
+    """Q8_1 (an activation type llama.cpp never writes into model files) has no reader here: the
+    check before loading names the tensor and the type."""
+    import gguf
+
+    writer = gguf.GGUFWriter(tmp_path / "odd.gguf", "llama")
+    writer.add_tensor("blk.0.attn_q.weight", np.zeros((4, 40), np.uint8), raw_dtype=gguf.GGMLQuantizationType.Q8_1)
+    writer.add_tensor("blk.0.attn_norm.weight", np.ones(32, np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(ModelFileError, match=r"tensor 'blk.0.attn_q.weight' is stored as Q8_1, a type Tandem cannot"):
+        inspect_gguf(tmp_path / "odd.gguf")
+
+
+def test_a_tensor_whose_bytes_do_not_match_its_shape_is_refused_naming_it():
+    """What the loader says of a tensor whose bytes are not what its shape and type need (the
+    check before loading catches a truncated file; this is the loader's own guard)."""
+    from types import SimpleNamespace
+
+    from app.models.gguf_torch import _coded
+
+    tensor = SimpleNamespace(name="blk.3.ffn_down.weight", tensor_type=gguf.GGMLQuantizationType.Q6_K,
+                             data=np.zeros((64, 200), np.uint8))  # a Q6_K row of 256 weights takes 210 bytes
+    with pytest.raises(ModelFileError, match=r"tensor blk.3.ffn_down.weight \(Q6_K, 64x256\): Q6_K: 12800 bytes"):
+        _coded(tensor, None, 64, 256)

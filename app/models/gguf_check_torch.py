@@ -61,6 +61,8 @@ def info_lines(gguf_path: Path) -> list[str]:
             parts.append(f"int4, groups of 32, {int4_scales()} ({_size(rest * INT4_BYTES)})")
         elif rest and kind in INT8_TYPES:
             parts.append(f"int8, one bfloat16 scale per row ({_size(rest * INT8_BYTES)})")
+        elif rest and kind not in ("F32", "F16", "BF16"):  # IQ1-IQ3, TQ, MXFP4: no kernel of Tandem's
+            parts.append(f"float32, dequantized by gguf (no CPU kernel for {kind}) ({_size(rest * FLOAT_BYTES)})")
         elif rest:
             parts.append(f"float32 ({_size(rest * FLOAT_BYTES)})")
         runs = "; ".join(parts)

@@ -156,6 +156,7 @@ def _inspect(resolved: str, size: int, _mtime_ns: int) -> GGUFInfo:
                 f"the file has {size:,}. The download is incomplete; fetch the file again."
             )
         kind = tensor.tensor_type.name
+        _check_type(gguf, path, tensor)
         counts[kind] = counts.get(kind, 0) + 1
     arch_field = reader.fields.get("general.architecture")
     if arch_field is None:
@@ -165,6 +166,23 @@ def _inspect(resolved: str, size: int, _mtime_ns: int) -> GGUFInfo:
     name = str(name_field.contents()) if name_field is not None else path.stem
     return GGUFInfo(path, architecture, name, counts, len(reader.tensors), size, n_params, elements=elements,
                     embedding=embedding, head=head, head_rows=head_rows, stored=stored)
+
+
+def _check_type(gguf, path: Path, tensor) -> None:
+    """A tensor of a type nothing here reads (Tandem's kernel takes gguf_codes.KERNEL_TYPES, gguf's
+    own dequantization the rest of its table), or whose rows are not whole blocks of its type, is
+    refused before anything loads, naming the tensor."""
+    kind = tensor.tensor_type.name
+    if kind not in ("F32", "F16") and tensor.tensor_type not in gguf.quants._type_traits:
+        readable = sorted({"F32", "F16"} | {t.name for t in gguf.quants._type_traits})
+        raise ModelFileError(
+            f"{path.name}: tensor '{tensor.name}' is stored as {kind}, a type Tandem cannot read (it reads "
+            f"{', '.join(readable)}). Choose a file of another quantization, such as Q4_K_M.")
+    block = gguf.GGML_QUANT_SIZES[tensor.tensor_type][0]
+    if len(tensor.shape) and int(tensor.shape[0]) % block:
+        raise ModelFileError(
+            f"{path.name}: tensor '{tensor.name}' ({kind}) has rows of {int(tensor.shape[0])} weights, not whole "
+            f"blocks of {block}: the file is damaged. Fetch it again.")
 
 
 def is_gguf_folder(folder: Path) -> bool:

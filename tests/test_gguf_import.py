@@ -109,8 +109,6 @@ def test_non_gguf_is_refused_with_its_name(tmp_path):
 def test_a_tensor_of_a_type_nothing_reads_is_refused_before_loading_naming_it(tmp_path):
     """Q8_1 (an activation type llama.cpp never writes into model files) has no reader here: the
     check before loading names the tensor and the type."""
-    import gguf
-
     writer = gguf.GGUFWriter(tmp_path / "odd.gguf", "llama")
     writer.add_tensor("blk.0.attn_q.weight", np.zeros((4, 40), np.uint8), raw_dtype=gguf.GGMLQuantizationType.Q8_1)
     writer.add_tensor("blk.0.attn_norm.weight", np.ones(32, np.float32))

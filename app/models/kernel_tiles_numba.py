@@ -157,6 +157,11 @@ GROUP16_TILES = {tokens: _make_group_tile(tokens, vectors, 16) for tokens, vecto
 PACKED_STEP = _make_group_tile(1, CHUNK // LANES, packed="nibbles")
 BYTES_STEP = _make_group_tile(1, CHUNK // LANES, packed="bytes")
 BYTES16_STEP = _make_group_tile(1, CHUNK // LANES, 16, packed="bytes")
+# 2-6 tokens (a pass of one token tile: a verify of k <= 5 drafts) from the codes as stored, each
+# weight vector decoded in registers once for the tile's tokens: no round trip through `decoded`
+PACKED_TILES = {t: _make_group_tile(t, TILES[t], packed="nibbles") for t in range(2, 7)}
+BYTES_TILES = {t: _make_group_tile(t, TILES[t], packed="bytes") for t in range(2, 7)}
+BYTES16_TILES = {t: _make_group_tile(t, TILES[t], 16, packed="bytes") for t in range(2, 7)}
 
 
 # (tokens, rows) for the dot tiles: T * R sums in registers, each an 8-lane vector until the end;

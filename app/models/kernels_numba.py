@@ -25,9 +25,9 @@ from numba import njit, prange, types  # noqa: F401 - prange is read by the para
 from numba.extending import intrinsic, overload
 
 from app.models import numba_cache
-from app.models.kernel_tiles_numba import (BYTES16_STEP, BYTES_STEP, CODE_DOT_TILES, DOT_ROWS, FLOAT_DOT_TILES,
-                                          GROUP16_TILES, GROUP_TILES, ONE_CODE_DOT, ONE_FLOAT_DOT, PACKED_STEP,
-                                          SUM_TILES, TILE_VECTORS)
+from app.models.kernel_tiles_numba import (BYTES16_STEP, BYTES16_TILES, BYTES_STEP, BYTES_TILES, CODE_DOT_TILES,
+                                          DOT_ROWS, FLOAT_DOT_TILES, GROUP16_TILES, GROUP_TILES, ONE_CODE_DOT,
+                                          ONE_FLOAT_DOT, PACKED_STEP, PACKED_TILES, SUM_TILES, TILE_VECTORS)
 
 CHUNK = 64
 GROUP = 32
@@ -104,6 +104,9 @@ def part_product(codes, scale, offset, small, supers, meta, x, out, part, parts)
 
 
 _T1, _T2, _T3, _T4, _T5, _T6 = (GROUP_TILES[t] for t in range(1, 7))
+_N2, _N3, _N4, _N5, _N6 = (PACKED_TILES[t] for t in range(2, 7))
+_B2, _B3, _B4, _B5, _B6 = (BYTES_TILES[t] for t in range(2, 7))
+_P2, _P3, _P4, _P5, _P6 = (BYTES16_TILES[t] for t in range(2, 7))
 _H1, _H2, _H3, _H4, _H5, _H6 = (GROUP16_TILES[t] for t in range(1, 7))
 _D1, _D2, _D3, _D4, _D5, _D6 = (CODE_DOT_TILES[t] for t in range(1, 7))
 _F1, _F2, _F3, _F4, _F5, _F6 = (FLOAT_DOT_TILES[t] for t in range(1, 7))
@@ -138,6 +141,43 @@ def _tiles(args, size, length):  # pragma: no cover - compiled
         _H2(*args)
     else:
         _H1(*args)
+
+
+@njit(**_OPTS)
+def _packed_tiles(args, size, kind):  # pragma: no cover - compiled
+    """One register tile of 2-6 tokens that decodes the group's codes as stored, by kind."""
+    if kind == NIBBLES32:
+        if size == 6:
+            _N6(*args)
+        elif size == 5:
+            _N5(*args)
+        elif size == 4:
+            _N4(*args)
+        elif size == 3:
+            _N3(*args)
+        else:
+            _N2(*args)
+    elif kind == BYTES32:
+        if size == 6:
+            _B6(*args)
+        elif size == 5:
+            _B5(*args)
+        elif size == 4:
+            _B4(*args)
+        elif size == 3:
+            _B3(*args)
+        else:
+            _B2(*args)
+    elif size == 6:
+        _P6(*args)
+    elif size == 5:
+        _P5(*args)
+    elif size == 4:
+        _P4(*args)
+    elif size == 3:
+        _P3(*args)
+    else:
+        _P2(*args)
 
 
 @njit(**_OPTS)
@@ -196,6 +236,13 @@ def chunk_product(codes, scale, offset, small, supers, meta, x, sums, out, ch, d
                 BYTES_STEP(group_at, x_group, x_stride, acc_at, sb_at, ob_at, sums_at + 4 * b, groups)
             else:
                 BYTES16_STEP(group_at, x_group, x_stride, acc_at, sb_at, ob_at, sums_at + 4 * b, groups)
+            continue
+        if tokens <= 6:  # one token tile: its weight vectors decoded in registers, each once
+            vectors = TILE_VECTORS[tokens]
+            for v in range(0, 8, vectors):
+                r4 = 4 * 8 * v
+                _packed_tiles((group_at + 8 * v, x_group, x_stride, acc_at + r4, sb_at + r4, ob_at + r4,
+                               sums_at + 4 * b, groups), tokens, kind)
             continue
         first = meta[ch, CODES_AT] + b * stored * CHUNK
         if kind == NIBBLES32:

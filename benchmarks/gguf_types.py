@@ -228,12 +228,33 @@ def timed_process(command: list[str], timeout: float) -> dict:
         wall = time.perf_counter() - start
         process.returncode = os.waitstatus_to_exitcode(status)
         err.seek(0)
-        return {"wall_s": wall, "rss_bytes": usage.ru_maxrss * 1024, "rc": process.returncode,
-                "stderr": err.read(), "timed_out": wall > timeout}
+        text = err.read()
+        # the child's own high-water mark, which it writes as it exits (PEAK_AT_EXIT): wait4's
+        # ru_maxrss also counts the forked copy of this process that exec replaced (Linux keeps
+        # the larger), so every child looked as large as the benchmark itself
+        found = re.findall(r"^peak VmHWM (\d+) kB$", text, re.M)
+        peak = int(found[-1]) * 1024 if found else usage.ru_maxrss * 1024
+        return {"wall_s": wall, "rss_bytes": peak, "rc": process.returncode, "stderr": text,
+                "timed_out": wall > timeout}
+
+
+PEAK_AT_EXIT = """import atexit, sys
+
+def _peak():
+    try:
+        with open("/proc/self/status") as status:
+            kb = next(line.split()[1] for line in status if line.startswith("VmHWM:"))
+        print(f"peak VmHWM {kb} kB", file=sys.stderr, flush=True)
+    except (OSError, StopIteration):
+        pass
+
+atexit.register(_peak)
+"""
 
 
 def tandem_load(path: Path, timeout: float) -> dict:
-    run = timed_process([sys.executable, "-m", "app.cli", "generate", "--backend", "torch", "--model", str(path),
+    start_cli = PEAK_AT_EXIT + "import runpy; runpy.run_module('app.cli', run_name='__main__')"
+    run = timed_process([sys.executable, "-c", start_cli, "generate", "--backend", "torch", "--model", str(path),
                          "--precision", "gguf", "--draft", "none", "--context", str(CONTEXT), "--max-tokens", "1",
                          "--prompt", "Hello"], timeout)
     found = re.search(r"Loaded .* in ([0-9.]+)s", run["stderr"])
@@ -253,7 +274,8 @@ next(iter(llm.generate([1, 9690, 198], temp=0.0, top_k=1)))
 
 
 def llama_load(path: Path, threads: int, timeout: float) -> dict:
-    run = timed_process([sys.executable, "-c", LLAMA_LOAD, str(path), str(threads), str(CONTEXT)], timeout)
+    run = timed_process([sys.executable, "-c", PEAK_AT_EXIT + LLAMA_LOAD, str(path), str(threads), str(CONTEXT)],
+                        timeout)
     result = {"wall_s": run["wall_s"], "rss_bytes": run["rss_bytes"]}
     if run["rc"] != 0:
         result["error"] = "timed out" if run["timed_out"] else _last_line(run["stderr"]) or f"exit {run['rc']}"

@@ -12,6 +12,7 @@ removed by the next import, while a live import's folder is never touched.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -30,6 +31,7 @@ GGUF_MAGIC = b"GGUF"
 IMPORT_MARKER = "tandem-import.json"
 GGUF_VARIANT = "gguf"  # the import folder without weights: PyTorch reads them from the .gguf itself
 GGUF_WEIGHTS = "gguf-weights.json"  # in that folder: which file holds its weights
+MLX_GGUF_VARIANT = "mlx-gguf"  # MLX's quantized layers at the file's own numbers (app/models/gguf_mlx.py)
 STAGING = re.compile(r"^\.[A-Za-z0-9-]+-staging-(\d+)-(\d+)-")  # .<variant>-staging-<pid>-<start>-<random>
 
 
@@ -97,11 +99,58 @@ def sha256_of(path: Path, chunk: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
+DIGESTS = "gguf-digests.json"  # in the cache folder: {resolved path: {"file": [...], "sha256": ...}}
+DIGESTS_KEPT = 64  # files remembered (the most recently hashed)
+
+
+def _identity(stat: os.stat_result) -> list[int]:
+    """What changes when a file's bytes may have: its size, its modification time, and its inode's
+    change time and number (no program can set ctime back, as `touch -d` or `cp -p` set mtime)."""
+    return [stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino]
+
+
+def file_sha256(path: str | Path) -> str:
+    """The SHA-256 of a model file, hashed once for as long as the file stays the same file
+    (`_identity`): opening a .gguf named its import folder by hashing all of it at every load,
+    1.0 s for a 0.67 GB file here, about 7 s for an 8B model's 4.9 GB. Remembered in the cache
+    folder; a record that cannot be read or written is hashed again, never trusted."""
+    from app.paths import cache_dir
+
+    path = Path(path)
+    key = str(path.resolve())
+    identity = _identity(path.stat())
+    try:
+        records = json.loads((cache_dir() / DIGESTS).read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # none yet, or damaged: hashed, and written afresh
+        records = {}
+    records = records if isinstance(records, dict) else {}
+    record = records.get(key)
+    if (isinstance(record, dict) and record.get("file") == identity and isinstance(record.get("sha256"), str)
+            and re.fullmatch(r"[0-9a-f]{64}", record["sha256"])):
+        return record["sha256"]
+    digest = sha256_of(path)
+    records.pop(key, None)
+    records[key] = {"file": identity, "sha256": digest}  # the newest last: the oldest are dropped first
+    try:
+        store = cache_dir() / DIGESTS
+    except OSError:  # no cache folder: hashed again next time
+        return digest
+    partial = store.with_name(f".{DIGESTS}.{os.getpid()}.partial")
+    try:
+        partial.write_text(json.dumps(dict(list(records.items())[-DIGESTS_KEPT:])), encoding="utf-8")
+        os.replace(partial, store)
+    except OSError:  # a read-only cache or a full disk: hashed again next time
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
+    return digest
+
+
 def inspect_gguf(path: str | Path) -> GGUFInfo:
     """Check that `path` is a complete GGUF file and describe it. Raises ModelFileError.
-    Reading the header parses the whole vocabulary (1.7 s for the demo's), and opening a model
-    asks several times (resolving, importing, the weights check, the memory check): the answer
-    is kept for as long as the file's size and modification time stay the same."""
+    The header is read without its metadata arrays (app/models/gguf_header.py: 0.03 s for the
+    demo's, where gguf's reader parsed its vocabulary in 2.3 s), and opening a model asks several
+    times (resolving, importing, the weights check, the memory check): the answer is kept for as
+    long as the file's size and modification time stay the same."""
     path = Path(path)
     if not path.is_file():
         raise ModelFileError(f"{path}: no such file. Check the path and try again.")
@@ -123,10 +172,12 @@ def _inspect(resolved: str, size: int, _mtime_ns: int) -> GGUFInfo:
         )
     import gguf  # the reference reader from llama.cpp; numpy only
 
+    from app.models.gguf_header import open_tensors  # gguf's reader, without building the metadata arrays
+
     if size < 24:  # magic, version, tensor count and metadata count
         raise ModelFileError(f"{path.name} is truncated: {size} bytes, too few for a GGUF header. Fetch it again.")
     try:
-        reader = gguf.GGUFReader(path, "r")
+        reader = open_tensors(path)
     except Exception as exc:  # the reader raises bare ValueError/IndexError on damaged headers
         raise ModelFileError(
             f"{path.name}: the GGUF header cannot be read ({exc}). The file is damaged or "
@@ -220,9 +271,10 @@ def gguf_source(folder: Path) -> Path:
 
 
 def import_variants(mlx_variants: tuple[str, ...] = ("mlx",), torch_variant: str | None = "hf") -> tuple[str, ...]:
-    """The folders an import builds, in order: MLX's are converted from "hf", so it comes first."""
+    """The folders an import builds, in order: MLX's are converted from "hf", so it comes first
+    (all but MLX_GGUF_VARIANT, which reads the .gguf itself)."""
     wanted = [torch_variant] if torch_variant else []
-    if mlx_variants and "hf" not in wanted:
+    if any(v != MLX_GGUF_VARIANT for v in mlx_variants) and "hf" not in wanted:
         wanted.insert(0, "hf")
     return (*wanted, *mlx_variants)
 
@@ -251,16 +303,17 @@ def import_gguf(
 
     PyTorch's folder is "hf" (the weights dequantized to float32 safetensors, the reference) or
     "gguf" (config and tokenizer only: PyTorch reads the weights from the GGUF at their own
-    precisions, app/models/gguf_torch.py; nothing is dequantized or copied). MLX's are "mlx"
-    (float32) and "mlx-4bit" (affine, group 32: the same grid as GGUF's Q4_0/Q4_1 blocks), built
-    from "hf". Returns {"hf": path, "mlx": path, ...}. Idempotent: an existing
+    precisions, app/models/gguf_torch.py; nothing is dequantized or copied). MLX's are "mlx-gguf"
+    (MLX quantized layers at the file's own numbers, written from the .gguf itself:
+    app/models/gguf_mlx.py), and "mlx" (float32) and "mlx-4bit" (affine, group 32: the same grid as
+    GGUF's Q4_0/Q4_1 blocks), built from "hf". Returns {"hf": path, "mlx": path, ...}. Idempotent: an existing
     complete import of the same file (checked by size and hash) is reused. `digest`: the file's
     SHA-256 when the caller has already computed it.
     """
     info = inspect_gguf(gguf_path)
     out_dir = make_output_folder(Path(out_dir), "the imported model folders")  # before hashing a large file
     say = progress or (lambda message: None)
-    digest = digest or sha256_of(info.path)
+    digest = digest or file_sha256(info.path)
     marker = out_dir / IMPORT_MARKER
     wanted = {v: out_dir / v for v in import_variants(mlx_variants, torch_variant)}
     done: dict[str, str] = {}
@@ -289,6 +342,10 @@ def import_gguf(
                     gguf_to_hf_folder(info.path, staging, weights=False)
                     (staging / GGUF_WEIGHTS).write_text(json.dumps(
                         {"source": str(info.path.resolve()), "sha256": digest, "bytes": info.size_bytes}))
+            elif variant == MLX_GGUF_VARIANT:
+                from app.models.gguf_mlx import gguf_to_mlx_folder
+
+                gguf_to_mlx_folder(info.path, staging, progress=say)
             else:
                 from app.models.mlx_convert import hf_to_mlx_folder
 

@@ -335,13 +335,14 @@ def load_gguf_model(folder: Path, gguf_path: Path, dtype: torch.dtype = torch.fl
     """The model of `folder`'s config.json with the weights of `gguf_path` at their own precisions
     (4-bit -> int4 kernel, the rest -> `dtype`), on the CPU, in eval mode. `int4=False`
     dequantizes every tensor to `dtype` (the float32 reference `models info --check` compares with)."""
-    import gguf
     from transformers import AutoConfig, AutoModelForCausalLM
+
+    from app.models.gguf_header import open_tensors
 
     config = AutoConfig.from_pretrained(str(folder))
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
-    reader = gguf.GGUFReader(gguf_path, "r")
+    reader = open_tensors(gguf_path)  # the tensors and scalar fields: no vocabulary parsed (gguf_header.py)
     architecture = str(reader.fields["general.architecture"].contents())
     # The parsed metadata (a vocabulary of 150k tokens is millions of small objects) is not needed
     # past this point: the config and the tokenizer come from the imported folder.

@@ -114,6 +114,20 @@ def prune_versions(base: Path, keep: str, now: float | None = None) -> list[str]
     return removed
 
 
+def _cache_typed_lists() -> None:
+    """numba.typed.List builds its lists through two functions of Numba's own compiled for each item
+    type and never cached: 0.2 s a type, 0.8 s for the decoder's lists (compiled_layers_torch.py) at
+    every load. Cached in the same folder as the kernels (best effort: Numba's internals)."""
+    try:
+        from numba.typed import typedlist
+
+        for helper in (typedlist._make_list, typedlist._append):
+            if type(helper._cache).__name__ == "NullCache":
+                helper.enable_caching()
+    except Exception as exc:  # noqa: BLE001 - another Numba, or no place to cache: compiled each load, as before
+        log.info("numba.typed.List's helpers are compiled at each load: %s", exc)
+
+
 def compiled():
     """The module of compiled functions (kernels_numba), built on first use; None where it cannot be."""
     global _COMPILED, _WHY_NOT
@@ -149,6 +163,7 @@ def compiled():
         if why := numba_cache.install():  # a frozen bundle's cache (numba_cache.py)
             log.warning("The compiled CPU kernels are compiled at each start, not cached: %s", why)
         module = importlib.import_module("app.models.kernels_numba")
+        _cache_typed_lists()
         from app.models.gguf_codes import NIBBLES32, CodeGroups
 
         # compiles (or loads from the cache) and runs once: codes 9 at scale 1 and offset -8

@@ -67,6 +67,15 @@ class NativeBody:
         # one typed list per field of each product: passed to the compiled call as one object each
         _one_scale_type(layers)
         self.products = [tuple(List(arrays) for arrays in fields) for fields in _product_fields(layers)]
+        self._prepare(len(layers), first.input_norm.weight.shape[0])
+
+    def _prepare(self, layers: int, width: int) -> None:
+        """One token through the layers into a scratch cache, at load: the call is compiled (on a new
+        machine, ~30 s), or read from the kernel cache, here and not at the first answer, where the
+        window would sit silent after "Loaded"."""
+        store = np.zeros((layers, 2, self.kv_heads, 1, self.head_dim), np.float32)
+        cos = np.ones((1, self.head_dim), np.float32)
+        self(torch.zeros(1, width), torch.from_numpy(store), 0, torch.from_numpy(cos), torch.zeros(1, self.head_dim))
 
     def __call__(self, x: torch.Tensor, store: torch.Tensor, start: int, cos: torch.Tensor,
                  sin: torch.Tensor) -> torch.Tensor:

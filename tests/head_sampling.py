@@ -32,6 +32,9 @@ def check_sampling_keeps_the_target(folder, target, drafter, prompt, vocab: int,
         drafted, accepted = drafted + stats.drafted, accepted + stats.accepted
         for position, t in enumerate(t for e in events if isinstance(e, Round) for t in e.emitted):
             counts[position, t] += 1
-    assert 0.2 < accepted / drafted < 0.95  # both verdicts were common
+    # both verdicts common: at least 2% rejected (20 of 1,000 drafts) runs the rejection path many
+    # times; the tiny heads trained here accept 95-96% with the packages of 2026-11-28 (95% was the
+    # bound before, and they crossed it without any change of Tandem's)
+    assert 0.2 < accepted / drafted < 0.98, (accepted, drafted)
     for position in (1, 2):
         assert _p_value(counts[position], exact[position]) > ALPHA / 2, position

@@ -366,3 +366,14 @@ def test_the_compiled_exp_is_within_2_ulp_where_attention_and_silu_use_it():
     assert ulp.max() <= 2.0, ulp.max()
     assert out[-4] == 0.0 and out[-3] == 0.0 and out[-2] == 1.0
     assert np.isfinite(out[-1]) and out[-1] > 1e38
+
+
+def test_a_gguf_load_says_which_layer_it_reads_and_when_it_prepares_the_compiled_call(wide_q4):
+    """What the window's status line and the CLI show while a model loads, in order."""
+    from app.engine.backends.torch_backend import TorchBackend
+
+    said: list[str] = []
+    TorchBackend(wide_q4, precision="gguf", progress=said.append)
+    reading = [m for m in said if m.startswith("Reading the weights of m: layer ")]
+    assert reading and reading[0] == "Reading the weights of m: layer 1 of 2 ..."
+    assert said.index("Preparing the decoder layers' compiled call ...") > said.index(reading[-1])

@@ -314,6 +314,30 @@ def _release(reader, tensor) -> None:
         pass
 
 
+class _LayerProgress:
+    """"Reading the weights of <name>: layer 5 of 16" as the tensors of each layer are read, no more
+    often than every PERIOD_S (a window's status line, a CLI's stderr)."""
+
+    PERIOD_S = 0.3
+
+    def __init__(self, progress, layers: int, name: str):
+        import time
+
+        self.progress, self.layers, self.name, self.clock = progress, layers, name, time.monotonic
+        self.last = self.clock() - self.PERIOD_S  # the first layer is said at once
+
+    def __call__(self, tensor_name: str) -> None:
+        if self.progress is None or not tensor_name.startswith("blk.") or not self.layers:
+            return
+        now = self.clock()
+        if now - self.last < self.PERIOD_S:
+            return
+        self.last = now
+        layer = tensor_name.split(".")[1]
+        if layer.isdigit():
+            self.progress(f"Reading the weights of {self.name}: layer {int(layer) + 1} of {self.layers} ...")
+
+
 def _rebuild_meta_buffers(model: torch.nn.Module) -> None:
     """Buffers computed at construction (RoPE's inv_freq) stayed on meta: build those modules again
     on the CPU from the config; they hold no weights."""
@@ -330,11 +354,12 @@ def _rebuild_meta_buffers(model: torch.nn.Module) -> None:
 
 
 def load_gguf_model(folder: Path, gguf_path: Path, dtype: torch.dtype = torch.float32,
-                    act_dtype: torch.dtype = torch.bfloat16,
-                    int4: bool = True) -> tuple[torch.nn.Module, GGUFLoadReport]:
+                    act_dtype: torch.dtype = torch.bfloat16, int4: bool = True,
+                    progress=None) -> tuple[torch.nn.Module, GGUFLoadReport]:
     """The model of `folder`'s config.json with the weights of `gguf_path` at their own precisions
     (4-bit -> int4 kernel, the rest -> `dtype`), on the CPU, in eval mode. `int4=False`
-    dequantizes every tensor to `dtype` (the float32 reference `models info --check` compares with)."""
+    dequantizes every tensor to `dtype` (the float32 reference `models info --check` compares with).
+    `progress(message)` hears which layer's weights are being read, at most a few times a second."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from app.models.gguf_header import open_tensors
@@ -355,7 +380,9 @@ def load_gguf_model(folder: Path, gguf_path: Path, dtype: torch.dtype = torch.fl
     report = GGUFLoadReport()
     kernel = on_kernel()
     stacks, report.fused = _plan_fusion(model, reader.tensors, names, rows_only, act_dtype, kernel) if int4 else ({}, 0)
+    said = _LayerProgress(progress, int(getattr(config, "num_hidden_layers", 0) or 0), gguf_path.stem)
     for tensor in reader.tensors:
+        said(tensor.name)
         hf_name = names.get(tensor.name)
         if hf_name is None:
             report.skipped.append(tensor.name)

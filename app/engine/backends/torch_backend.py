@@ -197,6 +197,8 @@ class TorchBackend(ModelBackend):
         if step == "lean" and self.compiled:
             raise ValueError("the lean step runs eagerly or as CUDA graphs, not with compiled layers")
         lean = step != "transformers" and not self.lean_note and not self.compiled
+        if lean and self._device.type == "cpu" and _on_codes(self.model):  # (compiled_layers_torch.py)
+            self._progress("Preparing the decoder layers' compiled call ...")
         self._lean = LeanStep(self.model) if lean else None
         self._graphs, self.graph_note = None, ""
         if self._device.type == "cuda" and not lean:
@@ -329,7 +331,7 @@ class TorchBackend(ModelBackend):
         if not int4_cpu_torch.decided():  # the first GGUF of this process: Numba builds or reads the kernel
             self._progress("Preparing the CPU kernel for GGUF weights (compiled on the first load, then cached)")
             int4_cpu_torch.why_not_available()
-        model, report = load_gguf_model(folder, gguf_source(folder), dtype=self._dtype)
+        model, report = load_gguf_model(folder, gguf_source(folder), dtype=self._dtype, progress=self._progress)
         self.near_tie_gap = BATCHED_TIE_GAP
         # the UI shows the words before " (", and the whole in tooltips and the load line
         return model, f"{report.short()} ({report.describe()})"
@@ -585,3 +587,10 @@ class TorchBackend(ModelBackend):
             token = torch.multinomial(row, 1, generator=self._generator)[0]
         out = torch.cat([n.view(1).float(), token.view(1).float(), q.float()]).tolist()
         return Verdict(accepted=int(out[0]), token=int(out[1]), q=tuple(out[2:]))
+
+
+def _on_codes(model: torch.nn.Module) -> bool:
+    """Whether a model has GGUF weights on Tandem's CPU kernel (its layers may run as one call)."""
+    from app.models.gguf_layers_torch import GGUFCodesLinear
+
+    return any(isinstance(m, GGUFCodesLinear) for m in model.modules())

@@ -181,3 +181,39 @@ def test_cancel_token_can_follow_another_reason():
     assert not token.cancelled
     reason[0] = True
     assert token.cancelled
+
+
+def test_a_loads_steps_are_passed_on_while_it_runs_not_when_it_ends():
+    """The service says a load's steps on its own thread; the worker emits each while it waits
+    (emitted from the service's thread, they reached the window only when the load ended)."""
+    import threading
+    import time
+    from concurrent.futures import Future
+    from types import SimpleNamespace
+
+    from app.draft_choice import NO_DRAFT
+    from ui.worker import EngineWorker, PairRequest
+
+    done = threading.Event()
+
+    class SlowService:
+        watchers: list = []
+
+        def load(self, *args, progress, **kwargs) -> Future:
+            future: Future = Future()
+
+            def run():
+                for layer in range(3):
+                    progress(f"layer {layer}")
+                    time.sleep(0.3)
+                done.set()
+                future.set_result(SimpleNamespace())
+            threading.Thread(target=run, daemon=True).start()
+            return future
+
+    worker = EngineWorker(service=SlowService())
+    heard: list[tuple[str, bool]] = []
+    worker.progress.connect(lambda message: heard.append((message, done.is_set())))
+    worker._load(PairRequest("demo"), NO_DRAFT)
+    assert [message for message, _ in heard] == ["layer 0", "layer 1", "layer 2"]
+    assert not heard[0][1] and not heard[1][1]  # said before the load ended

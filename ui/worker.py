@@ -12,6 +12,8 @@ left out).
 
 from __future__ import annotations
 
+import queue
+
 import logging
 import threading
 import time
@@ -35,7 +37,7 @@ from app.service import END, RequestHandle, RunnerService, Started, Text, Traced
 
 REPAINT_INTERVAL_S = 1 / 30
 log = logging.getLogger(__name__)
-QUIT_POLL_S = 0.2  # how often a load's wait checks whether the window is quitting
+QUIT_POLL_S = 0.1  # how often a load's wait checks whether the window is quitting (and passes on its steps)
 
 
 @dataclass(frozen=True)
@@ -199,14 +201,22 @@ class EngineWorker(QObject):
             self._continue_trial()
 
     def _load(self, request: PairRequest, draft: DraftChoice):
+        # The load's steps are said on the service's thread; emitted there, they reached the window
+        # only when the load ended (measured: a 10 s load's lines all at its end). They go through
+        # this queue and are emitted from the worker's own thread while it waits, as its other
+        # signals are.
+        said: queue.SimpleQueue[str] = queue.SimpleQueue()
         future = self.service.load(request.target, request.backend or None, draft=draft, precision=request.precision,
-                                   context=request.context, client=self.CLIENT, progress=self.progress.emit)
+                                   context=request.context, client=self.CLIENT, progress=said.put)
         while True:  # a quitting window does not wait out a load (minutes for a large model)
             try:
                 return future.result(timeout=QUIT_POLL_S)
             except FutureTimeout:
                 if self._quitting.is_set():
                     raise RuntimeError("Tandem is quitting: the load was left unfinished.") from None
+            finally:
+                while not said.empty():
+                    self.progress.emit(said.get())
 
     @Slot(object)
     def load_pair(self, request: PairRequest) -> None:

@@ -220,6 +220,13 @@ def cmd_models_info(args) -> int:
     for line in info_lines(path):
         print(line)
     print(_passes_line(path))
+    from app.engine.backends import default_backend
+
+    if default_backend() == "mlx":  # a Mac opens the file on MLX: what each type becomes there (gguf_mlx.py)
+        from app.models.gguf_mlx import mlx_info_lines
+
+        for line in mlx_info_lines(path, check=args.check):
+            print(line)
     if args.check:
         folder = resolve_model(path, "torch", progress=_progress)
         for line in check_lines(path, folder):

@@ -295,3 +295,19 @@ def test_files_whose_tensors_are_rearranged_fall_back_with_a_reason(tmp_path):
     writer.write_tensors_to_file()
     writer.close()
     assert "ffn_gate_exps" in unsupported_reason("llama", tmp_path / "moe.gguf")
+
+
+def test_models_info_says_what_each_type_becomes_on_mlx_where_mlx_is_the_default(tiny_q4, capsys, monkeypatch):
+    from app.cli import main
+    from app.engine import backends
+    from app.models.gguf_import import gguf_source
+
+    source = gguf_source(tiny_q4[0])
+    assert main(["models", "info", str(source)]) == 0
+    assert "on MLX" not in capsys.readouterr().out  # PyTorch's machine: its own lines only
+    monkeypatch.setattr(backends, "default_backend", lambda: "mlx")
+    assert main(["models", "info", str(source)]) == 0
+    out = capsys.readouterr().out
+    assert "on MLX (precision auto)" in out
+    q4 = [line for line in out.splitlines() if line.startswith("Q4_0")]
+    assert len(q4) == 2 and "4-bit affine, groups of 32" in q4[1] and "exact" in q4[1]  # PyTorch's, then MLX's

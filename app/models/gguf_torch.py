@@ -71,7 +71,6 @@ class GGUFLoadReport:
     """What each tensor became, for the load line and `models info`."""
 
     classes: Counter = field(default_factory=Counter)  # "Q4_1 -> int4 g32" -> tensors
-    # what each kind of codes is called on Tandem's kernel, by gguf_codes kind
     weights_bytes: int = 0
     skipped: list[str] = field(default_factory=list)  # GGUF tensors the model has no place for
     fused: int = 0  # groups of projections (q/k/v, gate/up) stacked into one matmul
@@ -92,7 +91,7 @@ class GGUFLoadReport:
         return described + (f"; {self.fused} fused q/k/v and gate/up matmuls" if self.fused else "")
 
 
-CODE_WORDS = {0: "int4 g32", 1: "int8 g32", 2: "int8 g16"}
+CODE_WORDS = {0: "int4 g32", 1: "int8 g32", 2: "int8 g16"}  # each gguf_codes kind, as the load line says it
 
 
 def _codes_fit(module: torch.nn.Module, kind: str) -> bool:

@@ -196,8 +196,8 @@ def int4_kernel_words() -> str:
     if why:
         return (f"linear layers run on PyTorch's int4 (tinygemm) and int8 kernels on the CPU (Tandem's "
                 f"4-bit kernel does not run here: {why})")
-    return ("4-bit layers run on Tandem's CPU kernel (compiled by Numba for this CPU; the decoder layers "
-            "as one call where all are 4-bit), 5- to 8-bit ones on PyTorch's int8 kernel")
+    return ("linear layers of every common GGUF type run on Tandem's CPU kernel (compiled by Numba for this "
+            "CPU; the decoder layers as one call where every projection is on it)")
 
 
 def threads() -> int:

@@ -1,20 +1,23 @@
-"""A 4-bit matrix product for the CPU that reads GGUF's groups of 32 as they are, compiled by
-Numba (LLVM) for the machine it runs on.
+"""Tandem's CPU matrix product for GGUF weights, compiled by Numba (LLVM) for the machine it runs on:
+every common GGUF type's codes as the file has them (gguf_codes.py: 4-bit codes in groups of 32,
+int8 codes in groups of 32 or 16), times float32 activations. (The file keeps its first name: it
+began with the 4-bit types.)
 
 Why: PyTorch's int4 CPU kernel (`_weight_int4pack_mm_for_cpu`, tinygemm's layout) has its fast
 path in AVX-512; on an AVX2 CPU it read the demo's 4-bit weights at ~5 GB/s, 12 ms of a 35 ms
-step, where llama.cpp reads the same file at ~9 GB/s (docs/performance.md). This kernel decodes
-the codes in registers and multiplies them with float32 activations:
+step, where llama.cpp reads the same file at ~9 GB/s (docs/performance.md), and its int8 kernel
+has no group scales at all. This kernel decodes the codes in registers and computes
 
     y[t, r] = sum over groups b: scale[r, b] * sum_j q[r, b, j] x[t, b, j] + offset[r, b] * sum_j x[t, b, j]
 
-which is w = q * scale + offset summed in another order (Q4_1's w = d q + m; Q4_0 and Q4_K map to
-the same form, gguf_blocks.py). The scales stay float32 (exact: GGUF's fp16 fields, or Q4_K's
-products of them), so no weight moves, where PyTorch's layout rounds them to bfloat16.
+which is w = q * scale + offset summed in another order. The scales are the file's own (fp16
+fields as halves; the K-quants' two levels, multiplied here in float32 as gguf does), so no
+weight moves, where PyTorch's layout rounds them to bfloat16.
 
-Layout: rows in chunks of CHUNK; each chunk holds, group by group, byte j of every row side by
-side, so the innermost loop runs over 64 consecutive rows (LLVM vectorizes it) and a chunk is one
-contiguous stretch of memory (the prefetcher streams it). Chunks are shared out between threads.
+Layout (CodeBlocks): rows in chunks of CHUNK; each chunk holds, group by group, byte j of every
+row side by side, so the innermost loop runs over 64 consecutive rows (LLVM vectorizes it) and a
+chunk is one contiguous stretch of memory (the prefetcher streams it). Chunks are shared out
+between threads.
 
 Batch invariance: every output row is summed in the same order whatever the number of tokens,
 so a verify pass of n tokens gives each token bit for bit what a one-token step gives it. That

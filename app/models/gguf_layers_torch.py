@@ -24,14 +24,10 @@ INT8_TYPES = ("Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q8_0")
 INT8_BYTES = 1
 INT8_TOLERANCE = 6e-3
 
-# Bytes per weight on Tandem's kernel (int4_cpu_torch.CodeBlocks): the codes (4 bits, or a byte),
-# and the file's scales as it holds them: an fp16 scale (and offset) per group, or for the
-# super-block types an integer per group and an fp16 per 256 weights. A stack of layers whose
-# products differ in fp16 against float32 scales widens them (compiled_layers_torch.py).
-
-
 def kernel_bytes(kind: str) -> float:
-    """Bytes per weight of a `kind` tensor on Tandem's CPU kernel."""
+    """Bytes per weight of a `kind` tensor on Tandem's CPU kernel (int4_cpu_torch.CodeBlocks): the
+    codes (4 bits, or a byte), and the file's scales as it holds them: an fp16 scale (and offset)
+    per group, or for the super-block types an integer per group and an fp16 per 256 weights."""
     code = 0.5 if KIND_OF[kind] == 0 else 1.0
     levels = 2 if kind in OFFSET_TYPES else 1
     if kind in FACTORED_TYPES:  # an integer per group, an fp16 per 256 weights (each for d, and dmin)

@@ -267,13 +267,12 @@ def _plan_fusion(model: torch.nn.Module, tensors, names: dict[str, str], rows_on
             kinds = {t.tensor_type.name for t in found}
             rows, cols = sum(m.out_features for m in linears), linears[0].in_features
             packable = all(_can_pack(m) and m.out_features % PACK_ROWS == 0 for m in linears)
-            whole_chunks = all(m.out_features % PACK_ROWS == 0 for m in linears[:-1])
-            if (kernel and rows_only and whole_chunks
-                    and all(_codes_fit(m, t.tensor_type.name) for m, t in zip(linears, found, strict=True))):
+            coded = kernel and rows_only and all(_codes_fit(m, t.tensor_type.name)
+                                                  for m, t in zip(linears, found, strict=True))
+            if coded and all(m.out_features % PACK_ROWS == 0 for m in linears[:-1]):
                 fused = GGUFCodesLinear(rows, cols, [(m.out_features, t.tensor_type.name)
                                                      for m, t in zip(linears, found, strict=True)])
-            elif kernel and rows_only and all(_codes_fit(m, t.tensor_type.name) for m, t in zip(linears, found,
-                                                                                              strict=True)):
+            elif coded:
                 continue  # each part on Tandem's kernel alone (a part under a whole chunk of rows)
             elif kinds <= set(INT4_TYPES) and rows_only and packable:
                 fused = GGUFInt4Linear(rows, cols, act_dtype)

@@ -35,6 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
+from app.models.gguf_codes import FACTORED_TYPES, GROUP_OF, KIND_OF, OFFSET_TYPES
+
 log = logging.getLogger(__name__)
 
 CHUNK = 64  # rows a chunk holds (kernels_numba.CHUNK, which this module must not import eagerly)
@@ -219,7 +221,6 @@ def threads() -> int:
 
 # code bytes a row of a group takes, by kind (kernels_numba's NIBBLES32, BYTES32, BYTES16)
 STORED = {0: HALF, 1: GROUP, 2: HALF}
-GROUP_OF = {0: GROUP, 1: GROUP, 2: HALF}
 SUPER = 256  # weights a K-quant super-block holds (its fp16 d and dmin)
 
 
@@ -241,7 +242,6 @@ class CodeBlocks:
     def __init__(self, rows: int, cols: int, parts: list[tuple[int, str]]):
         """parts: (rows, GGUF type name) in row order, summing to `rows`; each but the last a whole
         number of chunks (parts of one type side by side count as one)."""
-        from app.models.gguf_codes import FACTORED_TYPES, KIND_OF, OFFSET_TYPES
 
         if sum(n for n, _ in parts) != rows:
             raise ValueError(f"parts of {[n for n, _ in parts]} rows do not make {rows}")

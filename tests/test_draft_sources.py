@@ -162,3 +162,37 @@ def test_proposals_say_what_they_read_first(target, tiny_pair, monkeypatch):
         else:
             assert all(r == 0 for r, e in zip(reads, rounds, strict=True) if e.source == "lookup")
             assert max(model_reads) > 3  # a lookup round's tokens, read at the model's next proposal
+
+
+class _Lookup(_Scripted):
+    """Prompt lookup that finds a match every round: right where the answer copies, wrong elsewhere."""
+
+    def __init__(self, prompt, plain, right: bool):
+        super().__init__(prompt, plain, right, source="lookup")
+
+    def acceptance_follows_text(self, source):
+        return True
+
+
+def test_a_copy_task_drafts_the_same_whatever_the_answer_before_it(target):
+    """Issue 46: two regenerations of one copy task at temperature 0 drafted 1 and 15 tokens in the
+    window. The controller kept what lookup's acceptance had been on earlier answers: after a chat
+    where it was wrong it decided not to draft and waited a long probe interval. Lookup's
+    acceptance is the text's, so each answer measures its own: a copy task drafts as it does after
+    another copy task."""
+    plain = [t for e in generate(target, _decode, PROMPT, max_tokens=N) if isinstance(e, Round) for t in e.emitted]
+
+    def drafted(controller, right):
+        rounds = [e for e in generate(target, _decode, PROMPT, drafter=_Lookup(PROMPT, plain, right),
+                                      max_tokens=N, controller=controller) if isinstance(e, Round)]
+        assert [t for r in rounds for t in r.emitted] == plain  # exact either way
+        return sum(r.accepted for r in rounds)
+
+    after_copy, after_general = DraftLengthController(), DraftLengthController()
+    drafted(after_copy, right=True)
+    for _ in range(3):  # general questions: every lookup draft rejected, plain decoding chosen
+        drafted(after_general, right=False)
+    copies = [drafted(after_general, right=True) for _ in range(2)]
+    reference = drafted(after_copy, right=True)
+    # the timing of this machine moves k by a token or two, never whether it drafts
+    assert min(copies) >= N // 2 and min(copies) >= 0.8 * reference, (copies, reference)

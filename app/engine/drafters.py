@@ -98,6 +98,12 @@ class Drafter(ABC):
         cost does not grow with k (a DFlash block); else each draft token costs a step."""
         return False
 
+    def acceptance_follows_text(self, source: str | None) -> bool:
+        """Whether `source`'s acceptance is a property of the text being written (prompt lookup
+        is right where the answer copies its context, and wrong elsewhere) rather than of the
+        drafter: adaptive k then measures it afresh for each answer (DraftLengthController.new_answer)."""
+        return False
+
     def accepted(self, committed: Sequence[int], proposal: Proposal, n_accepted: int,
                  state: TargetState | None = None) -> None:
         """The target accepted `n_accepted` of `proposal`; `committed` is the new sequence. A
@@ -189,6 +195,9 @@ class PromptLookupDrafter(Drafter):
     def finish(self, committed: Sequence[int] | None) -> None:
         self.index.clear()  # its memory grows with the chat; the next answer indexes its own
 
+    def acceptance_follows_text(self, source: str | None) -> bool:
+        return True
+
 
 def chat_lookup() -> PromptLookupDrafter:
     """Prompt lookup as Tandem drafts with it (`ngram`, and beside a model): matches of 3-4 tokens
@@ -244,6 +253,9 @@ class LookupThenModelDrafter(Drafter):
 
     def drafts_in_one_pass(self, source: str | None) -> bool:
         return source == "model" and self.model.drafts_in_one_pass(None)
+
+    def acceptance_follows_text(self, source: str | None) -> bool:
+        return source == "lookup" or self.model.acceptance_follows_text(None)
 
     def next_source(self, committed: Sequence[int]) -> str:
         found = self.lookup.propose(committed, MAX_LOOKUP, SamplingParams())

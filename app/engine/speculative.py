@@ -248,6 +248,7 @@ def _generate(
         drafter = None
     if drafter is not None:
         drafter.start(prompt_ids, params.seed, reuse=reuse_cache, should_stop=should_stop)
+        controller.new_answer(drafter.acceptance_follows_text)  # what this text is, not the last one
     # the prompt in chunks, Stop checked between them (app/engine/prefill.py); the last chunk's
     # pass gives the first token
     wants_state = drafter is not None and drafter.wants_target_state

@@ -357,8 +357,22 @@ def test_the_empty_chat_explains_itself_and_its_starters_send_a_copying_task(win
     assert window.chat_view.explainer.isVisibleTo(window) and window.chat_view.demo_note.isVisibleTo(window)
     assert "known-good pair" in window.chat_view.demo_note.text()
     assert [b.text() for b in window.chat_view.starter_buttons] == [title for title, _ in STARTERS]
+    window.settings_drawer.temperature.setValue(0.7)  # the chat's own temperature, as by default
+    window.settings_drawer.max_tokens.setValue(48)
+    finished = []
+    window.controller.answer_finished.connect(finished.append)
     answered(window, qtbot, lambda: window.chat_view.starter_buttons[1].click())
-    assert stored(window)[0].content == STARTERS[1][1]
+    window.controller.answer_finished.disconnect(finished.append)
+    question, _answer = stored(window)
+    assert question.content == STARTERS[1][1]
+    # a copy task runs at temperature 0 (at 0.7 the demo paraphrases, and lookup has nothing to
+    # copy), set in the chat's own settings and said in the chat
+    conversation = window.store.get_conversation(window.controller.current.id)
+    assert conversation.settings["temperature"] == 0.0 == window.settings_drawer.temperature.value()
+    assert "run at temperature 0" in window.chat_view.plain_text()
+    # and shows what the welcome text promises: most of the answer came from accepted drafts
+    stats = finished[0]
+    assert stats.drafted and stats.accepted >= stats.tokens / 2, stats
 
 
 @pytest.fixture(scope="module")

@@ -207,7 +207,7 @@ class MainWindow(QMainWindow):
         controller.answer_finished.connect(self.status.show_stats)
         controller.error.connect(lambda message: self.banners.add(message, "error", "answer"))
         self.composer.send_requested.connect(self._on_send)
-        self.chat_view.starter_chosen.connect(self.send)  # a prompt the empty chat offered
+        self.chat_view.starter_chosen.connect(self.send_starter)  # a prompt the empty chat offered
         self.composer.stop_requested.connect(controller.stop)
         controller.stopping.connect(self._on_stopping)
         self.chat_view.copied.connect(self._on_copied)
@@ -412,6 +412,22 @@ class MainWindow(QMainWindow):
         taken = controller.edit_last(text) if self.composer.editing else controller.send(text)
         if taken:
             self.composer.accept_sent()
+
+    def send_starter(self, text: str) -> bool:
+        """A starter the empty chat offered (ui/chat/starters.py): a copy task, sent in a chat set to
+        STARTER_TEMPERATURE, which the chat says once; the settings drawer shows it and changes it."""
+        from dataclasses import replace
+
+        from ui.chat.starters import STARTER_NOTE, STARTER_TEMPERATURE
+
+        controller = self.controller
+        if controller.settings.temperature != STARTER_TEMPERATURE:
+            controller.update_settings(replace(controller.settings, temperature=STARTER_TEMPERATURE))
+            self.settings_drawer.set_values(controller.settings, controller.system_prompt)
+        sent = self.send(text)
+        pending = controller.pending
+        self.chat_view.add_notice(STARTER_NOTE, before=pending.widget if pending is not None else None)
+        return sent
 
     def send(self, text: str) -> bool:
         """Send `text` as if typed and Enter pressed (menus, tests)."""

@@ -23,12 +23,14 @@ import uvicorn
 
 from app.server.api_key import KEY_VARIABLE as API_KEY_VARIABLE
 from app.server.api_key import key_problem
-from app.server.limits import ReadLimits, protocol_with_deadline
+from app.server.limits import ReadLimits, protocol_with_limits
 from app.server.openai_api import MAX_BODY_BYTES, create_app
 from app.service import RunnerService
 
 DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8080
-MAX_CONNECTIONS = 64  # beyond this uvicorn answers 503 at once rather than queue without end
+# Requests at once (counting idle kept-alive connections); beyond this a stalled one gives way,
+# else uvicorn answers 503 at once rather than queue without end (app/server/limits.py)
+MAX_CONNECTIONS = 64
 # Once the answers are ended, what is left to wait for is a response being written, or a body
 # still arriving: both short, and a stop should not take longer than this.
 GRACEFUL_STOP_S = 5
@@ -40,12 +42,31 @@ class ServerError(RuntimeError):
 
 
 def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
+    """Whether `host` is this computer alone: every address it resolves to is loopback ("127.1"
+    and "localhost" are; a name that does not resolve is not)."""
     try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
+        return _all_loopback(_addresses(host))
+    except ServerError:
         return False
+
+
+def _all_loopback(addresses: list[str]) -> bool:
+    return all(ipaddress.ip_address(address).is_loopback for address in addresses)
+
+
+def _addresses(host: str) -> list[str]:
+    """The numeric addresses `host` names, as the socket will bind them (inet_aton's spellings such
+    as 127.1 included); ServerError for a blank host or a name that does not resolve."""
+    if not host.strip():
+        raise ServerError("The host to serve on is blank: name an address, 127.0.0.1 (this computer only, "
+                          "the default) or 0.0.0.0 (every network, with an API key).")
+    try:
+        found = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise ServerError(f"Cannot serve on {host!r}: it is not an address, and no name of this computer's "
+                          f"network resolves to it ({exc}). Give an address such as 127.0.0.1.") from None
+    # the scope of a link-local IPv6 address ("fe80::1%eth0") is not part of the address
+    return [info[4][0].split("%")[0] for info in found]
 
 
 def api_key_from(given: str | None) -> str | None:
@@ -57,7 +78,7 @@ def api_key_from(given: str | None) -> str | None:
 class ApiServer:
     def __init__(self, service: RunnerService, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
                  api_key: str | None = None, max_body: int = MAX_BODY_BYTES, limits: ReadLimits = ReadLimits()):
-        if not is_loopback(host) and not api_key:
+        if not _all_loopback(_addresses(host)) and not api_key:
             raise ServerError(f"Serving on {host} lets other machines use this model: set an API key first "
                               f"(--api-key KEY, or ${API_KEY_VARIABLE}), or serve on 127.0.0.1.")
         if api_key and key_problem(api_key):
@@ -68,18 +89,20 @@ class ApiServer:
         self.socket = self._bind(host, port)
         self.port = self.socket.getsockname()[1]
         app = create_app(service, api_key, max_body, limits)
-        config = uvicorn.Config(app, log_level="warning", http=protocol_with_deadline(limits.headers_s),
-                                limit_concurrency=MAX_CONNECTIONS, timeout_graceful_shutdown=GRACEFUL_STOP_S)
+        # uvicorn's limit counts the connection asking: + 1 serves MAX_CONNECTIONS at once
+        config = uvicorn.Config(app, log_level="warning", http=protocol_with_limits(limits, MAX_CONNECTIONS),
+                                limit_concurrency=MAX_CONNECTIONS + 1, timeout_graceful_shutdown=GRACEFUL_STOP_S)
         self._server = _Uvicorn(config, on_stop=app.state.answers.stop_all)
         self._thread: threading.Thread | None = None
 
     @staticmethod
     def _bind(host: str, port: int) -> socket.socket:
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family, kind, proto, _, address = min(found, key=lambda info: info[0] != socket.AF_INET)  # IPv4 first
+        sock = socket.socket(family, kind, proto)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            sock.bind((host, port))
+            sock.bind(address)
         except OSError as exc:
             sock.close()
             raise ServerError(f"Cannot serve on {host}:{port}: {exc.strerror or exc}. "
@@ -89,7 +112,9 @@ class ApiServer:
 
     @property
     def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
+        """The address bound, as a client reaches it ("127.1" is served as http://127.0.0.1:...)."""
+        host = self.socket.getsockname()[0]
+        host = f"[{host}]" if ":" in host else host
         return f"http://{host}:{self.port}/v1"
 
     def serve_forever(self) -> None:

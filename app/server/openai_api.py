@@ -11,6 +11,7 @@ object with the status OpenAI uses. Each answer carries its speculative figures 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import time
@@ -29,7 +30,7 @@ from app.engine.events import Finished
 from app.models.resolve import display_name
 from app.server.api_key import RequireKey
 from app.server.limits import BodyDeadline, ReadLimits
-from app.server.requests import ApiError, ChatBody, CompletionBody, parse_body
+from app.server.requests import DEFAULT_MAX_TOKENS, ApiError, ChatBody, CompletionBody, parse_body
 from app.server.streams import Answer, OpenAnswers
 from app.server.tool_calls import ToolCallSplitter, tool_format
 from app.service import RunnerService, Text, Traced
@@ -50,12 +51,6 @@ def api_id(name: str) -> str:
     spaces or parentheses): "SmolLM2 135M Instruct (demo)" -> "smollm2-135m-instruct"."""
     base = re.sub(r"\s*\([^)]*\)\s*$", "", name)
     return re.sub(r"[^a-z0-9._]+", "-", base.lower()).strip("-.") or "model"
-
-
-def _known_names(service: RunnerService) -> set[str]:
-    """What a request may name the loaded model by: its id, and the name the window shows."""
-    loaded = service.runner.loaded
-    return set() if loaded is None else {model_id(service), display_name(loaded.folder)}
 
 
 def create_app(service: RunnerService, api_key: str | None = None, max_body: int = MAX_BODY_BYTES,
@@ -85,8 +80,8 @@ def create_app(service: RunnerService, api_key: str | None = None, max_body: int
         return {"object": "list", "data": data}
 
     @app.get("/v1/models/{name:path}")
-    async def one_model(name: str) -> dict:
-        return {"id": _check_model(service, name), "object": "model", "created": 0, "owned_by": "tandem"}
+    async def one_model(name: str) -> dict:  # any name: the loaded model answers to each (_loaded_model)
+        return {"id": _loaded_model(service), "object": "model", "created": 0, "owned_by": "tandem"}
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
@@ -124,20 +119,20 @@ def _too_large(limit: int) -> ApiError:
                          "send a shorter conversation.", code="request_too_large")
 
 
-def _check_model(service: RunnerService, name: str) -> str:
+def _loaded_model(service: RunnerService) -> str:
+    """The id of the model that answers. A request may name any model: one is loaded, and it
+    answers whatever a client's configuration calls it (as LM Studio and llama.cpp's server do);
+    the answer's `model` says which it was."""
     loaded = model_id(service)
     if loaded is None:
         raise ApiError(503, "No model is loaded: load one in Tandem's window, or name one to tandem-cli serve.",
                        type_="server_error", code="model_not_loaded")
-    if name not in _known_names(service):
-        raise ApiError(404, f"The model '{name}' is not loaded here: this server answers with '{loaded}' "
-                            "(GET /v1/models lists it).", param="model", code="model_not_found")
     return loaded
 
 
 async def _answer(http: Request, service: RunnerService, answers: OpenAnswers, body: ChatBody | CompletionBody,
                   chat: bool):
-    name = _check_model(service, body.model)
+    name = _loaded_model(service)
     runner = service.runner
     fmt = tool_format(runner.tokenizer.chat_template) if chat and body.tools else None
     if chat and body.tools and body.tool_choice != "none" and fmt is None:
@@ -155,8 +150,11 @@ async def _answer(http: Request, service: RunnerService, answers: OpenAnswers, b
         raise ApiError(400, f"The prompt is {len(prompt):,} tokens but {name}'s context holds {context:,}: "
                             "shorten the conversation.", param="messages" if chat else "prompt",
                        code="context_length_exceeded")
+    limit, limit_note = _max_tokens(body.max_tokens, context - len(prompt))
+    request = dataclasses.replace(request, max_tokens=limit)
     answer = answers.open(service, request, len(prompt))
-    started = _Started(kind="chat.completion" if chat else "text_completion", model=name)
+    started = _Started(kind="chat.completion" if chat else "text_completion", model=name, max_tokens=limit,
+                       max_tokens_note=limit_note)
     if body.stream:
         return _EventStream(_sse(answer, started, fmt, chat, body.include_usage), answer)
     text, thinking, finished = await answer.whole(http.receive)
@@ -179,11 +177,30 @@ class _EventStream(StreamingResponse):
             self.answer.close()
 
 
+def _max_tokens(asked: int | None, room: int) -> tuple[int, str | None]:
+    """The most tokens an answer may have, and a note for the client where that is not what it
+    asked: the answer stops there, however long it would run (a client that asked for more than
+    the context holds learns why it ended)."""
+    if asked is None:
+        if DEFAULT_MAX_TOKENS < room:
+            return DEFAULT_MAX_TOKENS, (f"no max_tokens was sent: the answer ends at {DEFAULT_MAX_TOKENS:,} tokens "
+                                        f"at most (the context has {room:,} left); send max_tokens for more.")
+        return room, f"no max_tokens was sent: the answer ends where the context does, {room:,} tokens on."
+    if asked > room:
+        return room, (f"max_tokens {asked:,} is more than the {room:,} tokens the context has left after the "
+                      "prompt: the answer ends there at most.")
+    return asked, None
+
+
 class _Started:
-    def __init__(self, kind: str, model: str):
+    """What every part of one answer's response repeats: its id, kind, model and token limit."""
+
+    def __init__(self, kind: str, model: str, max_tokens: int, max_tokens_note: str | None):
         prefix = "chatcmpl" if kind == "chat.completion" else "cmpl"
         self.id = f"{prefix}-{uuid.uuid4().hex}"
         self.kind, self.model, self.created = kind, model, int(time.time())
+        self.limit = {"max_tokens": max_tokens} if max_tokens_note is None else \
+            {"max_tokens": max_tokens, "max_tokens_note": max_tokens_note}
 
 
 def _stats(finished: Finished | None, prompt_tokens: int) -> tuple[dict, dict]:
@@ -223,7 +240,7 @@ def _whole_response(started: _Started, text: str, thinking: str, finished: Finis
     else:
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": _finish_reason(finished, [])}
     return {"id": started.id, "object": started.kind, "created": started.created, "model": started.model,
-            "choices": [choice], "usage": usage, "tandem": figures}
+            "choices": [choice], "usage": usage, "tandem": {**figures, **started.limit}}
 
 
 def _chunk(started: _Started, chat: bool, delta: dict | str | None, finish: str | None = None, **extra) -> str:
@@ -289,7 +306,8 @@ async def _sse(answer: Answer, started: _Started, fmt, chat: bool, include_usage
         if calls:
             yield _chunk(started, chat, {"tool_calls": [c.to_openai(i) for i, c in enumerate(calls)]})
     usage, figures = _stats(finished, answer.prompt_tokens)
-    yield _chunk(started, chat, {} if chat else "", _finish_reason(finished, calls), tandem=figures)
+    yield _chunk(started, chat, {} if chat else "", _finish_reason(finished, calls),
+                 tandem={**figures, **started.limit})
     if include_usage:
         payload = {"id": started.id, "object": "chat.completion.chunk" if chat else "text_completion",
                    "created": started.created, "model": started.model, "choices": [], "usage": usage}

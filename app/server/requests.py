@@ -136,26 +136,21 @@ class _Body(_Part):
     max_tokens: int | None = Field(None, ge=1)
     stop: list[str] = []
     seed: int | None = Field(None, ge=0, lt=2**63)
-    n: int = 1
     # OpenAI's end-user id: here, whose kept caches answer (one slot per user, so two agents that
     # name themselves do not evict each other's conversation)
     user: str | None = Field(None, max_length=256)
-    frequency_penalty: float = 0.0
-    presence_penalty: float = 0.0
+    # What OpenAI does and Tandem does not: each is refused (400, naming it) unless it asks for
+    # nothing, at the value OpenAI's clients send by default (see _refuse_unless_no_op).
+    n: Any = None
+    frequency_penalty: Any = None
+    presence_penalty: Any = None
+    logprobs: Any = None
+    logit_bias: Any = None
 
-    @field_validator("n")
+    @field_validator("n", "frequency_penalty", "presence_penalty", "logprobs", "logit_bias")
     @classmethod
-    def _one_answer(cls, value):
-        if value != 1:
-            raise ValueError("n must be 1: one answer per request (send more requests for more answers)")
-        return value
-
-    @field_validator("frequency_penalty", "presence_penalty")
-    @classmethod
-    def _no_penalties(cls, value, info):
-        if value != 0:
-            raise ValueError(f"{info.field_name} is not supported: leave it 0 (the answer is the model's own)")
-        return value
+    def _not_done_here(cls, value, info):
+        return _refuse_unless_no_op(info.field_name, value)
 
     @field_validator("stop", mode="before")
     @classmethod
@@ -193,6 +188,15 @@ class ChatBody(_Body):
     tool_choice: Any = None  # one of TOOL_CHOICES, or {"type": "function", "function": {"name": ...}}
     # vLLM's and SGLang's way to set a template's switches: {"enable_thinking": false} for Qwen3.x
     chat_template_kwargs: dict[str, Any] | None = None
+    top_logprobs: Any = None
+    response_format: Any = None
+    functions: Any = None  # the API's older form of tools
+    function_call: Any = None
+
+    @field_validator("top_logprobs", "response_format", "functions", "function_call")
+    @classmethod
+    def _not_done_in_chats(cls, value, info):
+        return _refuse_unless_no_op(info.field_name, value)
 
     @field_validator("messages", mode="before")
     @classmethod
@@ -204,13 +208,23 @@ class ChatBody(_Body):
 
     @field_validator("tool_choice")
     @classmethod
-    def _tool_choice(cls, value):
+    def _tool_choice(cls, value, info):
         named = isinstance(value, dict) and isinstance(value.get("function"), dict) \
             and isinstance(value["function"].get("name"), str)
-        if value is None or named or (isinstance(value, str) and value in TOOL_CHOICES):
+        if not (value is None or named or (isinstance(value, str) and value in TOOL_CHOICES)):
+            raise ValueError(f"must be one of {', '.join(TOOL_CHOICES)}, "
+                             "or {'type': 'function', 'function': {'name': ...}}")
+        if "tools" not in info.data:  # the tools were refused themselves: that is the error to send
             return value
-        raise ValueError(f"must be one of {', '.join(TOOL_CHOICES)}, "
-                         "or {'type': 'function', 'function': {'name': ...}}")
+        names = [tool.function.name for tool in info.data["tools"] or ()]
+        if named and value["function"]["name"] not in names:
+            offered = f"tools holds {', '.join(repr(n) for n in names)}" if names else "no tools were sent"
+            raise ValueError(f"names the tool {value['function']['name']!r}, but {offered}: name one of "
+                             "the tools sent, or send the tool")
+        if value == "required" and not names:
+            raise ValueError("'required' asks for a tool call, but no tools were sent: send tools, "
+                             "or leave tool_choice out")
+        return value
 
     @field_validator("chat_template_kwargs")
     @classmethod
@@ -235,26 +249,21 @@ class ChatBody(_Body):
         if choice == "none":
             return ()
         tools = [tool.model_dump(exclude_unset=True) for tool in self.tools or ()]
-        if isinstance(choice, dict):
-            name = choice["function"]["name"]
-            chosen = tuple(t for t in tools if t["function"]["name"] == name)
-            if not chosen:
-                raise ApiError(400, f"tool_choice names '{name}', which is not in tools.", param="tool_choice")
-            return chosen
+        if isinstance(choice, dict):  # one of the tools: checked as the body was read
+            return tuple(t for t in tools if t["function"]["name"] == choice["function"]["name"])
         return tuple(tools)
 
 
 class CompletionBody(_Body):
     prompt: str
-    echo: bool = False
-    best_of: int = 1
+    echo: Any = None
+    best_of: Any = None
+    suffix: Any = None
 
-    @field_validator("echo", "best_of")
+    @field_validator("echo", "best_of", "suffix")
     @classmethod
-    def _plain(cls, value, info):
-        if value not in (False, 1) or (info.field_name == "echo" and value):
-            raise ValueError(f"{info.field_name} is not supported: leave it out")
-        return value
+    def _not_done_in_completions(cls, value, info):
+        return _refuse_unless_no_op(info.field_name, value)
 
     @field_validator("prompt", mode="before")
     @classmethod
@@ -267,6 +276,40 @@ class CompletionBody(_Body):
 
     def to_request(self, context: int, with_tools: bool = False) -> ChatRequest:
         return self._request(context, messages=(), prompt=self.prompt)
+
+
+def _is(*values):
+    """A test for exactly one of `values` (False is not 0 here, nor 1 True)."""
+    return lambda value: any(type(value) is type(v) and value == v for v in values)
+
+
+# OpenAI's request fields that Tandem does not act on: (is this the value that asks for nothing,
+# why it is refused, what to send instead). A field's type is checked here too, so that any other
+# value is the same clear refusal.
+_NOT_DONE = {
+    "n": (_is(1), "one answer per request", "leave it out or 1, and send more requests for more answers"),
+    "best_of": (_is(1), "one answer per request", "leave it out or 1"),
+    "frequency_penalty": (_is(0, 0.0), "the answer is the model's own", "leave it out or 0"),
+    "presence_penalty": (_is(0, 0.0), "the answer is the model's own", "leave it out or 0"),
+    "logprobs": (_is(False), "Tandem does not return log-probabilities", "leave it out or false"),
+    "top_logprobs": (_is(0), "Tandem does not return log-probabilities", "leave it out"),
+    "logit_bias": (_is({}), "Tandem does not bias tokens", "leave it out or {}"),
+    "response_format": (_is({"type": "text"}), "Tandem cannot hold an answer to JSON or to a schema",
+                        "leave it out or {'type': 'text'}, and ask for JSON in the prompt"),
+    "functions": (_is([]), "that is the older form of tools", "send tools and tool_choice"),
+    "function_call": (_is("none", "auto"), "that is the older form of tool_choice", "send tools and tool_choice"),
+    "echo": (_is(False), "Tandem writes the answer only", "leave it out or false"),
+    "suffix": (_is(""), "Tandem writes after the prompt only, not into a gap before a suffix", "leave it out"),
+}
+
+
+def _refuse_unless_no_op(field: str, value):
+    """`value` if it asks for nothing (None, or the field's no-op value), else a ValueError
+    that says what is not supported and what to send."""
+    asks_nothing, why, instead = _NOT_DONE[field]
+    if value is None or asks_nothing(value):
+        return value
+    raise ValueError(f"not supported ({why}): {instead}")
 
 
 def parse_body(raw: bytes, kind: type[_Body]) -> _Body:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import errno
+import logging
+import re
 import sys
 
 # the option types live in app/cli_types.py (app/align/command.py uses them too); still importable from here
 from app.cli_types import MODEL, at_least_one, draft_choice, named, real_number, whole_number
 from app.engine.backends.base import COMPILE_CHOICES
-from app.engine.events import Finished, Notice, PromptTooLongError, Round
+from app.engine.events import Finished, Notice, PrefillProgress, PromptTooLongError, Round
 from app.engine.sampling import SamplingParams
 from app.exit_signals import close_engine, exit_code, raise_on_sigterm
 from app.models.errors import ModelFileError
@@ -145,6 +147,8 @@ def cmd_generate(args) -> int:
             for event in handle.events():
                 if isinstance(event, Notice):
                     _progress(event.message)
+                elif isinstance(event, PrefillProgress):  # a prompt of several chunks
+                    _progress(f"Reading the prompt: {event.done} of {event.total} parts ...")
                 elif isinstance(event, (Traced, Text)):
                     if args.show_rounds and isinstance(event, Traced):
                         _show_round(event.round, service.runner.tokenizer.token_text)
@@ -410,7 +414,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _NotTheUsersBusiness(logging.Filter):
+    """Log lines libraries write at import on every start that a user can do nothing about:
+    torchao's C++ kernels built for other hardware ("Failed to load .../torchao/_C_mxfp8...so":
+    its Python code runs without them), and torch's deprecation of pytree registrations of enums
+    that torchao still makes. Anything else from those loggers still shows."""
+
+    LINES = re.compile(r"Failed to load \S*torchao\S*_C\w*\S*\.(so|pyd|dylib)\b"
+                       r"|.* is an Enum subclass and is now natively supported by torch\.compile")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            return not self.LINES.match(record.getMessage())
+        except Exception:  # noqa: BLE001 - a record that cannot format is shown as it is
+            return True
+
+
+def quiet_libraries() -> None:
+    """Filter those lines where they are logged, before the libraries are imported (torch's own
+    handler prints its records: a filter on the emitting logger is seen before any handler)."""
+    for name in ("torchao", "torch.utils._pytree"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _NotTheUsersBusiness) for f in logger.filters):
+            logger.addFilter(_NotTheUsersBusiness())
+
+
 def main(argv: list[str] | None = None) -> int:
+    quiet_libraries()
     args = build_parser().parse_args(argv)
     raise_on_sigterm()
     try:

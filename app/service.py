@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 
 from app.chat.thinking import ANSWER, THINKING, ThinkingSplitter
 from app.chat.trace import RoundTrace, trace_round
-from app.engine.events import Finished, GenerationStats, Notice, Round
+from app.engine.events import Finished, GenerationStats, Notice, PrefillProgress, Round
 from app.runner import ChatRequest, LoadedModel, Runner
 
 log = logging.getLogger(__name__)
@@ -104,9 +104,11 @@ class RequestHandle:
     def cancelled(self) -> bool:
         return self.request.cancel.cancelled
 
-    def events(self, timeout: float | None = None) -> Iterator[Started | Notice | Traced | Text | Finished]:
-        """Started, Notices, Traced rounds, Text, then one Finished; the request's error is raised
-        here, in the client's thread. `timeout`: the longest wait for one event (queue.Empty)."""
+    def events(self, timeout: float | None = None) -> Iterator[Started | Notice | PrefillProgress | Traced | Text
+                                                               | Finished]:
+        """Started, Notices, a long prompt's PrefillProgress, Traced rounds, Text, then one Finished;
+        the request's error is raised here, in the client's thread. `timeout`: the longest wait for
+        one event (queue.Empty)."""
         while True:
             item = self._events.get(timeout=timeout)
             if item is END:

@@ -91,6 +91,7 @@ def _gguf_bytes(root: Path) -> bytes:
 
     path = root / "source.gguf"
     writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_token_list([f"t{i}" for i in range(64)])  # a GGUF without a vocabulary is refused first
     writer.add_tensor("token_embd.weight", np.ones((64, 64), np.float32))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()

@@ -375,6 +375,7 @@ def _tiny_gguf(path: Path) -> Path:
     import numpy as np
 
     writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_token_list(["a", "b", "c", "d"])  # a GGUF without a vocabulary is refused before staging
     writer.add_tensor("token_embd.weight", np.zeros((4, 4), np.float32))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()

@@ -30,6 +30,17 @@ class Round:
 
 
 @dataclass(frozen=True)
+class PrefillProgress:
+    """How far the reading of a long prompt has gone: `done` of its `total` chunks
+    (app/engine/prefill.py). Sent only for a prompt of more than one chunk: once with done = 0
+    before anything is read, then after each chunk but the last, whose pass gives the first token
+    (Round 0 follows it)."""
+
+    done: int
+    total: int
+
+
+@dataclass(frozen=True)
 class GenerationStats:
     prompt_tokens: int
     tokens: int  # committed answer tokens (stop token excluded)

@@ -20,9 +20,10 @@ from dataclasses import dataclass, replace
 from app.engine.adaptive import MAX_DRAFT, DraftLengthController, NominalCosts
 from app.engine.backends.base import ModelBackend, Verdict
 from app.engine.drafters import Drafter, Proposal, TargetState
-from app.engine.events import EmptyPromptError, Finished, GenerationStats, Notice, PromptTooLongError, Round
+from app.engine.events import (EmptyPromptError, Finished, GenerationStats, Notice, PrefillProgress,
+                               PromptTooLongError, Round)
 from app.engine.output import AnswerStream
-from app.engine.prefill import chunks, prefill_chunked, split_last
+from app.engine.prefill import chunk_count, chunks, prefill_steps, split_last
 from app.engine.reuse import remember, start_cache
 from app.engine.sampling import SamplingParams
 
@@ -246,6 +247,8 @@ def _generate(
     if reason:
         yield Notice(f"Decoding without a draft: {reason}.")
         drafter = None
+    if (total := chunk_count(len(prompt_ids) - reused)) > 1:  # a long read says how far it has gone,
+        yield PrefillProgress(0, total)  # from before a draft model reads the prompt too
     if drafter is not None:
         drafter.start(prompt_ids, params.seed, reuse=reuse_cache, should_stop=should_stop)
         controller.new_answer(drafter.acceptance_follows_text)  # what this text is, not the last one
@@ -254,7 +257,7 @@ def _generate(
     wants_state = drafter is not None and drafter.wants_target_state
     head, last = split_last(prompt_ids[reused:])
     rows: list | None = [] if wants_state else None
-    if not prefill_chunked(target, head, should_stop, rows) or should_stop():
+    if not (yield from prefill_steps(target, head, should_stop, rows)) or should_stop():
         yield _cancelled_in_prefill(len(prompt_ids), time.perf_counter() - start)
         return
     first = target.next_token(last, params)  # prefill what the cache lacks

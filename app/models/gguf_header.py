@@ -34,10 +34,12 @@ _SIZES = {kind: np.dtype(np_type).itemsize for kind, np_type in gguf.GGUFReader.
 
 class TensorsReader(gguf.GGUFReader):
     """gguf.GGUFReader without the metadata arrays: `fields` holds the scalar and string fields,
-    `skipped_arrays` the arrays' names (-> where each field starts in the file)."""
+    `skipped_arrays` the arrays' names (-> where each field starts in the file), `array_lengths`
+    their items (-> how many)."""
 
     def _build_fields(self, offs: int, count: int) -> int:  # gguf.GGUFReader's, arrays stepped over
         self.skipped_arrays: dict[str, int] = {}
+        self.array_lengths: dict[str, int] = {}
         order = "<" if (self.byte_order == "I") == (sys.byteorder == "little") else ">"
         view = memoryview(self.data).cast("B")
         try:
@@ -56,8 +58,10 @@ class TensorsReader(gguf.GGUFReader):
             if name in self.fields or name in self.skipped_arrays:
                 raise KeyError(f"Duplicate {name} already in list at offset {start}")
             if int(raw_type[0]) == GGUFValueType.ARRAY:
+                items = offs + 4  # after the items' type: how many (read once _past_array has checked it)
                 offs = _past_array(view, offs, order)
                 self.skipped_arrays[name] = start
+                self.array_lengths[name] = struct.unpack_from(f"{order}Q", view, items)[0]
                 continue
             size, parts, indices, types = self._get_field_parts(offs, raw_type[0])
             self._push_field(ReaderField(start, name, [key_len, key, raw_type, *parts], [i + 3 for i in indices],
@@ -95,3 +99,13 @@ def open_tensors(path: str | Path) -> gguf.GGUFReader:
     except (AttributeError, TypeError) as exc:  # another gguf's internals: its own reader, slower
         log.warning("reading %s with gguf's whole reader (%s: %s)", Path(path).name, type(exc).__name__, exc)
         return gguf.GGUFReader(path, "r")
+
+
+def token_count(reader: gguf.GGUFReader) -> int:
+    """How many tokens the file's vocabulary (tokenizer.ggml.tokens) holds; 0 where it has none
+    (gguf's GGUFWriter leaves an empty list out altogether)."""
+    lengths = getattr(reader, "array_lengths", None)
+    if lengths is not None:  # TensorsReader
+        return int(lengths.get("tokenizer.ggml.tokens", 0))
+    field = reader.fields.get("tokenizer.ggml.tokens")  # gguf's whole reader: one data index per item
+    return len(field.data) if field is not None else 0

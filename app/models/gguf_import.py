@@ -89,6 +89,7 @@ class GGUFInfo:
     head: dict[str, int] | None = None  # the same for an untied output head ("output.weight")
     head_rows: int = 0  # the output head's rows (the vocabulary): those of the embedding when tied
     stored: dict[str, int] | None = None  # quantization type name -> bytes in the file
+    tokens: int = 0  # the vocabulary's tokens (tokenizer.ggml.tokens): 0 where the file holds none
 
 
 def sha256_of(path: Path, chunk: int = 1 << 20) -> str:
@@ -172,7 +173,7 @@ def _inspect(resolved: str, size: int, _mtime_ns: int) -> GGUFInfo:
         )
     import gguf  # the reference reader from llama.cpp; numpy only
 
-    from app.models.gguf_header import open_tensors  # gguf's reader, without building the metadata arrays
+    from app.models.gguf_header import open_tensors, token_count  # gguf's reader, without the metadata arrays
 
     if size < 24:  # magic, version, tensor count and metadata count
         raise ModelFileError(f"{path.name} is truncated: {size} bytes, too few for a GGUF header. Fetch it again.")
@@ -216,7 +217,17 @@ def _inspect(resolved: str, size: int, _mtime_ns: int) -> GGUFInfo:
     name_field = reader.fields.get("general.name")
     name = str(name_field.contents()) if name_field is not None else path.stem
     return GGUFInfo(path, architecture, name, counts, len(reader.tensors), size, n_params, elements=elements,
-                    embedding=embedding, head=head, head_rows=head_rows, stored=stored)
+                    embedding=embedding, head=head, head_rows=head_rows, stored=stored, tokens=token_count(reader))
+
+
+def check_vocabulary(info: GGUFInfo) -> None:
+    """A model file needs its vocabulary to be imported or loaded: without one, transformers' GGUF
+    reader failed deep inside (KeyError: 'tokens'; "Padding_idx must be within num_embeddings" where
+    the model was built with no rows). Describing it (`models info`) needs none."""
+    if info.tokens == 0:
+        raise ModelFileError(
+            f"{info.path.name}: this GGUF holds no vocabulary (its tokenizer.ggml.tokens list is empty or "
+            "missing), so no text can be turned into its tokens. Choose the model's complete .gguf file.")
 
 
 def _check_type(gguf, path: Path, tensor) -> None:
@@ -311,6 +322,7 @@ def import_gguf(
     SHA-256 when the caller has already computed it.
     """
     info = inspect_gguf(gguf_path)
+    check_vocabulary(info)  # before any folder is made
     out_dir = make_output_folder(Path(out_dir), "the imported model folders")  # before hashing a large file
     say = progress or (lambda message: None)
     digest = digest or file_sha256(info.path)

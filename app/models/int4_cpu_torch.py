@@ -123,6 +123,10 @@ def _cache_typed_lists() -> None:
     """numba.typed.List builds its lists through two functions of Numba's own compiled for each item
     type and never cached: 0.2 s a type, 0.8 s for the decoder's lists (compiled_layers_torch.py) at
     every load. Cached in the same folder as the kernels (best effort: Numba's internals)."""
+    from app.models import numba_cache
+
+    if numba_cache.install():  # no folder to cache in: Numba would write beside its own sources
+        return
     try:
         from numba.typed import typedlist
 
@@ -160,12 +164,15 @@ def compiled():
         # the sources, under the user's NUMBA_CACHE_DIR where one is set
         own = not os.environ.get("NUMBA_CACHE_DIR")
         base = Path(os.environ.get("NUMBA_CACHE_DIR") or cache_dir() / "numba")
-        numba.config.CACHE_DIR = str(base / _sources_version())
-        if own:  # (a user's NUMBA_CACHE_DIR may hold anything: only Tandem's own folder is pruned)
-            prune_versions(base, _sources_version())
         from app.models import numba_cache
 
-        if why := numba_cache.install():  # a frozen bundle's cache (numba_cache.py)
+        # one that cannot be written: a temporary folder, or none; never the program's own (numba_cache.py)
+        moved = numba_cache.use_folder(base / _sources_version())
+        if own:  # (a user's NUMBA_CACHE_DIR may hold anything: only Tandem's own folder is pruned)
+            prune_versions(base, _sources_version())
+        if moved:
+            log.warning("%s", moved)
+        elif why := numba_cache.install():  # a frozen bundle's cache (numba_cache.py)
             log.warning("The compiled CPU kernels are compiled at each start, not cached: %s", why)
         module = importlib.import_module("app.models.kernels_numba")
         _cache_typed_lists()

@@ -19,28 +19,95 @@ index also keys each entry on the function's signature and the CPU it was compil
 
 This reaches into Numba's caching module (its locator list has no public hook): where that
 changes, install() leaves the bundle compiling without a cache, as before, and says why.
+
+Whatever the process, the cache folder must be one Numba can write (use_folder): where the one
+named cannot be (NUMBA_CACHE_DIR, or TANDEM_CACHE/numba, is a file, or read-only), Numba's next
+locator wrote 21-32 compiled kernels beside the sources, into the program's own folder, which an
+installed app may not own or may share between users.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import sys
+import tempfile
+from pathlib import Path
 
 FOLDER = "bundle"  # under numba.config.CACHE_DIR
+TEMPORARY = "tandem-kernels"  # in the system's temporary folder, one per user: where the cache folder cannot be
 
 
 def frozen() -> bool:
     return bool(getattr(sys, "frozen", False))
 
 
-def install() -> str:
-    """Put the bundle's locator first in Numba's list; "" when done (or not frozen), else why not."""
-    if not frozen():
+def _writable(folder: Path) -> bool:
+    """Whether Numba can cache in `folder`: its own test (caching._CacheLocator.ensure_cache_path)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError:
+        return False
+    return True
+
+
+def temporary_folder() -> Path:
+    """Where the kernels are cached when the cache folder cannot be written: this user's folder in
+    the system's temporary folder (Windows gives each user a temporary folder of their own)."""
+    user = os.getuid() if hasattr(os, "getuid") else os.environ.get("USERNAME", "user")
+    return Path(tempfile.gettempdir()) / f"{TEMPORARY}-{user}"
+
+
+def _private_temporary() -> Path | None:
+    """temporary_folder(), made where it is not there, or None. Cached kernels are code that is
+    loaded and run, so a folder another user made, or could write to, is never used."""
+    folder = temporary_folder()
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        found = folder.lstat()
+    except OSError:
+        return None
+    if not stat.S_ISDIR(found.st_mode):  # a link, or a file
+        return None
+    if hasattr(os, "getuid") and (found.st_uid != os.getuid() or found.st_mode & 0o077):
+        return None
+    return folder
+
+
+def use_folder(wanted: Path) -> str:
+    """Point Numba's cache (numba.config.CACHE_DIR) at `wanted` where it can be written there; else
+    at this user's temporary folder; else at none (the kernels compile at each start). "" when at
+    `wanted`, else a sentence saying where and why, to be said once."""
+    from numba.core import config
+
+    wanted = Path(wanted)
+    if _writable(wanted):
+        config.CACHE_DIR = str(wanted)
         return ""
+    advice = "Set NUMBA_CACHE_DIR or TANDEM_CACHE to a folder you can write to."
+    temporary = _private_temporary()
+    if temporary is not None and _writable(temporary / wanted.name):
+        config.CACHE_DIR = str(temporary / wanted.name)
+        return f"The compiled CPU kernels are cached in {config.CACHE_DIR}: {wanted} cannot be written. {advice}"
+    config.CACHE_DIR = ""
+    return (f"The compiled CPU kernels are compiled at each start, not cached: neither {wanted} nor a temporary "
+            f"folder can be written. {advice}")
+
+
+def install() -> str:
+    """"" when the kernels can be cached: a folder is set (use_folder) and, in a frozen bundle, its
+    locator is first in Numba's list. Else why not: with no folder, Numba's own locators would
+    cache beside the sources, in the program's folder."""
     try:
         from numba.core import caching, config
     except ImportError as exc:
         return f"Numba's caching module is not there: {exc}"
+    if not config.CACHE_DIR:
+        return "no folder to cache them in"
+    if not frozen():
+        return ""
     impl = getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl", None)  # its name until 0.59
     locators = getattr(impl, "_locator_classes", None)
     bases = (getattr(caching, "_SourceFileBackedLocatorMixin", None), getattr(caching, "_CacheLocator", None))

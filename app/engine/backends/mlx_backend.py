@@ -31,6 +31,7 @@ def probs_from_logits(logits: mx.array, params: SamplingParams) -> mx.array:
         order = mx.argsort(-probs, axis=-1)
         sorted_probs = mx.take_along_axis(probs, order, axis=-1)
         drop = (mx.cumsum(sorted_probs, axis=-1) - sorted_probs) >= params.top_p
+        drop[..., 0] = False  # the likeliest token always stays (a top-p of 1e-300 rounds to 0)
         sorted_probs = mx.where(drop, 0.0, sorted_probs)
         probs = mx.put_along_axis(mx.zeros_like(probs), order, sorted_probs, axis=-1)
         probs = probs / probs.sum(axis=-1, keepdims=True)
@@ -261,7 +262,12 @@ class MLXBackend(ModelBackend):
 
     def prefill(self, ids: Sequence[int]) -> None:
         if ids:
-            mx.eval(self._forward(mx.array([list(ids)]))[-1])
+            # the caches are what a prefill is for (mlx-lm's generate_step evaluates them alone):
+            # evaluating a row of the logits computed the head over every position of the chunk,
+            # a fifth of a small model's prefill, to keep one row that nothing reads
+            self._forward(mx.array([list(ids)]))
+            hidden = self.last_hidden()
+            mx.eval([layer.state for layer in self.cache.layers], *(() if hidden is None else (hidden,)))
 
     def next_token(self, ids: Sequence[int], params: SamplingParams) -> int:
         logits = self.forward_last(ids)

@@ -21,6 +21,9 @@ def probs_from_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Ten
         sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
         # keep the smallest set whose mass reaches top_p (the token crossing it stays)
         drop = (sorted_probs.cumsum(-1) - sorted_probs) >= params.top_p
+        # the likeliest token always stays: a top-p below float32's resolution (1e-300 rounds to 0)
+        # would otherwise drop every token, and the sample would be drawn from NaN
+        drop[..., 0] = False
         sorted_probs = sorted_probs.masked_fill(drop, 0.0)
         probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
         probs = probs / probs.sum(-1, keepdim=True)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from app.json_fields import read_object
 from app.models.errors import ModelFileError
+from app.models.head_files import MAX_VOCAB, MAX_WIDTH, ConfigFields, check_safetensors_file
 from app.models.integrity import read_header, unreadable
 from app.models.mtp_weights import REQUIRED, MTPWeights
 
@@ -52,15 +53,18 @@ def head_weights(folder: str | Path, target_config: dict) -> MTPWeights:
         raise ModelFileError(f"{folder.name} is not an aligned draft head (its config.json is missing or "
                              f"names another model type). Choose the folder `tandem-cli align` wrote.")
     text = target_config.get("text_config") or target_config
-    for key in ("hidden_size", "vocab_size"):
-        if key in config and key in text and int(config[key]) != int(text[key]):
+    fields = ConfigFields(folder / "config.json", config, "Align the draft again.")
+    for key, most in (("hidden_size", MAX_WIDTH), ("vocab_size", MAX_VOCAB)):
+        value = fields.whole(key, 1, most, None)  # typed first: "abc" is no width to compare
+        if value is not None and key in text and value != int(text[key]):
             raise ModelFileError(
                 f"{folder.name} was aligned to {config.get('target', 'another model')}, whose {key} is "
                 f"{config[key]}; this model's is {text[key]}. Align a head to this model instead.")
     path = folder / WEIGHTS
     if not path.is_file():
         raise ModelFileError(f"{folder.name}: {WEIGHTS} is missing. Align the draft again.")
-    header = read_header(path)[0]
+    # whole, as safetensors checks it on opening: a head cut short is refused before the target loads
+    header = check_safetensors_file(path, "Align the draft again.")
     files = {key[len("mtp."):]: path for key in header if key.startswith("mtp.")}
     missing = [name for name in REQUIRED if name not in files]
     if missing or not any(name.startswith("layers.0.") for name in files):

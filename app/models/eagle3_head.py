@@ -27,12 +27,13 @@ Both are read into the speculators names (`midlayer.` -> `layers.0.`). Pickled c
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.json_fields import read_object
 from app.models.errors import ModelFileError
+from app.models.head_files import (BUILT_BYTES, MAX_TARGET_LAYERS, MAX_VOCAB, MAX_WIDTH, ConfigFields, LayerShape,
+                                   layer_shape, tensor_files)
 from app.models.integrity import read_header
 
 EAGLE_ARCHITECTURES = ("LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM", "Eagle3Speculator",
@@ -41,6 +42,7 @@ LAYER_TYPES = ("llama", "qwen3")  # the decoder layers whose attention Tandem's 
 PICKLES = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.pt", "model.bin")
 # flags of the speculators layout this port reads; any other truthy flag is a variant not read yet
 FLAGS = ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output")
+ADVICE = "Download the EAGLE-3 head again, or choose the one published for your model."
 LAYER_TENSORS = ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
                  "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
                  "mlp.down_proj.weight", "input_layernorm.weight", "post_attention_layernorm.weight")
@@ -67,7 +69,7 @@ class Eagle3Head:
 
     @property
     def layer_count(self) -> int:
-        return int(self.layer_config.get("num_hidden_layers", 1))
+        return int(self.layer_config.get("num_hidden_layers") or 1)
 
     def required(self) -> list[str]:
         names = ["fc.weight", "norm.weight", "lm_head.weight", "layers.0.hidden_norm.weight"]
@@ -91,6 +93,31 @@ class Eagle3Head:
                 pass
         return total
 
+    @property
+    def shape(self) -> LayerShape:
+        return layer_shape(ConfigFields(self.folder / "config.json", self.layer_config, ADVICE),
+                           self.layer_config.get("model_type", "llama"))
+
+    @property
+    def parameter_count(self) -> int:
+        """The numbers the head's modules hold as its config shapes them (app/engine/backends/
+        eagle3_torch.Eagle3Modules, eagle3_mlx's): counted before any is built, whatever its file holds."""
+        shape, fused = self.shape, len(self.layers) * self.target_hidden_size
+        hidden = shape.hidden
+        count = fused * hidden  # fc: (3 H_target) -> H
+        count += shape.layer_numbers(2 * hidden) + hidden  # the first layer reads [embedding; state], 2H; hidden_norm
+        count += (self.layer_count - 1) * shape.layer_numbers()
+        count += hidden + hidden * self.draft_vocab  # norm, lm_head: H -> draft vocabulary
+        count += fused if self.flags.get("norm_before_fc") or self.flags.get("fc_norm") else 0  # (one or the other)
+        count += self.target_vocab * hidden if self.own_embedding else 0
+        return count + self.draft_vocab  # d2t
+
+    @property
+    def memory_bytes(self) -> int:
+        """What loading the head takes at most, for the memory check: its layers as built (at
+        float32, before its tensors fill them), or its files read beside them, whichever is more."""
+        return max(self.parameter_count * BUILT_BYTES, self.weights_bytes * 2)
+
 
 def is_eagle3_config(config: dict) -> bool:
     if "speculators_model_type" in config:  # a speculators head says what it is
@@ -109,18 +136,17 @@ def default_layers(count: int) -> tuple[int, int, int]:
     return 2, count // 2, count - 3
 
 
-def _layers(config: dict, count: int) -> tuple[int, ...]:
-    """The target layers a head reads, in Tandem's terms (the state entering layer i). A top-level
-    `eagle_aux_hidden_state_layer_ids` (speculators, vLLM) counts so already; the same key nested
-    in `eagle_config` (SpecForge's heads, for SGLang) names the layer whose OUTPUT is read, one
-    less (SGLang adds 1: "for the ith layer, it takes the output of the (i-1)th layer")."""
-    top = config.get("eagle_aux_hidden_state_layer_ids")
+def _layers(fields: ConfigFields) -> tuple[int, ...] | None:
+    """The target layers a head reads, in Tandem's terms (the state entering layer i), where its
+    config names them. A top-level `eagle_aux_hidden_state_layer_ids` (speculators, vLLM) counts
+    so already; the same key nested in `eagle_config` (SpecForge's heads, for SGLang) names the
+    layer whose OUTPUT is read, one less (SGLang adds 1: "for the ith layer, it takes the output
+    of the (i-1)th layer")."""
+    top = fields.wholes("eagle_aux_hidden_state_layer_ids", 0, MAX_TARGET_LAYERS)
     if top:
-        return tuple(int(i) for i in top)
-    nested = (config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
-    if nested:
-        return tuple(int(i) + 1 for i in nested)
-    return default_layers(count)
+        return top
+    nested = fields.part("eagle_config").wholes("eagle_aux_hidden_state_layer_ids", -1, MAX_TARGET_LAYERS)
+    return tuple(i + 1 for i in nested) if nested else None
 
 
 def _layer_config(config: dict, layout: str) -> dict:
@@ -134,19 +160,63 @@ def _layer_config(config: dict, layout: str) -> dict:
 
 
 def _tensors(folder: Path) -> dict[str, tuple[Path, str]]:
-    """Every tensor in the folder's safetensors files, by its speculators-layout name."""
-    index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-        except (ValueError, KeyError, UnicodeDecodeError) as exc:
-            raise ModelFileError(f"{index}: not a valid safetensors index ({exc}).") from exc
-        found = {name: folder / file for name, file in weight_map.items()}
-    else:
-        found = {name: path for path in sorted(folder.glob("*.safetensors"))
-                 for name in read_header(path)[0] if name != "__metadata__"}
+    """Every tensor in the folder's safetensors files, by its speculators-layout name (each file
+    checked whole first)."""
     return {("layers.0." + name[len("midlayer."):]) if name.startswith("midlayer.") else name: (path, name)
-            for name, path in found.items()}
+            for name, path in tensor_files(folder, ADVICE).items()}
+
+
+@dataclass(frozen=True)
+class Eagle3Config:
+    """What a head's config.json says of the head alone, each field checked (app/models/
+    head_files.py): what `tandem-cli models info` describes, and what read_eagle3 checks
+    against a target."""
+
+    layout: str  # "EAGLE" or "speculators"
+    layer_config: dict
+    shape: LayerShape
+    target_hidden: int
+    vocab: int | None  # the target vocabulary it names, where it names one
+    draft_vocab: int | None
+    layers: tuple[int, ...] | None  # the target layers it reads (Tandem's count), where it names them
+    flags: dict
+
+
+def read_config(folder: Path) -> Eagle3Config:
+    """The head's own config, or a ModelFileError naming the file and the field that is wrong."""
+    name = folder.name or str(folder)
+    path = folder / "config.json"
+    config = read_object(path)
+    kind = config.get("speculators_model_type")
+    if kind not in (None, "eagle3"):
+        raise ModelFileError(f"{name} is a speculators head of type {kind!r}; Tandem reads its EAGLE-3 heads, not "
+                             "that type yet.")
+    if not is_eagle3_config(config):
+        raise ModelFileError(f"{name} is not an EAGLE-3 head: its config.json is missing or names another model "
+                             "(an EAGLE-3 head's names the architecture LlamaForCausalLMEagle3, or "
+                             "\"speculators_model_type\": \"eagle3\").")
+    layout = "speculators" if kind else "EAGLE"
+    fields = ConfigFields(path, config, ADVICE)
+    layer = fields.part("transformer_layer_config") if layout == "speculators" else fields  # an object, if there
+    try:
+        layer_config = _layer_config(config, layout)
+    except ModelFileError as exc:
+        raise ModelFileError(f"{name}: {exc}. It may be a newer layout than Tandem reads.") from exc
+    model_type = layer_config.get("model_type", "llama")
+    if model_type not in LAYER_TYPES:
+        raise ModelFileError(f"{name}: its decoder layer is a {model_type} layer; Tandem's EAGLE-3 port reads "
+                             f"{' and '.join(LAYER_TYPES)} layers, not that one yet.")
+    # vLLM reads a speculators config without norm_before_residual as True (speculators' own
+    # training default; one set to null is False, as vLLM reads it); EAGLE's code has no such option (False)
+    flags = {flag: fields.flag(flag, flag == "norm_before_residual" and layout == "speculators" and flag not in config)
+             for flag in FLAGS}
+    if flags["norm_before_fc"] and flags["fc_norm"]:
+        raise ModelFileError(f"{name}: its config sets both norm_before_fc and fc_norm, which exclude each other.")
+    shape = layer_shape(layer, model_type)
+    vocab = (layer if layer.has("vocab_size") else fields).whole("vocab_size", 1, MAX_VOCAB, None)
+    draft_vocab = (fields if fields.has("draft_vocab_size") else layer).whole("draft_vocab_size", 1, MAX_VOCAB, None)
+    return Eagle3Config(layout, layer_config, shape, fields.whole("target_hidden_size", 1, MAX_WIDTH, shape.hidden),
+                        vocab, draft_vocab, _layers(fields), flags)
 
 
 def read_eagle3(folder: str | Path, target_config: dict, weights: bool = True) -> Eagle3Head:
@@ -160,30 +230,7 @@ def read_eagle3(folder: str | Path, target_config: dict, weights: bool = True) -
         wrong = " is a file, not a folder" if folder.exists() else ": no such folder"
         raise ModelFileError(f"{folder}{wrong}. An EAGLE-3 head is a folder with its config.json and "
                              "model.safetensors (eagle3:<folder>); check the path.")
-    config = read_object(folder / "config.json")
-    kind = config.get("speculators_model_type")
-    if kind not in (None, "eagle3"):
-        raise ModelFileError(f"{name} is a speculators head of type {kind!r}; Tandem reads its EAGLE-3 heads, not "
-                             "that type yet.")
-    if not is_eagle3_config(config):
-        raise ModelFileError(f"{name} is not an EAGLE-3 head: its config.json is missing or names another model "
-                             "(an EAGLE-3 head's names the architecture LlamaForCausalLMEagle3, or "
-                             "\"speculators_model_type\": \"eagle3\").")
-    layout = "speculators" if kind else "EAGLE"
-    try:
-        layer_config = _layer_config(config, layout)
-    except ModelFileError as exc:
-        raise ModelFileError(f"{name}: {exc}. It may be a newer layout than Tandem reads.") from exc
-    model_type = layer_config.get("model_type", "llama")
-    if model_type not in LAYER_TYPES:
-        raise ModelFileError(f"{name}: its decoder layer is a {model_type} layer; Tandem's EAGLE-3 port reads "
-                             f"{' and '.join(LAYER_TYPES)} layers, not that one yet.")
-    # vLLM reads a speculators config without norm_before_residual as True (speculators' own
-    # training default); EAGLE's code has no such option (False)
-    flags = {flag: bool(config.get(flag, flag == "norm_before_residual" and layout == "speculators"))
-             for flag in FLAGS}
-    if flags["norm_before_fc"] and flags["fc_norm"]:
-        raise ModelFileError(f"{name}: its config sets both norm_before_fc and fc_norm, which exclude each other.")
+    own = read_config(folder)
     if weights and not (folder / "model.safetensors").is_file() \
             and not (folder / "model.safetensors.index.json").is_file() and not any(folder.glob("*.safetensors")):
         pickled = next((p for p in PICKLES if (folder / p).is_file()), None)
@@ -193,14 +240,13 @@ def read_eagle3(folder: str | Path, target_config: dict, weights: bool = True) -
                                  "(for instance its speculators conversion), or convert this one where you trust it.")
         raise ModelFileError(f"{name}: model.safetensors is missing. Download the head again.")
     text = target_config.get("text_config") or target_config
-    hidden = int(layer_config.get("hidden_size", 0))
-    target_hidden = int(config.get("target_hidden_size") or hidden)
+    hidden, target_hidden = own.shape.hidden, own.target_hidden
     count = int(text.get("num_hidden_layers", 0))
     target_name = str(text.get("_name_or_path") or "this model")
     if int(text.get("hidden_size", -1)) != target_hidden:
         raise ModelFileError(f"{name} drafts for a model {target_hidden} wide; {target_name} is "
                              f"{text.get('hidden_size')} wide. Choose the head published for this model.")
-    target_vocab = int(layer_config.get("vocab_size") or config.get("vocab_size") or text.get("vocab_size", 0))
+    target_vocab = own.vocab or int(text.get("vocab_size", 0))
     files = _tensors(folder) if weights else {}
     if "t2d" in files:  # the map's own length is the target vocabulary it was made for
         header = read_header(files["t2d"][0])[0].get(files["t2d"][1], {})
@@ -208,13 +254,12 @@ def read_eagle3(folder: str | Path, target_config: dict, weights: bool = True) -
     if target_vocab != int(text.get("vocab_size", 0)):
         raise ModelFileError(f"{name} drafts for a vocabulary of {target_vocab} tokens; {target_name} has "
                              f"{text.get('vocab_size')}. Choose the head published for this model.")
-    layers = _layers(config, count)
+    layers = own.layers or default_layers(count)
     if len(layers) != 3 or min(layers) < 0 or max(layers) > count or len(set(layers)) != 3:
         raise ModelFileError(f"{name} reads the target's layers {list(layers)}; {target_name} has {count} decoder "
                              "layers, so it was made for another model. Choose the head published for this model.")
-    head = Eagle3Head(folder, layout, layer_config, hidden, target_hidden, int(config.get("draft_vocab_size") or
-                      layer_config.get("draft_vocab_size") or target_vocab), target_vocab, layers, flags, files,
-                      "d2t" in files, "embed_tokens.weight" in files)
+    head = Eagle3Head(folder, own.layout, own.layer_config, hidden, target_hidden, own.draft_vocab or target_vocab,
+                      target_vocab, layers, own.flags, files, "d2t" in files, "embed_tokens.weight" in files)
     if not weights:
         return head  # its tensors are checked once they are here (Runner.load reads it again)
     missing = [tensor for tensor in head.required() if tensor not in files]

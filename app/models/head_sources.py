@@ -26,56 +26,52 @@ SAFETENSORS_DTYPES = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}  #
 
 
 def describe_eagle3(folder: Path) -> list[str]:
-    """A head's layout, layer, vocabularies, the target layers it reads and its weights."""
-    config = read_object(folder / "config.json")
-    layout = "speculators" if "speculators_model_type" in config else "EAGLE"
-    layer = eagle3_head._layer_config(config, layout)
+    """A head's layout, layer, vocabularies, the target layers it reads and its weights; a
+    ModelFileError naming the file and the field where Tandem would refuse the head whatever its
+    target (a damaged config or weights file)."""
+    own = eagle3_head.read_config(folder)
     files = eagle3_head._tensors(folder)
     # the layers' precision, from fc (d2t and t2d are integer and boolean maps beside them)
     fc = files.get("fc.weight")
     stored = str(read_header(fc[0])[0].get(fc[1], {}).get("dtype", "?")) if fc else "?"
     size = sum(path.stat().st_size for path in {p for p, _ in files.values()})
-    hidden = int(layer.get("hidden_size", 0))
-    target_hidden = int(config.get("target_hidden_size") or hidden)
-    vocab = int(layer.get("vocab_size") or config.get("vocab_size") or 0)
-    draft_vocab = int(config.get("draft_vocab_size") or layer.get("draft_vocab_size") or vocab)
-    if config.get("eagle_aux_hidden_state_layer_ids") or (config.get("eagle_config") or {}).get(
-            "eagle_aux_hidden_state_layer_ids"):  # named in the config (either convention): the target's size is moot
-        layers = eagle3_head._layers(config, 0)
-        reads = f"the states entering the target's layers {', '.join(str(i) for i in layers)}"
+    hidden, vocab = own.shape.hidden, own.vocab or 0
+    draft_vocab = own.draft_vocab or vocab
+    if own.layers:  # named in the config (either convention): the target's size is moot
+        reads = f"the states entering the target's layers {', '.join(str(i) for i in own.layers)}"
     else:
         reads = "the target's layers 2, L // 2 and L - 3 (EAGLE-3's rule, for a target of L layers)"
-    count = int(layer.get("num_hidden_layers", 1))
+    count = own.shape.layers
     mapped = f"{draft_vocab:,} of the target's {vocab:,} tokens (d2t map)" if "d2t" in files else f"{vocab:,} tokens"
     embedding = "its own copy of the embedding" if "embed_tokens.weight" in files else "the target's embedding"
-    return [f"{folder.name}: EAGLE-3 head ({layout} layout), {count} {layer.get('model_type', 'llama')} decoder "
-            f"layer{'s' if count != 1 else ''} {hidden} wide for a target {target_hidden} wide, {size / 1e6:.1f} MB "
-            f"of {SAFETENSORS_DTYPES.get(stored, stored)} safetensors",
+    return [f"{folder.name}: EAGLE-3 head ({own.layout} layout), {count} {own.layer_config.get('model_type', 'llama')} "
+            f"decoder layer{'s' if count != 1 else ''} {hidden} wide for a target {own.target_hidden} wide, "
+            f"{size / 1e6:.1f} MB of {SAFETENSORS_DTYPES.get(stored, stored)} safetensors",
             f"drafts over {mapped}, reading {reads}, with {embedding}"]
 
 
 def describe_dflash(folder: Path) -> list[str]:
-    """A drafter's layers, block, mask token, the target layers it reads and its weights."""
-    config = read_object(folder / "config.json")
+    """A drafter's layers, block, mask token, the target layers it reads and its weights; a
+    ModelFileError naming the file and the field where Tandem would refuse the drafter whatever
+    its target (a damaged config or weights file, a block longer than a round drafts)."""
+    own = dflash_head.read_config(folder)
     files = dflash_head._tensors(folder)
     fc = files.get("fc.weight")
     stored = str(read_header(fc)[0].get("fc.weight", {}).get("dtype", "?")) if fc else "?"
     size = sum(path.stat().st_size for path in set(files.values()))
-    count = int(config.get("num_hidden_layers", 1))
-    block = int(dflash_head._value(config, "block_size", 16))
-    target_count = config.get("num_target_layers")
+    count, block, target_count = own.shape.layers, own.block_size, own.target_layer_count
     target = f" for a target of {target_count} layers" if target_count is not None else ""
-    theirs = dflash_head._value(config, "target_layer_ids") or (
-        dflash_head.default_layers(int(target_count), count) if target_count is not None else None)
+    theirs = own.target_layer_ids or (dflash_head.default_layers(target_count, count)
+                                      if target_count is not None else None)
     if theirs:  # z-lab names the output of layer i, the state entering layer i + 1 in Tandem's count
         reads = f"the states entering the target's layers {', '.join(str(int(i) + 1) for i in theirs)}"
     else:
         reads = f"{count} of the target's layers spread from 2 to L - 2 (z-lab's rule, for a target of L layers)"
     return [f"{folder.name}: DFlash block drafter, {count} qwen3 decoder layer{'s' if count != 1 else ''} "
-            f"{config.get('hidden_size', '?')} wide{target}, {size / 1e6:.1f} MB of "
-            f"{SAFETENSORS_DTYPES.get(stored, stored)} safetensors",
-            f"drafts a block of {block} (up to {block - 1} tokens a pass) from mask token "
-            f"{dflash_head._value(config, 'mask_token_id')}, reading {reads}, with the target's embedding and head"]
+            f"{own.shape.hidden} wide{target}, {size / 1e6:.1f} MB of {SAFETENSORS_DTYPES.get(stored, stored)} "
+            "safetensors",
+            f"drafts a block of {block} (up to {block - 1} tokens a pass) from mask token {own.mask_token_id}, "
+            f"reading {reads}, with the target's embedding and head"]
 
 
 def check_tensors(name: str, what: str, found: dict, wanted: dict, shown: Callable[[str], str] = str) -> None:

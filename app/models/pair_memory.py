@@ -18,6 +18,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from app import data_files
+from app.data_files import DataFileError, NotAnswering
 from app.draft_choice import PROMPT_LOOKUP, DraftChoice, DraftChoiceError, DraftKind
 from app.engine.backends import BACKENDS, PRECISIONS
 from app.json_fields import is_number, is_whole, shown
@@ -107,6 +109,7 @@ class PairMemory:
         self.skipped: list[str] = []  # entries (or their figures) refused on read, in words ("contexts “x”: ...")
         self.damage = ""  # why the whole file could not be read ("not JSON"), where it could not
         self.set_aside_as: Path | None = None  # where that file went
+        self.unreachable = ""  # why the file did not answer (a stalled network folder), where it did not
         self._data = self._read()
 
     @property
@@ -114,6 +117,9 @@ class PairMemory:
         """What the user should be told, once, about the file as it was read (the window shows it
         as a banner); None where it read whole."""
         parts = []
+        if self.unreachable:
+            parts.append(f"{self.unreachable}: Tandem left it as it is, and remembers this session's pairs and "
+                         "speeds only until it closes.")
         if self.damage:
             where = (f"was set aside as {self.set_aside_as.name}" if self.set_aside_as is not None
                      else "could not be moved aside")
@@ -131,9 +137,15 @@ class PairMemory:
         """What the file holds that can be used: entries of the wrong shape (hand-edited, another
         version's, damaged) are skipped one by one, so one bad entry costs only itself."""
         try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
+            # bounded: a FIFO or a stalled network folder here once kept the window from ever showing
+            data = json.loads(data_files.read_text(self.path))
         except FileNotFoundError:
             data = {}
+        except NotAnswering as exc:  # left where it is, and not written to this session: a write would hang too
+            self.unreachable = str(exc)
+            data = {}
+        except DataFileError as exc:  # a FIFO, a folder, a file of hundreds of MB
+            data = self._set_aside("it " + str(exc).removeprefix(f"{self.path} "))
         except UnicodeDecodeError:
             data = self._set_aside("it is not UTF-8 text")
         except ValueError:
@@ -196,6 +208,8 @@ class PairMemory:
     def _write(self) -> str | None:
         """None once saved; else a sentence for the user (disk full, read-only folder). What was
         remembered stays in memory for this session, and the previous file stays whole."""
+        if self.unreachable:  # the folder did not answer a read: a write would hang the window (the notice says so)
+            return None
         # write-then-rename: a crash mid-write leaves the previous file, never half of one
         partial = self.path.with_suffix(".tmp")
         try:
@@ -344,12 +358,9 @@ def _alignment_entry(value) -> tuple[dict | None, list[str]]:
         if drafts[name].source and not _nameable(drafts[name].source):
             return None, [f"{name} is {shown(value.get(name))}, which no folder or model can be named"]
     aligned = drafts["aligned"]
-    if aligned.kind is DraftKind.HEAD and (folder := local_folder(aligned.source)) is not None:
-        from app.models.aligned_head import is_aligned_head
-
-        if not is_aligned_head(folder):  # a plain model named as a head never loads
-            return None, [f"aligned names {aligned.source}, which is not an aligned draft head (its config.json "
-                          "is not the one `tandem-cli align` writes); its target drafts with its default draft"]
+    why = not_aligned(aligned)
+    if why:  # paired at every start, it would stop its target loading every time
+        return None, [f"aligned names {aligned}, {why}; its target drafts with its default draft"]
     entry, problems = {**value}, []
     for name in ("before", "after"):
         if entry.get(name) is not None and read_trial(entry[name]) is None:
@@ -366,6 +377,28 @@ def _alignment_entry(value) -> tuple[dict | None, list[str]]:
         problems.append(f"active is {shown(entry['active'])}, not true or false (read as true)")
         entry["active"] = True
     return entry, problems
+
+
+def not_aligned(draft: DraftChoice) -> str:
+    """Why `draft`, an alignment's "aligned", is not a draft `tandem-cli align` wrote, in words;
+    "" where it is, or where it names no folder here to look at (a hub id, a folder since
+    removed, prompt lookup: aligned_draft pairs none of them). Align writes "head:<folder>" or an
+    aligned draft model's folder; anything else named there ("eagle3:<a model>", a folder of no
+    model) stopped its target loading at every start."""
+    from app.models.aligned_head import is_aligned_head, read_manifest
+
+    if draft.kind not in (DraftKind.HEAD, DraftKind.MODEL):
+        return ("which is not a kind of draft `tandem-cli align` writes (head:<folder>, or an aligned draft model's "
+                "folder)") if draft.source else ""
+    folder = local_folder(draft.source)
+    if folder is None:
+        return ""
+    if draft.kind is DraftKind.HEAD:  # a plain model named as a head never loads
+        return "" if is_aligned_head(folder) else ("which is not an aligned draft head (its config.json is not the "
+                                                   "one `tandem-cli align` writes)")
+    if is_aligned_head(folder) or read_manifest(folder).get("kind") == "model":  # a head named as a model drafts as one
+        return ""
+    return "which is not a draft `tandem-cli align` wrote (it holds no manifest.json of an aligned draft model)"
 
 
 def _nameable(name: str) -> bool:
@@ -463,13 +496,11 @@ def aligned_draft(backend: str, target: str, memory: PairMemory | None = None) -
     """The draft an alignment made for `target`, where "auto" should pair them: the alignment is
     active (not undone), its draft is still on disk, and it did not measure slower than the
     original draft in its own before/after trial."""
-    from app.models.aligned_head import is_aligned_head
-
     found = (memory or PairMemory()).alignment(backend, str(target))
     folder = None if found is None else local_folder(found["aligned"].source)
     if found is None or not found["active"] or folder is None:
         return None
-    if found["aligned"].kind is DraftKind.HEAD and not is_aligned_head(folder):
+    if not_aligned(found["aligned"]):
         return None  # replaced by another folder since pairs.json was read: the default draft instead
     before, after = found["before"], found["after"]
     if before is not None and after is not None and after.speedup < before.speedup:

@@ -7,6 +7,10 @@ generation starts, so an app killed mid-answer never loses what the user typed.
 
 An answer keeps every version Regenerate wrote (`answer_versions`); its row in `messages` holds
 the version on screen, so the conversation (and what the model reads next) is that version.
+A question edited and sent again keeps the one it replaces, with everything that followed it, as
+a branch beside the new one (as ChatGPT and LM Studio do): each message follows one before it
+(`parent_id`), and `messages` reads the branch on screen only (`shown`); `show_branch` goes to
+another. Titles are stored whole (app/chat/history_titles.py): the list elides them when drawn.
 A write that fails says why in a HistoryWriteError (locked, disk full, read-only), and the same
 write can be tried again later. The file and its journals are readable by their owner only.
 
@@ -30,11 +34,10 @@ from app import paths
 from app.chat.history_file import (HistoryError, HistoryWriteError, check_integrity, connect, make_private,
                                    move_aside, transaction, write_message)
 from app.chat.history_rows import STATUSES, UnreadableParts, conversation_fields, message_fields, version_fields
+from app.chat.history_titles import DEFAULT_TITLE, TITLE_CHARS, auto_title  # noqa: F401 (callers' names)
 # passed to history_file as each file opens (never bound there), so a test adds a step by patching it here
 from app.chat.history_schema import MIGRATIONS
 
-DEFAULT_TITLE = "New chat"
-TITLE_CHARS = 48
 BUSY_TIMEOUT_S = 2.0
 
 
@@ -63,6 +66,8 @@ class Message:
     version: int = 0  # an answer: which of its versions this is (1-based); 0 for a user's message
     versions: int = 0  # an answer: how many versions it has
     thinking: str = ""  # a reasoning model's thinking before the answer (shown folded)
+    branch: int = 0  # a question: which of its versions this is (1-based; an edit adds one); 0 for an answer
+    branches: int = 0  # a question: how many versions it has, each with the answers that followed it
 
     def as_chat(self) -> dict:
         """The message as the model reads it again: the answer, not the thinking (reasoning
@@ -87,14 +92,6 @@ class AnswerVersion:
 
 def default_path() -> Path:
     return paths.data_dir() / "history.sqlite3"
-
-
-def auto_title(text: str) -> str:
-    """The first non-empty line of a message, cut to about TITLE_CHARS characters."""
-    line = next((" ".join(line.split()) for line in text.splitlines() if line.strip()), "")
-    if not line:
-        return DEFAULT_TITLE
-    return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1].rstrip() + "…"
 
 
 class HistoryStore:
@@ -203,11 +200,15 @@ class HistoryStore:
         return [c for row in rows if (c := _conversation(row, self.unreadable)) is not None]
 
     def messages(self, conv_id: int) -> list[Message]:
-        """The conversation as it reads: each answer in the version on screen."""
+        """The conversation as it reads: the branch on screen, each answer in the version on screen."""
         rows = self._db.execute(
-            f"{_MESSAGE_SELECT} WHERE m.conversation_id = ? ORDER BY m.position", (conv_id,)
+            f"{_MESSAGE_SELECT} WHERE m.conversation_id = ? AND m.shown = 1 ORDER BY m.position", (conv_id,)
         ).fetchall()
         return [m for row in rows if (m := _message(row, self.unreadable)) is not None]
+
+    def message(self, message_id: int) -> Message:
+        """One message by id, on screen or in a branch out of view; HistoryError where there is none."""
+        return self._get_message(message_id)
 
     def versions(self, answer_id: int) -> list[AnswerVersion]:
         """Every version of an answer, oldest first (none for an id that is not an answer)."""
@@ -258,7 +259,8 @@ class HistoryStore:
         with self._write():
             self._touch(conv_id)
             last = self._db.execute(
-                "SELECT id, role FROM messages WHERE conversation_id = ? ORDER BY position DESC LIMIT 1", (conv_id,)
+                "SELECT id, role FROM messages WHERE conversation_id = ? AND shown = 1 ORDER BY position DESC LIMIT 1",
+                (conv_id,),
             ).fetchone()
             if last is None or last["role"] != "assistant":
                 raise HistoryError(
@@ -281,30 +283,85 @@ class HistoryStore:
         self, conv_id: int, new_user_text: str, answer_text: str, status: str = "complete", settings=None,
         stats=None, trace=None,
     ) -> tuple[Message, Message]:
-        """Edit and resend: the last user message and everything after it give way to the new turn."""
+        """Edit and resend the last message of yours (`edit_user`)."""
+        last_user = self._db.execute(
+            "SELECT id FROM messages WHERE conversation_id = ? AND role = 'user' AND shown = 1 "
+            "ORDER BY position DESC LIMIT 1",
+            (conv_id,),
+        ).fetchone()
+        if last_user is None:
+            raise HistoryError(f"Conversation {conv_id} has no message of yours to edit.")
+        return self.edit_user(last_user["id"], new_user_text, answer_text, status, settings, stats, trace)
+
+    def edit_user(
+        self, message_id: int, new_user_text: str, answer_text: str = "", status: str = "complete", settings=None,
+        stats=None, trace=None,
+    ) -> tuple[Message, Message]:
+        """Edit and resend a message of yours on screen: the new text and its answer take its place, and
+        the message with everything that followed it stays as a branch beside them (`show_branch`)."""
         _check_status(status)
         with self._write():
-            self._touch(conv_id)
-            last_user = self._db.execute(
-                "SELECT position, content FROM messages WHERE conversation_id = ? AND role = 'user' "
-                "ORDER BY position DESC LIMIT 1",
-                (conv_id,),
+            edited = self._db.execute(
+                "SELECT conversation_id, position, parent_id, content, shown FROM messages "
+                "WHERE id = ? AND role = 'user'",
+                (message_id,),
             ).fetchone()
-            if last_user is None:
-                raise HistoryError(f"Conversation {conv_id} has no message of yours to edit.")
-            self._db.execute(
-                "DELETE FROM messages WHERE conversation_id = ? AND position >= ?", (conv_id, last_user["position"])
-            )
+            if edited is None:
+                raise HistoryError(f"There is no message {message_id} of yours in the chat history to edit; "
+                                   "its chat may have been deleted.")
+            if not edited["shown"]:
+                raise HistoryError("The message you edited is not on screen any more (another version of a message "
+                                   "above it is shown); edit it where it is shown.")
+            conv_id = edited["conversation_id"]
+            self._touch(conv_id)
+            self._leave_branch(conv_id, edited["position"], edited["parent_id"])
             # If that was the first message and named the chat, the name follows the edit (by
             # _append_turn); a title the user chose stays.
             self._db.execute(
                 "UPDATE conversations SET title = ? WHERE id = ? AND title = ? AND NOT EXISTS ("
-                "SELECT 1 FROM messages WHERE conversation_id = ? AND role = 'user')",
-                (DEFAULT_TITLE, conv_id, auto_title(last_user["content"]), conv_id),
+                "SELECT 1 FROM messages WHERE conversation_id = ? AND role = 'user' AND shown = 1)",
+                (DEFAULT_TITLE, conv_id, auto_title(edited["content"]), conv_id),
             )
             answer = (answer_text, status, settings, stats, trace)
             user_id, answer_id = self._append_turn(conv_id, new_user_text, answer)
         return self._get_message(user_id), self._get_message(answer_id)
+
+    def show_branch(self, message_id: int, number: int) -> Message:
+        """Put version `number` of a question (`message_id`: any of its versions) on screen, with the
+        answers that followed it (and, further down, the versions chosen there when it was last
+        shown); returns that version.
+        Like looking at an answer's version, this is not activity: the chat keeps its place."""
+        with self._write():
+            question = self._db.execute(
+                "SELECT conversation_id, position, parent_id FROM messages WHERE id = ? AND role = 'user'",
+                (message_id,),
+            ).fetchone()
+            if question is None:
+                raise HistoryError(f"There is no message {message_id} of yours in the chat history.")
+            conv_id, position = question["conversation_id"], question["position"]
+            versions = self._siblings(conv_id, position, question["parent_id"])
+            (on_screen,) = self._db.execute(
+                "SELECT COUNT(*) FROM messages WHERE conversation_id = ? AND position = ? AND parent_id IS ? "
+                "AND role = 'user' AND shown = 1",
+                (conv_id, position, question["parent_id"]),
+            ).fetchone()
+            if not on_screen:
+                raise HistoryError(f"No version of your message {message_id} is on screen (a message above it is "
+                                   "shown in another version), so there is none to go to from it.")
+            if not 1 <= number <= len(versions):
+                raise HistoryError(f"Your message {message_id} has no version {number} in the chat history.")
+            self._leave_branch(conv_id, position, question["parent_id"])
+            shown: int | None = versions[number - 1]
+            self._db.execute("UPDATE messages SET chosen = 1 WHERE id = ?", (shown,))
+            while shown is not None:  # down the branch, by the version chosen at each step
+                self._db.execute("UPDATE messages SET shown = 1 WHERE id = ?", (shown,))
+                after = self._db.execute(
+                    "SELECT id FROM messages WHERE conversation_id = ? AND parent_id = ? "
+                    "ORDER BY chosen DESC, id DESC LIMIT 1",
+                    (conv_id, shown),
+                ).fetchone()
+                shown = after["id"] if after is not None else None
+        return self._get_message(versions[number - 1])
 
     def save_race(self, question_id: int, race: dict) -> None:
         """Keep a race (the question answered by the target alone and speculatively) with the
@@ -338,16 +395,37 @@ class HistoryStore:
         if cursor.rowcount == 0:
             raise HistoryError(f"There is no conversation {conv_id} in the chat history; it may have been deleted.")
 
+    def _siblings(self, conv_id: int, position: int, parent_id: int | None) -> list[int]:
+        """The versions of a question (the messages that follow the same one), oldest first."""
+        rows = self._db.execute(
+            "SELECT id FROM messages WHERE conversation_id = ? AND position = ? AND parent_id IS ? AND role = 'user' "
+            "ORDER BY id",
+            (conv_id, position, parent_id),
+        ).fetchall()
+        return [row["id"] for row in rows]
+
+    def _leave_branch(self, conv_id: int, position: int, parent_id: int | None) -> None:
+        """Take the branch on screen from `position` down off the screen, kept as it is (what was
+        chosen inside it stays chosen), and no version of the question there chosen."""
+        self._db.execute(
+            "UPDATE messages SET shown = 0 WHERE conversation_id = ? AND position >= ? AND shown = 1",
+            (conv_id, position),
+        )
+        self._db.execute(
+            "UPDATE messages SET chosen = 0 WHERE conversation_id = ? AND position = ? AND parent_id IS ?",
+            (conv_id, position, parent_id),
+        )
+
     def _append_turn(self, conv_id: int, user_text: str, answer: tuple) -> tuple[int, int]:
         self._touch(conv_id)
         # The first message of a still-untitled chat names it.
         self._db.execute(
             "UPDATE conversations SET title = ? WHERE id = ? AND title = ? AND NOT EXISTS ("
-            "SELECT 1 FROM messages WHERE conversation_id = ? AND role = 'user')",
+            "SELECT 1 FROM messages WHERE conversation_id = ? AND role = 'user' AND shown = 1)",
             (auto_title(user_text), conv_id, DEFAULT_TITLE, conv_id),
         )
         (position,) = self._db.execute(
-            "SELECT COALESCE(MAX(position), -1) + 1 FROM messages WHERE conversation_id = ?", (conv_id,)
+            "SELECT COALESCE(MAX(position), -1) + 1 FROM messages WHERE conversation_id = ? AND shown = 1", (conv_id,)
         ).fetchone()
         user_id = self._insert_message(conv_id, position, "user", (user_text, "complete", None, None, None))
         answer_id = self._insert_message(conv_id, position + 1, "assistant", answer)
@@ -356,11 +434,16 @@ class HistoryStore:
         return user_id, answer_id
 
     def _insert_message(self, conv_id: int, position: int, role: str, body: tuple) -> int:
+        """A message at `position` of the branch on screen, after the one shown before it."""
         text, status, settings, stats, trace = body
+        before = self._db.execute(
+            "SELECT id FROM messages WHERE conversation_id = ? AND position = ? AND shown = 1", (conv_id, position - 1)
+        ).fetchone()
         cursor = self._db.execute(
-            "INSERT INTO messages (conversation_id, position, role, content, status, settings, stats, trace, created) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (conv_id, position, role, text, status, _dump(settings), _dump(stats), _dump(trace), self._clock()),
+            "INSERT INTO messages (conversation_id, position, role, content, status, settings, stats, trace, created, "
+            "parent_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (conv_id, position, role, text, status, _dump(settings), _dump(stats), _dump(trace), self._clock(),
+             before["id"] if before is not None else None),
         )
         return cursor.lastrowid
 
@@ -423,8 +506,13 @@ def _conversation(row: sqlite3.Row, unreadable: UnreadableParts) -> Conversation
     return None if fields is None else Conversation(**fields)
 
 
+# a question's versions are the messages of yours that follow the same one (parent_id IS: the first has none)
 _MESSAGE_SELECT = (
-    "SELECT m.*, (SELECT COUNT(*) FROM answer_versions AS v WHERE v.message_id = m.id) AS version_count "
+    "SELECT m.*, (SELECT COUNT(*) FROM answer_versions AS v WHERE v.message_id = m.id) AS version_count, "
+    "(SELECT COUNT(*) FROM messages AS s WHERE m.role = 'user' AND s.conversation_id = m.conversation_id "
+    "AND s.parent_id IS m.parent_id AND s.position = m.position AND s.role = 'user') AS branch_count, "
+    "(SELECT COUNT(*) FROM messages AS s WHERE m.role = 'user' AND s.conversation_id = m.conversation_id "
+    "AND s.parent_id IS m.parent_id AND s.position = m.position AND s.role = 'user' AND s.id <= m.id) AS branch_number "
     "FROM messages AS m"
 )
 

@@ -92,7 +92,8 @@ def message_fields(row: sqlite3.Row, parts: UnreadableParts) -> dict | None:
         return None
     read.where = f"{'an answer' if role == 'assistant' else 'a question'} in chat {conv_id}"
     return {"id": message_id, "conversation_id": conv_id, "position": read.count("position"), "role": role,
-            **_body(read), "version": read.count("version"), "versions": read.count("version_count")}
+            **_body(read), "version": read.count("version"), "versions": read.count("version_count"),
+            "branch": read.count("branch_number"), "branches": read.count("branch_count")}
 
 
 def version_fields(row: sqlite3.Row, parts: UnreadableParts) -> dict | None:

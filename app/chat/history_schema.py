@@ -8,6 +8,7 @@ from __future__ import annotations
 import sqlite3
 
 from app.chat.history_format import Migration
+from app.chat.history_titles import restored_title
 
 
 def _migrate_to_v1(db: sqlite3.Connection) -> None:
@@ -65,5 +66,38 @@ def _migrate_to_v3(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE answer_versions ADD COLUMN thinking TEXT NOT NULL DEFAULT ''")
 
 
+def _migrate_to_v4(db: sqlite3.Connection) -> None:
+    """Edit keeps what it replaces (issue 46): each message knows the one it follows (`parent_id`),
+    so an edited question and everything after it stay beside the new one as a branch. `chosen`:
+    of the messages that follow the same one (the versions of a question), the one the chat goes
+    on with; `shown`: on the path the chat shows now (the chosen ones from the first message on).
+    Only shown messages hold a place in the chat, so only they are unique by position."""
+    db.execute("ALTER TABLE messages ADD COLUMN parent_id INTEGER")
+    db.execute("ALTER TABLE messages ADD COLUMN chosen INTEGER NOT NULL DEFAULT 1")
+    db.execute("ALTER TABLE messages ADD COLUMN shown INTEGER NOT NULL DEFAULT 1")
+    # every message so far is on the one path there was: it follows the message before it (found
+    # by the index of positions, before it is replaced by one of the shown messages' only)
+    db.execute(
+        "UPDATE messages SET parent_id = (SELECT p.id FROM messages AS p WHERE p.conversation_id = "
+        "messages.conversation_id AND p.position < messages.position ORDER BY p.position DESC LIMIT 1)"
+    )
+    db.execute("DROP INDEX IF EXISTS messages_in_order")
+    db.execute("CREATE UNIQUE INDEX messages_in_order ON messages (conversation_id, position) WHERE shown = 1")
+    db.execute("CREATE INDEX messages_by_parent ON messages (conversation_id, parent_id)")
+
+
+def _migrate_to_v5(db: sqlite3.Connection) -> None:
+    """Titles whole (issue 46): one Tandem cut with a "…" from the chat's first question gets its
+    words back; a name the user chose stays."""
+    rows = db.execute(
+        "SELECT c.id, c.title, (SELECT m.content FROM messages AS m WHERE m.conversation_id = c.id AND "
+        "m.role = 'user' AND m.shown = 1 ORDER BY m.position LIMIT 1) FROM conversations AS c "
+        "WHERE c.title LIKE '%…'"
+    ).fetchall()
+    for conv_id, title, question in rows:
+        if isinstance(title, str) and isinstance(question, str) and (whole := restored_title(title, question)):
+            db.execute("UPDATE conversations SET title = ? WHERE id = ?", (whole, conv_id))
+
+
 # MIGRATIONS[i] brings a database from user_version i to i + 1. Append steps; never edit a shipped one.
-MIGRATIONS: tuple[Migration, ...] = (_migrate_to_v1, _migrate_to_v2, _migrate_to_v3)
+MIGRATIONS: tuple[Migration, ...] = (_migrate_to_v1, _migrate_to_v2, _migrate_to_v3, _migrate_to_v4, _migrate_to_v5)

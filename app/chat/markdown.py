@@ -8,7 +8,10 @@ remote image, or restyle the window.
 
 The answer can be tinted by origin (which characters a draft wrote, which the target): the
 Markdown is rendered as usual, then every stretch of text in the HTML is matched back to the
-answer's source characters, in order, and wrapped in the colour of whoever wrote them.
+answer's source characters, in order, and wrapped in the colour of whoever wrote them. In code
+blocks only the background is tinted: the text keeps its syntax highlighting. The markers the
+renderer leaves in the HTML for this are private-use characters the answer does not hold, picked
+for each render: an answer may hold any character, and one it holds is always its text.
 
 Each fenced code block gets a header row with its language and a `copy:N` link; the raw code of
 block N is returned next to the HTML so the view can copy exactly what the model wrote.
@@ -19,6 +22,7 @@ from __future__ import annotations
 import html
 import re
 from dataclasses import dataclass, field
+from itertools import islice
 
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
@@ -29,11 +33,10 @@ from pygments.util import ClassNotFound
 
 COPY_SCHEME = "copy"  # links "copy:N" copy code block N
 HIGHLIGHT_CACHE_SIZE = 64
-# Markers in the HTML of a tinted render, never in the answer's text (private-use characters):
+# Markers in the HTML of a tinted render (_markers picks them: characters the answer does not hold):
 # what the renderer adds itself (a code block's label and Copy link) is not the answer's text,
 # and a code block's text starts at a known place of the source.
-_CHROME_START, _CHROME_END, _SYNC = "\ue000", "\ue001", "\ue002"
-_TINT_UNIT = re.compile("\ue000|\ue001|\ue002(\\d+)\ue002|&#?\\w+;|.", re.DOTALL)
+_PRIVATE_USE = (range(0xE000, 0xF900), range(0xF0000, 0xFFFFE), range(0x100000, 0x10FFFE))
 _TAG = re.compile(r"(<[^>]*>)")
 MAX_SKIP = 2000  # source characters a rendered one may be found ahead (Markdown syntax, a link's address)
 
@@ -56,10 +59,34 @@ class MarkdownStyle:
 @dataclass(frozen=True)
 class Tint:
     """Who wrote which characters of the answer: `spans` is (characters, origin) in order over
-    the text; `styles` is the inline CSS of each origin."""
+    the text; `styles` is the inline CSS of each origin (in code blocks, all but its `color`)."""
 
     spans: list[tuple[int, str]]
     styles: dict[str, str]
+
+
+@dataclass(frozen=True)
+class _Markers:
+    """The tint's markers in one render's HTML: a stretch the renderer added (chrome_start ..
+    chrome_end), and where a code block starts in the source (sync, the offset, sync)."""
+
+    chrome_start: str
+    chrome_end: str
+    sync: str
+
+    @property
+    def unit(self) -> re.Pattern:
+        """One unit of the HTML's text: a marker, an entity, or a character."""
+        start, end, sync = (re.escape(c) for c in (self.chrome_start, self.chrome_end, self.sync))
+        return re.compile(f"{start}|{end}|{sync}(\\d{{1,18}}){sync}|&#?\\w+;|.", re.DOTALL)
+
+
+def _markers(text: str) -> _Markers | None:
+    """Three private-use characters `text` does not hold (None where it holds them all)."""
+    held = set(text)
+    free = (chr(c) for block in _PRIVATE_USE for c in block if chr(c) not in held)
+    picked = list(islice(free, 3))
+    return _Markers(*picked) if len(picked) == 3 else None
 
 
 @dataclass
@@ -164,10 +191,11 @@ class MarkdownRenderer:
     def render(self, text: str, tint: Tint | None = None) -> Rendered:
         """An answer that is still streaming may end inside a code fence: markdown-it closes it
         at the end of the text, so a half-written block already shows as code."""
-        env: dict = {"code_blocks": [], "tint": tint is not None, "lines": _line_starts(text)}
+        markers = _markers(text) if tint is not None else None
+        env: dict = {"code_blocks": [], "markers": markers, "lines": _line_starts(text)}
         body = self._md.render(text, env)
-        if tint is not None:
-            body = _tinted(body, text, tint)
+        if markers is not None:
+            body = _tinted(body, text, tint, markers)
         return Rendered(body, env["code_blocks"])
 
     # Render rules (markdown-it-py's signature less its renderer: tokens, idx, options, env)
@@ -182,12 +210,12 @@ class MarkdownRenderer:
         colored = self._highlight(code, language)
         label = html.escape(language) if language else "code"
         copy = "Copy"
-        if env.get("tint"):
-            label, copy = _CHROME_START + label + _CHROME_END, _CHROME_START + copy + _CHROME_END
+        if (m := env.get("markers")) is not None:
+            label, copy = m.chrome_start + label + m.chrome_end, m.chrome_start + copy + m.chrome_end
             # the code starts on the line after a fence's opening line (an indented block: on its first)
             first_line = token.map[0] + (1 if token.type == "fence" else 0) if token.map else 0
             lines = env["lines"]
-            colored = f"{_SYNC}{lines[min(first_line, len(lines) - 1)]}{_SYNC}{colored}"
+            colored = f"{m.sync}{lines[min(first_line, len(lines) - 1)]}{m.sync}{colored}"
         # One table per block: Qt pads and colours table cells, not <pre> blocks.
         return (
             f'<table width="100%" cellspacing="0" cellpadding="8" '
@@ -244,11 +272,15 @@ def _line_starts(text: str) -> list[int]:
     return [0] + [m.end() for m in re.finditer(r"\r\n|\r|\n", text)]
 
 
-def _tinted(body: str, source: str, tint: Tint) -> str:
+def _tinted(body: str, source: str, tint: Tint, markers: _Markers) -> str:
     """Wrap every stretch of text in `body` (the HTML of `source`) in the colour of whoever wrote
-    it. Each visible character is found in the source at or after the last one matched (Markdown
-    only removes characters, never reorders them); whitespace takes its neighbour's colour, and
-    text between block tags (only whitespace) is left alone so no empty lines appear."""
+    it; in a code block (<pre>), only its background, so the highlighting stays. Each visible
+    character is found in the source at or after the last one matched (Markdown only removes
+    characters, never reorders them); whitespace takes its neighbour's colour, and text between
+    block tags (only whitespace) is left alone so no empty lines appear."""
+    unit_pattern = markers.unit
+    code_styles = {kind: _background_only(style) for kind, style in tint.styles.items()}
+    in_code = False
     kinds: list[str | None] = [None] * len(source)
     at = 0
     for n, kind in tint.spans:
@@ -257,14 +289,15 @@ def _tinted(body: str, source: str, tint: Tint) -> str:
     pos, last, out = 0, None, []
     for piece in _TAG.split(body):
         if not piece or piece.startswith("<"):
+            in_code = piece.startswith("<pre") or (in_code and not piece.startswith("</pre"))
             out.append(piece)
             continue
         units: list[tuple[str | None, str]] = []
         chrome = False
-        for match in _TINT_UNIT.finditer(piece):
+        for match in unit_pattern.finditer(piece):
             unit = match.group(0)
-            if unit in (_CHROME_START, _CHROME_END):
-                chrome = unit == _CHROME_START
+            if unit in (markers.chrome_start, markers.chrome_end):
+                chrome = unit == markers.chrome_start
                 continue
             if match.group(1) is not None:  # a code block starts here in the source
                 pos = max(pos, int(match.group(1)))
@@ -286,12 +319,18 @@ def _tinted(body: str, source: str, tint: Tint) -> str:
         for kind, unit in [*units, ("\0end", "")]:
             if kind != run_kind and run:
                 text = "".join(run)
-                style = tint.styles.get(run_kind) if run_kind else None
+                style = (code_styles if in_code else tint.styles).get(run_kind) if run_kind else None
                 out.append(f'<span style="{style}">{text}</span>' if style else text)
                 run = []
             run_kind = kind
             run.append(unit)
     return "".join(out)
+
+
+def _background_only(style: str) -> str:
+    """Inline CSS without its text colour: a tint that leaves code's highlighting as it is."""
+    kept = [part for part in style.split(";") if part.strip() and part.split(":")[0].strip().lower() != "color"]
+    return "; ".join(part.strip() for part in kept) + (";" if kept else "")
 
 
 def _unbound(rule):

@@ -5,6 +5,8 @@ is at the bottom (and staying put when they scrolled up to read)."""
 from __future__ import annotations
 
 import html
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QPushButton, QScrollArea, QStackedWidget, QVBoxLayout,
@@ -20,7 +22,7 @@ STICK_SLACK_PX = 24  # "at the bottom" allows this much
 
 class ChatView(QStackedWidget):
     regenerate_requested = Signal()
-    edit_requested = Signal()
+    edit_requested = Signal(object)  # MessageWidget of yours to edit and send again
     version_requested = Signal(object, int)  # MessageWidget, the number of its version to show
     copied = Signal(str)  # what was copied, in words
     starter_chosen = Signal(str)  # a prompt the empty chat offered (ui/chat/starters.py)
@@ -32,6 +34,7 @@ class ChatView(QStackedWidget):
         self.tint: bool | None = None  # answers tinted by origin (True/False: for a dark/light theme)
         self._busy = False
         self._stick = True
+        self._held: int | None = None  # a scroll position to go back to once the chat is that tall (keeping_place)
         font = self.font()
         font.setPointSizeF(font.pointSizeF() * 1.08)  # the chat reads a little larger than the chrome
         self.setFont(font)
@@ -150,7 +153,7 @@ class ChatView(QStackedWidget):
                     error: str = "", spans: list | None = None) -> MessageWidget:
         widget = MessageWidget(role, self._renderer)
         widget.regenerate_requested.connect(self.regenerate_requested)
-        widget.edit_requested.connect(self.edit_requested)
+        widget.edit_requested.connect(lambda w=widget: self.edit_requested.emit(w))
         widget.version_requested.connect(lambda number, w=widget: self.version_requested.emit(w, number))
         widget.copied.connect(self.copied)
         if role == "assistant":
@@ -185,7 +188,7 @@ class ChatView(QStackedWidget):
         return label
 
     def _append(self, widget: QWidget, before: QWidget | None = None) -> None:
-        self._stick = True  # something new: show it
+        self._stick, self._held = True, None  # something new: show it
         index = self._items.indexOf(before) if before is not None else -1
         self._items.insertWidget(index if index >= 0 else self._items.count() - 1, widget)  # before the stretch
         self.setCurrentIndex(1)
@@ -212,8 +215,8 @@ class ChatView(QStackedWidget):
         items = (self._items.itemAt(i).widget() for i in range(self._items.count()))
         return [widget for widget in items if widget is not None]
 
-    # Actions: only the last answer can be regenerated and the last message of yours edited,
-    # and neither while an answer is being written.
+    # Actions: only the last answer can be regenerated; any message of yours can be edited (the
+    # version it replaces stays a branch); neither while an answer is being written.
 
     def set_busy(self, busy: bool) -> None:
         self._busy = busy
@@ -221,11 +224,10 @@ class ChatView(QStackedWidget):
 
     def refresh_actions(self) -> None:
         messages = self.messages()
-        last_user = next((m for m in reversed(messages) if m.role == "user"), None)
         last = messages[-1] if messages else None
         for message in messages:
             message.set_actions(regenerate=not self._busy and message is last and message.role == "assistant",
-                                edit=not self._busy and message is last_user, browse=not self._busy)
+                                edit=not self._busy and message.role == "user", browse=not self._busy)
 
     def set_tint(self, dark: bool | None) -> None:
         """Tint every answer by origin (draft accepted / target's own), or render them as usual."""
@@ -238,6 +240,23 @@ class ChatView(QStackedWidget):
         for message in self.messages():
             message.set_renderer(renderer)
 
+    @contextmanager
+    def keeping_place(self) -> Iterator[None]:
+        """The chat filled again from a message the user is at (another version of a question of
+        theirs): what is above it is unchanged, so the scroll stays where it was instead of
+        following the new end."""
+        bar = self.scroll.verticalScrollBar()
+        value = bar.value()
+        yield
+        # the new messages are laid out later: their heights reach the scroll bar's range then (_follow)
+        self._stick, self._held = False, value
+        bar.setValue(value)
+
     def _follow(self, _minimum: int, maximum: int) -> None:
+        if self._held is not None:
+            self.scroll.verticalScrollBar().setValue(self._held)
+            if maximum >= self._held:
+                self._held = None  # back where it was
+            return
         if self._stick:
             self.scroll.verticalScrollBar().setValue(maximum)

@@ -4,7 +4,8 @@ An answer that is still being written is rendered again as text arrives, but nev
 than the worker's coalesced rate, and less often when rendering gets expensive (a long answer),
 so the GUI thread stays a small share of the machine while the engine decodes.
 
-An answer Regenerate wrote again shows ‹ 2/3 › to go through its versions; the controller
+An answer Regenerate wrote again shows ‹ 2/3 › to go through its versions, and so does a message
+of yours that was edited (each version with the answers that followed it); the controller
 switches them. Tinted by origin, an answer is still rendered as Markdown, its text coloured.
 A click on a message (its text included) says so (`clicked`): the side panel shows that
 answer's rounds.
@@ -74,7 +75,7 @@ class MessageText(QTextBrowser):
 class MessageWidget(QFrame):
     regenerate_requested = Signal()
     edit_requested = Signal()
-    version_requested = Signal(int)  # the number of the answer's version to show (1-based)
+    version_requested = Signal(int)  # the number of the version to show (1-based): an answer's, or a question's
     copied = Signal(str)  # what was copied, in words ("the answer", "the code"), for the status bar
     clicked = Signal()  # anywhere on the message: the side panel shows an answer's rounds
 
@@ -117,13 +118,16 @@ class MessageWidget(QFrame):
         self.stats_label.setWordWrap(True)
         self.stats_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.copy_button = self._action("Copy", "Copy the whole message as text", self.copy_message)
-        self.edit_button = self._action("Edit", "Edit this message and send it again", self.edit_requested.emit)
+        self.edit_button = self._action(
+            "Edit", "Edit this message and send it again; this version and the answers after it are kept "
+                    "(‹ › under it go back to them)", self.edit_requested.emit)
         self.regenerate_button = self._action(
             "Regenerate", "Write this answer again; this version is kept (‹ › go through the versions)",
             self.regenerate_requested.emit)
-        self.previous_button = self._action("‹", "The previous version of this answer",
+        whose = "this answer" if role == "assistant" else "your message, with the answers that followed it"
+        self.previous_button = self._action("‹", f"The previous version of {whose}",
                                             lambda: self.version_requested.emit(self.version - 1))
-        self.next_button = self._action("›", "The next version of this answer",
+        self.next_button = self._action("›", f"The next version of {whose}",
                                         lambda: self.version_requested.emit(self.version + 1))
         self.previous_button.setAccessibleName("Previous version")  # screen readers say this, not "‹"
         self.next_button.setAccessibleName("Next version")
@@ -290,13 +294,15 @@ class MessageWidget(QFrame):
         self.set_versions(self.version, self.versions)
 
     def set_versions(self, version: int, versions: int) -> None:
-        """‹ version/versions ›, shown once an answer has more than one version."""
+        """‹ version/versions ›, shown once an answer (Regenerate) or a message of yours (Edit) has
+        more than one version."""
         self.version, self.versions = version, versions
-        shown = self.role == "assistant" and versions > 1
+        shown = versions > 1
         for widget in (self.previous_button, self.version_label, self.next_button):
             widget.setVisible(shown)
         self.version_label.setText(f"{version}/{versions}")
-        self.version_label.setToolTip(f"Version {version} of {versions} of this answer")
+        whose = "this answer" if self.role == "assistant" else "your message (each with the answers that followed it)"
+        self.version_label.setToolTip(f"Version {version} of {versions} of {whose}")
         self.previous_button.setEnabled(self._browse and version > 1)
         self.next_button.setEnabled(self._browse and version < versions)
 

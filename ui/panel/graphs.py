@@ -10,6 +10,10 @@ four when the panel is too narrow for two):
 
 One pyqtgraph scene whose plots and items are made once: `show_trace` only sets data and ranges,
 so it is cheap enough to call several times a second while an answer streams.
+
+Exported as a PNG, the graphs come under a few lines that say what they are (`png_heading`): a
+title naming the answer, the pair that wrote it, and its figures as the panel's tiles show them.
+The same lines go into the PNG's text chunks, whole (drawn, a long question is elided).
 """
 
 from __future__ import annotations
@@ -18,8 +22,8 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QColor, QFont
+from PySide6.QtCore import QRect, Qt, Signal
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QImage, QPainter
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 import pyqtgraph as pg
@@ -32,6 +36,7 @@ TICK_FONT_PT = 7.5
 TOKENS_AXIS = "tokens written"
 PLOT_MIN_W, PLOT_MIN_H = 185, 150
 MARGIN, SPACING = 2, 4  # around and between the plots
+HEADING_FONT_PT, HEADING_PADDING = 8.5, 6  # the lines above the graphs in their PNG
 
 
 @dataclass(frozen=True)
@@ -239,10 +244,62 @@ class LiveGraphs(QWidget):
         plot.titleLabel.setMaximumHeight(TITLE_HEIGHT)
         plot.layout.setRowFixedHeight(0, TITLE_HEIGHT)
 
-    def export_png(self, path) -> None:
-        """All four plots as one PNG, as they are on screen (offscreen too: grab() lays out a hidden widget)."""
-        if not self.grab().save(str(path), "PNG"):
+    def export_png(self, path, heading: dict[str, str] | None = None) -> None:
+        """All four plots as one PNG, as they are on screen (offscreen too: grab() lays out a hidden
+        widget), under `heading`'s lines ({PNG text keyword: line}; the first drawn bold, as a title),
+        wrapped to the graphs' width."""
+        graphs = self.grab()
+        ratio = graphs.devicePixelRatio()
+        heading = heading or {}
+        title_font, font = QFont(self.font()), QFont(self.font())
+        title_font.setPointSizeF(HEADING_FONT_PT + 1)
+        title_font.setBold(True)
+        font.setPointSizeF(HEADING_FONT_PT)
+        width = round(graphs.width() / ratio)
+        room = width - 2 * HEADING_PADDING
+        lines = []  # (text as drawn, font, height): wrapped at words; a title of more than two lines elided
+        for i, line in enumerate(heading.values()):
+            f = title_font if i == 0 else font
+            metrics = QFontMetrics(f)
+            if i == 0:
+                line = metrics.elidedText(line, Qt.TextElideMode.ElideRight, 2 * room - 4 * metrics.averageCharWidth())
+            height = metrics.boundingRect(QRect(0, 0, room, 10_000), Qt.TextFlag.TextWordWrap, line).height()
+            lines.append((line, f, height))
+        top = sum(height for _, _, height in lines) + 2 * HEADING_PADDING if lines else 0
+        image = QImage(graphs.width(), graphs.height() + round(top * ratio), QImage.Format.Format_ARGB32)
+        image.setDevicePixelRatio(ratio)
+        image.fill(QColor(self._colors.background))
+        painter = QPainter(image)
+        try:
+            painter.setPen(QColor(self._colors.foreground))
+            y = HEADING_PADDING
+            for line, f, height in lines:
+                painter.setFont(f)
+                painter.drawText(QRect(HEADING_PADDING, y, room, height), Qt.TextFlag.TextWordWrap, line)
+                y += height
+            painter.drawPixmap(0, top, graphs)
+        finally:
+            painter.end()
+        for key, line in heading.items():
+            image.setText(key, line)  # whole, where the drawing elides
+        if not image.save(str(path), "PNG"):
             raise OSError(f"Could not write the graphs to {path}: check that its folder exists and is writable.")
+
+
+def png_heading(trace: TurnTrace, tiles: dict[str, str]) -> dict[str, str]:
+    """The lines above the graphs in their PNG: a title naming the answer, the pair that wrote it,
+    and its figures as the panel draws them (`tiles`: the tiles' values, by the panel's names, with
+    "speedup_range" and "speedup_verdict" the speedup tile's range and verdict, "" where it shows none)."""
+    whose = trace.whose
+    question = " ".join(whose.question.split())
+    title = f"Tandem: the answer to “{question}”" if question else "Tandem: one answer, decoded speculatively"
+    pair = (f"Target: {whose.target} · Draft: {whose.draft}" if whose.target
+            else "Target and draft: not recorded with this answer")
+    said = ", ".join(part for part in (tiles.get("speedup_range"), tiles.get("speedup_verdict")) if part)
+    speedup = tiles["speedup"] + (f" ({said})" if said else "")
+    figures = (f"{tiles['tokens_per_s']} tok/s · speedup {speedup} · {tiles['acceptance']} of drafts accepted"
+               f" · {tiles['tokens_per_pass']} tokens/pass")
+    return {"Title": title, "Pair": pair, "Figures": figures}
 
 
 def rolling_acceptance(tokens: list[float], acceptance: list[float]) -> tuple[list[float], list[float]]:

@@ -310,7 +310,8 @@ class Runner:
             draft = DraftChoice(published_kind, source=str(published_folder))
             published = HEADS[published_kind].read(published_folder, config)
             layers = published.layer_config if published_kind is DraftKind.EAGLE3 else published.config
-            models.append(MemoryEstimate("draft", published.weights_bytes * 2,
+            # what its config builds, not only what its file holds: a config may ask for far more
+            models.append(MemoryEstimate("draft", published.memory_bytes,
                                          head_kv_per_token(layers, published.layer_count,
                                                            kv_dtype_bytes(models[0], config)),
                                          models[0].context))
@@ -454,11 +455,13 @@ class Runner:
         return self.drafter
 
     def time_target_alone(self, messages: tuple[dict, ...] = (), tokens: int = BASELINE_TOKENS,
-                          cancelled: Callable[[], bool] = lambda: False) -> tuple[float, int] | None:
+                          cancelled: Callable[[], bool] = lambda: False,
+                          params: SamplingParams = SamplingParams()) -> tuple[float, int] | None:
         """Seconds per token of the target decoding alone after `messages` (or a short greeting),
-        and the context length it was measured at: the side panel's speedup is measured against
-        this, never assumed. Stop tokens are ignored so every timing covers `tokens` tokens.
-        None when `cancelled()` turned true (a real request wants the engine): no half timing."""
+        sampling with `params` as the answers it is compared with do, and the context length it was
+        measured at: the side panel's speedup is measured against this, never assumed. Stop tokens
+        are ignored so every timing covers `tokens` tokens. None when `cancelled()` turned true (a
+        real request wants the engine): no half timing."""
         if self.target is None:
             raise RuntimeError("No model is loaded.")
         prompt = self.tokenizer.render_chat(list(messages) or [{"role": "user", "content": "Hello!"}])
@@ -466,7 +469,7 @@ class Runner:
         finished = None
         # with the conversation's cache: only what the last answer did not leave there is prefilled
         for event in generate(self.target, self.tokenizer.decode, prompt, drafter=None, max_tokens=tokens,
-                              should_stop=cancelled, reuse_cache=True):
+                              params=params, should_stop=cancelled, reuse_cache=True):
             if isinstance(event, Finished):
                 finished = event
         stats = finished.stats

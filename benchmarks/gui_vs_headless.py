@@ -59,11 +59,11 @@ def main() -> int:
     def headless_here() -> float:
         request = ChatRequest(({"role": "user", "content": args.prompt},), max_tokens=args.max_tokens,
                               params=SamplingParams(temperature=0.0))
-        text = []
-        for event in runner.chat(request):
+        # through the runner's service, as the CLI's requests go: the runner is the service thread's
+        # alone (a call from here raced the window's background timing of the target alone)
+        for event in window.worker.service.submit(request, client="headless").events():
             if isinstance(event, Finished):
                 return event.stats.tokens_per_s
-            text.append(getattr(event, "text", ""))
         raise RuntimeError("no Finished event")
 
     class HeadlessJob(QObject):

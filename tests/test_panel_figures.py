@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from app.chat.baseline import METHOD, Baseline, Speedup  # noqa: E402
+from app.chat.baseline import METHOD, Baseline, Speedup, Timings  # noqa: E402
 from app.chat.trace import ACCEPTED, REJECTED, TARGET, Chip, RoundTrace, TurnTrace, figures_from_csv  # noqa: E402
 
 # the target alone timed three times: 10, 8 and 12.5 tokens/s
@@ -64,7 +64,7 @@ def test_speedup_tile_shows_the_median_its_range_and_how_it_was_measured(qtbot):
 
     panel = DraftPanel()
     qtbot.addWidget(panel)
-    panel.set_baseline(BASELINE)
+    panel.set_baseline(Timings.of(BASELINE))
     panel.show_trace(make_trace())
     tile = panel.tiles["speedup"]
     assert tile.value.text() == "6.50×"
@@ -79,7 +79,7 @@ def test_a_stored_answer_shows_its_own_baseline(qtbot):
     panel = DraftPanel()
     qtbot.addWidget(panel)
     now = Baseline((0.5,), context=900, tokens=32)  # the machine is slower now
-    panel.set_baseline(now)
+    panel.set_baseline(Timings.of(now))
     panel.show_trace(TurnTrace.from_dict(make_trace().to_dict()))
     assert panel.tiles["speedup"].value.text() == "6.50×"  # against the answer's baseline, not today's
     assert "120 tokens of context" in panel.baseline_label.text()
@@ -203,7 +203,7 @@ def test_an_answer_written_before_any_timing_says_it_has_no_baseline(qtbot):
 
     panel = DraftPanel()
     qtbot.addWidget(panel)
-    panel.set_baseline(BASELINE)  # timed after that answer began
+    panel.set_baseline(Timings.of(BASELINE))  # timed after that answer began
     panel.show_trace(make_trace(None))
     assert panel.tiles["speedup"].value.text() == "–"
     assert "before the target alone was timed" in panel.baseline_label.text()

@@ -13,6 +13,7 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import QPoint, QRect, QSettings, QSize  # noqa: E402
 from PySide6.QtWidgets import QAbstractScrollArea, QWidget  # noqa: E402
 
+from app.chat.baseline import Timings  # noqa: E402
 from tests.test_panel_figures import make_trace  # noqa: E402
 
 SHOTS = Path("/tmp/shots")
@@ -35,7 +36,7 @@ def window(qtbot, tmp_path):
     w.header.draft_slot.set_model("self-draft", "the target's weights at int4 (g32, float32 head)")
     trace = make_trace()
     trace.add(trace.rounds[1:] * 6)  # rows enough to scroll
-    w.draft_panel.set_baseline(trace.baseline)
+    w.draft_panel.set_baseline(Timings.of(trace.baseline))
     w.draft_panel.show_trace(trace)
     return w
 

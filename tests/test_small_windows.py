@@ -15,6 +15,7 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import QPoint, QRect, QSize  # noqa: E402
 from PySide6.QtWidgets import QWidget  # noqa: E402
 
+from app.chat.baseline import Timings  # noqa: E402
 from app.chat.trace import ACCEPTED, REJECTED, TARGET, Chip, RoundTrace  # noqa: E402
 from app.draft_choice import PROMPT_LOOKUP  # noqa: E402
 from app.models.names import DEMO_LABEL  # noqa: E402
@@ -126,7 +127,7 @@ def window(offline_window, qtbot):
     w.header.show_trial(TRIAL.summary())
     trace = make_trace()
     trace.add(long_rounds())
-    w.draft_panel.set_baseline(trace.baseline)
+    w.draft_panel.set_baseline(Timings.of(trace.baseline))
     w.draft_panel.show_trace(trace)
     return w
 

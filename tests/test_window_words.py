@@ -18,7 +18,7 @@ from app.engine.events import GenerationStats  # noqa: E402
 
 
 def test_the_first_start_names_the_model_and_its_draft_in_a_users_words(qtbot, tmp_path, monkeypatch):
-    """The runner says "Loading hf on torch ..."; the window says what loads, in the names the user
+    """The runner says "Loading gguf with PyTorch ..."; the window says what loads, in the names the user
     knows, and the status bar says "Loading …" (not "No model loaded") meanwhile."""
     import threading
 
@@ -29,7 +29,7 @@ def test_the_first_start_names_the_model_and_its_draft_in_a_users_words(qtbot, t
     release = threading.Event()
 
     def load(self, spec, backend=None, draft=NO_DRAFT, precision="auto", progress=print, context=None):
-        progress("Loading gguf on torch ...")  # what Runner.load reports for the demo
+        progress("Loading gguf with PyTorch ...")  # what Runner.load reports for the demo
         release.wait(30)
         return LoadedModel(folder, "torch", "cpu", "4-bit GGUF (int4 g32 from Q4_1 x210; float32 from F32 x61)",
                            "llama", 8192, 208_000_000, 1.2, PROMPT_LOOKUP, "", 0)
@@ -39,7 +39,8 @@ def test_the_first_start_names_the_model_and_its_draft_in_a_users_words(qtbot, t
                         settings=QSettings(str(tmp_path / "tandem.ini"), QSettings.Format.IniFormat))
     qtbot.addWidget(window)
     try:
-        loading = "Loading SmolLM2 135M Instruct (demo) …"
+        # one line with the load's step (ui/load_progress.py), naming the demo as the user knows it
+        loading = "Loading SmolLM2 135M Instruct (demo): step 2, building it with PyTorch"
         qtbot.waitUntil(lambda: window.status.currentMessage() == loading, timeout=10_000)
         assert window.status.pair.text() == "Loading …"
         assert window.chat_view.greeting_hint.text() == loading

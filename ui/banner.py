@@ -31,14 +31,16 @@ class Banner(QFrame):
         layout.addWidget(self.close_button)
         self.actions: list[QToolButton] = []
 
-    def add_action(self, text: str, tip: str, callback) -> QToolButton:
-        """A button before Dismiss that does what the message offers; the banner goes once it is used."""
+    def add_action(self, text: str, tip: str, callback, keep_open: bool = False) -> QToolButton:
+        """A button before Dismiss that does what the message offers; the banner goes once it is
+        used, unless `keep_open` (Open a file: the message still stands)."""
         button = QToolButton()
         button.setText(text)
         button.setToolTip(tip)
         button.setObjectName("messageAction")
         button.clicked.connect(callback)
-        button.clicked.connect(self.close_button.click)
+        if not keep_open:
+            button.clicked.connect(self.close_button.click)
         self.layout().insertWidget(self.layout().count() - 1, button)
         self.actions.append(button)
         return button

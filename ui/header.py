@@ -59,6 +59,9 @@ class ElidedLabel(QLabel):
                          self.shown_text())
 
 
+MODEST_CHARS = 30  # the most room a load's changing step asks for (the rest is elided; the status line has it whole)
+
+
 class CompactToolButton(QToolButton):
     """A tool button that shows a shorter label when the header is too narrow for its action's
     text (the tooltip keeps the whole one), so a small window keeps room for the model names."""
@@ -121,6 +124,7 @@ class ModelSlot(QFrame):
         self.setAcceptDrops(True)
         self.setCursor(Qt.CursorShape.PointingHandCursor)
         self._shown = ("—", "", "")
+        self._modest = False  # see set_model
         self.wanted: int | None = None  # the width the header gives it (Header._fit); None: its text's
         self.caption_text = caption.upper()
         self.caption = QLabel(caption.upper())
@@ -140,9 +144,12 @@ class ModelSlot(QFrame):
         layout.addWidget(self.name)
         layout.addWidget(self.detail)
 
-    def set_model(self, title: str, detail: str = "", short_detail: str = "") -> None:
-        """`short_detail`: fewer words for the detail line, shown where the whole line does not fit."""
+    def set_model(self, title: str, detail: str = "", short_detail: str = "", modest: bool = False) -> None:
+        """`short_detail`: fewer words for the detail line, shown where the whole line does not fit.
+        `modest`: the detail changes often (a load's steps) and asks for no more room than a short
+        line's, so the header does not share its width out anew, and relabel its buttons, each step."""
         self._shown = (title, detail, short_detail)
+        self._modest = modest
         self.name.setText(title)
         self.detail.set_text(detail, short_detail)
         self.detail.setVisible(bool(detail))
@@ -159,8 +166,10 @@ class ModelSlot(QFrame):
         detail = self.detail.text() if self.detail.isVisibleTo(self) else ""
         short_detail = self.detail.short or detail if detail else ""
         first = max(self.caption.sizeHint().width(), self.name.sizeHint().width())
-        return (max(first, metrics.horizontalAdvance(short_detail)) + extra,
-                max(first, metrics.horizontalAdvance(detail)) + extra)
+        short, whole = metrics.horizontalAdvance(short_detail), metrics.horizontalAdvance(detail)
+        if self._modest:
+            short = whole = min(whole, metrics.averageCharWidth() * MODEST_CHARS)
+        return max(first, short) + extra, max(first, whole) + extra
 
     def sizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
         hint = super().sizeHint()
@@ -360,8 +369,9 @@ class Header(QFrame):
         whole line does not fit."""
         self.draft_slot.set_model(self.draft_slot._shown[0], text, short_trial(text))
 
-    def show_loading(self, what: str) -> None:
-        self.target_slot.set_model("Loading…", what)
+    def show_loading(self, slot: str, what: str) -> None:
+        """A load's step, in the slot being changed ("target" or "draft"); the other keeps its pair."""
+        (self.draft_slot if slot == "draft" else self.target_slot).set_model("Loading…", what, modest=True)
 
     def show_load_failed(self) -> None:
         self.target_slot.set_model("No model loaded", "see the message in the chat")

@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from app.cli import MODEL, at_least_one, draft_choice
+from app.cli import MODEL, at_least_one, draft_choice, quiet_libraries
 
 
 def main(argv: list[str] | None = None) -> int:
+    quiet_libraries()  # torchao's and torch's start-up lines are not the user's business (app/cli.py)
     parser = argparse.ArgumentParser(prog="tandem")
     # neither named: the pair used last loads again (its precision and context too), else the demo
     parser.add_argument("--model", default=None, type=MODEL,

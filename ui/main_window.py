@@ -13,9 +13,11 @@ from PySide6.QtCore import QCoreApplication, QEvent, QMetaObject, QSettings, Qt,
 from PySide6.QtGui import QAction, QActionGroup, QKeySequence
 from PySide6.QtWidgets import QApplication, QHBoxLayout, QMainWindow, QMessageBox, QSplitter, QVBoxLayout, QWidget
 
-from app.chat.history import HistoryError, HistoryStore
+from app import data_files
+from app.chat.history import HistoryError, HistoryStore, default_path
 from app.chat.markdown import MarkdownRenderer
 from app.chat.settings import ChatSettings
+from app.data_files import NotAnswering
 from app.draft_choice import AUTO_DRAFT, DraftChoice, DraftKind
 from app.models.names import is_demo_folder
 from app.models.resolve import display_name, model_label, precision_words
@@ -28,17 +30,20 @@ from ui.chat.controller import ChatController
 from ui.chat.conversation_list import ConversationList
 from ui.chat.export_dialog import export_chat
 from ui.chat.settings_drawer import SettingsDrawer
+from ui.columns import PANEL, ChatRail, Columns
 from ui.header import Header
 from ui.panel.draft_panel import DraftPanel
 from ui.pairing.align import DraftAligner
 from ui.pairing.controller import PairController
 from ui.pairing.downloads import DownloadStrip
 from ui.pairing.drop import mime_texts
+from ui.recovery_offer import RecoveryOffer
 from ui.pairing.slot_menu import ask_token, build_slot_menu
 from ui.server_switch import ServerSwitch
 from ui.panel.race_mode import RaceMode
 from ui.side_panel import SidePanelHost
-from ui.status_bar import StatusBar, loading_words, ready_words
+from ui.load_progress import LoadSteps
+from ui.status_bar import StatusBar, ready_words
 from ui.worker import EngineWorker, PairRequest
 
 COPIED_MS = 2500  # how long the status bar says what was copied
@@ -51,7 +56,7 @@ def open_history(path: Path | None) -> tuple[HistoryStore, str | None]:
     """The history, and what the user must be told about it. A locked or newer file is left
     alone: this session then keeps its chats in memory, and says so."""
     try:
-        store = HistoryStore.open(path)
+        store = HistoryStore.open(_checked(path or default_path()))
     except HistoryError as exc:
         try:
             store = HistoryStore.open(Path(":memory:"))
@@ -59,6 +64,19 @@ def open_history(path: Path | None) -> tuple[HistoryStore, str | None]:
             store = HistoryStore.open(Path(tempfile.mkdtemp(prefix="tandem-")) / "history.sqlite3")
         return store, f"{exc} Until then, this session's chats are kept in memory only and are gone when Tandem closes."
     return store, store.recovery_message
+
+
+def _checked(path: Path) -> Path:
+    """`path`, or HistoryError where it is no file SQLite can open: a named pipe there made SQLite
+    report a "disk I/O error", and a stalled network folder would hang the window before it shows.
+    What is there is left untouched (it may be the user's)."""
+    problem = data_files.check(path)
+    if problem is None:
+        return path
+    if isinstance(problem, NotAnswering):
+        raise HistoryError(f"The chat history {problem}; it was left as it is.")
+    raise HistoryError(f"The chat history at {path} {str(problem).removeprefix(f'{path} ')}, so Tandem cannot "
+                       "open it; move it away or start Tandem with --history naming another file.")
 
 
 class MainWindow(QMainWindow):
@@ -71,7 +89,8 @@ class MainWindow(QMainWindow):
         self.theme = theme.install(QApplication.instance())
         self.app_settings = settings if settings is not None else window_state.open_settings()
         self._closed = False
-        self._loading_names = ("the model", "its draft")  # (target, draft) as the user knows them
+        self._load = LoadSteps("the model", "its draft")  # the load in progress: its one line
+        self._pair_in_use: PairRequest | None = None  # as loaded (paired): which slot a new request changes
         defaults = chat_defaults or ChatSettings()
         if max_tokens is not None:
             defaults = ChatSettings.from_dict({"max_tokens": max_tokens}, base=defaults)
@@ -96,6 +115,10 @@ class MainWindow(QMainWindow):
         self._restore()
         if history_message:
             self.banners.add(history_message, "warning", "history")
+        if settings_notice := window_state.notice(self.app_settings):  # Tandem.conf not a file, or not answering
+            self.banners.add(settings_notice, "warning", "settings")
+        self.recovery = RecoveryOffer(self)  # answers a full disk kept out of the history when Tandem last quit
+        self.recovery.offer_next()
         self.chat_view.set_greeting_hint("Loading the model…")
         self.setAcceptDrops(True)  # two models dropped anywhere pair up; the slots take one each
         self.pairing.start(model, draft)
@@ -135,7 +158,12 @@ class MainWindow(QMainWindow):
         for widget in (self.conversation_list, chat_column, self.side_panel_host):
             self.splitter.addWidget(widget)
         self.splitter.setStretchFactor(1, 1)
-        self.setCentralWidget(self.splitter)
+        central = QWidget()
+        self._central_row = QHBoxLayout(central)  # the chat rail goes before the splitter (_build_actions)
+        self._central_row.setContentsMargins(0, 0, 0, 0)
+        self._central_row.setSpacing(0)
+        self._central_row.addWidget(self.splitter, 1)
+        self.setCentralWidget(central)
         self.status = StatusBar()
         self.setStatusBar(self.status)
 
@@ -155,7 +183,8 @@ class MainWindow(QMainWindow):
                 item.setShortcut(QKeySequence(shortcut))
             item.setCheckable(checkable)
             item.setToolTip(tip or text)
-            (item.toggled if checkable else item.triggered).connect(slot)
+            if slot is not None:  # None: the columns' toggles, which Columns connects
+                (item.toggled if checkable else item.triggered).connect(slot)
             menu.addAction(item)
             return item
 
@@ -178,9 +207,12 @@ class MainWindow(QMainWindow):
         action(chat_menu, "Copy last answer", self.copy_last_answer, "Ctrl+Shift+C")
         self.settings_action = action(view_menu, "Chat settings", self.settings_drawer.setVisible, "Ctrl+,", True,
                                       "System prompt and generation settings of this chat")
-        self.side_panel_action = action(view_menu, "Draft activity", self.side_panel_host.setVisible,
-                                        "Ctrl+Shift+D", True, "Show or hide the side panel: draft tokens, live graphs")
-        self.list_action = action(view_menu, "Chat list", self.conversation_list.setVisible, "Ctrl+Shift+L", True)
+        self.side_panel_action = action(view_menu, "Draft activity", None, "Ctrl+Shift+D", True,
+                                        "Show or hide the side panel: draft tokens, live graphs")
+        self.list_action = action(view_menu, "Chat list", None, "Ctrl+Shift+L", True)
+        self.chat_rail = ChatRail(self.list_action, self.new_action)
+        self._central_row.insertWidget(0, self.chat_rail)
+        self.columns = Columns(self.splitter, self.chat_rail, self.list_action, self.side_panel_action)
         view_menu.addSeparator()
         theme_menu = view_menu.addMenu("Theme")
         self.theme_actions = QActionGroup(self)  # one of them checked: the menu marks the current choice
@@ -212,7 +244,7 @@ class MainWindow(QMainWindow):
         controller.stopping.connect(self._on_stopping)
         self.chat_view.copied.connect(self._on_copied)
         controller.saved.connect(lambda message: self.status.showMessage(message, 8000))
-        self.chat_view.edit_requested.connect(self.edit_last)
+        self.chat_view.edit_requested.connect(self.edit_message)
         self.conversation_list.conversation_selected.connect(self._open)
         self.conversation_list.new_requested.connect(self.new_chat)
         self.conversation_list.rename_requested.connect(controller.rename)
@@ -228,6 +260,7 @@ class MainWindow(QMainWindow):
         # any end (finished, stopped, failed): the rounds still buffered for the panel are shown
         controller.busy_changed.connect(lambda busy: None if busy else panel.finish_answer())
         panel.tint_toggled.connect(lambda on: self.chat_view.set_tint(self.theme.theme.dark if on else None))
+        panel.tint_toggled.connect(lambda on: self.app_settings.setValue(window_state.TINT, on))  # kept for next time
         panel.race_requested.connect(self.start_race)
         controller.race_opened.connect(self.race.reopen)  # a kept race's link, under its question
         self._wire_pairing()
@@ -238,6 +271,7 @@ class MainWindow(QMainWindow):
             slot.dropped.connect(pairing.drop)
             slot.clicked.connect(self.show_slot_menu)
         worker.paired.connect(pairing.on_paired)
+        worker.paired.connect(self._on_paired)
         worker.trial_done.connect(pairing.on_trial_done)
         worker.pair_notice.connect(self._on_pair_notice)
         pairing.trial_shown.connect(self.header.show_trial)
@@ -279,6 +313,10 @@ class MainWindow(QMainWindow):
         slot = self.header.target_slot if role == "target" else self.header.draft_slot
         self.slot_menu = build_slot_menu(role, self.pairing, self, self.aligner)
         self.slot_menu.popup(slot.mapToGlobal(slot.rect().bottomLeft()))
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().resizeEvent(event)
+        self.columns.fit(event.size().width())  # a narrow window folds the chat list (ui/columns.py)
 
     # Two models dropped anywhere on the window: the larger is the target (PairController.drop)
 
@@ -328,10 +366,11 @@ class MainWindow(QMainWindow):
             self.resize(*DEFAULT_SIZE)
             self.splitter.setSizes(list(DEFAULT_SPLIT))
         self.side_panel_action.setChecked(window_state.flag(settings, window_state.SIDE_PANEL, True))
-        self.side_panel_host.setVisible(self.side_panel_action.isChecked())
         self.settings_action.setChecked(window_state.flag(settings, window_state.SETTINGS_DRAWER, False))
         self.list_action.setChecked(True)
+        self.columns.restored()  # from here on a narrow window folds a column (ui/columns.py)
         self.set_theme(str(settings.value(window_state.THEME, "system")), save=False)
+        self.draft_panel.tint_box.setChecked(window_state.flag(settings, window_state.TINT, False))
         self.controller.open(window_state.last_conversation(settings))
         self.refresh_conversations()
 
@@ -409,7 +448,7 @@ class MainWindow(QMainWindow):
             self.composer.set_queued(text)
             self.status.showMessage("Your message is sent as soon as the model has loaded.", COPIED_MS)
             return
-        taken = controller.edit_last(text) if self.composer.editing else controller.send(text)
+        taken = controller.edit(text) if self.composer.editing else controller.send(text)
         if taken:
             self.composer.accept_sent()
 
@@ -437,7 +476,12 @@ class MainWindow(QMainWindow):
         return self.controller.busy and not before
 
     def edit_last(self) -> None:
-        if not self.controller.busy and (text := self.controller.last_user_text()):
+        self.edit_message(None)
+
+    def edit_message(self, widget) -> None:
+        """Edit a message of yours (`widget`'s; None: the last) in the composer: sent, it is a new
+        version of that message, and the one it replaces stays a click away (ui/chat/controller.py)."""
+        if not self.controller.busy and (text := self.controller.begin_edit(getattr(widget, "message_id", None))):
             self.composer.begin_edit(text)
 
     def escape(self) -> None:
@@ -482,21 +526,28 @@ class MainWindow(QMainWindow):
         target, draft = request.named()
         if draft.kind is DraftKind.AUTO:
             draft = auto_draft(request.target, request.backend or None, request.precision)
-        self._loading_names = (model_label(target), draft.label)
-        self._on_progress(f"Loading {self._loading_names[0]} ...")
+        in_use = self._pair_in_use
+        # the same target with another draft: only the Draft slot is being changed
+        draft_only = (in_use is not None and self.controller.model is not None and in_use.target == request.target
+                      and in_use.precision == request.precision and request.backend in ("", in_use.backend))
+        self._load = LoadSteps(model_label(target), draft.label, draft_only)
+        self._on_progress(f"Loading draft {draft.label} ..." if draft_only else f"Checking {model_label(target)} ...")
+
+    def _on_paired(self, request: PairRequest, _info) -> None:
+        self._pair_in_use = request
 
     def _on_progress(self, message: str) -> None:
         self.composer.set_loading(True)
-        message = loading_words(message, *self._loading_names)
-        self.status.show_loading(message)
-        self.header.show_loading(message)
-        self.chat_view.set_greeting_hint(message)
+        shown = self._load.step(message)
+        self.status.show_loading(shown.line)
+        self.header.show_loading(shown.slot, shown.words)
+        self.chat_view.set_greeting_hint(shown.line)
 
     def _on_loaded(self, info: LoadedModel) -> None:
         self.controller.model = info
         self.header.show_loaded(info)
         self.status.show_loaded(info)
-        self.settings_drawer.set_pair_draft(info.draft_words()[0])
+        self.settings_drawer.set_pair_draft(info.draft_words()[0], info.draft.kind)
         self.settings_drawer.set_thinking_switch(info.reasoning)
         self.composer.set_ready(True)
         self.composer.set_loading(False)
@@ -560,7 +611,7 @@ class MainWindow(QMainWindow):
         self.controller.quitting()  # first: nothing below may let the answer run on
         self.worker.interrupt_trial()  # nor a pair trial, nor the wait for a load
         self.settings_drawer.flush_prompt()
-        window_state.save(self.app_settings, self, self.splitter, side_panel=self.side_panel_action.isChecked(),
+        window_state.save(self.app_settings, self, self.splitter, side_panel=self.columns.wanted(PANEL),
                           drawer=self.settings_action.isChecked(), conversation_id=self._current_id())
         if self.pairing.job is not None:  # a partial download is kept and resumes next time
             self.pairing.job.cancel()

@@ -99,11 +99,16 @@ class ServerSwitch(QObject):
 
     # traffic, on the GUI thread
 
-    def _on_started(self, number: int, client: str) -> None:
+    def _on_started(self, number: int, client: str, conditions: str) -> None:
         self.received += 1  # the service numbers every request, the window's too: the API's count is its own
         if self._answering():
             return  # the panel shows the window's own answer; the server's waits its turn there
-        self.shown, self._trace = number, TurnTrace(baseline=self.panel.baseline)
+        # like for like, as the window's answers (app/chat/baseline.py): timings at the request's own
+        # sampling, in the latest region they were taken in (its prompt is not read yet)
+        timings = self.panel.timings
+        baseline = timings.for_answer(conditions, None)
+        why = "" if baseline else timings.missing(conditions, None)
+        self.shown, self._trace = number, TurnTrace(baseline=baseline, unmeasured=why)
         self.panel.begin(self._trace, source=f"API request {self.received} ({client})")
 
     def _showing(self, number: int) -> bool:

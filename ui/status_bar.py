@@ -13,6 +13,9 @@ from app.runner import LoadedModel
 from ui.tips import wrap_tip
 
 MEMORY_REFRESH_MS = 2000
+# Qt draws a message from 6 px in to 2 px before the first permanent field (QStatusBar's
+# messageRect) and lays the fields 6 px apart; a few pixels more so a last letter is never cut
+MESSAGE_MARGINS_PX, FIELD_SPACING_PX, SLACK_PX = 6 + 2 + 12, 6, 4
 LIBRARIES = {"torch": "PyTorch", "mlx": "MLX"}
 
 
@@ -27,17 +30,6 @@ def where_words(backend: str, device: str) -> str:
     if device == "mps":
         return f"on the Mac's GPU with {library}"
     return f"on the CPU with {library}" if device == "cpu" else f"on {device} with {library}"
-
-
-def loading_words(message: str, target: str, draft: str) -> str:
-    """A loading step in a user's words. The runner names folders ("Loading hf on torch ..."); the
-    window knows what the user asked for (`target`, `draft`: labels), so its steps name those.
-    Its other steps (downloading the demo, converting a GGUF, making room) already speak plainly."""
-    if message.startswith("Loading draft "):
-        return f"Loading the draft, {draft} …"
-    if message.startswith("Loading "):
-        return f"Loading {target} …"
-    return message.replace(" ...", " …")
 
 
 class StatusBar(QStatusBar):
@@ -63,8 +55,14 @@ class StatusBar(QStatusBar):
         for label in (self.pair, self.device):
             label.setMinimumWidth(label.fontMetrics().averageCharWidth() * 6)  # clipped, never widening the window
         # all permanent: a message (loading steps, "Copied …") hides normal widgets, or is drawn under them
-        for widget in (self.loading, self.pair, self.device, self.last_answer, self.kept, self.memory):
+        self._permanent = (self.loading, self.pair, self.device, self.last_answer, self.kept, self.memory)
+        for widget in self._permanent:
             self.addPermanentWidget(widget)
+        # A message is drawn only left of the permanent fields, and was cut by them ("Saved the
+        # answer to the history; thi"): while one is shown, fields step aside for it, the least
+        # needed first. The memory figure and the loading bar stay.
+        self._yielding = (self.device, self.kept, self.last_answer, self.pair)
+        self.messageChanged.connect(self._fit_message)
         self.loaded: LoadedModel | None = None
         self._process = psutil.Process()
         self._timer = QTimer(self)
@@ -79,6 +77,7 @@ class StatusBar(QStatusBar):
         if self.loaded is None:
             self.pair.setText("Loading …")
             self.pair.setToolTip(wrap_tip(message))
+            self._fit_message()
 
     def show_loaded(self, info: LoadedModel) -> None:
         self.loaded = info
@@ -91,6 +90,7 @@ class StatusBar(QStatusBar):
         note = f" ({info.device_note})" if info.device_note else ""
         self.device.setText(f"{where_words(info.backend, info.device)}{note} · {info.dtype.split(' (')[0]}")
         self.device.setToolTip(f"backend {info.backend}, device {info.device}, weights {info.dtype}")
+        self._fit_message()
 
     def show_load_failed(self) -> None:
         self.loaded = None
@@ -99,6 +99,7 @@ class StatusBar(QStatusBar):
         self.pair.setText("No model loaded")
         self.pair.setToolTip("")
         self.device.setText("")
+        self._fit_message()
 
     def show_stats(self, stats: GenerationStats) -> None:
         self.show_record({"tokens_per_s": stats.tokens_per_s, "drafted": stats.drafted,
@@ -109,18 +110,39 @@ class StatusBar(QStatusBar):
         without an answer shows no figures, never another chat's."""
         stats = stats or {}
         speed = stats.get("tokens_per_s")
-        if not isinstance(speed, (int, float)):
-            self.last_answer.setText("")
-            return
-        text = f"{speed:.1f} tok/s"
-        acceptance = stats.get("acceptance")
-        if stats.get("drafted") and isinstance(acceptance, (int, float)):
-            text += f" · {acceptance:.0%} accepted"
+        text = ""
+        if isinstance(speed, (int, float)):
+            text = f"{speed:.1f} tok/s"
+            acceptance = stats.get("acceptance")
+            if stats.get("drafted") and isinstance(acceptance, (int, float)):
+                text += f" · {acceptance:.0%} accepted"
         self.last_answer.setText(text)
+        self._fit_message()
 
     def show_kept(self, words: str) -> None:
         self.kept.setText(words)
-        self.kept.setVisible(bool(words))
+        self._fit_message()
+
+    def _fit_message(self, *_args) -> None:
+        """Each field with something to say is shown, unless the message needs its room."""
+        message = self.currentMessage()
+        need = self.fontMetrics().horizontalAdvance(message) + SLACK_PX if message else 0
+        fields = [label for label in self._yielding if label.text()]
+        staying = [w for w in (self.loading, self.memory) if w.isVisibleTo(self)]
+        while message and fields and need > self._message_room(staying + fields):
+            fields.pop(0)  # the least needed gives way first
+        for label in self._yielding:
+            label.setVisible(label in fields)
+        cut = bool(message) and need > self._message_room(staying + fields)
+        self.setToolTip(wrap_tip(message) if cut else "")  # still cut: whole in the tooltip
+
+    def _message_room(self, shown: list[QWidget]) -> int:
+        """The width a message has left of these permanent fields (at the widths they ask for)."""
+        return self.width() - MESSAGE_MARGINS_PX - sum(w.sizeHint().width() + FIELD_SPACING_PX for w in shown)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().resizeEvent(event)
+        self._fit_message()
 
     def refresh_memory(self) -> None:
         try:

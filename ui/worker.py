@@ -24,10 +24,11 @@ from dataclasses import dataclass, replace
 
 from PySide6.QtCore import QObject, Signal, Slot
 
-from app.chat.baseline import Baseline
+from app.chat.baseline import Timings, conditions_of
 from app.chat.context import ContextOverflowError
 from app.chat.trace import RoundTrace
-from app.engine.events import Finished, Notice
+from app.engine.events import Finished, Notice, PrefillProgress
+from app.engine.sampling import SamplingParams
 from app.models.pairing import PairingError
 from app.pair_trial import TrialProgress, run_trial
 from app.draft_choice import AUTO_DRAFT, NO_DRAFT, DraftChoice
@@ -100,7 +101,11 @@ class EngineWorker(QObject):
     rounds = Signal(list)  # coalesced app.chat.trace.RoundTrace, for the side panel
     finished = Signal(object)  # app.engine.events.Finished
     failed = Signal(str)  # a message for the user; nothing was generated after it
-    baseline = Signal(object)  # app.chat.baseline.Baseline: the target alone's timings so far
+    baseline = Signal(object)  # app.chat.baseline.Timings: the target alone's timings so far
+    # the timings the answer starting now is measured against (app.chat.baseline.Baseline), or None
+    # and why there are none (no timing at its settings or in its context region)
+    answer_baseline = Signal(object, str)
+    prefill_progress = Signal(int, int)  # parts of a long prompt read, of all its parts (app/engine/prefill.py)
     answering = Signal(object)  # app.runner.LoadedModel: the pair that writes the answer starting now
     race_done = Signal(object)  # RaceResult
     caches_kept = Signal(str)  # other chats' caches set aside, in words ("" for none)
@@ -111,7 +116,7 @@ class EngineWorker(QObject):
     pair_notice = Signal(str)  # about the pair, not an answer: shown as a banner
     trial_done = Signal(object, object)  # PairRequest, app.models.pair_memory.TrialResult or None (interrupted)
     # other clients' requests (the local server), so the side panel shows their rounds too:
-    traffic_started = Signal(int, str)  # the request's number, its client
+    traffic_started = Signal(int, str, str)  # the request's number, its client, its sampling (conditions_of)
     traffic_rounds = Signal(int, list)  # number, coalesced RoundTrace
     traffic_finished = Signal(int, object)  # number, its Finished (None when it failed)
 
@@ -130,7 +135,7 @@ class EngineWorker(QObject):
         self._trial_running = False  # a part of it is with the service now
         self._handle: RequestHandle | None = None  # the window's request being answered
         self._racing: ChatRequest | None = None  # a race's request: Stop also reaches it between its sides
-        self.timings: Baseline | None = None  # of the pair loaded now
+        self.timings = Timings()  # of the pair loaded now
         # Called on the service's thread around each timing of the target alone, True then False:
         # work beside the pair that answers pause for (an alignment job) pauses for it too.
         self.hold_for_timing: Callable[[bool], None] = lambda timing: None
@@ -145,7 +150,7 @@ class EngineWorker(QObject):
         number = handle.number
         if isinstance(event, Started):
             self._traffic[number] = ([], time.perf_counter())
-            self.traffic_started.emit(number, handle.client)
+            self.traffic_started.emit(number, handle.client, conditions_of(handle.request.params))
         elif isinstance(event, Traced) and number in self._traffic:
             pending, last = self._traffic[number]
             pending.append(event.trace)
@@ -246,7 +251,7 @@ class EngineWorker(QObject):
                 self.smaller_offered.emit(replace(request, precision=fits_at, draft=draft,
                                                   draft_name=None if draft != request.draft else request.draft_name))
             return
-        self.timings = None  # a new pair: its own yardstick
+        self.timings = Timings()  # a new pair: its own yardstick
         self._trial = None  # a trial of the previous pair says nothing about this one
         self.loaded.emit(info)
         if info.notice:
@@ -294,19 +299,22 @@ class EngineWorker(QObject):
         self.load_pair(PairRequest(spec, draft, backend))
 
     @Slot(object)
-    def measure_baseline(self, messages) -> None:
-        """Time the target alone (the speedup's yardstick) after `messages`, or a short chat.
-        Between answers (`messages` given) it is background work that gives way to a waiting
-        request (no sample then); after a load it runs in the window's turn."""
+    def measure_baseline(self, messages, params: SamplingParams | None = None) -> None:
+        """Time the target alone (the speedup's yardstick) after `messages`, or a short chat,
+        sampling with `params` as the answers it is compared with do. Asked for with `params` (the
+        chat's: between answers, when settings change) it is background work that gives way to a
+        waiting request (no sample then); the greedy timing after a load runs in the window's turn."""
         messages = tuple(messages)
-        if messages and self._engine_wanted.is_set():
+        background = params is not None
+        params = params or SamplingParams()
+        if background and self._engine_wanted.is_set():
             return
 
         def run(runner: Runner, service_wants=None):
             give_way = self._give_way(service_wants) if service_wants is not None else (lambda: False)
             self.hold_for_timing(True)
             try:
-                return runner.time_target_alone(messages, cancelled=give_way)
+                return runner.time_target_alone(messages, cancelled=give_way, params=params)
             finally:
                 self.hold_for_timing(False)
 
@@ -321,12 +329,23 @@ class EngineWorker(QObject):
             if timing is None:
                 return
             seconds, context = timing
-            tokens = BASELINE_TOKENS
-            self.timings = (Baseline.first(seconds, context, tokens) if self.timings is None
-                            else self.timings.add(seconds, context, tokens))
+            self.timings = self.timings.add(conditions_of(params), seconds, context, BASELINE_TOKENS)
             self.baseline.emit(self.timings)
 
-        self.service.call(run, client=self.CLIENT, background=bool(messages)).add_done_callback(done)
+        self.service.call(run, client=self.CLIENT, background=background).add_done_callback(done)
+
+    def _measured_against(self, request: ChatRequest) -> None:
+        """Say which timings of the target alone the answer to `request` is measured against (those
+        at its sampling settings, in its context region: app/chat/baseline.py), or why none."""
+        conditions = conditions_of(request.params)
+        try:  # the prompt as the answer will read it (a few ms of tokenizing, in the request's turn)
+            context = self.service.call(lambda runner: len(runner.prompt_ids(runner.fit(request)[0])),
+                                        client=self.CLIENT).result()
+        except Exception:  # the request itself says what is wrong with it
+            self.answer_baseline.emit(None, "the answer could not start")
+            return
+        baseline = self.timings.for_answer(conditions, context)
+        self.answer_baseline.emit(baseline, "" if baseline else self.timings.missing(conditions, context))
 
     def _submit(self, request: ChatRequest) -> RequestHandle:
         self._handle = self.service.submit(request, client=self.CLIENT)
@@ -334,6 +353,7 @@ class EngineWorker(QObject):
 
     @Slot(object)
     def generate(self, request: ChatRequest) -> None:
+        self._measured_against(request)
         pending_text: list[str] = []
         pending_thinking: list[str] = []
         pending_rounds: list[RoundTrace] = []
@@ -368,6 +388,8 @@ class EngineWorker(QObject):
                     self.answering.emit(event.loaded)  # the pair that answers: a load may have come first
                 elif isinstance(event, Notice):
                     self.notice.emit(event.message)
+                elif isinstance(event, PrefillProgress):
+                    self.prefill_progress.emit(event.done, event.total)
                 elif isinstance(event, Finished):
                     flush()
                     self.finished.emit(replace(event, text="".join(answer)))

@@ -113,8 +113,19 @@ class Figures:
     tokens_per_s: float
     acceptance: float
     tokens_per_pass: float
-    k: int  # the draft length of the last drafting round
+    k: int  # the latest pass's draft length (0: it drafted nothing)
     speedup: Speedup | None  # the baseline's seconds per token over ours, median and range (None: none measured)
+
+
+@dataclass(frozen=True)
+class WhoseAnswer:
+    """Whose answer a trace is, for its exports: the question it answers and the pair that wrote
+    it, in the header's words. Not stored with the trace: the history keeps the question, and the
+    pair in the answer's settings (ui/chat/controller.py fills this in from them)."""
+
+    question: str = ""
+    target: str = ""
+    draft: str = ""
 
 
 @dataclass
@@ -124,6 +135,9 @@ class TurnTrace:
 
     rounds: list[RoundTrace] = field(default_factory=list)
     baseline: Baseline | None = None
+    # why there is no baseline: no timing at the answer's settings or in its context region ("": none said)
+    unmeasured: str = ""
+    whose: WhoseAnswer = field(default_factory=WhoseAnswer)
 
     @property
     def baseline_s_per_token(self) -> float | None:
@@ -146,7 +160,10 @@ class TurnTrace:
         tps = decode_tokens / seconds if seconds > 0 else 0.0
         passes = len({r.index for r in decode})  # a text-only tail round repeats the last index
         speedup = self.baseline.speedup(tps) if self.baseline else None
-        last_k = next((r.k for r in reversed(rounds) if r.drafted), 0)
+        # the latest pass's draft length; none (0, shown "–") where that pass drafted nothing: lookup
+        # found no match, or plain decoding was chosen (a text-only tail round, chipless, is no pass)
+        last = next((r for r in reversed(rounds) if r.index > 0 and r.chips), None)
+        last_k = last.k if last is not None and last.drafted else 0
         return Figures(tokens, drafted, accepted, drafted - accepted, sum(r.count(TARGET) for r in rounds),
                        passes, seconds, tps, accepted / drafted if drafted else 0.0,
                        decode_tokens / passes if passes else 0.0, last_k, speedup)
@@ -187,6 +204,7 @@ class TurnTrace:
 
     def to_dict(self) -> dict:
         return {"version": TRACE_VERSION, "baseline": self.baseline.to_dict() if self.baseline else None,
+                "unmeasured": self.unmeasured,
                 "rounds": [[r.index, r.k, r.source, r.text, r.own_chars, round(r.at, 6), round(r.draft_s, 6),
                             round(r.verify_s, 6), [[c.token, c.text, c.kind, c.p, c.q] for c in r.chips], r.thinking]
                            for r in self.rounds]}
@@ -205,7 +223,8 @@ class TurnTrace:
         except (KeyError, TypeError, ValueError, OverflowError):  # int(1e400) overflows: a damaged row
             return None
         stored = data.get("baseline") if data["version"] >= 2 else data.get("baseline_s_per_token")
-        return cls(rounds, Baseline.from_dict(stored))
+        unmeasured = data.get("unmeasured")
+        return cls(rounds, Baseline.from_dict(stored), unmeasured[:600] if isinstance(unmeasured, str) else "")
 
     def to_json(self) -> str:
         figures = self.figures()
@@ -219,9 +238,10 @@ class TurnTrace:
                          "kind", "draft_p", "target_q"])
         for r in self.rounds:
             for position, c in enumerate(r.chips):
-                writer.writerow([r.index, r.k, r.source, f"{r.at:.6f}", f"{r.draft_s:.6f}", f"{r.verify_s:.6f}",
-                                 position, c.token, c.text, c.kind, "" if c.p is None else f"{c.p:.6g}",
-                                 "" if c.q is None else f"{c.q:.6g}"])
+                # k is what a drafting round drafted up to; a round that drafted nothing has none
+                writer.writerow([r.index, r.k if r.drafted else "", r.source, f"{r.at:.6f}", f"{r.draft_s:.6f}",
+                                 f"{r.verify_s:.6f}", position, c.token, c.text, c.kind,
+                                 "" if c.p is None else f"{c.p:.6g}", "" if c.q is None else f"{c.q:.6g}"])
         return out.getvalue()
 
 
@@ -229,7 +249,7 @@ def figures_from_csv(text: str, baseline: Baseline | None = None) -> Figures:
     """The figures of a CSV export, read back (the export's own check)."""
     rounds: dict[int, dict] = {}
     for row in csv.DictReader(io.StringIO(text)):
-        r = rounds.setdefault(int(row["round"]), {"k": int(row["k"]), "source": row["source"],
+        r = rounds.setdefault(int(row["round"]), {"k": int(row["k"] or 0), "source": row["source"],
                                                   "at": float(row["at_s"]), "chips": []})
         r["chips"].append(Chip(int(row["token"]), row["text"], row["kind"],
                                float(row["draft_p"]) if row["draft_p"] else None,

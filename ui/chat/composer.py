@@ -52,7 +52,7 @@ class Composer(QFrame):
         self.edit = ComposerEdit()
         self.edit.setPlaceholderText("Message Tandem  (Enter to send, Shift+Enter for a new line)")
         self.edit.submitted.connect(self.submit)
-        self.editing_label = QLabel("Editing your last message: Enter sends it again, Esc cancels.")
+        self.editing_label = QLabel("Editing your message: Enter sends a new version, Esc cancels.")
         self.editing_label.setObjectName("editingLabel")
         self.editing_label.hide()
         self.queued_label = QLabel("Waiting for the model to load: your message is sent as soon as it is ready.")
@@ -146,6 +146,6 @@ class Composer(QFrame):
         self.send_button.setVisible(not self._busy)
         self.stop_button.setVisible(self._busy)
         self.send_button.setEnabled(self.takes_message())
-        waiting = self._loading and not self._ready
+        waiting = self._loading  # a message sent now waits for the pair loading (the first or another)
         self.send_button.setText("Queued" if self.queued is not None else "Send when loaded" if waiting
                                  else "Resend" if self.editing else "Send")

@@ -10,9 +10,13 @@ An answer keeps streaming into its own chat while the user opens another one; th
 shows it when its chat is open.
 
 Regenerate adds a version of the last answer and keeps the earlier ones (‹ 1/2 › under the
-answer); the version on screen is the one the model reads next. An answer the history cannot
-store (locked by another program, disk full, read-only folder) stays on screen and in memory,
-the window says so, and the write is tried again every few seconds and at quit until it is stored.
+answer); the version on screen is the one the model reads next. Edit does the same for any
+message of yours: the new text is a new version of it, and the version it replaces stays, with
+the answers that followed it, one click away (‹ 1/2 › under the message), as in ChatGPT.
+
+An answer the history cannot store (locked by another program, disk full, read-only folder) stays
+on screen and in memory, the window says so, and the write is tried again every few seconds and
+at quit until it is stored.
 """
 
 from __future__ import annotations
@@ -24,11 +28,11 @@ from dataclasses import asdict, dataclass, replace
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from app.chat.baseline import Baseline
+from app.chat.baseline import Baseline, Timings, conditions_of
 from app.chat.history import BUSY_TIMEOUT_S, Conversation, HistoryError, HistoryStore, HistoryWriteError, Message
 from app.chat.recovery import write_recovery
 from app.chat.settings import ChatSettings
-from app.chat.trace import TurnTrace
+from app.chat.trace import TurnTrace, WhoseAnswer
 from app.engine.events import Finished, GenerationStats
 from app.runner import CancelToken, ChatRequest, LoadedModel
 from ui.chat.chat_view import ChatView
@@ -87,7 +91,8 @@ class ChatController(QObject):
     trace_shown = Signal(object, str)
     trace_rounds = Signal(list)  # RoundTrace just added to the trace shown (the live answer's)
     race_opened = Signal(dict)  # a race kept with the chat, to open again (its link under the question)
-    request_baseline = Signal(object)  # messages: re-time the target alone at this context
+    # messages, SamplingParams: time the target alone at this context and these settings
+    request_baseline = Signal(object, object)
     stopping = Signal()  # Stop was pressed: the answer ends within a round
 
     def __init__(self, store: HistoryStore, worker: EngineWorker, view: ChatView, defaults: ChatSettings,
@@ -101,8 +106,9 @@ class ChatController(QObject):
         self.model: LoadedModel | None = None
         self.pending: _Pending | None = None
         self._cancel: CancelToken | None = None  # the running answer's Stop
-        self.baseline: Baseline | None = None  # the target alone's timings
+        self.timings = Timings()  # the target alone's timings, by settings and context
         self.racing = False
+        self.editing: int | None = None  # the message of yours the composer's text replaces (None: the last)
         self._panel_trace: TurnTrace | None = None  # what the side panel shows (trace_shown)
         self.race_question: tuple[int, int] | None = None  # (chat, message id) of the question raced
         self.unsaved: dict[tuple[int, int | None], _Unsaved] = {}  # (answer id, version): not stored yet
@@ -115,8 +121,11 @@ class ChatController(QObject):
         worker.thinking.connect(self._on_thinking)
         worker.rounds.connect(self._on_rounds)
         worker.baseline.connect(self._on_baseline)
+        worker.answer_baseline.connect(self._on_answer_baseline)
+        worker.paired.connect(self._on_paired)
         self.request_baseline.connect(worker.measure_baseline)
         worker.notice.connect(self._on_notice)
+        worker.prefill_progress.connect(self._on_prefill)
         worker.finished.connect(self._on_finished)
         worker.failed.connect(self._on_failed)
         worker.answering.connect(self._on_answering)
@@ -188,6 +197,7 @@ class ChatController(QObject):
             except HistoryError:
                 conversation = None  # deleted meanwhile: a new chat instead
         self.current = conversation
+        self.editing = None  # a message of the chat left
         if conversation is None:
             self.settings, self.system_prompt = self.defaults, ""
         else:
@@ -195,6 +205,7 @@ class ChatController(QObject):
             self.system_prompt = conversation.system_prompt
         self._show()
         self.conversation_opened.emit(conversation)
+        self._time_at_settings()
 
     def new_chat(self) -> None:
         self.open(None)
@@ -207,14 +218,15 @@ class ChatController(QObject):
             self._panel(None)
             return
         shown = None
-        for message in map(self._as_shown, self.store.messages(self.current.id)):
+        messages = [self._as_shown(m) for m in self.store.messages(self.current.id)]
+        for at, message in enumerate(messages):
             widget = self._add_widget(message)
             if message.role == "user" and (race := (message.stats or {}).get("race")):
                 # a race of this question, under it, and a link that opens it again
                 notice = self.view.add_notice(race_notice(race), link="Show the race")
                 notice.linkActivated.connect(lambda _link, race=race: self.race_opened.emit(race))
             if message.role == "assistant":
-                shown = TurnTrace.from_dict(message.trace)
+                shown = _trace_of(messages, at)
             if self.pending is not None and message.id == self.pending.answer_id:
                 self._attach(widget)
                 shown = self.pending.trace
@@ -236,7 +248,7 @@ class ChatController(QObject):
         messages = [self._as_shown(m) for m in self.store.messages(self.current.id)]
         at = next((i for i, m in enumerate(messages) if m.id == widget.message_id), None)
         if at is not None:
-            self._panel(TurnTrace.from_dict(messages[at].trace), _whose(messages, at))
+            self._panel(_trace_of(messages, at), _whose(messages, at))
 
     def _add_widget(self, message: Message) -> MessageWidget:
         error = (message.stats or {}).get("error", "") if message.status == "error" else ""
@@ -245,7 +257,10 @@ class ChatController(QObject):
         widget = self.view.add_message(message.role, message.content, message.status, stats, error,
                                        spans=trace.spans() if trace else None)
         widget.message_id = message.id
-        widget.set_versions(message.version, message.versions)
+        if message.role == "user":
+            widget.set_versions(message.branch, message.branches)
+        else:
+            widget.set_versions(message.version, message.versions)
         if message.thinking:
             widget.set_thinking(message.thinking, done=True)
         return widget
@@ -261,23 +276,36 @@ class ChatController(QObject):
     # Versions of an answer
 
     def show_version(self, widget: MessageWidget, number: int) -> None:
-        """‹ / ›: show another version of an answer; the chat reads that one from now on."""
+        """‹ / ›: show another version of an answer, or of a message of yours with the answers that
+        followed it; the chat reads that one from now on."""
         if self.busy or getattr(widget, "message_id", None) is None:
+            return
+        if widget.role == "user":
+            self._show_branch(widget.message_id, number)
             return
         try:
             message = self._as_shown(self.store.show_version(widget.message_id, number))
         except HistoryError as exc:
             self.error.emit(str(exc))
             return
-        trace = TurnTrace.from_dict(message.trace)
+        messages = [self._as_shown(m) for m in self.store.messages(self.current.id)] if self.current else []
+        at = next((i for i, m in enumerate(messages) if m.id == message.id), None)
+        trace = _trace_of(messages, at) if at is not None else TurnTrace.from_dict(message.trace)
         error = (message.stats or {}).get("error", "") if message.status == "error" else ""
         widget.set_spans(trace.spans() if trace else [])
         widget.set_thinking(message.thinking, done=True)  # each version has its own (or none)
         widget.finish(message.content, message.status, message.stats, error)
         widget.set_versions(message.version, message.versions)
-        messages = [self._as_shown(m) for m in self.store.messages(self.current.id)] if self.current else []
-        at = next((i for i, m in enumerate(messages) if m.id == message.id), None)
         self._panel(trace, _whose(messages, at) if at is not None else "")
+
+    def _show_branch(self, message_id: int, number: int) -> None:
+        try:
+            self.store.show_branch(message_id, number)
+        except HistoryError as exc:
+            self.error.emit(str(exc))
+            return
+        with self.view.keeping_place():  # the messages above it stay as they were
+            self._show()
 
     def _attach(self, widget: MessageWidget) -> None:
         """Show the pending answer in `widget`, with what was written so far."""
@@ -294,6 +322,7 @@ class ChatController(QObject):
         self.settings = settings
         if self.current is not None:
             self._write(self.store.set_settings, self.current.id, settings.to_dict())
+        self._time_at_settings()
 
     def update_system_prompt(self, text: str) -> None:
         self.system_prompt = text
@@ -321,6 +350,17 @@ class ChatController(QObject):
         users = [m for m in self.store.messages(self.current.id) if m.role == "user"]
         return users[-1].content if users else ""
 
+    def begin_edit(self, message_id: int | None = None) -> str:
+        """Edit a message of yours on screen (None: the last): `edit` replaces it; its text, or ""
+        where there is none to edit."""
+        users = [m for m in self.store.messages(self.current.id) if m.role == "user"] if self.current else []
+        if message_id is None:
+            message = users[-1] if users else None
+        else:
+            message = next((m for m in users if m.id == message_id), None)
+        self.editing = message.id if message is not None else None
+        return message.content if message is not None else ""
+
     # Turns
 
     def send(self, text: str) -> bool:
@@ -337,7 +377,9 @@ class ChatController(QObject):
             self.error.emit(str(exc))
             return False
         self.conversations_changed.emit()  # the first message names the chat and moves it up
-        self.view.add_message("user", text)
+        question = self.view.add_message("user", text)
+        question.message_id = next((m.id for m in reversed(self.store.messages(self.current.id)) if m.role == "user"),
+                                   None)  # its Edit edits it
         widget = self.view.add_message("assistant")
         widget.message_id = answer_id
         self._start(answer_id, 1)
@@ -362,15 +404,20 @@ class ChatController(QObject):
         self._attach(widget)
         return True
 
-    def edit_last(self, text: str) -> bool:
-        """Replace the last message of yours (and what followed it) and ask again."""
+    def edit(self, text: str) -> bool:
+        """Send `text` in place of the message of yours being edited (`begin_edit`; else the last)
+        and ask again; the version it replaces stays, with what followed it, a branch away."""
         if self.busy or self.model is None or self.current is None:
             return False
         try:
-            _, answer = self.store.edit_last_user(self.current.id, text, "", "interrupted")
+            if self.editing is None:
+                _, answer = self.store.edit_last_user(self.current.id, text, "", "interrupted")
+            else:
+                _, answer = self.store.edit_user(self.editing, text, "", "interrupted")
         except HistoryError as exc:
             self.error.emit(str(exc))
             return False
+        self.editing = None
         self.conversations_changed.emit()
         self._start(answer.id, answer.version)
         self._show()
@@ -392,7 +439,9 @@ class ChatController(QObject):
         # The pair that writes it is recorded when the worker starts it (`answering`): a pair
         # loading now, when the message is sent, answers instead of the one loaded now.
         record = settings.to_dict() | {"system_prompt": self.system_prompt}
-        self.pending = _Pending(conv_id, answer_id, record, TurnTrace(baseline=self.baseline), version=version)
+        # its baseline comes with the worker's answer_baseline, before its first round
+        question = history[-1]["content"] if history and history[-1]["role"] == "user" else ""
+        self.pending = _Pending(conv_id, answer_id, record, TurnTrace(whose=WhoseAnswer(question)), version=version)
         self._panel(self.pending.trace)
         self._set_busy(True)
         request = self._request(history)
@@ -405,6 +454,8 @@ class ChatController(QObject):
         if self.pending is not None and info is not None:
             self.pending.record |= {"target": target_text(info)[0], "draft": draft_text(info)[0],
                                     "backend": info.backend, "device": info.device}
+            trace = self.pending.trace
+            trace.whose = replace(trace.whose, target=self.pending.record["target"], draft=self.pending.record["draft"])
 
     def quitting(self) -> None:
         """The window is quitting: the answer stops now, and what it stores is what was shown,
@@ -427,6 +478,8 @@ class ChatController(QObject):
         if self.pending is not None:
             self.pending.text += delta
             if self.pending.widget is not None:
+                if self.pending.widget.status_tag.text().startswith("Reading your message"):
+                    self.pending.widget.status_tag.setText("Writing…")  # the prompt is read
                 self.pending.widget.stream(delta)
 
     def _on_rounds(self, rounds: list) -> None:
@@ -439,8 +492,33 @@ class ChatController(QObject):
             if self._panel_trace is self.pending.trace:
                 self.trace_rounds.emit(rounds)
 
-    def _on_baseline(self, baseline: Baseline) -> None:
-        self.baseline = baseline
+    def _on_baseline(self, timings: Timings) -> None:
+        self.timings = timings
+
+    def _on_answer_baseline(self, baseline: Baseline | None, why: str) -> None:
+        """The timings the answer being written is measured against (like for like:
+        app/chat/baseline.py), or why there are none; the panel shows them from its next round."""
+        if self.pending is not None:
+            self.pending.trace.baseline, self.pending.trace.unmeasured = baseline, why
+
+    def _on_paired(self, _request, _info) -> None:
+        """A pair loaded: the worker times it greedily; time it at this chat's settings too."""
+        if not self.settings.sampling().greedy:
+            self.request_baseline.emit((), self.settings.sampling())
+
+    def _time_at_settings(self) -> None:
+        """Settings the target alone was never timed at: time it now (in the background, giving way
+        to a message), so the next answer has a like-for-like speedup."""
+        params = self.settings.sampling()
+        if self.model is not None and not self.busy and not self.timings.has(conditions_of(params)):
+            messages = [m.as_chat() for m in self.store.messages(self.current.id) if m.content] if self.current else []
+            self.request_baseline.emit(tuple(messages) or (), params)
+
+    def _on_prefill(self, done: int, total: int) -> None:
+        """A long message being read before the first token: its tag says how far (a 7,600-token
+        prompt once showed nothing for over a minute)."""
+        if self.pending is not None and self.pending.widget is not None and not self.closing:
+            self.pending.widget.status_tag.setText(f"Reading your message: part {done + 1} of {total}…")
 
     def _on_notice(self, message: str) -> None:
         if self.pending is not None and self.pending.widget is not None:
@@ -460,7 +538,8 @@ class ChatController(QObject):
                 # (it gives way to the next message): the baseline is sampled in the answers' own
                 # conditions, so a machine that slows down slows both sides of the ratio.
                 messages = [m.as_chat() for m in self.store.messages(pending.conv_id) if m.content]
-                self.request_baseline.emit(tuple(messages))
+                settings = ChatSettings.from_dict(pending.record, self.defaults)  # the answer's own
+                self.request_baseline.emit(tuple(messages), settings.sampling())
 
     def _on_failed(self, message: str) -> None:
         if self.pending is not None:
@@ -550,6 +629,19 @@ class ChatController(QObject):
             self.error.emit(str(exc))
             return False
         return True
+
+
+def _trace_of(messages: list[Message], at: int) -> TurnTrace | None:
+    """The rounds of the answer messages[at] as the history keeps them, and whose answer it is:
+    the question before it, and the pair its settings record (for the panel's exports)."""
+    trace = TurnTrace.from_dict(messages[at].trace)
+    if trace is not None:
+        settings = messages[at].settings or {}
+        question = next((m.content for m in reversed(messages[:at]) if m.role == "user"), "")
+        target, draft = (settings.get(name) for name in ("target", "draft"))
+        trace.whose = WhoseAnswer(question, target if isinstance(target, str) else "",
+                                  draft if isinstance(draft, str) else "")
+    return trace
 
 
 def _whose(messages: list[Message], at: int) -> str:

@@ -15,13 +15,19 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout
                                QLabel, QPlainTextEdit, QPushButton, QSpinBox, QWidget)
 
 from app.chat.settings import MAX_DRAFT_TOKENS, ChatSettings
-from app.draft_choice import NO_DRAFT, PAIR_DRAFT, PAIR_MODEL_ONLY, PROMPT_LOOKUP, REQUEST_CHOICES
+from app.draft_choice import NO_DRAFT, PAIR_DRAFT, PAIR_MODEL_ONLY, PROMPT_LOOKUP, REQUEST_CHOICES, DraftKind
 from ui.tips import wrap_tip
 
 PROMPT_DELAY_MS = 400
 DRAFTER_MIN_CHARS = 12  # the drafter box's least width: "Prompt looku…" still says which
 DRAFTER_ITEMS = {PAIR_DRAFT: "The pair's draft", PAIR_MODEL_ONLY: "Draft model only",
                  PROMPT_LOOKUP: "Prompt lookup (n-gram)", NO_DRAFT: "None: the target alone"}
+# The pairs whose draft is a model with prompt lookup beside it (app/runner.py wraps these in
+# LookupThenModelDrafter): only there does "Draft model only" differ from the pair's draft. A pair
+# drafting by prompt lookup or not at all has no model to leave alone, and a Gemma 4 assistant
+# drafts without lookup already.
+MODEL_BESIDE_LOOKUP = frozenset({DraftKind.MODEL, DraftKind.SELF, DraftKind.MTP, DraftKind.HEAD, DraftKind.EAGLE3,
+                                 DraftKind.DFLASH})
 
 TIPS = {
     "system_prompt": "Instructions the model reads before every message of this chat, e.g. "
@@ -72,7 +78,7 @@ class SettingsDrawer(QFrame):
         # own weights at int4 …)" widened the window): the popup still shows every item whole
         self.drafter.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.drafter.setMinimumContentsLength(DRAFTER_MIN_CHARS)
-        self.set_pair_draft("the pair's draft")
+        self.set_pair_draft("the pair's draft")  # and no "Draft model only" until a pair with a model loads
         self.thinking = QCheckBox("Think before answering")
         self.thinking.setEnabled(False)  # until a model whose template has the switch is loaded
         self._reasoning = ""  # the loaded model's: "switch", "always" or "" (set_thinking_switch)
@@ -168,14 +174,28 @@ class SettingsDrawer(QFrame):
         grid.setColumnStretch(0, 1)
         grid.setColumnStretch(1, 0 if stacked else 1)
 
-    def set_pair_draft(self, name: str) -> None:
-        """The first choice names what the loaded pair drafts with."""
+    def set_pair_draft(self, name: str, kind: DraftKind | None = None) -> None:
+        """The first choice names what the loaded pair drafts with; "Draft model only" is offered
+        only where that is a model beside prompt lookup (`kind`, the loaded draft's). A chat that
+        chose it keeps it shown, marked as drafting as the pair does here."""
         self.drafter.setItemText(REQUEST_CHOICES.index(PAIR_DRAFT), f"The pair's draft ({name})")
+        self._offer_model_only(kind in MODEL_BESIDE_LOOKUP)  # before the popup's width: it changes a text
         # the popup as wide as its longest item, though the box may be narrower
         view = self.drafter.view()
         scroll_bar = view.verticalScrollBar().sizeHint().width()
         view.setMinimumWidth(view.sizeHintForColumn(0) + 2 * view.frameWidth() + scroll_bar)
         self._show_drafter_tip()
+
+    def _offer_model_only(self, offered: bool) -> None:
+        row = REQUEST_CHOICES.index(PAIR_MODEL_ONLY)
+        item = self.drafter.model().item(row)
+        item.setEnabled(offered)
+        self.drafter.view().setRowHidden(row, not offered)  # not listed: nothing to choose there
+        self.drafter.setItemText(row, DRAFTER_ITEMS[PAIR_MODEL_ONLY] if offered
+                                 else f"{DRAFTER_ITEMS[PAIR_MODEL_ONLY]} (this pair has none)")
+
+    def model_only_offered(self) -> bool:
+        return self.drafter.model().item(REQUEST_CHOICES.index(PAIR_MODEL_ONLY)).isEnabled()
 
     def _show_drafter_tip(self) -> None:
         """The box may cut the choice short: its tooltip begins with the whole of it."""

@@ -16,10 +16,10 @@ from PySide6.QtWidgets import (QCheckBox, QFileDialog, QFrame, QGridLayout, QLab
                                QPushButton, QScrollArea, QSizePolicy, QSplitter, QToolButton, QVBoxLayout,
                                QWidget)
 
-from app.chat.baseline import METHOD, Baseline, Speedup
+from app.chat.baseline import METHOD, Baseline, Speedup, Timings
 from app.chat.trace import ACCEPTED, REJECTED, TARGET, Figures, RoundTrace, TurnTrace
 from ui.panel.colors import LABELS, THINKING_ROW, chip_colors, verdict_color
-from ui.panel.graphs import LiveGraphs
+from ui.panel.graphs import LiveGraphs, png_heading
 from ui.panel.rounds_view import RoundsView
 
 # While an answer streams, new rounds, figures and graphs reach the screen twice a second: on 2
@@ -76,7 +76,8 @@ class DraftPanel(QWidget):
     def __init__(self, parent: QWidget | None = None, dark: bool = False, settings: QSettings | None = None):
         super().__init__(parent)
         self.trace = TurnTrace()
-        self.baseline: Baseline | None = None  # the target alone's timings
+        self.timings = Timings()  # the target alone's timings, by settings and context
+        self.baseline: Baseline | None = None  # the latest of them, shown while no answer is
         self.settings = settings  # remembers the export folder; None: for this session only
         self._export_folder = ""
         self._graph_timer = QTimer(self)
@@ -269,16 +270,18 @@ class DraftPanel(QWidget):
         """Race mode needs a loaded pair and an idle engine."""
         self.race_button.setEnabled(loaded)
 
-    def set_baseline(self, baseline: Baseline) -> None:
-        self.baseline = baseline
+    def set_baseline(self, timings: Timings) -> None:
+        """The target alone's timings so far: the latest setting's are shown while no answer is."""
+        self.timings = timings
+        self.baseline = timings.latest()
         self._show_baseline()
 
     def _show_baseline(self) -> None:
         """The timings the figures shown are measured against: a stored answer's own, else the latest."""
-        if self.trace.rounds and self.trace.baseline is None:  # the answer began before any timing
-            now = f" Now: {self.baseline.describe()}" if self.baseline else ""
-            self.baseline_label.setText("No speedup for this answer: it began before the target alone was timed."
-                                        + now)
+        if self.trace.rounds and self.trace.baseline is None:  # no timing like this answer's conditions
+            why = self.trace.unmeasured or "it began before the target alone was timed"
+            now = f" Now: {self.baseline.describe()}." if self.baseline and not self.trace.unmeasured else ""
+            self.baseline_label.setText(f"No speedup for this answer: {why}.{now}")
             return
         baseline = self.trace.baseline if self.trace.rounds else self.baseline
         self.baseline_label.setText(baseline.describe() if baseline else "Target alone: not measured yet")
@@ -327,6 +330,7 @@ class DraftPanel(QWidget):
         if any(r.thinking for r in rounds):
             self._show_legend()
         self._show_figures(self.trace.figures())
+        self._show_baseline()  # the timings the answer is measured against come just before its rounds
         self._refreshes += 1
         if graphs or self._refreshes % GRAPH_EVERY == 0:
             self.graphs.show_trace(self.trace)
@@ -357,7 +361,7 @@ class DraftPanel(QWidget):
         self._show_speedup(f.speedup)
         t["acceptance"].value.setText(f"{f.acceptance:.0%}" if f.drafted else "–")
         t["tokens_per_pass"].value.setText(f"{f.tokens_per_pass:.2f}" if f.rounds else "–")
-        t["k"].value.setText(str(f.k) if f.drafted else "–")
+        t["k"].value.setText(str(f.k) if f.k else "–")  # "–": the latest pass drafted nothing
 
     def _show_speedup(self, s: Speedup | None) -> None:
         tile = self.tiles["speedup"]
@@ -368,9 +372,11 @@ class DraftPanel(QWidget):
         verdict = s.verdict() if shown else ""
         color = verdict_color(verdict, self._dark)
         tile.value.setStyleSheet(f"color: {color};" if color else "")
-        tile.caption.setText(f"speedup, {verdict}" if shown else "speedup")
-        # the range over the target alone's timings: a median alone hides how noisy they were
-        tile.detail.setText("" if not shown else "1 timing" if s.timings == 1 else f"{s.low:.2f}-{s.high:.2f}")
+        tile.caption.setText(f"speedup, {verdict}" if shown and verdict else "speedup")
+        # the range over the target alone's timings: a median alone hides how noisy they were, and
+        # one timing has no range, so no verdict either
+        tile.detail.setText("" if not shown else "1 timing: no range yet" if s.timings == 1
+                            else f"{s.low:.2f}-{s.high:.2f}")
         tile.detail.setVisible(shown)
 
     # --- exports -------------------------------------------------------------------------
@@ -383,7 +389,11 @@ class DraftPanel(QWidget):
 
     def export_png(self, path: str | Path) -> None:
         self.graphs.show_trace(self.trace)
-        self.graphs.export_png(str(path))
+        tiles = {name: tile.value.text() for name, tile in self.tiles.items()}
+        speedup = self.tiles["speedup"]
+        tiles["speedup_range"] = speedup.detail.text()
+        tiles["speedup_verdict"] = speedup.caption.text().removeprefix("speedup").removeprefix(", ")
+        self.graphs.export_png(str(path), png_heading(self.trace, tiles))
 
     def export_folder(self) -> str:
         """Where the export dialog opens: the folder last exported to, else the user's Documents

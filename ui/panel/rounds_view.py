@@ -19,6 +19,7 @@ TRACE_ROLE = Qt.ItemDataRole.UserRole
 GUTTER_CHARS = 5  # "1234" and a gap
 PAD_X, PAD_Y, GAP, ROW_PAD = 4, 2, 3, 4
 MAX_CHIP_CHARS = 18  # a long token is elided; its tooltip has it whole
+FOLLOW_SLACK_PX = 4  # this near the bottom still counts as at it
 
 
 class RoundListModel(QAbstractListModel):
@@ -202,7 +203,14 @@ def _round_tip(r: RoundTrace) -> str:
 
 
 class RoundsView(QListView):
-    """Follows the newest round while the user is at the bottom; stays put once they scroll up."""
+    """Follows the newest round while the user is at the bottom; stays put once they scroll up,
+    like a terminal.
+
+    Whether it follows is decided when the user scrolls, not when rounds arrive: past the first
+    batch of rows (Batched layout) Qt lays rows out on a timer, so the scroll range grew after
+    the append had scrolled to the bottom, the view sat above the new bottom, and the next append
+    read that as the user having scrolled up: it stopped following for the rest of the answer.
+    Now every growth of the range is followed while `following` holds."""
 
     def __init__(self, parent=None, dark: bool = False):
         super().__init__(parent)
@@ -218,17 +226,28 @@ class RoundsView(QListView):
         self.setLayoutMode(QListView.LayoutMode.Batched)
         self.setBatchSize(200)
         self.setMouseTracking(True)
+        self.following = True  # at the newest round: new ones scroll into view
+        bar = self.verticalScrollBar()
+        bar.valueChanged.connect(self._scrolled)
+        bar.rangeChanged.connect(self._range_changed)
+
+    def _scrolled(self, value: int) -> None:
+        """The user scrolled (or the view did, to follow): following while at the bottom."""
+        self.following = value >= self.verticalScrollBar().maximum() - FOLLOW_SLACK_PX
+
+    def _range_changed(self, _low: int, high: int) -> None:
+        if self.following:
+            self.verticalScrollBar().setValue(high)
 
     def append(self, rounds: list[RoundTrace]) -> None:
-        bar = self.verticalScrollBar()
-        follow = bar.value() >= bar.maximum() - 4
         self.model_.append(rounds)
-        if follow:
+        if self.following:
             self.scrollToBottom()
 
     def set_rounds(self, rounds: list[RoundTrace]) -> None:
         self.delegate.forget()
         self.model_.set_rounds(rounds)
+        self.following = True  # another answer: from its newest round
         self.scrollToBottom()
 
     # Rows wrap at the width and are measured in the font: either changing lays them out again.
@@ -247,8 +266,6 @@ class RoundsView(QListView):
             self._lay_out_again()
 
     def _lay_out_again(self) -> None:
-        bar = self.verticalScrollBar()
-        follow = bar.value() >= bar.maximum() - 4
         self.scheduleDelayedItemsLayout()
-        if follow:  # still at the newest round once the rows have their new heights
+        if self.following:  # still at the newest round once the rows have their new heights
             QTimer.singleShot(0, self, self.scrollToBottom)

@@ -97,6 +97,7 @@ class DraftPanel(QWidget):
         }
         # "speedup, about as fast" goes onto two lines in a narrow tile rather than widen every tile
         self.tiles["speedup"].caption.setWordWrap(True)
+        self.tiles["speedup"].detail.setWordWrap(True)  # "1 timing: no range yet" likewise, in a narrow panel
         self._tile_grid = QGridLayout()
         self._tile_grid.setSpacing(6)
         self._tile_columns = 0

@@ -21,24 +21,11 @@ from app.server.host import MAX_CONNECTIONS, ApiServer, ServerError, is_loopback
 from app.server.limits import ReadLimits
 from app.server.openai_api import model_id
 from app.service import RunnerService
-from tests.test_server_hardening import (BOUND_S, CHAT, COMPLETION, SHORT, _chat, _connect,
-                                         _error_of, _read_all, _request_bytes, scripted)  # noqa: F401 (a fixture)
+# the scripted model and its server, as the hardening tests have them (fixtures, imported to be used here)
+from tests.test_server_hardening import (BOUND_S, CHAT, COMPLETION, SHORT, _chat, _connect,  # noqa: F401
+                                         _error_of, _read_all, _request_bytes, http, scripted, server)
 
 TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
-
-
-@pytest.fixture(scope="module")
-def server(scripted):  # noqa: F811
-    server = ApiServer(scripted[0], "127.0.0.1", 0, limits=SHORT)
-    server.start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def http(server):
-    with httpx.Client(base_url=server.url, timeout=BOUND_S) as client:
-        yield client
 
 
 # 10. Stalled bodies on every slot
@@ -50,16 +37,16 @@ def test_stalled_bodies_on_every_slot_give_way_to_a_new_client(scripted):  # noq
     service, script = scripted
     script.reset(endless=False)
     limits = ReadLimits()  # the deadlines as served: a stalled body is not cut off by its own deadline here
-    server = ApiServer(service, "127.0.0.1", 0, limits=limits)
-    server.start()
+    api = ApiServer(service, "127.0.0.1", 0, limits=limits)
+    api.start()
     body = json.dumps(_chat(model_id(service))).encode()
-    stalled = [_connect(server) for _ in range(MAX_CONNECTIONS)]
+    stalled = [_connect(api) for _ in range(MAX_CONNECTIONS)]
     try:
         for sock in stalled:
             sock.sendall(_request_bytes(CHAT, body[:20], length=len(body)))
         time.sleep(limits.pressed_gap_s * 1.5)  # each body has stalled for longer than a pressed server waits
         assert not select.select(stalled, [], [], 0)[0], "every one of the slots holds its stalled request"
-        with httpx.Client(base_url=server.url, timeout=BOUND_S) as client:
+        with httpx.Client(base_url=api.url, timeout=BOUND_S) as client:
             response = client.post("/chat/completions", json=_chat(model_id(service)))
         assert response.status_code == 200, response.text
         cut = [sock for sock in stalled if select.select([sock], [], [], 0)[0]]
@@ -70,7 +57,7 @@ def test_stalled_bodies_on_every_slot_give_way_to_a_new_client(scripted):  # noq
     finally:
         for sock in stalled:
             sock.close()
-        server.stop()
+        api.stop()
 
 
 def _one_response(sock) -> bytes:
@@ -90,25 +77,25 @@ def test_an_idle_kept_alive_connection_gives_way_first_and_quietly(scripted):  #
     service, script = scripted
     script.reset(endless=False)
     limits = ReadLimits()
-    server = ApiServer(service, "127.0.0.1", 0, limits=limits)
-    server.start()
+    api = ApiServer(service, "127.0.0.1", 0, limits=limits)
+    api.start()
     body = json.dumps(_chat(model_id(service))).encode()
-    kept = _connect(server)  # answered, then kept alive: silent longest
+    kept = _connect(api)  # answered, then kept alive: silent longest
     kept.sendall(_request_bytes(CHAT, body))
     assert _one_response(kept).startswith(b"HTTP/1.1 200")
-    stalled = [_connect(server) for _ in range(MAX_CONNECTIONS - 1)]
+    stalled = [_connect(api) for _ in range(MAX_CONNECTIONS - 1)]
     try:
         for sock in stalled:
             sock.sendall(_request_bytes(CHAT, body[:20], length=len(body)))
         time.sleep(limits.pressed_gap_s * 1.5)
-        with httpx.Client(base_url=server.url, timeout=BOUND_S) as client:
+        with httpx.Client(base_url=api.url, timeout=BOUND_S) as client:
             assert client.post("/chat/completions", json=_chat(model_id(service))).status_code == 200
         assert kept.recv(65536) == b""  # closed, as its keep-alive timeout would close it: no 408
         assert not select.select(stalled, [], [], 0)[0]  # the stalled requests keep their slots
     finally:
         for sock in [kept, *stalled]:
             sock.close()
-        server.stop()
+        api.stop()
 
 
 def test_a_stalled_body_holds_its_slot_no_longer_than_stalled_headers():
@@ -282,11 +269,11 @@ def test_any_model_id_is_answered_by_the_loaded_model_which_the_answer_names(scr
 
 def test_with_no_model_loaded_a_request_is_a_503_that_says_so():
     service = RunnerService(Runner())
-    server = ApiServer(service, "127.0.0.1", 0, limits=SHORT)
-    server.start()
+    api = ApiServer(service, "127.0.0.1", 0, limits=SHORT)
+    api.start()
     try:
-        response = httpx.post(server.url + "/chat/completions", json=_chat("gpt-4o"), timeout=BOUND_S)
+        response = httpx.post(api.url + "/chat/completions", json=_chat("gpt-4o"), timeout=BOUND_S)
         assert response.status_code == 503 and response.json()["error"]["code"] == "model_not_loaded"
     finally:
-        server.stop()
+        api.stop()
         service.close()

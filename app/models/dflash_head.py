@@ -25,8 +25,8 @@ from pathlib import Path
 
 from app.json_fields import read_object
 from app.models.errors import ModelFileError
-from app.models.head_files import (BUILT_BYTES, MAX_BLOCK, MAX_TARGET_LAYERS, ConfigFields, LayerShape, layer_shape,
-                                   tensor_files)
+from app.models.head_files import (BUILT_BYTES, MAX_BLOCK, MAX_TARGET_LAYERS, ConfigFields, LayerShape, head_folder,
+                                   layer_shape, tensor_files)
 
 ARCHITECTURES = ("DFlashDraftModel",)
 LAYER_TENSORS = ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
@@ -194,12 +194,7 @@ def read_dflash(folder: str | Path, target_config: dict, weights: bool = True) -
     a ModelFileError that says what does not fit and what to do, before any weights load.
     `weights=False` checks the config alone: a hub drafter whose config is fetched and whose
     weights are not yet (app/models/precheck.py), so one for another model is refused on kilobytes."""
-    folder = Path(folder).expanduser()
-    name = folder.name or str(folder)
-    if not folder.is_dir():
-        wrong = " is a file, not a folder" if folder.exists() else ": no such folder"
-        raise ModelFileError(f"{folder}{wrong}. A DFlash drafter is a folder with its config.json and "
-                             "model.safetensors (dflash:<folder>); check the path.")
+    folder, name = head_folder(folder, "A DFlash drafter", "dflash")
     own = read_config(folder)
     files = _tensors(folder) if weights else {}
     if weights and not files:

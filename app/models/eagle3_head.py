@@ -33,7 +33,7 @@ from pathlib import Path
 from app.json_fields import read_object
 from app.models.errors import ModelFileError
 from app.models.head_files import (BUILT_BYTES, MAX_TARGET_LAYERS, MAX_VOCAB, MAX_WIDTH, ConfigFields, LayerShape,
-                                   layer_shape, tensor_files)
+                                   head_folder, layer_shape, tensor_files)
 from app.models.integrity import read_header
 
 EAGLE_ARCHITECTURES = ("LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM", "Eagle3Speculator",
@@ -224,12 +224,7 @@ def read_eagle3(folder: str | Path, target_config: dict, weights: bool = True) -
     a ModelFileError that says what does not fit and what to do, before any weights load.
     `weights=False` checks the config alone: a hub head whose config is fetched and whose weights
     are not yet (app/models/precheck.py), so a head for another model is refused on kilobytes."""
-    folder = Path(folder).expanduser()
-    name = folder.name or str(folder)
-    if not folder.is_dir():
-        wrong = " is a file, not a folder" if folder.exists() else ": no such folder"
-        raise ModelFileError(f"{folder}{wrong}. An EAGLE-3 head is a folder with its config.json and "
-                             "model.safetensors (eagle3:<folder>); check the path.")
+    folder, name = head_folder(folder, "An EAGLE-3 head", "eagle3")
     own = read_config(folder)
     if weights and not (folder / "model.safetensors").is_file() \
             and not (folder / "model.safetensors.index.json").is_file() and not any(folder.glob("*.safetensors")):

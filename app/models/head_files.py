@@ -235,3 +235,14 @@ def tensor_files(folder: Path, advice: str) -> dict[str, Path]:
     else:
         paths = sorted(folder.glob("*.safetensors"))
     return {name: path for path in paths for name in check_safetensors_file(path, advice) if name != "__metadata__"}
+
+
+def head_folder(folder, what: str, prefix: str) -> tuple[Path, str]:
+    """(the folder, its name) of a draft head `what` ("An EAGLE-3 head"), written `prefix:<folder>`;
+    a ModelFileError that says what such a folder holds where it is none."""
+    folder = Path(folder).expanduser()
+    if not folder.is_dir():
+        wrong = " is a file, not a folder" if folder.exists() else ": no such folder"
+        raise ModelFileError(f"{folder}{wrong}. {what} is a folder with its config.json and model.safetensors "
+                             f"({prefix}:<folder>); check the path.")
+    return folder, folder.name or str(folder)

@@ -316,3 +316,36 @@ def test_a_stored_answer_holding_marker_characters_is_tinted_as_plain_text(qapp,
     widget.set_spans([(len(text) // 2, ACCEPTED), (len(text) - len(text) // 2, TARGET)])
     widget.set_tint(False)  # raised ValueError on 5,000 digits; ate the digits of a short marker
     assert widget.tinted and widget.body.toPlainText() == untinted
+
+
+def test_a_damaged_history_is_read_without_hanging_or_refusing_to_open(tmp_path):
+    """A review found two damaged files that the branching broke: links that go round (switching
+    branch looped for good, holding the write lock), and two messages at one place of a chat with
+    its index lost (the upgrade failed, and a file the previous version opened would not open)."""
+    path = tmp_path / "history.sqlite3"
+    with HistoryStore.open(path) as store:
+        chat = store.create_conversation()
+        first, _ = store.add_turn(chat.id, "Q", "A")
+        second, answer = store.add_turn(chat.id, "Q2", "A2")
+        store.edit_user(second.id, "Q2b", "A2b")
+    db = sqlite3.connect(path)
+    db.execute("UPDATE messages SET parent_id = ? WHERE id = ?", (answer.id, first.id))  # a loop
+    db.commit()
+    db.close()
+    with HistoryStore.open(path) as store, pytest.raises(HistoryError, match="damaged"):
+        store.show_branch(second.id, 1)
+
+    old = tmp_path / "old.sqlite3"
+    db = sqlite3.connect(old, isolation_level=None)
+    for step in history.MIGRATIONS[:3]:
+        step(db)
+    db.execute("PRAGMA user_version = 3")
+    db.execute("INSERT INTO conversations VALUES (1, 'Chat', '', '{}', 1.0, 2.0)")
+    db.execute("DROP INDEX messages_in_order")
+    for message_id, position, text in ((1, 0, "Hello"), (2, 1, "Hi"), (3, 1, "a second at the same place")):
+        db.execute("INSERT INTO messages (id, conversation_id, position, role, content, status, created) "
+                   "VALUES (?, 1, ?, ?, ?, 'complete', 1.0)", (message_id, position, "user" if position == 0
+                                                               else "assistant", text))
+    db.close()
+    with HistoryStore.open(old) as store:
+        assert [m.content for m in store.messages(1)] == ["Hello", "Hi"]  # the earliest on screen; nothing lost

@@ -320,7 +320,9 @@ class HistoryStore:
             self._db.execute(
                 "UPDATE conversations SET title = ? WHERE id = ? AND title = ? AND NOT EXISTS ("
                 "SELECT 1 FROM messages WHERE conversation_id = ? AND role = 'user' AND shown = 1)",
-                (DEFAULT_TITLE, conv_id, auto_title(edited["content"]), conv_id),
+                # a damaged (binary) first message named no chat: nothing to follow
+                (DEFAULT_TITLE, conv_id, auto_title(edited["content"]) if isinstance(edited["content"], str) else None,
+                 conv_id),
             )
             answer = (answer_text, status, settings, stats, trace)
             user_id, answer_id = self._append_turn(conv_id, new_user_text, answer)
@@ -353,7 +355,12 @@ class HistoryStore:
             self._leave_branch(conv_id, position, question["parent_id"])
             shown: int | None = versions[number - 1]
             self._db.execute("UPDATE messages SET chosen = 1 WHERE id = ?", (shown,))
+            seen: set[int] = set()
             while shown is not None:  # down the branch, by the version chosen at each step
+                if shown in seen:  # a damaged file whose links go round: stop rather than loop for good
+                    raise HistoryError("The chat history's links between messages go round in this chat (the file "
+                                       "is damaged), so this version cannot be shown.")
+                seen.add(shown)
                 self._db.execute("UPDATE messages SET shown = 1 WHERE id = ?", (shown,))
                 after = self._db.execute(
                     "SELECT id FROM messages WHERE conversation_id = ? AND parent_id = ? "

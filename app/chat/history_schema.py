@@ -82,6 +82,12 @@ def _migrate_to_v4(db: sqlite3.Connection) -> None:
         "messages.conversation_id AND p.position < messages.position ORDER BY p.position DESC LIMIT 1)"
     )
     db.execute("DROP INDEX IF EXISTS messages_in_order")
+    # a damaged file may hold two messages at one place of a chat (its old index was lost): the
+    # earliest stays on screen and the others are kept out of view, rather than the upgrade failing
+    db.execute(
+        "UPDATE messages SET shown = 0 WHERE id > (SELECT MIN(o.id) FROM messages AS o WHERE o.conversation_id = "
+        "messages.conversation_id AND o.position IS messages.position)"
+    )
     db.execute("CREATE UNIQUE INDEX messages_in_order ON messages (conversation_id, position) WHERE shown = 1")
     db.execute("CREATE INDEX messages_by_parent ON messages (conversation_id, parent_id)")
 

@@ -8,6 +8,8 @@ the window (fuzz 15); "Tint answers by origin" is remembered. No model is loaded
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -60,12 +62,13 @@ def test_at_900_px_the_chat_list_folds_to_a_rail_and_comes_back_when_the_window_
     w = window
     _resize(qtbot, w, 1400, 900)
     assert w.conversation_list.isVisible() and w.conversation_list.width() >= 200
-    assert not w.chat_rail.isVisible()
     chat_at_least = w.splitter.widget(1).width()
     _shot(w, "columns_1400x900.png")
 
     _resize(qtbot, w, 900, 600)
-    assert not w.conversation_list.isVisible() and w.chat_rail.isVisible()  # folded, not squeezed
+    squeezed = w.conversation_list.width()
+    assert not w.conversation_list.isVisible(), f"the chat list squeezed to {squeezed} px instead of folding"
+    assert w.chat_rail.isVisible()  # what opens it again
     assert w.side_panel_host.isVisible()  # the draft activity stays: the list gives way
     chat = w.splitter.widget(1).width()
     assert chat >= 520, f"the chat column kept only {chat} px"
@@ -93,7 +96,7 @@ def test_at_900_px_the_chat_list_folds_to_a_rail_and_comes_back_when_the_window_
 def test_a_list_the_user_closed_stays_closed_when_the_window_widens(window, qtbot):
     w = window
     _resize(qtbot, w, 900, 600)
-    w.chat_rail.chats_button.click()  # opened, which folds the panel
+    w.list_action.trigger()  # opened (which folds the panel in a window this narrow)
     w.list_action.trigger()  # and closed by the user
     assert not w.conversation_list.isVisible() and w.chat_rail.isVisible()
     _resize(qtbot, w, 1400, 900)
@@ -180,7 +183,8 @@ def test_the_rounds_list_keeps_the_newest_round_in_view_while_the_user_has_not_s
 def _message_fits(bar) -> bool:
     """The message is drawn whole: it ends left of the first permanent field shown (Qt draws it
     from 6 px in to 2 px before that field)."""
-    shown = [w for w in bar._permanent if w.isVisible()]
+    fields = (bar.loading, bar.pair, bar.device, bar.last_answer, bar.kept, bar.memory)
+    shown = [w for w in fields if w.isVisible()]
     right = min((w.x() for w in shown), default=bar.width()) - 2
     return 6 + bar.fontMetrics().horizontalAdvance(bar.currentMessage()) <= right
 
@@ -264,6 +268,20 @@ def test_a_named_pipe_as_tandem_conf_neither_blocks_the_start_nor_is_lost(qtbot)
     from ui import window_state
 
     conf = settings_file()
+    # QSettings reads its file holding Python's lock: a start that waits on the pipe stops every
+    # thread, the one that would answer it too. So first in a process of its own, with a deadline.
+    os.mkfifo(conf)
+    probe = ("from ui import window_state; settings = window_state.open_settings(); "
+             "print(settings.property('tandemNotice'))")
+    try:
+        done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+                              cwd=Path(__file__).resolve().parent.parent,
+                              env=os.environ | {"QT_QPA_PLATFORM": "offscreen"})
+    except subprocess.TimeoutExpired:
+        pytest.fail("reading the settings waited on the named pipe for a minute")
+    assert "named pipe" in done.stdout, done.stdout + done.stderr
+    for aside in conf.parent.glob("Tandem.damaged-*"):
+        aside.unlink()
     with fifo_answered_after(conf):
         started = time.monotonic()
         settings = window_state.open_settings()
@@ -318,6 +336,7 @@ def test_a_pairs_json_that_does_not_answer_is_left_alone_and_not_written(tmp_pat
     memory = PairMemory(path)
     assert time.monotonic() - started < 2
     stalled.set()
+    assert memory.notice is not None, "the read waited on the stalled file and found it whole"
     assert "did not answer" in memory.notice and str(path) in memory.notice
     assert memory.add_recent("torch", "/models/a", PROMPT_LOOKUP) is None
     assert path.read_text(encoding="utf-8") == '{"recent": []}' and sorted(tmp_path.iterdir()) == [path]
@@ -352,11 +371,12 @@ def test_an_answer_kept_in_a_recovery_file_is_offered_back_and_restored_into_its
     # another history's file in the same folder is not this window's to offer
     other, _ = recovery.write_recovery([_recovered(1, 1, "not ours")], tmp_path / "elsewhere" / "history.sqlite3")
 
-    opened = []
-    monkeypatch.setattr("ui.recovery_offer.QDesktopServices.openUrl", lambda url: opened.append(url) or True)
     w = offline_window(history=history)
+    assert any(str(kept) in text for text in w.banners.texts()), "the recovery file is not mentioned"
     banner = w.banners.get("recovery")
     assert banner is not None and str(kept) in banner.label.text()
+    opened = []
+    monkeypatch.setattr("ui.recovery_offer.QDesktopServices.openUrl", lambda url: opened.append(url) or True)
     assert str(other) not in " ".join(w.banners.texts())
     buttons = {button.text(): button for button in banner.actions}
     assert set(buttons) == {"Restore", "Open"} and banner.close_button.text() == "Dismiss"
@@ -387,7 +407,9 @@ def test_a_dismissed_recovery_file_stays_and_is_not_offered_again(offline_window
     conv_id, answer_id = _history_with_an_empty_answer(history)
     kept, _ = recovery.write_recovery([_recovered(conv_id, answer_id, "Owls can turn their heads far.")], history)
     w = offline_window(history=history)
-    w.banners.get("recovery").close_button.click()
+    offered = w.banners.get("recovery")
+    assert offered is not None and str(kept) in offered.label.text()
+    offered.close_button.click()
     assert w.banners.get("recovery") is None and kept.exists()
     w.close()
     again = offline_window(history=history)

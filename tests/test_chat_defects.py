@@ -8,58 +8,22 @@ by the test, as in tests/test_chat_turns.py."""
 from __future__ import annotations
 
 import sqlite3
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("pytestqt")
 
-from PySide6.QtCore import QSettings, Qt  # noqa: E402
+from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtGui import QColor, QImage, QTextDocument  # noqa: E402
 
 from app.chat import history  # noqa: E402
 from app.chat.export import chat_markdown, file_name  # noqa: E402
 from app.chat.history import HistoryError, HistoryStore, auto_title  # noqa: E402
 from app.chat.markdown import MarkdownRenderer, Tint  # noqa: E402
-from app.chat.trace import ACCEPTED, TARGET, trace_round  # noqa: E402
-from app.draft_choice import PROMPT_LOOKUP  # noqa: E402
-from app.engine.events import Finished, GenerationStats, Round  # noqa: E402
-from app.runner import LoadedModel  # noqa: E402
+from app.chat.trace import ACCEPTED, TARGET  # noqa: E402
 
-PAIR = LoadedModel(Path("/models/old-target"), "torch", "cpu", "float32", "llama", 8192, 10**9, 1.0, PROMPT_LOOKUP)
-
-
-class Engine:
-    """Stands in for the worker's thread: records the requests, and plays back an answer."""
-
-    def __init__(self, window):
-        self.window, self.requests = window, []
-        window.controller.request_generate.disconnect()
-        window.controller.request_generate.connect(self.requests.append)
-
-    def answer(self, text: str) -> None:
-        worker = self.window.worker
-        worker.answering.emit(PAIR)
-        half = len(text) // 2
-        rounds = [Round(0, (), 0, (1,), text[:half]), Round(1, (2, 3), 2, (2, 3, 4), text[half:])]
-        worker.text.emit(text)
-        worker.rounds.emit([trace_round(r, lambda t: f"<{t}>", 0.1 * i) for i, r in enumerate(rounds)])
-        worker.finished.emit(Finished(GenerationStats(5, 4, 1, 3, 2, 2, 0.01, 0.1, "stop"), text))
-
-
-@pytest.fixture
-def chat(qtbot, tmp_path):
-    """A window over a history in tmp_path whose model is missing, then told a pair is loaded."""
-    from ui.main_window import MainWindow
-
-    window = MainWindow(model=str(tmp_path / "no-model"), backend="torch", history_path=tmp_path / "history.sqlite3",
-                        settings=QSettings(str(tmp_path / "tandem.ini"), QSettings.Format.IniFormat))
-    qtbot.addWidget(window)
-    window.show()
-    qtbot.waitUntil(lambda: any("Could not load" in text for text in window.banners.texts()), timeout=30_000)
-    window.controller.model = PAIR
-    window.composer.set_ready(True)
-    return window, Engine(window)
+# the window told a pair is loaded, and the stand-in for the worker's thread, as the turn tests have them
+from tests.test_chat_turns import OLD_PAIR as PAIR, Engine, chat  # noqa: E402, F401 (a fixture)
 
 
 @pytest.fixture
@@ -79,7 +43,7 @@ def _stored(store, conv_id) -> list[str]:
 # Editing keeps the earlier branch
 
 
-def test_editing_any_message_keeps_the_earlier_branch_one_click_away(chat, qtbot, tmp_path):
+def test_editing_any_message_keeps_the_earlier_branch_one_click_away(chat, qtbot, tmp_path):  # noqa: F811 (the imported fixture)
     window, engine = chat
     assert window.send("Name a colour")
     engine.answer("Blue.")
@@ -120,7 +84,7 @@ def test_editing_any_message_keeps_the_earlier_branch_one_click_away(chat, qtbot
     assert "## You (version 2 of 2)\n\nName a fruit" in exported and "Why?" not in exported
 
 
-def test_another_version_of_a_question_is_shown_where_the_question_was(chat, qtbot):
+def test_another_version_of_a_question_is_shown_where_the_question_was(chat, qtbot):  # noqa: F811 (the imported fixture)
     """The chat is filled again from the question down: it stays where it was on screen, rather
     than the chat jumping to its end."""
     window, engine = chat
@@ -226,7 +190,7 @@ def test_titles_are_stored_whole_or_cut_at_a_word_and_exports_never_carry_an_ell
     assert file_name(stored.title) == "Plan a week in Lisbon with two kids who love.md"
 
 
-def test_the_chat_list_elides_a_long_title_only_when_drawing(chat):
+def test_the_chat_list_elides_a_long_title_only_when_drawing(chat):  # noqa: F811 (the imported fixture)
     window, engine = chat
     question = "Plan a week in Lisbon with two kids who love trams and the sea and old castles"
     window.send(question)
@@ -239,7 +203,7 @@ def test_the_chat_list_elides_a_long_title_only_when_drawing(chat):
 # The graphs' PNG
 
 
-def test_the_graphs_png_names_the_answer_its_pair_and_its_figures(chat, tmp_path):
+def test_the_graphs_png_names_the_answer_its_pair_and_its_figures(chat, tmp_path):  # noqa: F811 (the imported fixture)
     window, engine = chat
     window.side_panel_action.setChecked(True)
     window.send("Name a colour")

@@ -414,6 +414,11 @@ def test_the_card_measures_an_answer_like_for_like_as_its_race_does(window, qtbo
     prompt = race.alone.stats.prompt_tokens
     assert baseline.contexts and all(comparable(c, prompt) for c in baseline.contexts), (baseline, prompt)
     assert card.low <= card.median <= card.high
+    # and the race's first side, the target alone at the answer's settings and context, is one
+    # more timing for the answers after it
+    alone = race.alone.stats
+    assert ("temperature 0", alone.decode_s / alone.decode_tokens, alone.prompt_tokens + alone.tokens) \
+        in window.worker.timings.points
 
 
 def test_a_long_message_says_it_is_being_read_with_progress(window, qtbot):

@@ -424,6 +424,8 @@ class EngineWorker(QObject):
                     self.race_failed.emit("The race was stopped.")
                     return
                 runs.append(finished)
+                if side == 0:
+                    self._timed_by_race(request, finished.stats)
                 self.race_side_done.emit(side, finished)
         except Exception as exc:
             log.exception("race failed")
@@ -432,6 +434,17 @@ class EngineWorker(QObject):
         finally:
             self._racing = None
         self.race_done.emit(RaceResult(runs[0], runs[1], request.params.greedy))
+
+    def _timed_by_race(self, request: ChatRequest, stats) -> None:
+        """A race's first side is the target alone at the question's settings and context, timed
+        as an answer is (through the service, its text shown): one more timing for the answers
+        after it, so the card and the next race are measured against the same kind of run."""
+        if stats.decode_tokens < BASELINE_TOKENS:  # too short to say much (an early stop token)
+            return
+        context = stats.prompt_tokens + stats.tokens
+        self.timings = self.timings.add(conditions_of(request.params), stats.decode_s / stats.decode_tokens,
+                                        context, stats.decode_tokens)
+        self.baseline.emit(self.timings)
 
     def _race_side(self, side: int, request: ChatRequest) -> Finished | None:
         """One side of a race; its text is coalesced as an answer's is (~30 updates a second)."""

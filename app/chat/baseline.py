@@ -121,7 +121,7 @@ class Baseline:
                    else f"median of {len(self.samples)} timings")
         where = f"at {_span(self.contexts or (self.context,))} tokens of context"
         return (f"Target alone at {self.conditions}: {median:.1f} tok/s{spread}, {timings} of {self.tokens} "
-                f"tokens here, {where}")
+                f"tokens or more here, {where}")
 
     def to_dict(self) -> dict:
         return {"samples": [round(s, 6) for s in self.samples], "context": self.context, "tokens": self.tokens,
@@ -153,7 +153,7 @@ class Timings:
     context) oldest first, from which each answer takes those in its own conditions."""
 
     points: tuple[tuple[str, float, int], ...] = ()
-    tokens: int = 0  # tokens decoded per timing
+    tokens: int = 0  # the fewest tokens any timing decoded
 
     @classmethod
     def of(cls, baseline: Baseline) -> Timings:
@@ -163,7 +163,10 @@ class Timings:
                    baseline.tokens)
 
     def add(self, conditions: str, seconds_per_token: float, context: int, tokens: int) -> Timings:
-        return Timings((*self.points, (conditions, seconds_per_token, context))[-POINTS:], tokens)
+        """With one more timing, of `tokens` tokens (a race's first side covers its whole answer:
+        `tokens` then keeps the fewest any timing covered, which the panel's line states)."""
+        return Timings((*self.points, (conditions, seconds_per_token, context))[-POINTS:],
+                       min(self.tokens, tokens) if self.tokens else tokens)
 
     def has(self, conditions: str) -> bool:
         return any(c == conditions for c, _, _ in self.points)

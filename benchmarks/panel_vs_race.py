@@ -76,7 +76,7 @@ def main() -> int:
             races = []
             window.worker.race_done.connect(races.append)
             window.start_race()
-            wait(lambda: bool(races) and not window.controller.busy)
+            wait(lambda races=races: bool(races) and not window.controller.busy)
             window.worker.race_done.disconnect(races.append)
             if args.shots:
                 shoot(app, window, args.shots / f"{len(rows)}-{title.split()[0].lower()}")

@@ -220,10 +220,12 @@ def cmd_models_info(args) -> int:
         print(f"{path.name}: {config.get('model_type', '?')}, {stored} safetensors, {check_weights(path) / 1e6:.1f} MB "
               "of weights; PyTorch loads them as stored (or at --precision)")
         print(_passes_line(path))
+        _print_plan(path)
         return 0
     for line in info_lines(path):
         print(line)
     print(_passes_line(path))
+    _print_plan(path)
     from app.engine.backends import default_backend
 
     if default_backend() == "mlx":  # a Mac opens the file on MLX: what each type becomes there (gguf_mlx.py)
@@ -236,6 +238,27 @@ def cmd_models_info(args) -> int:
         for line in check_lines(path, folder):
             print(line)
     return 0
+
+
+def _print_plan(path) -> None:
+    """How a load would go (app/load_plan.py): the draft "auto" picks and the memory the load's own
+    check plans, or why it would not load. Nothing is loaded."""
+    from app.draft_choice import AUTO_DRAFT
+    from app.load_plan import memory_lines, plan_load
+    from app.models.errors import ModelFileError
+    from app.models.memory import free_memory
+
+    from app.engine.backends import default_backend
+
+    if default_backend() == "mlx" and str(path).lower().endswith(".gguf"):
+        return  # planning would convert the file for MLX (seconds, and disk): its own lines above say the sizes
+    try:
+        plan = plan_load(path, draft=AUTO_DRAFT, progress=_progress)
+    except (ModelFileError, ValueError) as exc:
+        print(f"It would not load: {exc}")
+        return
+    for line in memory_lines(plan, free_memory(plan.backend, plan.device)):
+        print(line)
 
 
 def _passes_line(path) -> str:

@@ -21,7 +21,7 @@ from app.chat.context import fit_messages
 from app.draft_choice import NO_DRAFT, PAIR_DRAFT, PROMPT_LOOKUP, DraftChoice, DraftKind
 from app.engine.adaptive import DraftLengthController
 from app.engine.assistant import load_assistant_drafter
-from app.engine.backends import default_backend, load_backend
+from app.engine.backends import load_backend
 from app.engine.backends.base import ModelBackend
 from app.engine.kept_caches import KeptCaches, default_budget
 from app.engine.dflash import load_dflash_drafter
@@ -31,52 +31,17 @@ from app.engine.drafters import (Drafter, LookupThenModelDrafter, ModelDrafter, 
 from app.engine.events import Finished, Notice, Round
 from app.engine.sampling import SamplingParams
 from app.engine.speculative import generate
-from app.models.architecture import check_architecture
-from app.models.draft_heads import assistant_estimate, has_mtp, is_assistant_folder, no_mtp_reason
 from app.models.errors import ModelFileError
-from app.models.folder import check_model_folder
-from app.models.integrity import check_weights
-from app.models.memory import (MemoryEstimate, NotEnoughMemory, check_fits, estimate, free_memory, head_kv_per_token,
-                               kv_dtype_bytes, longest_chat)
-from app.models.aligned_head import draft_vocab, head_bytes, head_weights, is_aligned_head, subset_bytes
-from app.models.head_sources import HEADS, find_head, head_kind
-from app.models.mtp_weights import find_mtp, mtp_bytes
-from app.models.pairing import check_tokenizers
-from app.models.resolve import display_name, resolve_model
+from app.models.memory import (MemoryEstimate, NotEnoughMemory, check_fits, estimate, free_memory, longest_chat)
+from app.models.head_sources import HEADS
+from app.models.resolve import display_name
+from app.load_plan import LoadPlan, auto_draft, device_for, plan_load  # noqa: F401 - auto_draft: the clients' name for it
 
 BASELINE_TOKENS = 32  # about 2 s on the demo: long enough that one noisy moment does not set it
 
 
 # The engine's loader of each kind of published drafter (app/models/head_sources.HEADS reads them)
 PUBLISHED_LOADERS = {DraftKind.EAGLE3: load_eagle3_drafter, DraftKind.DFLASH: load_dflash_drafter}
-
-
-def _published_kind(draft: DraftChoice) -> DraftKind | None:
-    """The kind of published drafter `draft` loads: its own kind, or, for a draft model whose
-    folder holds one, the kind its config says; None for any other draft."""
-    if draft.kind in HEADS:
-        return draft.kind
-    return head_kind(draft.source) if draft.kind is DraftKind.MODEL else None
-
-
-def auto_draft(spec: str | Path, backend: str | None = None, precision: str = "auto") -> DraftChoice:
-    """What "auto" pairs a target with: the draft an alignment made for it (where it measured
-    faster); the demo's measured best draft (app/models/demo.py); an EAGLE-3 head or DFlash
-    drafter the pair trials measured faster than prompt lookup (app/models/pair_memory.measured_head);
-    a checkpoint's own MTP layer where it ships one; for other targets prompt lookup, which costs no
-    memory and which adaptive k turns off where it does not pay."""
-    from app.models.demo import DEMO_SPECS, demo_draft
-    from app.models.pair_memory import PairMemory, aligned_draft, measured_head
-
-    backend = backend or default_backend()
-    aligned = aligned_draft(backend, str(spec))  # `tandem-cli align` / Align draft paired it, measured faster
-    if aligned is not None:
-        return aligned
-    if str(spec) in DEMO_SPECS:
-        return demo_draft(str(spec), backend or default_backend(), precision, memory=PairMemory())
-    if (head := measured_head(backend, str(spec))) is not None:
-        return head
-    return DraftChoice(DraftKind.MTP) if has_mtp(spec) else PROMPT_LOOKUP
 
 
 class CancelToken:
@@ -148,19 +113,6 @@ class LoadedModel:
         return f"{display_name(self.folder)}{pair} ({self.model_type}, {self.dtype}) on {self.backend}/{self.device}"
 
 
-def _gguf_loaded_bytes(folder: Path, backend: str, precision: str) -> int | None:
-    """The weights' size as loaded when PyTorch reads them from a GGUF at its own precisions (the
-    memory check must count that, not float32); None otherwise."""
-    from app.models.gguf_import import gguf_source, inspect_gguf, is_gguf_folder
-
-    if backend != "torch" or not (precision == "gguf" or is_gguf_folder(folder)):
-        return None
-    from app.models.gguf_torch import loaded_bytes
-
-    info = inspect_gguf(gguf_source(folder))
-    return loaded_bytes(info.elements or {}, info.embedding, info.head, info.head_rows)
-
-
 class Runner:
     def __init__(self):
         self.target: ModelBackend | None = None
@@ -179,11 +131,7 @@ class Runner:
         self.kept = KeptCaches(default_budget(psutil.virtual_memory().total))
 
     def _device(self, backend: str) -> str:
-        if backend == "mlx":
-            return "gpu"
-        from app.models.memory_torch import torch_device
-
-        return torch_device()
+        return device_for(backend)
 
     def _check_memory(self, models: list[MemoryEstimate], backend: str, progress) -> tuple[str, int | None]:
         """(a warning or "", the longest chat memory holds where that is less than planned) when
@@ -255,102 +203,43 @@ class Runner:
              precision: str = "auto", progress=print, compile: str = "auto",
              context: int | None = None, graphs: str = "auto", glue: str = "auto") -> LoadedModel:
         """Load a target (folder, .gguf, or "demo") at `precision` and its draft (none, prompt
-        lookup, a self-draft: a copy of the target's weights, a draft model, or auto). Everything is checked
-        before anything replaces the current pair. `compile` ("auto", "on", "off") is how the
+        lookup, a self-draft: a copy of the target's weights, a draft model, or auto). Everything is
+        read and checked first, into one plan (app/load_plan.py), before anything replaces the
+        current pair; then the pair loads by that plan. `compile` ("auto", "on", "off") is how the
         PyTorch target decodes (app/engine/backends/compile_torch.py). `context`: the most tokens
         a chat may hold (None: the model's own), never more than the model's or than memory holds."""
-        if context is not None and context < 2:
-            raise ValueError(f"A context of {context} tokens cannot hold a message and an answer; ask for more.")
-        from app.models.transformers_tokenizer import ChatTokenizer
-
-        backend = backend or default_backend()
-        if precision == "gguf" and backend != "torch":  # before anything loads
-            raise ValueError("precision gguf (a GGUF file's own 4-bit layers) runs on PyTorch only; on MLX "
-                             "choose int4 (MLX's own 4-bit) or float32.")
-        if not isinstance(draft, DraftChoice):  # the clients parse text at their edges
-            raise TypeError(f"draft must be a DraftChoice (app/draft_choice.py), not {type(draft).__name__}")
-        if draft.kind is DraftKind.PAIR:
-            raise ValueError(f"“{draft}” is a request's choice among the loaded pair's drafters, not a draft to load.")
-        auto = draft.kind is DraftKind.AUTO
-        if auto:
-            draft = auto_draft(spec, backend, precision)
         start = time.perf_counter()
-        folder = resolve_model(spec, backend, progress, precision)
-        if auto and draft == PROMPT_LOOKUP and has_mtp(folder):  # a hub id: its own MTP layer shows once fetched
-            draft = DraftChoice(DraftKind.MTP)
-        config, file_bytes = self._check_files(folder, backend)
-        tokenizer = ChatTokenizer(folder)
-        device = self._device(backend)
-        models = [estimate("target", config, file_bytes, backend, device, precision,
-                           _gguf_loaded_bytes(folder, backend, precision))]
-        draft_folder = draft_tokenizer = assistant_folder = head_folder = published = None
-        draft_weights = 0  # what the LoadedModel reports for a drafter that is not a model of its own
-        if draft.kind is DraftKind.SELF and draft.precision == precision:
-            # a copy of the target at the target's own precision is the target: nothing to gain
-            progress(f"The draft would be the target itself ({precision}): drafting with prompt lookup instead.")
-            draft = PROMPT_LOOKUP
-        draft_precision = draft.precision or None  # a self-draft's
-        if draft.kind is DraftKind.SELF:
-            draft_folder = folder  # same weights, same tokenizer: nothing to check
-            models.append(estimate("draft", config, file_bytes, backend, device, draft_precision))
-        elif draft.kind is DraftKind.HEAD or (draft.kind is DraftKind.MODEL and is_aligned_head(draft.source)):
-            head_folder = Path(draft.source).expanduser()
-            # a head dropped as a draft model drafts as one; its fit is checked before any weights load
-            draft = DraftChoice.head(str(head_folder))
-            head_weights(head_folder, config)
-            text = config.get("text_config") or config
-            vocab = draft_vocab(head_folder, int(text.get("vocab_size", 2 ** 31)))
-            models.append(MemoryEstimate("draft", head_bytes(head_folder) * 2 + subset_bytes(vocab, text),
-                                         head_kv_per_token(config, 1, kv_dtype_bytes(models[0], config)),
-                                         models[0].context))
-        elif (published_kind := _published_kind(draft)) is not None:
-            # an EAGLE-3 head or a DFlash drafter, named so or dropped as a draft model: it drafts as
-            # one; read and checked against the target once, here, before any weights load
-            published_folder = find_head(draft.source, published_kind)  # a folder, or a hub id downloaded
-            draft = DraftChoice(published_kind, source=str(published_folder))
-            published = HEADS[published_kind].read(published_folder, config)
-            layers = published.layer_config if published_kind is DraftKind.EAGLE3 else published.config
-            # what its config builds, not only what its file holds: a config may ask for far more
-            models.append(MemoryEstimate("draft", published.memory_bytes,
-                                         head_kv_per_token(layers, published.layer_count,
-                                                           kv_dtype_bytes(models[0], config)),
-                                         models[0].context))
-        elif draft.kind in (DraftKind.MODEL, DraftKind.ASSISTANT):
-            draft_folder = resolve_model(draft.source, backend, progress)
-            if is_assistant_folder(draft_folder):  # a Gemma 4 assistant dropped as the draft: it drafts as one
-                draft, assistant_folder, draft_folder = DraftChoice.assistant(str(draft_folder)), draft_folder, None
-                models.append(assistant_estimate(assistant_folder, config, backend, device, precision))
-                draft_weights = models[-1].weights
-            elif draft.kind is DraftKind.ASSISTANT:
-                raise ModelFileError(f"{display_name(draft_folder)} is not a Gemma 4 assistant (its config's "
-                                     "model_type is not gemma4_assistant): choose it as a draft model instead.")
-            else:
-                draft_config, draft_bytes = self._check_files(draft_folder, backend)
-                draft_tokenizer = ChatTokenizer(draft_folder)
-                check_tokenizers(tokenizer, draft_tokenizer)  # before any weights load
-                models.append(estimate("draft", draft_config, draft_bytes, backend, device,
-                                       loaded_bytes=_gguf_loaded_bytes(draft_folder, backend, "auto")))
-        elif draft.kind is DraftKind.MTP:
-            mtp = find_mtp(folder)  # before any weights load: a checkpoint without one is refused now
-            if mtp is None:
-                raise ModelFileError(no_mtp_reason(folder))
-            models.append(MemoryEstimate("draft", mtp_bytes(mtp),
-                                         head_kv_per_token(config, 1, kv_dtype_bytes(models[0], config)),
-                                         models[0].context))
-        if context is not None:  # the memory check plans for the context asked for
-            models = [replace(m, context=min(m.context, context)) for m in models]
+        plan = plan_load(spec, backend, draft, precision, context, progress)
         try:
-            notice, memory_cap = self._check_memory(models, backend, progress)
+            notice, memory_cap = self._check_memory(list(plan.models), plan.backend, progress)
         except NotEnoughMemory as exc:
-            raise self._smaller_offer(exc, models, config, file_bytes, backend, device, precision, folder,
-                                      draft_precision) from exc
+            raise self._smaller_offer(exc, list(plan.models), plan.config, plan.file_bytes, plan.backend,
+                                      plan.device, plan.precision, plan.folder, plan.draft.precision) from exc
         self.kept.forget()  # the old pair's set-aside caches: their memory is the new pair's now
-        progress(f"Loading {display_name(folder)} with {'MLX' if backend == 'mlx' else 'PyTorch'} ...")
-        options = ({"compile": compile, "progress": progress, "graphs": graphs, "glue": glue}
-                   if backend == "torch" else {})
-        target = load_backend(folder, backend, precision=precision, **options)
-        # The context chats are fitted to: the model's own, or less where asked or where memory
-        # holds less (fitting then leaves out old turns before the KV cache can outgrow memory).
+        target, own = self._load_target(plan, memory_cap, context, progress, compile=compile, graphs=graphs,
+                                         glue=glue)
+        drafter, choice, draft_bytes, draft_dtype, fallback = self._load_drafter(plan, target, progress,
+                                                                                  graphs=graphs, glue=glue)
+        notice = " ".join(filter(None, (notice, fallback)))
+        self.target, self.drafter, self.tokenizer = target, drafter, plan.tokenizer
+        self._controllers.clear()
+        tokenizer = plan.tokenizer
+        self.loaded = LoadedModel(plan.folder, plan.backend, target.device, target.dtype, target.model_type,
+                                  target.context_length, target.weights_bytes,
+                                  time.perf_counter() - start, choice, notice, draft_bytes,
+                                  target.device_note,
+                                  "switch" if tokenizer.thinking_switch else "always" if tokenizer.thinks else "",
+                                  own, draft_dtype, head_passes(drafter, target.device))
+        return self.loaded
+
+    def _load_target(self, plan: LoadPlan, memory_cap: int | None, context: int | None, progress,
+                     **options) -> tuple[ModelBackend, int]:
+        """The target's backend, its context fitted (the model's own, or less where asked or where
+        memory holds less), and the model's own context."""
+        progress(f"Loading {display_name(plan.folder)} with {'MLX' if plan.backend == 'mlx' else 'PyTorch'} ...")
+        options = {**options, "progress": progress} if plan.backend == "torch" else {}
+        target = load_backend(plan.folder, plan.backend, precision=plan.precision, **options)
+        # Fitting then leaves out old turns before the KV cache can outgrow memory.
         own = target.context_length
         asked = min(own, context or own)
         target.context_length = min(asked, memory_cap or asked)
@@ -358,67 +247,55 @@ class Runner:
             progress(f"Chats are kept within {memory_cap:,} tokens, what memory holds (the model reads {own:,}).")
         # Padded embeddings (e.g. 151936 rows for 151665 tokens): every drafter, and the target
         # alone, sample and compare over the tokenizer's real vocabulary only.
-        target.vocab_limit = min(len(tokenizer), target.vocab_size or len(tokenizer))
-        drafter: Drafter | None = None
-        draft_dtype = ""
-        if draft_folder is not None:
-            which = f"the same model in {draft_precision}" if draft_precision else display_name(draft_folder)
+        target.vocab_limit = min(len(plan.tokenizer), target.vocab_size or len(plan.tokenizer))
+        return target, own
+
+    def _load_drafter(self, plan: LoadPlan, target: ModelBackend, progress, **options
+                      ) -> tuple[Drafter | None, DraftChoice, int, str, str]:
+        """(the drafter, the draft as loaded, its weights' bytes, a draft model's dtype, what the
+        user should know where "auto" fell back to prompt lookup)."""
+        draft, plan_draft = plan.draft.choice, plan.draft
+        if plan_draft.folder is not None:
+            which = (f"the same model in {plan_draft.precision}" if plan_draft.precision
+                     else display_name(plan_draft.folder))
             progress(f"Loading draft {which} ...")
-            draft_options = {"graphs": graphs, "glue": glue} if backend == "torch" else {}
-            draft_backend = load_backend(draft_folder, backend, precision=draft_precision or "auto", **draft_options)
+            options = options if plan.backend == "torch" else {}
+            draft_backend = load_backend(plan_draft.folder, plan.backend, precision=plan_draft.precision or "auto",
+                                         **options)
             limit = min(target.vocab_limit, draft_backend.vocab_size)
             target.vocab_limit = draft_backend.vocab_limit = limit
-            drafter = LookupThenModelDrafter(ModelDrafter(draft_backend))
-            draft_dtype = draft_backend.dtype
             if draft.kind is DraftKind.MODEL:  # named by the folder loaded (a .gguf's import, a hub cache)
-                draft = DraftChoice.model(str(draft_folder))
-        elif draft.kind is DraftKind.MTP:
+                draft = DraftChoice.model(str(plan_draft.folder))
+            return (LookupThenModelDrafter(ModelDrafter(draft_backend)), draft, draft_backend.weights_bytes,
+                    draft_backend.dtype, "")
+        if draft.kind is DraftKind.MTP:
             progress("Loading the model's built-in MTP layer ...")
             try:
                 mtp_drafter = load_mtp_drafter(target)
             except ModelFileError as exc:
-                if not auto:
+                if not plan.auto:
                     raise
                 # "auto" asked for the best draft that works, not for this layer: a broken one costs
                 # its speed-up, not the model
                 fallback = f"The model's built-in MTP layer cannot draft, so prompt lookup drafts instead. {exc}"
                 progress(fallback)
-                draft, notice = PROMPT_LOOKUP, " ".join(filter(None, (notice, fallback)))
-            else:
-                drafter, draft_weights = LookupThenModelDrafter(mtp_drafter), mtp_drafter.head.weights_bytes
-        elif head_folder is not None:
-            progress(f"Loading the aligned draft head {head_folder.name} ...")
-            head_drafter = load_head_drafter(target, head_folder)
-            drafter, draft_weights = LookupThenModelDrafter(head_drafter), head_drafter.head.weights_bytes
-        elif published is not None:
-            progress(f"Loading the {HEADS[published_kind].words} {published.folder.name} ...")
-            published_drafter = PUBLISHED_LOADERS[published_kind](target, published)
-            drafter, draft_weights = LookupThenModelDrafter(published_drafter), published_drafter.weights_bytes
-        elif assistant_folder is not None:
-            progress(f"Loading assistant {display_name(assistant_folder)} ...")
-            assistant = load_assistant_drafter(assistant_folder, target)
-            drafter = assistant
-        if draft.kind is DraftKind.LOOKUP:  # asked for, or what "auto" fell back to above
-            drafter = chat_lookup()
-        self.target, self.drafter, self.tokenizer = target, drafter, tokenizer
-        self._controllers.clear()
-        self.loaded = LoadedModel(folder, backend, target.device, target.dtype, target.model_type,
-                                  target.context_length, target.weights_bytes,
-                                  time.perf_counter() - start, draft, notice,
-                                  draft_backend.weights_bytes if draft_folder is not None else draft_weights,
-                                  target.device_note,
-                                  "switch" if tokenizer.thinking_switch else "always" if tokenizer.thinks else "",
-                                  own, draft_dtype, head_passes(drafter, target.device))
-        return self.loaded
-
-    @staticmethod
-    def _check_files(folder: Path, backend: str) -> tuple[dict, int]:
-        """The folder's config and weight bytes, after checking the files are whole and the
-        backend runs the architecture: each failure is a ModelFileError in plain words."""
-        config = check_model_folder(folder)
-        file_bytes = check_weights(folder)
-        check_architecture(config, backend, display_name(folder))
-        return config, file_bytes
+                return chat_lookup(), PROMPT_LOOKUP, 0, "", fallback
+            return LookupThenModelDrafter(mtp_drafter), draft, mtp_drafter.head.weights_bytes, "", ""
+        if plan_draft.head_folder is not None:
+            progress(f"Loading the aligned draft head {plan_draft.head_folder.name} ...")
+            head_drafter = load_head_drafter(target, plan_draft.head_folder)
+            return LookupThenModelDrafter(head_drafter), draft, head_drafter.head.weights_bytes, "", ""
+        if plan_draft.published is not None:
+            published = plan_draft.published
+            progress(f"Loading the {HEADS[draft.kind].words} {published.folder.name} ...")
+            published_drafter = PUBLISHED_LOADERS[draft.kind](target, published)
+            return LookupThenModelDrafter(published_drafter), draft, published_drafter.weights_bytes, "", ""
+        if plan_draft.assistant_folder is not None:
+            progress(f"Loading assistant {display_name(plan_draft.assistant_folder)} ...")
+            return load_assistant_drafter(plan_draft.assistant_folder, target), draft, plan_draft.weights, "", ""
+        if draft.kind is DraftKind.LOOKUP:  # asked for, or what "auto" decided
+            return chat_lookup(), draft, 0, "", ""
+        return None, draft, 0, "", ""
 
     def cancel(self) -> None:
         """Stop the request being answered now, between rounds or draft steps (any thread)."""

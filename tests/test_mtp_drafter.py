@@ -214,14 +214,14 @@ def test_the_runner_refuses_mtp_for_a_checkpoint_without_one_before_loading(tiny
 def test_auto_gives_a_hub_named_target_its_own_mtp_layer_once_fetched(tiny_pair, tmp_path, monkeypatch):
     """"auto" is decided before a hub id is fetched; the fetched checkpoint's MTP layer still wins
     over prompt lookup (the folder is what tells)."""
-    import app.runner as runner_module
+    import app.load_plan as load_plan
     from app.draft_choice import AUTO_DRAFT, DraftKind
     from app.runner import Runner
 
     folder = _random_mtp_checkpoint(tmp_path / "qwen35-mtp", tiny_pair["target"])
     plain = save_qwen35(tiny_qwen35(4), tmp_path / "plain", tiny_pair["target"])
     fetched = {"org/qwen35-mtp": folder, "org/plain": plain}
-    monkeypatch.setattr(runner_module, "resolve_model", lambda spec, *a, **k: fetched[str(spec)])
+    monkeypatch.setattr(load_plan, "resolve_model", lambda spec, *a, **k: fetched[str(spec)])
     runner = Runner()
     assert runner.load("org/qwen35-mtp", "torch", AUTO_DRAFT, progress=lambda m: None).draft.kind is DraftKind.MTP
     assert runner.load("org/plain", "torch", AUTO_DRAFT, progress=lambda m: None).draft.kind is DraftKind.LOOKUP

@@ -314,14 +314,18 @@ def test_the_cache_folder_follows_both_compiled_modules(tmp_path, monkeypatch):
     from pathlib import Path
 
     here = Path(int4_cpu_torch.__file__).resolve().parent
-    for name in ("kernels_numba.py", "kernel_tiles_numba.py"):
+    for name in ("kernels_numba.py", "kernel_tiles_numba.py", "repack_numba.py"):
         shutil.copy(here / name, tmp_path / name)
     monkeypatch.setattr(int4_cpu_torch, "__file__", str(tmp_path / "int4_cpu_torch.py"))
     before = int4_cpu_torch._sources_version()
     assert before == int4_cpu_torch._sources_version()
     with open(tmp_path / "kernel_tiles_numba.py", "a") as f:
         f.write("# edited\n")
-    assert int4_cpu_torch._sources_version() != before
+    edited = int4_cpu_torch._sources_version()
+    assert edited != before
+    with open(tmp_path / "repack_numba.py", "a") as f:  # the repacking's own cached functions too
+        f.write("# edited\n")
+    assert int4_cpu_torch._sources_version() != edited
 
 
 def test_an_earlier_versions_cache_folder_goes_after_a_day_and_nothing_else(tmp_path):

@@ -276,20 +276,8 @@ def code_groups(kind: str, raw: np.ndarray, rows: int, cols: int) -> CodeGroups:
     name = getattr(kind, "name", kind)
     if name not in _TYPES:
         raise ValueError(f"GGUF type {name!r} has no CPU kernel codes; supported: {', '.join(KERNEL_TYPES)}")
-    per_block, block_bytes, code_kind = _TYPES[name]
-    if rows < 0 or cols <= 0:
-        raise ValueError(f"{name}: shape {rows} x {cols} is not a tensor shape (rows >= 0, cols > 0)")
-    if cols % per_block:
-        raise ValueError(f"{name}: a row of {cols} weights is not whole blocks of {per_block} "
-                         f"(shape {rows} x {cols})")
-    raw = np.asarray(raw)
-    if raw.dtype != np.uint8:
-        raw = np.ascontiguousarray(raw).view(np.uint8)
-    row_bytes = cols // per_block * block_bytes
-    if raw.size != rows * row_bytes:
-        raise ValueError(f"{name}: {raw.size} bytes do not match {rows} x {cols} weights "
-                         f"({rows} rows of {row_bytes} bytes = {rows * row_bytes})")
-    blocks = raw.reshape(rows * (cols // per_block), block_bytes)
+    blocks = file_rows(name, raw, rows, cols).reshape(-1, _TYPES[name][1])
+    code_kind = _TYPES[name][2]
     codes, scale, offset, *two_level = _DECODERS[name](blocks)
     groups = cols // GROUP_OF[code_kind]
     codes = np.ascontiguousarray(codes).reshape(rows, cols)
@@ -302,3 +290,26 @@ def code_groups(kind: str, raw: np.ndarray, rows: int, cols: int) -> CodeGroups:
         factors = Factors(np.ascontiguousarray(supers, dtype=np.float32).reshape(rows, cols // QK_K, -1),
                           np.ascontiguousarray(smalls, dtype=np.int8).reshape(rows, groups, -1))
     return CodeGroups(code_kind, codes, scale, offset, factors)
+
+
+def file_rows(kind: str, raw: np.ndarray, rows: int, cols: int) -> np.ndarray:
+    """A tensor's bytes as (rows, bytes a row) uint8, after checking them against the shape:
+    ValueError, naming the type, for an unknown type, a row that is not whole blocks, or a byte
+    count that does not match the shape (code_groups' checks; repack_numba reads such rows)."""
+    name = getattr(kind, "name", kind)
+    if name not in _TYPES:
+        raise ValueError(f"GGUF type {name!r} has no CPU kernel codes; supported: {', '.join(KERNEL_TYPES)}")
+    per_block, block_bytes, _ = _TYPES[name]
+    if rows < 0 or cols <= 0:
+        raise ValueError(f"{name}: shape {rows} x {cols} is not a tensor shape (rows >= 0, cols > 0)")
+    if cols % per_block:
+        raise ValueError(f"{name}: a row of {cols} weights is not whole blocks of {per_block} "
+                         f"(shape {rows} x {cols})")
+    raw = np.asarray(raw)
+    if raw.dtype != np.uint8:
+        raw = np.ascontiguousarray(raw).view(np.uint8)
+    row_bytes = cols // per_block * block_bytes
+    if raw.size != rows * row_bytes:
+        raise ValueError(f"{name}: {raw.size} bytes do not match {rows} x {cols} weights "
+                         f"({rows} rows of {row_bytes} bytes = {rows * row_bytes})")
+    return raw.reshape(rows, row_bytes)

@@ -78,6 +78,11 @@ class GGUFCodesLinear(torch.nn.Module):
         self.blocks.fill(start, groups)
         self.expose()  # a scale that is not a half widens the held scales to float32
 
+    def fill_file(self, start: int, kind: str, raw) -> bool:
+        """Rows start.. straight from the file's rows of type `kind` (CodeBlocks.fill_file);
+        False where that route does not apply (then fill() with gguf_codes' result)."""
+        return self.blocks.fill_file(start, kind, raw)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features).to(torch.float32)
         y = on_blocks(self.blocks, flat)

@@ -24,7 +24,8 @@ import torch
 
 from app.models.errors import ModelFileError
 from app.models.gguf_blocks import GROUP, INT4_TYPES, Int4Groups, int4_groups
-from app.models.gguf_codes import GROUP_OF, KERNEL_TYPES, KIND_OF, code_groups
+from app.models.gguf_codes import GROUP_OF, KERNEL_TYPES, KIND_OF, code_groups, file_rows
+from app.models.int4_cpu_torch import REPACKED
 from app.models.gguf_layers_torch import (INT4_BYTES, INT8_BYTES, INT8_TYPES, PACK_ROWS, GGUFCodesLinear,
                                           GGUFEmbedding, GGUFInt4Linear, GGUFInt8Linear, GGUFRows, inner_k_tiles,
                                           kernel_bytes, on_kernel)
@@ -212,7 +213,14 @@ def _coded(tensor, processor, rows: int, cols: int, into: GGUFCodesLinear | None
     kind, data = tensor.tensor_type.name, tensor.data
     layer = into if into is not None else GGUFCodesLinear(rows, cols, [(rows, kind)])
     try:
-        if ".attn_q." in tensor.name or ".attn_k." in tensor.name:
+        permuted = ".attn_q." in tensor.name or ".attn_k." in tensor.name
+        if kind in REPACKED:  # the file's bytes straight into the kernel's layout (repack_numba.py)
+            raw = file_rows(kind, data, rows, cols)
+            order = _row_order(processor, tensor.name, rows) if permuted else None
+            if (not permuted or order is not None) and layer.fill_file(offset, kind,
+                                                                       raw if order is None else raw[order]):
+                return layer
+        if permuted:
             groups = code_groups(kind, data, rows, cols)
             move = lambda a: None if a is None else processor.process(weights=a, name=tensor.name).weights  # noqa: E731
             factors = None if groups.factors is None else type(groups.factors)(*map(move, groups.factors))
@@ -226,6 +234,15 @@ def _coded(tensor, processor, rows: int, cols: int, into: GGUFCodesLinear | None
     except ValueError as exc:
         raise ModelFileError(f"tensor {tensor.name} ({kind}, {rows}x{cols}): {exc}") from exc
     return layer
+
+
+def _row_order(processor, name: str, rows: int) -> np.ndarray | None:
+    """The order the processor puts a tensor's rows in (Q and K: their heads' halves interleaved
+    as transformers' Llama expects), read off a column of row numbers; None where it does more
+    than reorder rows."""
+    order = processor.process(weights=np.arange(rows, dtype=np.int64)[:, None], name=name).weights
+    order = np.asarray(order).reshape(-1)
+    return order if order.shape == (rows,) and np.array_equal(np.sort(order), np.arange(rows)) else None
 
 
 def _int8(tensor, processor, rows: int, cols: int, act_dtype: torch.dtype, rows_only: bool,

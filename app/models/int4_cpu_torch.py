@@ -82,7 +82,7 @@ def _sources_version() -> str:
     leave kernels_numba's cached code stale. A folder per version of both keeps them together."""
     here = Path(__file__).resolve().parent
     digest = hashlib.sha256()
-    for name in ("kernels_numba.py", "kernel_tiles_numba.py"):
+    for name in ("kernels_numba.py", "kernel_tiles_numba.py", "repack_numba.py"):
         try:
             digest.update((here / name).read_bytes())
         except OSError:  # a frozen bundle without sources: its entries are stamped by its executable
@@ -226,6 +226,15 @@ def threads() -> int:
     return count
 
 
+# GGUF types whose bytes repack_numba copies straight into the layout (its function of each)
+REPACKED = {"Q4_K": "q4_k", "Q5_K": "q5_k", "Q6_K": "q6_k", "Q8_0": "q8_0", "Q4_1": "q4_1"}
+
+
+def _repacker():
+    """repack_numba, imported once the kernel is compiled (its cache folder is chosen then)."""
+    return importlib.import_module("app.models.repack_numba")
+
+
 # code bytes a row of a group takes, by kind (kernels_numba's NIBBLES32, BYTES32, BYTES16)
 STORED = {0: HALF, 1: GROUP, 2: HALF}
 SUPER = 256  # weights a K-quant super-block holds (its fp16 d and dmin)
@@ -342,6 +351,36 @@ class CodeBlocks:
             padded[:n] = values
             arranged = padded.reshape(count, CHUNK, ngroups).transpose(0, 2, 1).reshape(-1)  # [chunk][group][row]
             self._store(name, int(meta[0, column]), arranged)
+
+    def fill_file(self, start: int, name: str, raw: np.ndarray) -> bool:
+        """Rows start.. straight from the file's bytes of GGUF type `name` (raw: (n, row bytes)
+        uint8, whole blocks, already checked against the shape) by repack_numba's compiled
+        copy, the same values fill() holds from gguf_codes; False (nothing written) where that
+        does not apply: another type, no compiled kernel here, or scales already widened."""
+        if name not in REPACKED or start % CHUNK or raw.ndim != 2 or raw.dtype != np.uint8:
+            return False
+        n = raw.shape[0]
+        first, count = start // CHUNK, -(-n // CHUNK)
+        if start + n > self.rows or compiled() is None:
+            return False
+        meta = self.meta[first:first + count]
+        kind, factored, has_offset = KIND_OF[name], name in FACTORED_TYPES, name in OFFSET_TYPES
+        if (np.any(meta[:, 3] != kind) or np.any((meta[:, 4] >= 0) != factored)
+                or np.any((meta[:, 2] >= 0) != has_offset)):
+            return False
+        if not factored and (self.scale.dtype != np.uint16 or self.offset.dtype != np.uint16):
+            return False
+        repack = _repacker()
+        codes_at = int(meta[0, 0])
+        if factored:
+            getattr(repack, REPACKED[name])(raw, self.codes, self.small, self.supers, codes_at, int(meta[0, 4]),
+                                            int(meta[0, 5]))
+        elif has_offset:
+            getattr(repack, REPACKED[name])(raw, self.codes, self.scale, self.offset, codes_at, int(meta[0, 1]),
+                                            int(meta[0, 2]))
+        else:
+            getattr(repack, REPACKED[name])(raw, self.codes, self.scale, codes_at, int(meta[0, 1]))
+        return True
 
     def _store(self, name: str, at: int, values: np.ndarray) -> None:
         held = getattr(self, name)

@@ -141,6 +141,7 @@ def plan_load(spec: str | Path, backend: str | None = None, draft: DraftChoice |
     config, file_bytes = check_files(folder, backend)
     from app.models.transformers_tokenizer import ChatTokenizer  # transformers: seconds to import, so only here
 
+    progress(f"Reading the tokenizer of {display_name(folder)} ...")  # seconds: the first also imports transformers
     tokenizer = ChatTokenizer(folder)
     device = device_for(backend)
     target = estimate("target", config, file_bytes, backend, device, precision,

@@ -26,7 +26,8 @@ def test_a_draft_model_is_planned_with_its_own_files_and_tokenizer(tiny_pair, no
     assert plan.draft.tokenizer is not plan.tokenizer  # its own, checked against the target's
     assert [m.name for m in plan.models] == ["target", "draft"]
     assert all(m.weights > 0 for m in plan.models)
-    assert not plan.auto and not said
+    assert not plan.auto
+    assert [line for line in said if line.startswith("Reading the tokenizer")], said  # the window's step for it
 
 
 def test_a_self_draft_at_the_targets_precision_is_planned_as_prompt_lookup(tiny_pair, no_weights):

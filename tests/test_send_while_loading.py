@@ -99,12 +99,14 @@ def test_a_long_load_says_its_step_and_how_long_it_has_taken():
     steps = LoadSteps("demo-Q8_0", "prompt lookup", clock=lambda: now[0])
     checking = steps.step("Checking demo-Q8_0 ...").line
     assert checking == "Loading demo-Q8_0: step 1, checking its files and the memory it needs"
+    # the tokenizer (seconds the first time: it imports transformers) is a step of its own
+    assert steps.step("Reading the tokenizer of demo-Q8_0 ...").line == "Loading demo-Q8_0: step 2, reading its tokenizer"
     now[0] += 71
     shown = steps.step("Reading the weights of demo-Q8_0: layer 26 of 30 ...")
-    assert shown.line == "Loading demo-Q8_0: step 2, reading the weights, layer 26 of 30 · 1:11"
+    assert shown.line == "Loading demo-Q8_0: step 3, reading the weights, layer 26 of 30 · 1:11"
     assert (shown.slot, shown.words) == ("target", "reading the weights, layer 26 of 30")
     drafting = steps.step("Loading draft prompt lookup ...")
-    assert drafting.slot == "draft" and drafting.line.startswith("Loading prompt lookup: step 3, loading the draft")
+    assert drafting.slot == "draft" and drafting.line.startswith("Loading prompt lookup: step 4, loading the draft")
     # a sentence no step knows is shown as it is, as a step of its own
     converting = steps.step("Converting x.gguf (once) ...").line
-    assert converting.startswith("Loading demo-Q8_0: step 4, converting x.gguf (once)")
+    assert converting.startswith("Loading demo-Q8_0: step 5, converting x.gguf (once)")

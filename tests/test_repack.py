@@ -77,3 +77,29 @@ def test_a_widened_scale_sends_a_plain_type_the_reference_way():
     blocks.widened()
     raw = random_blocks("Q8_0", CHUNK, cols, np.random.default_rng(2))
     assert not blocks.fill_file(0, "Q8_0", raw)
+
+
+@pytest.mark.parametrize("kind", sorted(REPACKED))
+def test_rows_as_float32_are_ggufs_own_dequantization_bit_for_bit(kind):
+    """What the head's screen, its rescored rows and the int8-per-row layers read (float_rows),
+    compiled, against gguf-py's dequantize: the same bits, every weight."""
+    from app.models.int4_cpu_torch import float_rows
+
+    rows, cols = 37, 512
+    raw = random_blocks(kind, rows, cols, np.random.default_rng(11))
+    expected = gguf.quants.dequantize(raw, getattr(gguf.GGMLQuantizationType, kind)).reshape(rows, cols)
+    got = float_rows(kind, raw, cols)
+    assert got is not None and got.dtype == np.float32
+    assert np.array_equal(got.view(np.uint32), expected.astype(np.float32).view(np.uint32))
+
+
+def test_bytes_that_are_not_whole_rows_never_reach_the_compiled_copies():
+    """They check no bounds: a row of other length, or another dtype, goes the reference way."""
+    from app.models.int4_cpu_torch import float_rows
+
+    raw = random_blocks("Q4_K", CHUNK, 512, np.random.default_rng(4))
+    assert float_rows("Q4_K", raw[:, :-1], 512) is None
+    assert float_rows("Q4_K", raw, 256) is None
+    assert float_rows("Q4_K", raw.view(np.int8), 512) is None
+    blocks = CodeBlocks(CHUNK, 256, [(CHUNK, "Q4_K")])
+    assert not blocks.fill_file(0, "Q4_K", raw)  # twice the row the weight was planned for

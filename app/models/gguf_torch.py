@@ -25,7 +25,7 @@ import torch
 from app.models.errors import ModelFileError
 from app.models.gguf_blocks import GROUP, INT4_TYPES, Int4Groups, int4_groups
 from app.models.gguf_codes import GROUP_OF, KERNEL_TYPES, KIND_OF, code_groups, file_rows
-from app.models.int4_cpu_torch import REPACKED
+from app.models.int4_cpu_torch import REPACKED, float_rows
 from app.models.gguf_layers_torch import (INT4_BYTES, INT8_BYTES, INT8_TYPES, PACK_ROWS, GGUFCodesLinear,
                                           GGUFEmbedding, GGUFInt4Linear, GGUFInt8Linear, GGUFRows, inner_k_tiles,
                                           kernel_bytes, on_kernel)
@@ -142,7 +142,11 @@ def _row_blocks(tensor, cols: int):
 
     step = max(1, CHUNK_BYTES // max(1, cols * 4))
     for start in range(0, tensor.data.shape[0], step):
-        part = gguf.quants.dequantize(tensor.data[start:start + step], tensor.tensor_type)
+        raw = tensor.data[start:start + step]
+        # the common types compiled (repack_numba.rows_*: gguf's arithmetic, the same bits)
+        part = float_rows(tensor.tensor_type.name, raw, cols) if raw.ndim == 2 else None
+        if part is None:
+            part = gguf.quants.dequantize(raw, tensor.tensor_type)
         yield start, torch.from_numpy(np.asarray(part, dtype=np.float32).reshape(-1, cols))
 
 

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.models.gguf_codes import FACTORED_TYPES, GROUP_OF, KIND_OF, OFFSET_TYPES
+from app.models.gguf_codes import BLOCK_SIZES, FACTORED_TYPES, GROUP_OF, KIND_OF, OFFSET_TYPES
 
 log = logging.getLogger(__name__)
 
@@ -230,6 +230,25 @@ def threads() -> int:
 REPACKED = {"Q4_K": "q4_k", "Q5_K": "q5_k", "Q6_K": "q6_k", "Q8_0": "q8_0", "Q4_1": "q4_1"}
 
 
+def float_rows(kind: str, raw: np.ndarray, cols: int) -> np.ndarray | None:
+    """Rows of a GGUF tensor of type `kind` (raw: (n, row bytes) uint8) as float32 (n, cols), by
+    gguf's own arithmetic, compiled (repack_numba.rows_*); None where that does not run here (the
+    caller uses gguf's dequantize, the same numbers)."""
+    if kind not in REPACKED or not _whole_rows(kind, raw, cols) or compiled() is None:
+        return None
+    out = np.empty((raw.shape[0], cols), np.float32)
+    getattr(_repacker(), f"rows_{REPACKED[kind]}")(raw, out)
+    return out
+
+
+def _whole_rows(kind: str, raw: np.ndarray, cols: int) -> bool:
+    """Whether raw is (n, the bytes of `cols` weights of type `kind`) uint8: the compiled copies
+    check no bounds, so nothing else reaches them."""
+    per_block, block_bytes = BLOCK_SIZES[kind]
+    return (raw.ndim == 2 and raw.dtype == np.uint8 and cols > 0 and cols % per_block == 0
+            and raw.shape[1] == cols // per_block * block_bytes)
+
+
 def _repacker():
     """repack_numba, imported once the kernel is compiled (its cache folder is chosen then)."""
     return importlib.import_module("app.models.repack_numba")
@@ -357,7 +376,7 @@ class CodeBlocks:
         uint8, whole blocks, already checked against the shape) by repack_numba's compiled
         copy, the same values fill() holds from gguf_codes; False (nothing written) where that
         does not apply: another type, no compiled kernel here, or scales already widened."""
-        if name not in REPACKED or start % CHUNK or raw.ndim != 2 or raw.dtype != np.uint8:
+        if name not in REPACKED or start % CHUNK or not _whole_rows(name, raw, self.cols):
             return False
         n = raw.shape[0]
         first, count = start // CHUNK, -(-n // CHUNK)

@@ -20,9 +20,11 @@ a plain type's fp16 scale and offset).
 
 from __future__ import annotations
 
+import numpy as np
 from numba import njit, prange
 
 from app.models import numba_cache
+from app.models.kernels_numba import _half
 
 CHUNK = 64
 _OPTS = dict(boundscheck=False, nogil=True, cache=numba_cache.install() == "")
@@ -146,3 +148,83 @@ def q4_1(raw, codes, scale, offset, codes_at, scale_at, offset_at):  # pragma: n
             out = codes_at + (c * ngroups + g) * 16 * CHUNK + r
             for j in range(16):
                 codes[out + j * CHUNK] = raw[i, at + 4 + j]
+
+
+# --- Rows as float32, by gguf's own arithmetic (gguf.quants' dequantize_blocks, operation for
+# operation, in float32: each product rounded, then the offset subtracted or added; no fused
+# multiply-add, as numpy has none). For what reads a tensor's rows as numbers: the output head's
+# int8 screen, the rescored rows, the int8-per-row layers. tests/test_repack.py checks the bits.
+
+@njit(parallel=True, **_OPTS)
+def rows_q4_k(raw, out):  # pragma: no cover - compiled
+    n, nsuper = raw.shape[0], raw.shape[1] // 144
+    for i in prange(n):
+        for sb in range(nsuper):
+            b = raw[i, sb * 144:(sb + 1) * 144]
+            d, dmin = _half(np.uint16(_half_bits(b, 0))), _half(np.uint16(_half_bits(b, 2)))
+            for gg in range(8):
+                sc, m = _scale_min_k4(b, gg)
+                scale, offset = d * np.float32(sc), dmin * np.float32(m)
+                base, shift = 16 + 32 * (gg // 2), 4 * (gg % 2)
+                at = sb * 256 + gg * 32
+                for j in range(32):
+                    out[i, at + j] = scale * np.float32((b[base + j] >> shift) & 15) - offset
+
+
+@njit(parallel=True, **_OPTS)
+def rows_q5_k(raw, out):  # pragma: no cover - compiled
+    n, nsuper = raw.shape[0], raw.shape[1] // 176
+    for i in prange(n):
+        for sb in range(nsuper):
+            b = raw[i, sb * 176:(sb + 1) * 176]
+            d, dmin = _half(np.uint16(_half_bits(b, 0))), _half(np.uint16(_half_bits(b, 2)))
+            for gg in range(8):
+                sc, m = _scale_min_k4(b, gg)
+                scale, offset = d * np.float32(sc), dmin * np.float32(m)
+                base, shift = 48 + 32 * (gg // 2), 4 * (gg % 2)
+                at = sb * 256 + gg * 32
+                for j in range(32):
+                    q = ((b[base + j] >> shift) & 15) | (((b[16 + j] >> gg) & 1) << 4)
+                    out[i, at + j] = scale * np.float32(q) - offset
+
+
+@njit(parallel=True, **_OPTS)
+def rows_q6_k(raw, out):  # pragma: no cover - compiled
+    n, nsuper = raw.shape[0], raw.shape[1] // 210
+    for i in prange(n):
+        for sb in range(nsuper):
+            b = raw[i, sb * 210:(sb + 1) * 210]
+            d = _half(np.uint16(_half_bits(b, 208)))
+            for gi in range(16):
+                sc = np.int8(b[192 + gi])
+                scale = d * np.float32(sc)
+                for j in range(16):
+                    w = gi * 16 + j
+                    half, rest = w // 128, w % 128
+                    low = (b[half * 64 + rest % 64] >> (4 * (rest // 64))) & 15
+                    high = (b[128 + half * 32 + rest % 32] >> (2 * (rest // 32))) & 3
+                    out[i, sb * 256 + w] = scale * np.float32((low | (high << 4)) - 32)
+
+
+@njit(parallel=True, **_OPTS)
+def rows_q8_0(raw, out):  # pragma: no cover - compiled
+    n, ngroups = raw.shape[0], raw.shape[1] // 34
+    for i in prange(n):
+        for g in range(ngroups):
+            d = _half(np.uint16(raw[i, g * 34] | (np.uint16(raw[i, g * 34 + 1]) << 8)))
+            for j in range(32):
+                out[i, g * 32 + j] = np.float32(np.int8(raw[i, g * 34 + 2 + j])) * d
+
+
+@njit(parallel=True, **_OPTS)
+def rows_q4_1(raw, out):  # pragma: no cover - compiled
+    n, ngroups = raw.shape[0], raw.shape[1] // 20
+    for i in prange(n):
+        for g in range(ngroups):
+            at = g * 20
+            d = _half(np.uint16(raw[i, at] | (np.uint16(raw[i, at + 1]) << 8)))
+            m = _half(np.uint16(raw[i, at + 2] | (np.uint16(raw[i, at + 3]) << 8)))
+            for j in range(16):
+                byte = raw[i, at + 4 + j]
+                out[i, g * 32 + j] = d * np.float32(byte & 15) + m
+                out[i, g * 32 + 16 + j] = d * np.float32(byte >> 4) + m

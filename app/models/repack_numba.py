@@ -47,51 +47,45 @@ def _scale_min_k4(b, gg):  # pragma: no cover - compiled
 
 
 @njit(parallel=True, **_OPTS)
+def _k_quant(raw, codes, small, supers, codes_at, small_at, supers_at, block, qs_at):  # pragma: no cover - compiled
+    """Q4_K (block 144: d, dmin, 12 bytes of sc/m, 128 of nibbles at 16) or Q5_K (block 176: the
+    same, with 32 bytes of fifth bits at 16 and the nibbles at 48). Q4_K's codes stay nibbles, two
+    to a byte (weight j and j + 16 of a group); Q5_K's are bytes."""
+    five = qs_at == 48
+    n, nsuper = raw.shape[0], raw.shape[1] // block
+    ngroups = nsuper * 8
+    per_group = 32 if five else 16
+    for i in prange(n):
+        c, r = i // CHUNK, i % CHUNK
+        for sb in range(nsuper):
+            b = raw[i, sb * block:(sb + 1) * block]
+            for level in range(2):
+                supers[supers_at + ((c * nsuper + sb) * 2 + level) * CHUNK + r] = _half_bits(b, 2 * level)
+            for gg in range(8):
+                g = sb * 8 + gg
+                sc, m = _scale_min_k4(b, gg)
+                small[small_at + ((c * ngroups + g) * 2) * CHUNK + r] = sc
+                small[small_at + ((c * ngroups + g) * 2 + 1) * CHUNK + r] = m
+                base, shift = qs_at + 32 * (gg // 2), 4 * (gg % 2)
+                out = codes_at + (c * ngroups + g) * per_group * CHUNK + r
+                if five:
+                    for j in range(32):
+                        codes[out + j * CHUNK] = ((b[base + j] >> shift) & 15) | (((b[16 + j] >> gg) & 1) << 4)
+                else:
+                    for jj in range(16):
+                        low = (b[base + jj] >> shift) & 15
+                        high = (b[base + jj + 16] >> shift) & 15
+                        codes[out + jj * CHUNK] = low | (high << 4)
+
+
+@njit(**_OPTS)
 def q4_k(raw, codes, small, supers, codes_at, small_at, supers_at):  # pragma: no cover - compiled
-    """raw (n, row bytes) of Q4_K blocks (144 bytes: d, dmin, 12 bytes of sc/m, 128 of nibbles)."""
-    n = raw.shape[0]
-    nsuper = raw.shape[1] // 144
-    ngroups = nsuper * 8
-    for i in prange(n):
-        c, r = i // CHUNK, i % CHUNK
-        for sb in range(nsuper):
-            b = raw[i, sb * 144:(sb + 1) * 144]
-            for level in range(2):
-                supers[supers_at + ((c * nsuper + sb) * 2 + level) * CHUNK + r] = _half_bits(b, 2 * level)
-            for gg in range(8):
-                g = sb * 8 + gg
-                sc, m = _scale_min_k4(b, gg)
-                small[small_at + ((c * ngroups + g) * 2) * CHUNK + r] = sc
-                small[small_at + ((c * ngroups + g) * 2 + 1) * CHUNK + r] = m
-                base, shift = 16 + 32 * (gg // 2), 4 * (gg % 2)
-                out = codes_at + (c * ngroups + g) * 16 * CHUNK + r
-                for jj in range(16):
-                    low = (b[base + jj] >> shift) & 15
-                    high = (b[base + jj + 16] >> shift) & 15
-                    codes[out + jj * CHUNK] = low | (high << 4)
+    _k_quant(raw, codes, small, supers, codes_at, small_at, supers_at, 144, 16)
 
 
-@njit(parallel=True, **_OPTS)
+@njit(**_OPTS)
 def q5_k(raw, codes, small, supers, codes_at, small_at, supers_at):  # pragma: no cover - compiled
-    """raw (n, row bytes) of Q5_K blocks (176 bytes: d, dmin, 12 of sc/m, 32 of high bits, 128 of nibbles)."""
-    n = raw.shape[0]
-    nsuper = raw.shape[1] // 176
-    ngroups = nsuper * 8
-    for i in prange(n):
-        c, r = i // CHUNK, i % CHUNK
-        for sb in range(nsuper):
-            b = raw[i, sb * 176:(sb + 1) * 176]
-            for level in range(2):
-                supers[supers_at + ((c * nsuper + sb) * 2 + level) * CHUNK + r] = _half_bits(b, 2 * level)
-            for gg in range(8):
-                g = sb * 8 + gg
-                sc, m = _scale_min_k4(b, gg)
-                small[small_at + ((c * ngroups + g) * 2) * CHUNK + r] = sc
-                small[small_at + ((c * ngroups + g) * 2 + 1) * CHUNK + r] = m
-                base, shift = 48 + 32 * (gg // 2), 4 * (gg % 2)
-                out = codes_at + (c * ngroups + g) * 32 * CHUNK + r
-                for j in range(32):
-                    codes[out + j * CHUNK] = ((b[base + j] >> shift) & 15) | (((b[16 + j] >> gg) & 1) << 4)
+    _k_quant(raw, codes, small, supers, codes_at, small_at, supers_at, 176, 48)
 
 
 @njit(parallel=True, **_OPTS)
@@ -119,35 +113,33 @@ def q6_k(raw, codes, small, supers, codes_at, small_at, supers_at):  # pragma: n
 
 
 @njit(parallel=True, **_OPTS)
+def _plain(raw, codes, scale, offset, codes_at, scale_at, offset_at, block, code_bytes):  # pragma: no cover - compiled
+    """A type of blocks of 32 whose code bytes are already the kernel's: Q8_0 (34 bytes: d, 32
+    int8) or Q4_1 (20 bytes: d, m, 16 bytes whose low nibbles are weights 0..15 and high ones
+    16..31, as the kernel packs weight j and j + 16). The fp16 fields are copied as bits."""
+    n = raw.shape[0]
+    ngroups = raw.shape[1] // block
+    first = block - code_bytes  # the fields before the codes: d, or d and m
+    for i in prange(n):
+        c, r = i // CHUNK, i % CHUNK
+        for g in range(ngroups):
+            at = g * block
+            scale[scale_at + (c * ngroups + g) * CHUNK + r] = raw[i, at] | (raw[i, at + 1] << 8)
+            if first == 4:
+                offset[offset_at + (c * ngroups + g) * CHUNK + r] = raw[i, at + 2] | (raw[i, at + 3] << 8)
+            out = codes_at + (c * ngroups + g) * code_bytes * CHUNK + r
+            for j in range(code_bytes):
+                codes[out + j * CHUNK] = raw[i, at + first + j]
+
+
+@njit(**_OPTS)
 def q8_0(raw, codes, scale, codes_at, scale_at):  # pragma: no cover - compiled
-    """raw (n, row bytes) of Q8_0 blocks (34 bytes: d, 32 int8)."""
-    n = raw.shape[0]
-    ngroups = raw.shape[1] // 34
-    for i in prange(n):
-        c, r = i // CHUNK, i % CHUNK
-        for g in range(ngroups):
-            at = g * 34
-            scale[scale_at + (c * ngroups + g) * CHUNK + r] = raw[i, at] | (raw[i, at + 1] << 8)
-            out = codes_at + (c * ngroups + g) * 32 * CHUNK + r
-            for j in range(32):
-                codes[out + j * CHUNK] = raw[i, at + 2 + j]
+    _plain(raw, codes, scale, scale, codes_at, scale_at, 0, 34, 32)  # no offset: `scale` stands in, unwritten
 
 
-@njit(parallel=True, **_OPTS)
+@njit(**_OPTS)
 def q4_1(raw, codes, scale, offset, codes_at, scale_at, offset_at):  # pragma: no cover - compiled
-    """raw (n, row bytes) of Q4_1 blocks (20 bytes: d, m, 16 bytes whose low nibbles are weights
-    0..15 and high ones 16..31: already the kernel's byte j = weight j | weight j + 16 << 4)."""
-    n = raw.shape[0]
-    ngroups = raw.shape[1] // 20
-    for i in prange(n):
-        c, r = i // CHUNK, i % CHUNK
-        for g in range(ngroups):
-            at = g * 20
-            scale[scale_at + (c * ngroups + g) * CHUNK + r] = raw[i, at] | (raw[i, at + 1] << 8)
-            offset[offset_at + (c * ngroups + g) * CHUNK + r] = raw[i, at + 2] | (raw[i, at + 3] << 8)
-            out = codes_at + (c * ngroups + g) * 16 * CHUNK + r
-            for j in range(16):
-                codes[out + j * CHUNK] = raw[i, at + 4 + j]
+    _plain(raw, codes, scale, offset, codes_at, scale_at, offset_at, 20, 16)
 
 
 # --- Rows as float32, by gguf's own arithmetic (gguf.quants' dequantize_blocks, operation for
@@ -156,36 +148,34 @@ def q4_1(raw, codes, scale, offset, codes_at, scale_at, offset_at):  # pragma: n
 # int8 screen, the rescored rows, the int8-per-row layers. tests/test_repack.py checks the bits.
 
 @njit(parallel=True, **_OPTS)
-def rows_q4_k(raw, out):  # pragma: no cover - compiled
-    n, nsuper = raw.shape[0], raw.shape[1] // 144
+def _k_rows(raw, out, block, qs_at):  # pragma: no cover - compiled
+    """Q4_K's or Q5_K's rows (the layouts of _k_quant): fl(d * sc) * q - fl(dmin * m)."""
+    five = qs_at == 48
+    n, nsuper = raw.shape[0], raw.shape[1] // block
     for i in prange(n):
         for sb in range(nsuper):
-            b = raw[i, sb * 144:(sb + 1) * 144]
+            b = raw[i, sb * block:(sb + 1) * block]
             d, dmin = _half(np.uint16(_half_bits(b, 0))), _half(np.uint16(_half_bits(b, 2)))
             for gg in range(8):
                 sc, m = _scale_min_k4(b, gg)
                 scale, offset = d * np.float32(sc), dmin * np.float32(m)
-                base, shift = 16 + 32 * (gg // 2), 4 * (gg % 2)
+                base, shift = qs_at + 32 * (gg // 2), 4 * (gg % 2)
                 at = sb * 256 + gg * 32
                 for j in range(32):
-                    out[i, at + j] = scale * np.float32((b[base + j] >> shift) & 15) - offset
-
-
-@njit(parallel=True, **_OPTS)
-def rows_q5_k(raw, out):  # pragma: no cover - compiled
-    n, nsuper = raw.shape[0], raw.shape[1] // 176
-    for i in prange(n):
-        for sb in range(nsuper):
-            b = raw[i, sb * 176:(sb + 1) * 176]
-            d, dmin = _half(np.uint16(_half_bits(b, 0))), _half(np.uint16(_half_bits(b, 2)))
-            for gg in range(8):
-                sc, m = _scale_min_k4(b, gg)
-                scale, offset = d * np.float32(sc), dmin * np.float32(m)
-                base, shift = 48 + 32 * (gg // 2), 4 * (gg % 2)
-                at = sb * 256 + gg * 32
-                for j in range(32):
-                    q = ((b[base + j] >> shift) & 15) | (((b[16 + j] >> gg) & 1) << 4)
+                    q = (b[base + j] >> shift) & 15
+                    if five:
+                        q |= ((b[16 + j] >> gg) & 1) << 4
                     out[i, at + j] = scale * np.float32(q) - offset
+
+
+@njit(**_OPTS)
+def rows_q4_k(raw, out):  # pragma: no cover - compiled
+    _k_rows(raw, out, 144, 16)
+
+
+@njit(**_OPTS)
+def rows_q5_k(raw, out):  # pragma: no cover - compiled
+    _k_rows(raw, out, 176, 48)
 
 
 @njit(parallel=True, **_OPTS)

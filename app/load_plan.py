@@ -221,7 +221,7 @@ def memory_lines(plan: LoadPlan, free: tuple[int, str]) -> list[str]:
                          f"{size_text(m.kv_per_token * min(planned, m.context))})" for m in plan.models)
     label, _ = plan.draft.choice.words()
     runs = f"{'MLX' if plan.backend == 'mlx' else 'PyTorch'} on {plan.device}"
-    lines = [f"Loaded ({runs}, draft: {label}) it plans {parts} at {planned:,} tokens of context."]
+    lines = [f"A load here ({runs}, draft: {label}) plans {parts} at {planned:,} tokens of context."]
     free_bytes, where = free
     try:
         warning = check_fits(list(plan.models), free_bytes, where)

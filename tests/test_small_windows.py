@@ -227,3 +227,12 @@ def test_the_header_shares_its_width_without_cutting_one_slot_for_the_other():
     assert share(400, [150, 300]) == [150, 250]  # the smaller whole, the larger what is left
     assert share(300, [200, 250]) == [150, 150]  # neither whole: equal shares
     assert share(-5, [10, 20]) == [0, 0]
+
+
+def test_the_draft_slots_trial_figure_says_what_it_measured(window):
+    """Issue 46: the demo's slot read "0.97x: slower" (the trial's general prompts) beside a card of
+    2.14x on a copying task; its tooltip says which prompts the figure is for, and where an
+    answer's own speedup is."""
+    tip = window.header.draft_slot.toolTip()
+    assert TRIAL.summary() in tip
+    assert "The pair trial: 3 general prompts" in tip and "side panel" in tip

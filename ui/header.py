@@ -366,8 +366,17 @@ class Header(QFrame):
 
     def show_trial(self, text: str) -> None:
         """The pair trial's result (or progress) under the draft's name, in fewer words where the
-        whole line does not fit."""
+        whole line does not fit; the tooltip says what the trial measured, since an answer's own
+        speedup (the side panel's) may differ from it by far: the demo's pair read "0.97x: slower"
+        on the trial's general prompts beside a card of 2.14x on a copying task (issue 46)."""
+        from app.pair_trial import TRIAL_PROMPTS, TRIAL_TOKENS
+
         self.draft_slot.set_model(self.draft_slot._shown[0], text, short_trial(text))
+        scope = (f"The pair trial: {len(TRIAL_PROMPTS)} general prompts (code, a list, an explanation), "
+                 f"{TRIAL_TOKENS} tokens each at temperature 0, the target alone against the pair. Each "
+                 "answer's own speedup is in the side panel: where an answer repeats its prompt (copying, "
+                 "editing) it can be far higher.")
+        self.draft_slot.setToolTip(f"{self.draft_slot.toolTip()}\n{scope}")
 
     def show_loading(self, slot: str, what: str) -> None:
         """A load's step, in the slot being changed ("target" or "draft"); the other keeps its pair."""

@@ -9,15 +9,17 @@ the server listens and how many requests it has answered.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, QSettings
 from PySide6.QtGui import QAction, QGuiApplication
 from PySide6.QtWidgets import QLabel, QMenu
 
 from app.chat.trace import TurnTrace
-from app.server.host import DEFAULT_HOST, DEFAULT_PORT, ApiServer, ServerError
-from app.server.openai_api import model_id
 from ui.tips import wrap_tip
+
+if TYPE_CHECKING:
+    from app.server.host import ApiServer
 
 PORT_KEY = "server/port"
 log = logging.getLogger(__name__)
@@ -51,6 +53,10 @@ class ServerSwitch(QObject):
 
     @property
     def port(self) -> int:
+        # app.server (FastAPI, uvicorn, pydantic: 0.4 s) is imported when the server is used, not
+        # while the window starts: then it took the GIL from the model's load on the engine thread
+        from app.server.host import DEFAULT_PORT
+
         try:
             return int(self.settings.value(PORT_KEY, DEFAULT_PORT))
         except (TypeError, ValueError):
@@ -58,6 +64,8 @@ class ServerSwitch(QObject):
 
     def set_serving(self, on: bool) -> None:
         if on and self.server is None:
+            from app.server.host import DEFAULT_HOST, ApiServer, ServerError
+
             try:
                 self.server = ApiServer(self.worker.service, DEFAULT_HOST, self.port)
                 self.server.start()
@@ -90,6 +98,8 @@ class ServerSwitch(QObject):
         if self.server is None:
             self.label.hide()
             return
+        from app.server.openai_api import model_id
+
         served = f" · {self.served} served" if self.served else ""
         self.label.setText(f"API on :{self.server.port}{served}")
         name = model_id(self.worker.service) or "(none loaded yet)"

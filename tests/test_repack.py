@@ -103,3 +103,16 @@ def test_bytes_that_are_not_whole_rows_never_reach_the_compiled_copies():
     assert float_rows("Q4_K", raw.view(np.int8), 512) is None
     blocks = CodeBlocks(CHUNK, 256, [(CHUNK, "Q4_K")])
     assert not blocks.fill_file(0, "Q4_K", raw)  # twice the row the weight was planned for
+
+
+def test_a_q4_0_offset_no_half_holds_is_left_to_the_reference_route():
+    """Q4_0's offset is -8 d: for |d| above 8,188 no half holds it, and the reference route widens
+    the held offsets to float32; the compiled copy, which writes halves, must not run then."""
+    cols = 64
+    raw = random_blocks("Q4_0", CHUNK, cols, np.random.default_rng(5))
+    raw.reshape(CHUNK, -1, 18)[3, 1, :2] = np.frombuffer(np.float16(9000.0).tobytes(), np.uint8)
+    direct = CodeBlocks(CHUNK, cols, [(CHUNK, "Q4_0")])
+    assert not direct.fill_file(0, "Q4_0", raw)
+    with np.errstate(over="ignore"):  # the reference tries a half first, then widens
+        reference = _reference([(CHUNK, "Q4_0")], [raw], cols)
+    assert reference.offset.dtype == np.float32  # what the reference did with it

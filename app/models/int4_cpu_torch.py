@@ -227,7 +227,9 @@ def threads() -> int:
 
 
 # GGUF types whose bytes repack_numba copies straight into the layout (its function of each)
-REPACKED = {"Q4_K": "q4_k", "Q5_K": "q5_k", "Q6_K": "q6_k", "Q8_0": "q8_0", "Q4_1": "q4_1"}
+# each type's compiled copy into the layout, and its rows as float32 (repack_numba.py)
+REPACKED = {"Q4_K": "q4_k", "Q5_K": "q5_k", "Q6_K": "q6_k", "Q8_0": "q8_0", "Q4_1": "q4_1", "Q4_0": "q4_0"}
+ROWS = {kind: f"rows_{name}" for kind, name in REPACKED.items()}
 
 
 def float_rows(kind: str, raw: np.ndarray, cols: int) -> np.ndarray | None:
@@ -237,8 +239,15 @@ def float_rows(kind: str, raw: np.ndarray, cols: int) -> np.ndarray | None:
     if kind not in REPACKED or not _whole_rows(kind, raw, cols) or compiled() is None:
         return None
     out = np.empty((raw.shape[0], cols), np.float32)
-    getattr(_repacker(), f"rows_{REPACKED[kind]}")(raw, out)
+    getattr(_repacker(), ROWS[kind])(raw, out)
     return out
+
+
+def _halves_hold_minus_8d(raw: np.ndarray) -> bool:
+    """Whether every Q4_0 block's offset -8 d is a finite half (d finite, |8 d| <= 65504): then
+    the compiled copy writes the same half the reference route keeps."""
+    d = np.ascontiguousarray(raw.reshape(raw.shape[0], -1, 18)[:, :, :2]).view(np.float16).astype(np.float32)
+    return bool(np.all(np.isfinite(d)) and np.all(np.abs(d) * 8 <= 65504))
 
 
 def _whole_rows(kind: str, raw: np.ndarray, cols: int) -> bool:
@@ -389,16 +398,15 @@ class CodeBlocks:
             return False
         if not factored and (self.scale.dtype != np.uint16 or self.offset.dtype != np.uint16):
             return False
-        repack = _repacker()
+        if name == "Q4_0" and not _halves_hold_minus_8d(raw):
+            return False  # the reference route widens the offsets to float32 (fill's _store)
+        copy = getattr(_repacker(), REPACKED[name])
         codes_at = int(meta[0, 0])
         if factored:
-            getattr(repack, REPACKED[name])(raw, self.codes, self.small, self.supers, codes_at, int(meta[0, 4]),
-                                            int(meta[0, 5]))
-        elif has_offset:
-            getattr(repack, REPACKED[name])(raw, self.codes, self.scale, self.offset, codes_at, int(meta[0, 1]),
-                                            int(meta[0, 2]))
-        else:
-            getattr(repack, REPACKED[name])(raw, self.codes, self.scale, codes_at, int(meta[0, 1]))
+            copy(raw, self.codes, self.small, self.supers, codes_at, int(meta[0, 4]), int(meta[0, 5]))
+        else:  # a type without an offset passes its scales where the offsets go, unwritten
+            offset, offset_at = (self.offset, int(meta[0, 2])) if has_offset else (self.scale, 0)
+            copy(raw, self.codes, self.scale, offset, codes_at, int(meta[0, 1]), offset_at)
         return True
 
     def _store(self, name: str, at: int, values: np.ndarray) -> None:

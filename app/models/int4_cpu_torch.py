@@ -226,8 +226,8 @@ def threads() -> int:
     return count
 
 
-# GGUF types whose bytes repack_numba copies straight into the layout (its function of each)
-# each type's compiled copy into the layout, and its rows as float32 (repack_numba.py)
+# GGUF types whose bytes repack_numba copies straight into the layout: its function for the copy,
+# and for the rows as float32
 REPACKED = {"Q4_K": "q4_k", "Q5_K": "q5_k", "Q6_K": "q6_k", "Q8_0": "q8_0", "Q4_1": "q4_1", "Q4_0": "q4_0"}
 ROWS = {kind: f"rows_{name}" for kind, name in REPACKED.items()}
 
@@ -256,6 +256,13 @@ def _whole_rows(kind: str, raw: np.ndarray, cols: int) -> bool:
     per_block, block_bytes = BLOCK_SIZES[kind]
     return (raw.ndim == 2 and raw.dtype == np.uint8 and cols > 0 and cols % per_block == 0
             and raw.shape[1] == cols // per_block * block_bytes)
+
+
+def _planned_for(meta: np.ndarray, kind: int, has_offset: bool, factored: bool) -> bool:
+    """Whether chunks (rows of CodeBlocks.meta) were laid out for codes of `kind`, with or without
+    offsets, with one-level scales or two."""
+    return bool(np.all(meta[:, 3] == kind) and np.all((meta[:, 2] >= 0) == has_offset)
+                and np.all((meta[:, 4] >= 0) == factored))
 
 
 def _repacker():
@@ -351,9 +358,7 @@ class CodeBlocks:
             raise ValueError(f"rows {start}..{start + n} lie past the weight's {self.rows}")
         kind, length = groups.kind, GROUP_OF[groups.kind]
         meta = self.meta[first:first + count]
-        factored = meta[:, 4] >= 0
-        if (np.any(meta[:, 3] != kind) or np.any((meta[:, 2] >= 0) != (groups.offset is not None))
-                or np.any(factored != (groups.factors is not None))):
+        if not _planned_for(meta, kind, groups.offset is not None, groups.factors is not None):
             raise ValueError(f"rows {start}..{start + n} were planned for other codes than these")
         whole, ngroups = count * CHUNK, self.cols // length
         grouped = np.zeros((whole, ngroups, length), np.uint8)
@@ -392,9 +397,8 @@ class CodeBlocks:
         if start + n > self.rows or compiled() is None:
             return False
         meta = self.meta[first:first + count]
-        kind, factored, has_offset = KIND_OF[name], name in FACTORED_TYPES, name in OFFSET_TYPES
-        if (np.any(meta[:, 3] != kind) or np.any((meta[:, 4] >= 0) != factored)
-                or np.any((meta[:, 2] >= 0) != has_offset)):
+        factored, has_offset = name in FACTORED_TYPES, name in OFFSET_TYPES
+        if not _planned_for(meta, KIND_OF[name], has_offset, factored):
             return False
         if not factored and (self.scale.dtype != np.uint16 or self.offset.dtype != np.uint16):
             return False

@@ -45,7 +45,8 @@ def inner_k_tiles(in_features: int) -> int | None:
 
 class GGUFCodesLinear(torch.nn.Module):
     """A bias-free Linear whose weight is a GGUF's codes on Tandem's compiled CPU kernel
-    (int4_cpu_torch.CodeBlocks: float32 activations, the file's weights exactly). `parts`: (rows,
+    (int4_cpu_torch.CodeBlocks: the file's weights exactly, times each token's activations quantized
+    to int8 alone). `parts`: (rows,
     GGUF type) in row order, one for a plain projection, several for a stack (q/k/v, gate/up)
     whose parts may differ in type. Filled by row blocks (`fill`), so packing a large weight never
     needs more than a block's temporaries."""

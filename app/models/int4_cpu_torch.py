@@ -1,27 +1,32 @@
 """Tandem's CPU matrix product for GGUF weights, compiled by Numba (LLVM) for the machine it runs on:
 every common GGUF type's codes as the file has them (gguf_codes.py: 4-bit codes in groups of 32,
-int8 codes in groups of 32 or 16), times float32 activations. (The file keeps its first name: it
-began with the 4-bit types.)
+int8 codes in groups of 32 or 16), times activations quantized to int8 per token. (The file keeps
+its first name: it began with the 4-bit types.)
 
 Why: PyTorch's int4 CPU kernel (`_weight_int4pack_mm_for_cpu`, tinygemm's layout) has its fast
 path in AVX-512; on an AVX2 CPU it read the demo's 4-bit weights at ~5 GB/s, 12 ms of a 35 ms
 step, where llama.cpp reads the same file at ~9 GB/s (docs/performance.md), and its int8 kernel
-has no group scales at all. This kernel decodes the codes in registers and computes
+has no group scales at all. This kernel computes, per group b of a row r and token t,
 
-    y[t, r] = sum over groups b: scale[r, b] * sum_j q[r, b, j] x[t, b, j] + offset[r, b] * sum_j x[t, b, j]
+    y[t, r] = sum over b: fl(scale[r, b] * dx[t, b]) * sum_j q[r, b, j] xq[t, b, j] + offset[r, b] * sx[t, b]
 
-which is w = q * scale + offset summed in another order. The scales are the file's own (fp16
-fields as halves; the K-quants' two levels, multiplied here in float32 as gguf does), so no
-weight moves, where PyTorch's layout rounds them to bfloat16.
+with the inner sums in integers (int8_tiles_numba.py), which is the file's weights
+w = scale * q + offset times the token's quantized activations dx * xq (sx: their sum over the
+group). The scales are the file's own (fp16 fields as halves; the K-quants' two levels, multiplied
+here in float32 as gguf does), so no weight moves, where PyTorch's layout rounds them to bfloat16.
 
-Layout (CodeBlocks): rows in chunks of CHUNK; each chunk holds, group by group, byte j of every
-row side by side, so the innermost loop runs over 64 consecutive rows (LLVM vectorizes it) and a
-chunk is one contiguous stretch of memory (the prefetcher streams it). Chunks are shared out
-between threads.
+Activations: each token's row is quantized alone, per block of 32 columns, to int8 with one
+float32 scale dx = max|x| / 127 (llama.cpp's Q8_0 rule, rounding to nearest even): an activation
+moves by at most dx / 2. Quantizing a token alone keeps every verify pass exact (below).
 
-Batch invariance: every output row is summed in the same order whatever the number of tokens,
-so a verify pass of n tokens gives each token bit for bit what a one-token step gives it. That
-is what exact speculation needs (PyTorch's batched kernel rounds by width: the GGUF near-tie
+Layout (CodeBlocks): rows in chunks of CHUNK; each chunk holds, group by group, its codes in quads
+(bytes 4q..4q+3 of every row side by side, row after row), and a chunk is one contiguous stretch
+of memory (the prefetcher streams it). Chunks are shared out between threads.
+
+Batch invariance: a token's activations are quantized from its own row only, its integer sums are
+exact, and every output row adds its groups' shares in the same order whatever the number of
+tokens, so a verify pass of n tokens gives each token bit for bit what a one-token step gives it.
+That is what exact speculation needs (PyTorch's batched kernel rounds by width: the GGUF near-tie
 threshold in tests/test_gguf_own_precision.py exists for it).
 """
 
@@ -42,6 +47,8 @@ log = logging.getLogger(__name__)
 CHUNK = 64  # rows a chunk holds (kernels_numba.CHUNK, which this module must not import eagerly)
 GROUP = 32
 HALF = GROUP // 2
+QUAD = 4  # a row's consecutive code bytes side by side in the layout
+ACT_BLOCK = 32  # columns of a token's activations that share one int8 scale
 
 _COMPILED = None
 _WHY_NOT: str | None = None
@@ -82,11 +89,13 @@ def _sources_version() -> str:
     leave kernels_numba's cached code stale. A folder per version of both keeps them together."""
     here = Path(__file__).resolve().parent
     digest = hashlib.sha256()
-    for name in ("kernels_numba.py", "kernel_tiles_numba.py", "repack_numba.py"):
+    for name in ("kernels_numba.py", "kernel_tiles_numba.py", "int8_tiles_numba.py", "repack_numba.py"):
         try:
             digest.update((here / name).read_bytes())
         except OSError:  # a frozen bundle without sources: its entries are stamped by its executable
             digest.update(name.encode())
+    # the products' portable build (int8_tiles_numba.py) is other code from the same sources
+    digest.update(os.environ.get("TANDEM_INT8_PORTABLE", "").encode())
     return digest.hexdigest()[:12]
 
 
@@ -178,12 +187,13 @@ def compiled():
         _cache_typed_lists()
         from app.models.gguf_codes import NIBBLES32, CodeGroups
 
-        # compiles (or loads from the cache) and runs once: codes 9 at scale 1 and offset -8
+        # compiles (or loads from the cache) and runs once: codes 9 at scale 1 and offset -8, times
+        # activations of 127 (int8 exactly, scale 1): 32 x 127 x (9 - 8)
         probe = CodeBlocks.of(CodeGroups(NIBBLES32, np.full((CHUNK, GROUP), 9, np.uint8),
                                          np.ones((CHUNK, 1), np.float32), np.full((CHUNK, 1), -8, np.float32)), "Q4_1")
         _COMPILED = module
         try:
-            right = np.all(probe.matmul(np.ones((1, GROUP), np.float32)) == GROUP)
+            right = np.all(probe.matmul(np.full((1, GROUP), 127, np.float32)) == GROUP * 127)
         finally:
             torch.set_num_threads(chosen)
         if not right:
@@ -224,6 +234,23 @@ def threads() -> int:
     if numba.get_num_threads() != count:
         numba.set_num_threads(count)
     return count
+
+
+def quantized_activations(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """What the kernel multiplies for activations x (tokens, cols) float32: (xq int8, dx float32
+    (tokens, cols / 32)), each token's row per block of 32 columns with dx = max|x| / 127 and
+    xq = rint(x * (1 / dx)); the activations are then dx * xq. In numpy, the same operations as
+    kernels_numba.quantize_activations (tests compare the bits)."""
+    tokens, cols = x.shape
+    blocks = x.reshape(tokens, cols // ACT_BLOCK, ACT_BLOCK).astype(np.float32)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        top = np.abs(blocks).max(axis=2)
+        d = top / np.float32(127.0)
+        d[~(d < np.inf)] = np.nan
+        usable = (d > 0) & (d < np.inf)
+        inverse = np.where(usable, np.float32(1.0) / np.where(usable, d, np.float32(1.0)), np.float32(0.0))
+        q = np.where(usable[..., None], np.rint(blocks * inverse[..., None].astype(np.float32)), 0)
+    return q.astype(np.int8).reshape(tokens, cols), d.astype(np.float32)
 
 
 # GGUF types whose bytes repack_numba copies straight into the layout: its function for the copy,
@@ -285,9 +312,10 @@ class CodeBlocks:
     stores, an fp16 d (and dmin) per 256 weights and an integer sc (and m) per group, which the
     kernel multiplies in float32 (exact: the same bits as gguf's products, 4.6 bits a Q4_K weight
     where float32 products would take 6). A stacked product (q/k/v, gate/up) may hold parts of
-    different types, a segment of chunks each. Within a chunk, group by group, byte j of every row
-    lies side by side, so the innermost loop runs over 64 consecutive rows (LLVM vectorizes it) and
-    a chunk is one contiguous stretch of memory (the prefetcher streams it). The arrays are flat;
+    different types, a segment of chunks each. Within a chunk, group by group, the code bytes lie in
+    quads: bytes 4q..4q+3 of every row side by side, row after row, so that one 32-byte load is 8
+    rows x 4 codes for the integer dot products (int8_tiles_numba.py), and a chunk is one
+    contiguous stretch of memory (the prefetcher streams it). The arrays are flat;
     `meta` says where each chunk's codes and scales start (kernels_numba's columns)."""
 
     def __init__(self, rows: int, cols: int, parts: list[tuple[int, str]]):
@@ -365,7 +393,7 @@ class CodeBlocks:
         grouped[:n] = groups.codes.reshape(n, ngroups, length).view(np.uint8)
         if kind == 0:  # byte j holds weight j (low nibble) and weight j + 16 (high)
             grouped = grouped[..., :HALF] | (grouped[..., HALF:] << 4)
-        stored = grouped.reshape(count, CHUNK, ngroups, -1).transpose(0, 2, 3, 1)
+        stored = grouped.reshape(count, CHUNK, ngroups, -1, QUAD).transpose(0, 2, 3, 1, 4)  # [quad][row][4]
         at = int(meta[0, 0])
         self.codes[at:at + stored.size] = stored.reshape(-1)
         if groups.factors is not None:
@@ -442,7 +470,8 @@ class CodeBlocks:
         for ch, (codes_at, scales_at, offsets_at, kind, small_at, supers_at) in enumerate(self.meta.tolist()):
             length = GROUP_OF[kind]
             ngroups = self.cols // length
-            raw = self.codes[codes_at:codes_at + ngroups * STORED[kind] * CHUNK].reshape(ngroups, STORED[kind], CHUNK)
+            raw = self.codes[codes_at:codes_at + ngroups * STORED[kind] * CHUNK].reshape(
+                ngroups, STORED[kind] // QUAD, CHUNK, QUAD).transpose(0, 1, 3, 2).reshape(ngroups, STORED[kind], CHUNK)
             if kind == 0:
                 q = np.concatenate([raw & 0x0F, raw >> 4], axis=1).astype(np.float32)
             else:

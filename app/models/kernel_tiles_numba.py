@@ -1,18 +1,19 @@
-"""Register tiles for kernels_numba.py: LLVM vector code written out, for the two loops whose speed
-rests on which values stay in registers, which Numba's loops give no way to say.
+"""Register tiles for kernels_numba.py's float32 loops: LLVM vector code written out where speed
+rests on which values stay in registers, which Numba's loops give no way to say. (The weight
+products' tiles, on int8 activations, are int8_tiles_numba.py.)
 
-A wide pass (a verify of 8-17 tokens) multiplies every decoded weight by every token. Written as
-Numba loops, each fused multiply-add loaded both its operands (a decoded weight vector and a token's
-activation), so a core did about one FMA a cycle of the two it can: the demo's 17-token pass cost
-seven one-token steps. Here a tile of T tokens x R vectors of 8 rows keeps its T*R sums in
-registers: each weight vector loaded serves T tokens and each activation broadcast serves R
-vectors (the layout of the usual AVX2 GEMM micro-kernel, 6 x 16).
+- dot tiles: out[t, r] = a[r] . x[t] for the screened head (a: int8 codes) and attention's scores
+  (a: float32 keys);
+- sum tiles: attention's weighted sum of the values.
+
+A tile of T tokens x R rows keeps its T*R sums in registers: each row vector loaded serves T
+tokens and each token's vector serves R rows (the layout of the usual AVX2 GEMM micro-kernel).
 
 Exactness: every output element goes through the same operations in the same order in every tile
-shape: s = d_0 x_0, then s = fmuladd(d_j, x_j, s) for j = 16, 1, 17, 2, ..., 31 (ORDER), one chain,
-so a pass of any width, split into any tiles, gives a token bit for bit what a one-token step
-gives it. (llvm.fmuladd is one FMA where the CPU has them and a multiply and an add where not: the
-choice is made per type when the code is built, the same for every tile.)
+shape (one 8-lane chain over the row, a fixed tree over the lanes at the end), so a pass of any
+width, split into any tiles, gives a token bit for bit what a one-token step gives it.
+(llvm.fmuladd is one FMA where the CPU has them and a multiply and an add where not: the choice
+is made per type when the code is built, the same for every tile.)
 """
 
 from __future__ import annotations
@@ -22,16 +23,6 @@ from numba import types
 from numba.extending import intrinsic
 
 LANES = 8  # floats in a vector (one AVX register; two NEON or SSE registers elsewhere)
-GROUP = 32  # weights a 4-bit group holds: the chain's length
-HALF = GROUP // 2  # bytes a row of a group takes
-CHUNK = 64  # rows a decoded group holds (the stride of `decoded` and of the accumulators)
-
-# (tokens, row vectors) for a tile of 1..6 tokens: at least 8 independent chains where the tokens
-# allow (an FMA's latency is 4-5 cycles, two issue a cycle) and about the 16 registers there are
-# (3 x 4 and 1 x 8 may hold a 17th vector a moment: a matter of speed, not of the result)
-TILES = {6: 2, 5: 2, 4: 2, 3: 4, 2: 4, 1: 8}
-# the same indexed by the tile's tokens, for the compiled callers (which step over rows by it)
-TILE_VECTORS = tuple(TILES.get(tokens, 0) for tokens in range(7))
 
 _F32 = ir.FloatType()
 _VEC = ir.VectorType(_F32, LANES)
@@ -62,113 +53,11 @@ def _at(builder, floats, index):
     return builder.gep(floats, [index])
 
 
-# The chain's order over a group's 32 weights: byte j holds weight j (its low nibble) and weight
-# j + 16 (its high one), so the two are taken together, which lets a one-token tile decode a byte in
-# registers and use both halves at once
-ORDER = tuple(k // 2 if k % 2 == 0 else HALF + k // 2 for k in range(GROUP))
-
-
-def _make_group_tile(tokens: int, vectors: int, length: int = GROUP, packed: str = ""):
-    """The tile of `tokens` x `vectors` * 8 rows for one group of `length` weights (32, or 16 for
-    the K-quants' sub-blocks of 16), with its epilogue:
-    acc[t, r] += scale[r] * s[t, r] + offset[r] * sums[t] (kernels_numba.chunk_product's rule).
-
-    Arguments are addresses (an array's .ctypes.data plus the byte offset) and strides in floats:
-    decoded (length, 64) floats from the tile's first row, or with `packed` the group's codes as
-    stored, decoded here in registers (a one-token step: nothing to share a decode with): "nibbles"
-    (16, 64) bytes of 4-bit codes, "bytes" (length, 64) int8 codes; x from the tile's first token at
-    the group's first column, x_stride floats a token; acc (tokens, 64) from the tile's first token
-    and row; scale, offset: the tile's first row; sums: the tile's first token, sums_stride floats a
-    token."""
-    order = ORDER if length == GROUP else tuple(range(length))
-
-    @intrinsic
-    def group_tile(typingctx, decoded, x, x_stride, acc, scale, offset, sums, sums_stride):
-        signature = types.void(types.int64, types.int64, types.int64, types.int64, types.int64, types.int64,
-                               types.int64, types.int64)
-
-        def codegen(context, builder, sig, args):
-            decoded_p, x_p, x_stride_v, acc_p, scale_p, offset_p, sums_p, sums_stride_v = args
-            decoded_f = _pointer(builder, decoded_p, ir.IntType(8) if packed else _F32)
-            x_f = _pointer(builder, x_p, _F32)
-            acc_f = _pointer(builder, acc_p, _F32)
-            scale_f = _pointer(builder, scale_p, _F32)
-            offset_f = _pointer(builder, offset_p, _F32)
-            sums_f = _pointer(builder, sums_p, _F32)
-            fmuladd = _fmuladd(builder.module)
-            rows = [_at(builder, x_f, builder.mul(x_stride_v, ir.Constant(ir.IntType(64), t)))
-                    for t in range(tokens)]
-            chains = [[None] * vectors for _ in range(tokens)]
-            nibbles = {}
-            for j in order:
-                if packed == "nibbles":
-                    weights = [_nibble(builder, decoded_f, j, v, nibbles) for v in range(vectors)]
-                elif packed == "bytes":
-                    weights = [_byte(builder, decoded_f, j, v) for v in range(vectors)]
-                else:
-                    weights = [_load_vector(builder, decoded_f, j * CHUNK + v * LANES) for v in range(vectors)]
-                for t in range(tokens):
-                    xj = _splat(builder, builder.load(_at(builder, rows[t], ir.Constant(ir.IntType(64), j)), align=4))
-                    for v in range(vectors):
-                        chains[t][v] = _chained(builder, weights[v], xj, chains[t][v])
-            for t in range(tokens):
-                total = _splat(builder, builder.load(
-                    _at(builder, sums_f, builder.mul(sums_stride_v, ir.Constant(ir.IntType(64), t))), align=4))
-                for v in range(vectors):
-                    into = builder.bitcast(_at(builder, acc_f, ir.Constant(ir.IntType(64), t * CHUNK + v * LANES)),
-                                           _VEC.as_pointer())
-                    scaled = builder.call(fmuladd, [_load_vector(builder, scale_f, v * LANES), chains[t][v],
-                                                    builder.fmul(_load_vector(builder, offset_f, v * LANES), total)])
-                    builder.store(builder.fadd(builder.load(into, align=4), scaled), into, align=4)
-            return context.get_dummy_value()
-
-        return signature, codegen
-
-    return group_tile
-
-
-def _nibble(builder, codes, j, v, held):
-    """Weight j of rows 8v..8v+7 as floats, from the bytes (16, 64): the low nibble of byte j for
-    j < 16, else the high nibble of byte j - 16 (the bytes are loaded once for both)."""
-    column = j % HALF
-    if (column, v) not in held:
-        address = builder.gep(codes, [ir.Constant(ir.IntType(64), column * CHUNK + v * LANES)])
-        loaded = builder.load(builder.bitcast(address, ir.VectorType(ir.IntType(8), LANES).as_pointer()), align=1)
-        held[column, v] = builder.zext(loaded, ir.VectorType(ir.IntType(32), LANES))
-    wide = held[column, v]
-    if j < HALF:
-        value = builder.and_(wide, ir.Constant(wide.type, [15] * LANES))
-    else:
-        value = builder.lshr(wide, ir.Constant(wide.type, [4] * LANES))
-    return builder.sitofp(value, _VEC)
-
-
-def _byte(builder, codes, j, v):
-    """Weight j of rows 8v..8v+7 as floats, from int8 codes (length, 64): byte j of each row."""
-    address = builder.gep(codes, [ir.Constant(ir.IntType(64), j * CHUNK + v * LANES)])
-    loaded = builder.load(builder.bitcast(address, ir.VectorType(ir.IntType(8), LANES).as_pointer()), align=1)
-    return builder.sitofp(loaded, _VEC)  # signed: the codes are int8
-
-
-GROUP_TILES = {tokens: _make_group_tile(tokens, vectors) for tokens, vectors in TILES.items()}
-GROUP16_TILES = {tokens: _make_group_tile(tokens, vectors, 16) for tokens, vectors in TILES.items()}
-# one token, the whole chunk, from the codes as stored: 4-bit codes in groups of 32, int8 codes in
-# groups of 32 and of 16
-PACKED_STEP = _make_group_tile(1, CHUNK // LANES, packed="nibbles")
-BYTES_STEP = _make_group_tile(1, CHUNK // LANES, packed="bytes")
-BYTES16_STEP = _make_group_tile(1, CHUNK // LANES, 16, packed="bytes")
-# 2-6 tokens (a pass of one token tile: a verify of k <= 5 drafts) from the codes as stored, each
-# weight vector decoded in registers once for the tile's tokens: no round trip through `decoded`
-PACKED_TILES = {t: _make_group_tile(t, TILES[t], packed="nibbles") for t in range(2, 7)}
-BYTES_TILES = {t: _make_group_tile(t, TILES[t], packed="bytes") for t in range(2, 7)}
-BYTES16_TILES = {t: _make_group_tile(t, TILES[t], 16, packed="bytes") for t in range(2, 7)}
-
-
 # (tokens, rows) for the dot tiles: T * R sums in registers, each an 8-lane vector until the end;
 # the rows of each divide 8, the block the callers step over
 DOT_TILES = {6: 2, 5: 2, 4: 2, 3: 4, 2: 4, 1: 8}
 DOT_ROWS = tuple(DOT_TILES.get(tokens, 0) for tokens in range(7))
-assert all(8 % rows == 0 for rows in DOT_TILES.values()) and all(8 % v == 0 for v in TILES.values())
+assert all(8 % rows == 0 for rows in DOT_TILES.values())
 
 
 def _hsum(builder, vector):

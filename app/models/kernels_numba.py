@@ -4,7 +4,8 @@ it only when the kernel is wanted, and says why where it cannot be.
 
 Two things are compiled here:
 
-- `matmul`: a 4-bit weight (Int4Blocks' layout) times float32 activations;
+- `matmul`: a weight of GGUF codes (CodeBlocks' layout) times activations quantized to int8 per
+  token (int4_cpu_torch.py says how);
 - `decoder_body`: a Llama-family model's decoder layers for the tokens of one pass, one call
   for the whole stack (norms, the four products, RoPE, the KV write, grouped-query attention,
   the gated MLP, the residual adds). On a 2-core CPU the demo's pass was half dispatch: ~1,300
@@ -25,9 +26,9 @@ from numba import njit, prange, types  # noqa: F401 - prange is read by the para
 from numba.extending import intrinsic, overload
 
 from app.models import numba_cache
-from app.models.kernel_tiles_numba import (BYTES16_STEP, BYTES16_TILES, BYTES_STEP, BYTES_TILES, CODE_DOT_TILES,
-                                          DOT_ROWS, FLOAT_DOT_TILES, GROUP16_TILES, GROUP_TILES, ONE_CODE_DOT,
-                                          ONE_FLOAT_DOT, PACKED_STEP, PACKED_TILES, SUM_TILES, TILE_VECTORS)
+from app.models.int8_tiles_numba import BYTE16_TILES, BYTE_TILES, NIBBLE_TILES, TILE_VECTORS
+from app.models.kernel_tiles_numba import (CODE_DOT_TILES, DOT_ROWS, FLOAT_DOT_TILES, ONE_CODE_DOT, ONE_FLOAT_DOT,
+                                          SUM_TILES)
 
 CHUNK = 64
 GROUP = 32
@@ -73,132 +74,137 @@ CODES_AT, SCALES_AT, OFFSETS_AT, KIND, SMALL_AT, SUPERS_AT = 0, 1, 2, 3, 4, 5
 SUPER = 256
 
 
+ACT_BLOCK = 32  # activations quantized to int8 per token and per 32 columns, each with its own scale
+
+
 @njit(**_OPTS)
-def _group_sums(x, length):  # pragma: no cover - compiled
-    """(tokens, cols // length): each group's activations summed in order, for the offsets."""
-    tokens, groups = x.shape[0], x.shape[1] // length
-    sums = np.empty((tokens, groups), np.float32)
+def quantize_activations(x, xq, dx, sx32, sx16):  # pragma: no cover - compiled
+    """Each token's row of x (tokens, cols) alone, per block of 32 columns: dx = max|x| / 127,
+    xq = rint(x * (1 / dx)) as int8 (so |xq| <= 127), and the quantized activations summed per
+    group of 32 and of 16, times dx (sx32, sx16: the offsets' share). A block with a NaN or an
+    infinity gets dx NaN (the products it enters are NaN, as in float32) and codes 0. The same
+    operations as int4_cpu_torch.quantized_activations, bit for bit."""
+    tokens, blocks = x.shape[0], x.shape[1] // ACT_BLOCK
     for t in range(tokens):
-        for b in range(groups):
-            total = np.float32(0.0)
-            for j in range(length):
-                total += x[t, b * length + j]
-            sums[t, b] = total
-    return sums
+        for b in range(blocks):
+            top = np.float32(0.0)
+            for j in range(ACT_BLOCK):
+                a = abs(x[t, b * ACT_BLOCK + j])
+                if a > top or a != a:  # a NaN stays
+                    top = a
+            d = top / np.float32(127.0)
+            if not d < np.float32(np.inf):
+                d = np.float32(np.nan)
+            inverse = np.float32(1.0) / d if d > 0 and d < np.float32(np.inf) else np.float32(0.0)
+            low, high = np.int32(0), np.int32(0)  # the two halves' sums: exact, |sum| <= 32 x 127
+            for j in range(ACT_BLOCK):
+                q = np.int32(np.rint(x[t, b * ACT_BLOCK + j] * inverse)) if inverse > 0 else np.int32(0)
+                xq[t, b * ACT_BLOCK + j] = q
+                if j < HALF:
+                    low += q
+                else:
+                    high += q
+            dx[t, b] = d
+            sx32[t, b] = d * np.float32(low + high)
+            sx16[t, 2 * b] = d * np.float32(low)
+            sx16[t, 2 * b + 1] = d * np.float32(high)
 
 
 @njit(**_OPTS)
-def part_product(codes, scale, offset, small, supers, meta, x, out, part, parts):  # pragma: no cover - compiled
+def activations(x):  # pragma: no cover - compiled
+    """x quantized for the products: (xq, dx, sx32, sx16) (quantize_activations)."""
+    tokens, cols = x.shape
+    xq = np.empty((tokens, cols), np.int8)
+    dx = np.empty((tokens, cols // ACT_BLOCK), np.float32)
+    sx32 = np.empty((tokens, cols // GROUP), np.float32)
+    sx16 = np.empty((tokens, cols // HALF), np.float32)
+    quantize_activations(x, xq, dx, sx32, sx16)
+    return xq, dx, sx32, sx16
+
+
+@njit(**_OPTS)
+def part_product(codes, scale, offset, small, supers, meta, acts, out, part, parts):  # pragma: no cover - compiled
     """The part-th of `parts` runs of chunks of out (tokens, rows) = x (tokens, cols) @ weight.T,
-    with its scratch allocated once for the run."""
-    chunks, tokens = meta.shape[0], x.shape[0]
+    x given as its int8 activations `acts` (activations(x)), with its scratch allocated once."""
+    chunks, tokens = meta.shape[0], acts[0].shape[0]
     first, last = part * chunks // parts, (part + 1) * chunks // parts
-    decoded = np.empty((GROUP, CHUNK), np.float32)
     acc = np.empty((tokens, CHUNK), np.float32)
     scratch = np.empty((2, CHUNK), np.float32)
-    sums32 = _group_sums(x, GROUP)
-    sums16 = _group_sums(x, HALF)
     for ch in range(first, last):
-        chunk_product(codes, scale, offset, small, supers, meta, x, sums16 if meta[ch, KIND] == BYTES16 else sums32,
-                      out, ch, decoded, acc, scratch)
+        chunk_product(codes, scale, offset, small, supers, meta, acts, out, ch, acc, scratch)
 
 
-_T1, _T2, _T3, _T4, _T5, _T6 = (GROUP_TILES[t] for t in range(1, 7))
-_N2, _N3, _N4, _N5, _N6 = (PACKED_TILES[t] for t in range(2, 7))
-_B2, _B3, _B4, _B5, _B6 = (BYTES_TILES[t] for t in range(2, 7))
-_P2, _P3, _P4, _P5, _P6 = (BYTES16_TILES[t] for t in range(2, 7))
-_H1, _H2, _H3, _H4, _H5, _H6 = (GROUP16_TILES[t] for t in range(1, 7))
+_N1, _N2, _N3, _N4, _N5, _N6 = (NIBBLE_TILES[t] for t in range(1, 7))
+_B1, _B2, _B3, _B4, _B5, _B6 = (BYTE_TILES[t] for t in range(1, 7))
+_P1, _P2, _P3, _P4, _P5, _P6 = (BYTE16_TILES[t] for t in range(1, 7))
 _D1, _D2, _D3, _D4, _D5, _D6 = (CODE_DOT_TILES[t] for t in range(1, 7))
 _F1, _F2, _F3, _F4, _F5, _F6 = (FLOAT_DOT_TILES[t] for t in range(1, 7))
 _S1, _S2, _S3, _S4, _S5, _S6 = (SUM_TILES[t] for t in range(1, 7))
 
 
 @njit(**_OPTS)
-def _tiles(args, size, length):  # pragma: no cover - compiled
-    """One register tile of `size` tokens over a decoded group of `length` weights."""
-    if length == GROUP:
-        if size == 6:
-            _T6(*args)
-        elif size == 5:
-            _T5(*args)
-        elif size == 4:
-            _T4(*args)
-        elif size == 3:
-            _T3(*args)
-        elif size == 2:
-            _T2(*args)
-        else:
-            _T1(*args)
-    elif size == 6:
-        _H6(*args)
-    elif size == 5:
-        _H5(*args)
-    elif size == 4:
-        _H4(*args)
-    elif size == 3:
-        _H3(*args)
-    elif size == 2:
-        _H2(*args)
-    else:
-        _H1(*args)
-
-
-@njit(**_OPTS)
-def _packed_tiles(args, size, kind):  # pragma: no cover - compiled
-    """One register tile of 2-6 tokens that decodes the group's codes as stored, by kind."""
+def _tile(args, size, kind):  # pragma: no cover - compiled
+    """One register tile of `size` (1..6) tokens over a group of one kind of codes."""
     if kind == NIBBLES32:
-        if size == 6:
-            _N6(*args)
-        elif size == 5:
-            _N5(*args)
-        elif size == 4:
-            _N4(*args)
+        if size == 1:
+            _N1(*args)
+        elif size == 2:
+            _N2(*args)
         elif size == 3:
             _N3(*args)
-        else:
-            _N2(*args)
-    elif kind == BYTES32:
-        if size == 6:
-            _B6(*args)
-        elif size == 5:
-            _B5(*args)
         elif size == 4:
-            _B4(*args)
+            _N4(*args)
+        elif size == 5:
+            _N5(*args)
+        else:
+            _N6(*args)
+    elif kind == BYTES32:
+        if size == 1:
+            _B1(*args)
+        elif size == 2:
+            _B2(*args)
         elif size == 3:
             _B3(*args)
+        elif size == 4:
+            _B4(*args)
+        elif size == 5:
+            _B5(*args)
         else:
-            _B2(*args)
-    elif size == 6:
-        _P6(*args)
-    elif size == 5:
-        _P5(*args)
-    elif size == 4:
-        _P4(*args)
+            _B6(*args)
+    elif size == 1:
+        _P1(*args)
+    elif size == 2:
+        _P2(*args)
     elif size == 3:
         _P3(*args)
+    elif size == 4:
+        _P4(*args)
+    elif size == 5:
+        _P5(*args)
     else:
-        _P2(*args)
+        _P6(*args)
 
 
 @njit(**_OPTS)
-def chunk_product(codes, scale, offset, small, supers, meta, x, sums, out, ch, decoded, acc,
-                  scratch):  # pragma: no cover - compiled
+def chunk_product(codes, scale, offset, small, supers, meta, acts, out, ch, acc, scratch):  # pragma: no cover - compiled
     """Rows ch * CHUNK.. of out (tokens, rows) = x (tokens, cols) @ the weight's rows, transposed.
 
-    Group by group: the group's weights (32 or 16 of each of the CHUNK rows) are decoded once into
-    `decoded` (L1-sized), then register tiles of up to 6 tokens (kernel_tiles_numba.py) sum each
-    row's products in one chain and add the group's share to `acc`. The order of that sum is fixed
-    in the code: one token or many, in any tile, the same bits. A one-token step decodes the codes
-    in registers instead."""
+    Group by group: the group's scales and offsets for the chunk's 64 rows into `scratch`, then
+    register tiles of up to 6 tokens (int8_tiles_numba.py) take its integer dot products with the
+    tokens' int8 activations and add the group's share to `acc`, each token's the same operations
+    in every tile."""
+    xq, dx, sx32, sx16 = acts
     kind = meta[ch, KIND]
     length = HALF if kind == BYTES16 else GROUP
     stored = HALF if kind == NIBBLES32 else length  # code bytes a row of a group takes
-    tokens, groups = x.shape[0], x.shape[1] // length
+    tokens, groups = xq.shape[0], xq.shape[1] // length
+    sx = sx16 if kind == BYTES16 else sx32
+    per_block = ACT_BLOCK // length  # groups an activation block spans
     sb, ob = scratch[0], scratch[1]
     acc[:] = 0
-    x_stride = x.strides[0] // 4
-    x_at, acc_at, sums_at = x.ctypes.data, acc.ctypes.data, sums.ctypes.data
-    decoded_at, sb_at, ob_at = decoded.ctypes.data, sb.ctypes.data, ob.ctypes.data
+    xq_stride, dx_stride, sx_stride = xq.strides[0], dx.strides[0] // 4, sx.strides[0] // 4
+    xq_at, dx_at, sx_at, acc_at = xq.ctypes.data, dx.ctypes.data, sx.ctypes.data, acc.ctypes.data
+    sb_at, ob_at = sb.ctypes.data, ob.ctypes.data
     codes_at = codes.ctypes.data + meta[ch, CODES_AT]
     scales_at, offsets_at = meta[ch, SCALES_AT], meta[ch, OFFSETS_AT]
     small_at, supers_at = meta[ch, SMALL_AT], meta[ch, SUPERS_AT]
@@ -228,47 +234,17 @@ def chunk_product(codes, scale, offset, small, supers, meta, x, sums, out, ch, d
                 for r in range(CHUNK):
                     ob[r] = widen(row[r])
         group_at = codes_at + b * stored * CHUNK
-        x_group = x_at + 4 * b * length
-        if tokens == 1:  # nothing to share a decode with: the tile decodes the codes in registers
-            if kind == NIBBLES32:
-                PACKED_STEP(group_at, x_group, x_stride, acc_at, sb_at, ob_at, sums_at + 4 * b, groups)
-            elif kind == BYTES32:
-                BYTES_STEP(group_at, x_group, x_stride, acc_at, sb_at, ob_at, sums_at + 4 * b, groups)
-            else:
-                BYTES16_STEP(group_at, x_group, x_stride, acc_at, sb_at, ob_at, sums_at + 4 * b, groups)
-            continue
-        if tokens <= 6:  # one token tile: its weight vectors decoded in registers, each once
-            vectors = TILE_VECTORS[tokens]
-            for v in range(0, 8, vectors):
-                r4 = 4 * 8 * v
-                _packed_tiles((group_at + 8 * v, x_group, x_stride, acc_at + r4, sb_at + r4, ob_at + r4,
-                               sums_at + 4 * b, groups), tokens, kind)
-            continue
-        first = meta[ch, CODES_AT] + b * stored * CHUNK
-        if kind == NIBBLES32:
-            for j in range(HALF):  # byte j holds weight j (low nibble) and weight j + 16 (high)
-                column = codes[first + j * CHUNK:first + (j + 1) * CHUNK]
-                for r in range(CHUNK):
-                    f = np.float32(column[r])
-                    h = np.floor(f * np.float32(0.0625))
-                    decoded[j + HALF, r] = h
-                    decoded[j, r] = f - np.float32(16.0) * h
-        else:
-            for j in range(length):  # int8 codes stored as bytes
-                column = codes[first + j * CHUNK:first + (j + 1) * CHUNK].view(np.int8)
-                for r in range(CHUNK):
-                    decoded[j, r] = np.float32(column[r])
         t = 0
         while t < tokens:
             left = tokens - t
             size = 6 if left >= 6 else left
             vectors = TILE_VECTORS[size]
-            xt = x_group + 4 * t * x_stride
-            st = sums_at + 4 * (t * groups + b)
             for v in range(0, 8, vectors):
                 r4 = 4 * 8 * v
-                _tiles((decoded_at + r4, xt, x_stride, acc_at + 4 * t * CHUNK + r4, sb_at + r4, ob_at + r4, st,
-                        groups), size, length)
+                _tile((group_at + r4, xq_at + t * xq_stride + b * length, xq_stride,
+                       acc_at + 4 * t * CHUNK + r4, sb_at + r4, ob_at + r4,
+                       dx_at + 4 * (t * dx_stride + b // per_block), dx_stride,
+                       sx_at + 4 * (t * sx_stride + b), sx_stride), size, kind)
             t += size
     rows = out.shape[1]
     for t in range(tokens):
@@ -279,10 +255,12 @@ def chunk_product(codes, scale, offset, small, supers, meta, x, sums, out, ch, d
 
 @njit(parallel=True, **_OPTS)
 def matmul(codes, scale, offset, small, supers, meta, x, out, parts):  # pragma: no cover - compiled
-    """out (tokens, rows) = x (tokens, cols) @ weight.T, runs of chunks shared out between threads."""
+    """out (tokens, rows) = x (tokens, cols) @ weight.T, x quantized to int8 per token (once),
+    runs of chunks shared out between threads."""
+    acts = activations(x)
     parts = min(parts, meta.shape[0])
     for part in prange(parts):
-        part_product(codes, scale, offset, small, supers, meta, x, out, part, parts)
+        part_product(codes, scale, offset, small, supers, meta, acts, out, part, parts)
 
 
 @intrinsic
@@ -432,10 +410,11 @@ def decoder_body(x, store, start, cos, sin, norms, eps, qk_norms, qk_eps, heads,
     attn = np.empty((n, q_width), np.float32)
     for layer in range(len(qkv[0])):
         _rms_norm(x, norms[layer, 0], eps, h)
+        h_acts = activations(h)
         qkv_out = np.empty((n, q_width + 2 * kv_width), np.float32)
         codes, scale, offset, small, supers, meta = _arrays_of(qkv, layer)
         for part in prange(min(parts, meta.shape[0])):
-            part_product(codes, scale, offset, small, supers, meta, h, qkv_out, part, min(parts, meta.shape[0]))
+            part_product(codes, scale, offset, small, supers, meta, h_acts, qkv_out, part, min(parts, meta.shape[0]))
         keys, values = store[layer, 0], store[layer, 1]
         for t in range(n):
             for kh in range(heads + kv_heads):
@@ -456,23 +435,26 @@ def decoder_body(x, store, start, cos, sin, norms, eps, qk_norms, qk_eps, heads,
             _attend_group(qkv_out, t, kh * group, group, keys[kh], values[kh], start + t + 1, scaling, attn,
                           scores[job])
         y = np.empty((n, width), np.float32)
+        attn_acts = activations(attn)
         codes, scale, offset, small, supers, meta = _arrays_of(o, layer)
         for part in prange(min(parts, meta.shape[0])):
-            part_product(codes, scale, offset, small, supers, meta, attn, y, part, min(parts, meta.shape[0]))
+            part_product(codes, scale, offset, small, supers, meta, attn_acts, y, part, min(parts, meta.shape[0]))
         x += y
         _rms_norm(x, norms[layer, 1], eps, h)
+        h_acts = activations(h)
         gu_out = np.empty((n, 2 * inner), np.float32)
         codes, scale, offset, small, supers, meta = _arrays_of(gate_up, layer)
         for part in prange(min(parts, meta.shape[0])):
-            part_product(codes, scale, offset, small, supers, meta, h, gu_out, part, min(parts, meta.shape[0]))
+            part_product(codes, scale, offset, small, supers, meta, h_acts, gu_out, part, min(parts, meta.shape[0]))
         act = np.empty((n, inner), np.float32)
         for t in range(n):
             for i in range(inner):
                 g = gu_out[t, i]
                 act[t, i] = g / (np.float32(1.0) + _exp(-g)) * gu_out[t, inner + i]
+        act_acts = activations(act)
         codes, scale, offset, small, supers, meta = _arrays_of(down, layer)
         for part in prange(min(parts, meta.shape[0])):
-            part_product(codes, scale, offset, small, supers, meta, act, y, part, min(parts, meta.shape[0]))
+            part_product(codes, scale, offset, small, supers, meta, act_acts, y, part, min(parts, meta.shape[0]))
         x += y
     _rms_norm(x, final_norm, eps, out)
 

@@ -12,8 +12,8 @@ back (exact for every finite half).
 Types: Q4_K and Q6_K (every K-quant preset's bulk), Q5_K (Q5_K_M's), Q8_0, and Q4_1 (the demo).
 Others go the reference route.
 
-The layout written (CodeBlocks): within a chunk of 64 rows, group by group, byte j of every row
-side by side; per chunk and group the rows' scale fields ([chunk][group][level][row] for the
+The layout written (CodeBlocks): within a chunk of 64 rows, group by group, the code bytes in
+quads (bytes 4q..4q+3 of each row, row after row); per chunk and group the rows' scale fields ([chunk][group][level][row] for the
 integer scales, [chunk][super-block][level][row] for the fp16 d and dmin, [chunk][group][row] for
 a plain type's fp16 scale and offset).
 """
@@ -29,7 +29,15 @@ from app.models import numba_cache
 from app.models.kernels_numba import _half
 
 CHUNK = 64
+QUAD = 4
 _OPTS = dict(boundscheck=False, nogil=True, cache=numba_cache.install() == "")
+
+
+@njit(inline="always")
+def _quad(j):  # pragma: no cover - compiled
+    """Where byte j of a row's group lies from the row's first: bytes 4q..4q+3 of the 64 rows side by
+    side, quad after quad (CodeBlocks' layout), the row's own at QUAD * row."""
+    return (j >> 2) * (QUAD * CHUNK) + (j & 3)
 
 
 @njit(inline="always")
@@ -69,15 +77,15 @@ def k_quant(raw, codes, small, supers, codes_at, small_at, supers_at, block, qs_
                 small[small_at + ((c * ngroups + g) * 2) * CHUNK + r] = sc
                 small[small_at + ((c * ngroups + g) * 2 + 1) * CHUNK + r] = m
                 base, shift = qs_at + 32 * (gg // 2), 4 * (gg % 2)
-                out = codes_at + (c * ngroups + g) * per_group * CHUNK + r
+                out = codes_at + (c * ngroups + g) * per_group * CHUNK + QUAD * r
                 if five:
                     for j in range(32):
-                        codes[out + j * CHUNK] = ((b[base + j] >> shift) & 15) | (((b[16 + j] >> gg) & 1) << 4)
+                        codes[out + _quad(j)] = ((b[base + j] >> shift) & 15) | (((b[16 + j] >> gg) & 1) << 4)
                 else:
                     for jj in range(16):
                         low = (b[base + jj] >> shift) & 15
                         high = (b[base + jj + 16] >> shift) & 15
-                        codes[out + jj * CHUNK] = low | (high << 4)
+                        codes[out + _quad(jj)] = low | (high << 4)
 
 
 
@@ -97,13 +105,13 @@ def q6_k(raw, codes, small, supers, codes_at, small_at, supers_at):  # pragma: n
             for gi in range(16):
                 g = sb * 16 + gi
                 small[small_at + (c * ngroups + g) * CHUNK + r] = b[192 + gi]  # int8's bits
-                out = codes_at + (c * ngroups + g) * 16 * CHUNK + r
+                out = codes_at + (c * ngroups + g) * 16 * CHUNK + QUAD * r
                 for j in range(16):
                     w = gi * 16 + j
                     half, rest = w // 128, w % 128
                     low = (b[half * 64 + rest % 64] >> (4 * (rest // 64))) & 15
                     high = (b[128 + half * 32 + rest % 32] >> (2 * (rest // 32))) & 3
-                    codes[out + j * CHUNK] = ((low | (high << 4)) - 32) & 255
+                    codes[out + _quad(j)] = ((low | (high << 4)) - 32) & 255
 
 
 @intrinsic
@@ -133,9 +141,9 @@ def plain(raw, codes, scale, offset, codes_at, scale_at, offset_at, block, code_
                 offset[offset_at + (c * ngroups + g) * CHUNK + r] = raw[i, at + 2] | (raw[i, at + 3] << 8)
             elif block == 18:
                 offset[offset_at + (c * ngroups + g) * CHUNK + r] = _half_of(_half(d_bits) * np.float32(-8.0))
-            out = codes_at + (c * ngroups + g) * code_bytes * CHUNK + r
+            out = codes_at + (c * ngroups + g) * code_bytes * CHUNK + QUAD * r
             for j in range(code_bytes):
-                codes[out + j * CHUNK] = raw[i, at + first + j]
+                codes[out + _quad(j)] = raw[i, at + first + j]
 
 
 

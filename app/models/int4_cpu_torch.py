@@ -219,7 +219,8 @@ def int4_kernel_words() -> str:
         return (f"linear layers run on PyTorch's int4 (tinygemm) and int8 kernels on the CPU (Tandem's "
                 f"4-bit kernel does not run here: {why})")
     return ("linear layers of every common GGUF type run on Tandem's CPU kernel (compiled by Numba for this "
-            "CPU; the decoder layers as one call where every projection is on it)")
+            "CPU: the file's weights times each token's activations in int8; the decoder layers as one call "
+            "where every projection is on it)")
 
 
 def threads() -> int:

@@ -121,7 +121,8 @@ from tests.test_cpu_kernels import _blocks_of
 from app.models import int4_cpu_torch, int8_tiles_numba
 assert not int8_tiles_numba.AVX2
 x = np.random.default_rng(7).standard_normal((7, 256)).astype(np.float32)
-np.save(sys.argv[1], np.stack([_blocks_of(kind, 2 * 64, 256, seed=11)[0].matmul(x) for kind in ("Q4_K", "Q8_0", "Q6_K")]))
+kinds = ("Q4_K", "Q8_0", "Q6_K")
+np.save(sys.argv[1], np.stack([_blocks_of(kind, 2 * 64, 256, seed=11)[0].matmul(x) for kind in kinds]))
 """
 
 

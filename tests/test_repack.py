@@ -65,7 +65,8 @@ def test_rows_of_another_type_than_planned_are_left_to_the_reference_route():
     before = {name: array.copy() for name, array in _arrays(blocks).items()}
     assert not blocks.fill_file(0, "Q6_K", random_blocks("Q6_K", CHUNK, cols, np.random.default_rng(1)))
     assert not blocks.fill_file(0, "Q4_0", random_blocks("Q4_0", CHUNK, cols, np.random.default_rng(1)))
-    assert not blocks.fill_file(5, "Q4_K", random_blocks("Q4_K", 8, cols, np.random.default_rng(1)))  # not a chunk start
+    # not a chunk start
+    assert not blocks.fill_file(5, "Q4_K", random_blocks("Q4_K", 8, cols, np.random.default_rng(1)))
     assert all(np.array_equal(getattr(blocks, name), array) for name, array in before.items())
 
 

@@ -100,7 +100,8 @@ def test_a_long_load_says_its_step_and_how_long_it_has_taken():
     checking = steps.step("Checking demo-Q8_0 ...").line
     assert checking == "Loading demo-Q8_0: step 1, checking its files and the memory it needs"
     # the tokenizer (seconds the first time: it imports transformers) is a step of its own
-    assert steps.step("Reading the tokenizer of demo-Q8_0 ...").line == "Loading demo-Q8_0: step 2, reading its tokenizer"
+    line = steps.step("Reading the tokenizer of demo-Q8_0 ...").line
+    assert line == "Loading demo-Q8_0: step 2, reading its tokenizer"
     now[0] += 71
     shown = steps.step("Reading the weights of demo-Q8_0: layer 26 of 30 ...")
     assert shown.line == "Loading demo-Q8_0: step 3, reading the weights, layer 26 of 30 · 1:11"

@@ -187,7 +187,8 @@ def _make_tile(tokens: int, vectors: int, nibbles: bool, length: int):
                     for t in range(tokens):
                         x = broadcast(t, QUAD * q)
                         for v in range(vectors):
-                            pair = _widen_pairs(builder, _maddubs(builder, magnitude[v], _signed_by(builder, x, loaded[v])))
+                            signed = _signed_by(builder, x, loaded[v])
+                            pair = _widen_pairs(builder, _maddubs(builder, magnitude[v], signed))
                             sums[t][v] = pair if sums[t][v] is None else builder.add(sums[t][v], pair)
             fmuladd = _declared(builder.module, "llvm.fmuladd.v8f32", FLOATS, [FLOATS] * 3)
             for t in range(tokens):

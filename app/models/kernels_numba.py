@@ -186,7 +186,8 @@ def _tile(args, size, kind):  # pragma: no cover - compiled
 
 
 @njit(**_OPTS)
-def chunk_product(codes, scale, offset, small, supers, meta, acts, out, ch, acc, scratch):  # pragma: no cover - compiled
+def chunk_product(codes, scale, offset, small, supers, meta, acts, out, ch, acc,
+                  scratch):  # pragma: no cover - compiled
     """Rows ch * CHUNK.. of out (tokens, rows) = x (tokens, cols) @ the weight's rows, transposed.
 
     Group by group: the group's scales and offsets for the chunk's 64 rows into `scratch`, then

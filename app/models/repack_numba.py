@@ -13,9 +13,9 @@ Types: Q4_K and Q6_K (every K-quant preset's bulk), Q5_K (Q5_K_M's), Q8_0, and Q
 Others go the reference route.
 
 The layout written (CodeBlocks): within a chunk of 64 rows, group by group, the code bytes in
-quads (bytes 4q..4q+3 of each row, row after row); per chunk and group the rows' scale fields ([chunk][group][level][row] for the
-integer scales, [chunk][super-block][level][row] for the fp16 d and dmin, [chunk][group][row] for
-a plain type's fp16 scale and offset).
+quads (bytes 4q..4q+3 of each row, row after row); per chunk and group the rows' scale fields
+([chunk][group][level][row] for the integer scales, [chunk][super-block][level][row] for the fp16
+d and dmin, [chunk][group][row] for a plain type's fp16 scale and offset).
 """
 
 from __future__ import annotations

@@ -214,3 +214,60 @@ def _make_tile(tokens: int, vectors: int, nibbles: bool, length: int):
 NIBBLE_TILES = {t: _make_tile(t, v, True, 32) for t, v in TILES.items()}
 BYTE_TILES = {t: _make_tile(t, v, False, 32) for t, v in TILES.items()}
 BYTE16_TILES = {t: _make_tile(t, v, False, 16) for t, v in TILES.items()}
+
+
+# The screened head's screen (kernels_numba.screen): a row of int8 codes per vocabulary entry, read
+# along the row, times the tokens' int8 activations, block of 32 columns by block; (tokens, rows)
+# per tile, T x R sums in registers (each 8 float lanes) and R code vectors with their magnitudes
+ROW_DOT_TILES = {6: 1, 5: 1, 4: 2, 3: 2, 2: 2, 1: 4}
+ROW_DOT_ROWS = tuple(ROW_DOT_TILES.get(tokens, 0) for tokens in range(7))
+
+
+def _make_row_dot_tile(tokens: int, rows: int):
+    """out[t * out_stride + r] = sum over blocks b of dx[t, b] * sum_j a[r, 32 b + j] xq[t, 32 b + j]
+    for a tile of `tokens` x `rows`: per block, the integer products of 4 columns in each of 8 lanes
+    (pmaddubsw, pmaddwd; exact), then lane by lane chain = fmuladd(float(lane), dx, chain), a fixed
+    tree over the lanes at the end: the same operations for a token in every tile.
+
+    Arguments: addresses of a's first row (a_stride bytes a row), of xq's first token (xq_stride
+    bytes a token) and of dx's (dx_stride floats a token), columns (a multiple of 32), out's first
+    element, out_stride."""
+    from app.models.kernel_tiles_numba import _chained, _chains_over, _hsum
+
+    @intrinsic
+    def row_dot_tile(typingctx, a, a_stride, xq, xq_stride, dx, dx_stride, columns, out, out_stride):
+        signature = types.void(*(types.int64,) * 9)
+
+        def codegen(context, builder, sig, args):
+            a_p, a_stride_v, xq_p, xq_stride_v, dx_p, dx_stride_v, columns_v, out_p, out_stride_v = args
+            a_b, xq_b = _pointer(builder, a_p, I8), _pointer(builder, xq_p, I8)
+            dx_f, out_f = _pointer(builder, dx_p, F32), _pointer(builder, out_p, F32)
+            row_at = [_at(builder, a_b, builder.mul(a_stride_v, ir.Constant(I64, r))) for r in range(rows)]
+            token_at = [_at(builder, xq_b, builder.mul(xq_stride_v, ir.Constant(I64, t))) for t in range(tokens)]
+            scale_at = [_at(builder, dx_f, builder.mul(dx_stride_v, ir.Constant(I64, t))) for t in range(tokens)]
+
+            def step(i, chains):
+                codes = [_load(builder, row_at[r], i, BYTES, 1) for r in range(rows)]
+                magnitude = [_magnitude(builder, w) for w in codes]
+                block = builder.lshr(i, ir.Constant(I64, 5))
+                for t in range(tokens):
+                    x = _load(builder, token_at[t], i, BYTES, 1)
+                    scale = _splat(builder, builder.load(_at(builder, scale_at[t], block), align=4), FLOATS)
+                    for r in range(rows):
+                        lanes = _widen_pairs(builder, _maddubs(builder, magnitude[r], _signed_by(builder, x, codes[r])))
+                        chains[t][r] = _chained(builder, builder.sitofp(lanes, FLOATS), scale, chains[t][r])
+
+            sums = _chains_over(builder, step, 32, columns_v, tokens, rows)
+            for t in range(tokens):
+                for r in range(rows):
+                    where = builder.add(builder.mul(out_stride_v, ir.Constant(I64, t)), ir.Constant(I64, r))
+                    builder.store(_hsum(builder, sums[t][r]), _at(builder, out_f, where), align=4)
+            return context.get_dummy_value()
+
+        return signature, codegen
+
+    return row_dot_tile
+
+
+ROW_DOT = {tokens: _make_row_dot_tile(tokens, rows) for tokens, rows in ROW_DOT_TILES.items()}
+ONE_ROW_DOT = _make_row_dot_tile(1, 1)  # rows left over at the end of a run

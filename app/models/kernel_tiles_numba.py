@@ -2,7 +2,8 @@
 rests on which values stay in registers, which Numba's loops give no way to say. (The weight
 products' tiles, on int8 activations, are int8_tiles_numba.py.)
 
-- dot tiles: out[t, r] = a[r] . x[t] for attention's scores (a: float32 keys);
+- dot tiles: out[t, r] = a[r] . x[t] for the screened head (a: int8 codes) and attention's scores
+  (a: float32 keys);
 - sum tiles: attention's weighted sum of the values.
 
 A tile of T tokens x R rows keeps its T*R sums in registers: each row vector loaded serves T
@@ -101,14 +102,15 @@ def _chains_over(builder, step, stride, stop, tokens: int, width: int):
     return [[builder.load(slots[t][r]) for r in range(width)] for t in range(tokens)]
 
 
-def _make_dot_tile(tokens: int, rows: int):
+def _make_dot_tile(tokens: int, rows: int, codes: bool):
     """out[t * out_stride + r] = sum_i a[r, i] x[t, i] for a tile of `tokens` x `rows`, i over
-    `width` (a multiple of 8): a's rows are float32 (attention's keys). Each sum is an 8-lane vector
-    chain over the row, a fixed tree over the lanes at the end.
+    `width` (a multiple of 8): a's rows are int8 codes (the screened head) or float32 (attention's
+    keys). Each sum is an 8-lane vector chain over the row, a fixed tree over the lanes at the end.
 
     Arguments: addresses of a's first row (a_stride elements a row), of x's first token (x_stride
     floats a token) and of out's first element, width, out_stride."""
-    element, size = _F32, 4
+    element = ir.IntType(8) if codes else _F32
+    size = 1 if codes else 4
 
     @intrinsic
     def dot_tile(typingctx, a, a_stride, x, x_stride, width, out, out_stride):
@@ -129,7 +131,7 @@ def _make_dot_tile(tokens: int, rows: int):
                     vector_type = ir.VectorType(element, LANES)
                     loaded = builder.load(builder.bitcast(_at(builder, row_at[r], i), vector_type.as_pointer()),
                                           align=size)
-                    weights.append(loaded)
+                    weights.append(builder.sitofp(loaded, _VEC) if codes else loaded)
                 for t in range(tokens):
                     xs = builder.load(builder.bitcast(_at(builder, token_at[t], i), _VEC.as_pointer()), align=4)
                     for r in range(rows):
@@ -147,8 +149,10 @@ def _make_dot_tile(tokens: int, rows: int):
     return dot_tile
 
 
-FLOAT_DOT_TILES = {tokens: _make_dot_tile(tokens, rows) for tokens, rows in DOT_TILES.items()}
-ONE_FLOAT_DOT = _make_dot_tile(1, 1)  # rows left over at the end of a run
+CODE_DOT_TILES = {tokens: _make_dot_tile(tokens, rows, True) for tokens, rows in DOT_TILES.items()}
+FLOAT_DOT_TILES = {tokens: _make_dot_tile(tokens, rows, False) for tokens, rows in DOT_TILES.items()}
+ONE_CODE_DOT = _make_dot_tile(1, 1, True)  # rows left over at the end of a run
+ONE_FLOAT_DOT = _make_dot_tile(1, 1, False)
 
 
 def _make_sum_tile(tokens: int, vectors: int):

@@ -26,9 +26,9 @@ from numba import njit, prange, types  # noqa: F401 - prange is read by the para
 from numba.extending import intrinsic, overload
 
 from app.models import numba_cache
-from app.models.int8_tiles_numba import (BYTE16_TILES, BYTE_TILES, NIBBLE_TILES, ONE_ROW_DOT, ROW_DOT,
-                                         ROW_DOT_ROWS, TILE_VECTORS)
-from app.models.kernel_tiles_numba import DOT_ROWS, FLOAT_DOT_TILES, ONE_FLOAT_DOT, SUM_TILES
+from app.models.int8_tiles_numba import BYTE16_TILES, BYTE_TILES, NIBBLE_TILES, TILE_VECTORS
+from app.models.kernel_tiles_numba import (CODE_DOT_TILES, DOT_ROWS, FLOAT_DOT_TILES, ONE_CODE_DOT, ONE_FLOAT_DOT,
+                                          SUM_TILES)
 
 CHUNK = 64
 GROUP = 32
@@ -137,6 +137,7 @@ def part_product(codes, scale, offset, small, supers, meta, acts, out, part, par
 _N1, _N2, _N3, _N4, _N5, _N6 = (NIBBLE_TILES[t] for t in range(1, 7))
 _B1, _B2, _B3, _B4, _B5, _B6 = (BYTE_TILES[t] for t in range(1, 7))
 _P1, _P2, _P3, _P4, _P5, _P6 = (BYTE16_TILES[t] for t in range(1, 7))
+_D1, _D2, _D3, _D4, _D5, _D6 = (CODE_DOT_TILES[t] for t in range(1, 7))
 _F1, _F2, _F3, _F4, _F5, _F6 = (FLOAT_DOT_TILES[t] for t in range(1, 7))
 _S1, _S2, _S3, _S4, _S5, _S6 = (SUM_TILES[t] for t in range(1, 7))
 
@@ -460,100 +461,86 @@ def decoder_body(x, store, start, cos, sin, norms, eps, qk_norms, qk_eps, heads,
 
 
 @njit(parallel=True, **_OPTS)
-def screen(codes, scales, x, out, moved, parts):  # pragma: no cover - compiled
-    """out (tokens, rows) = x' (tokens, width) @ (codes * scales[:, None]).T: the screened head's
-    int8 pass (screened_head_torch.py), x' being each token's activations quantized to int8 as the
-    products quantize them (activations()), runs of rows shared out between threads; and
-    moved (tokens,) = |x - x'| per token, rounded up, for the bound. Each row's sum is the same
-    operations whatever the number of tokens (int8_tiles_numba's row tiles), so every width gives a
-    token the same bits. width: a multiple of 32."""
-    xq, dx, _, _ = activations(x)
-    tokens, width = x.shape
-    for t in range(tokens):
-        total = 0.0  # float64: the distance itself is rounded once, upwards
-        for j in range(width):
-            d = np.float64(x[t, j]) - np.float64(dx[t, j // ACT_BLOCK]) * np.float64(xq[t, j])
-            total += d * d
-        moved[t] = np.float32(np.sqrt(total) * (1.0 + 2.0 ** -20))
+def screen(codes, scales, x, out, parts):  # pragma: no cover - compiled
+    """out (tokens, rows) = x (tokens, width) @ (codes * scales[:, None]).T: the screened head's
+    int8 pass (screened_head_torch.py) in float32, runs of rows shared out between threads. Each
+    row's sum is one fixed chain whatever the number of tokens (kernel_tiles_numba's dot tiles), so
+    every width gives a token the same bits; the sum's rounding is inside the head's bound
+    (SCREEN_SUM_ROUNDING). width: a multiple of 8."""
     rows = codes.shape[0]
     parts = min(parts, rows)
     for part in prange(parts):
-        _screen_rows(codes, scales, xq, dx, out, part * rows // parts, (part + 1) * rows // parts)
-
-
-_R1, _R2, _R3, _R4, _R5, _R6 = (ROW_DOT[t] for t in range(1, 7))
+        _screen_rows(codes, scales, x, out, part * rows // parts, (part + 1) * rows // parts)
 
 
 @njit(**_OPTS)
-def _screen_rows(codes, scales, xq, dx, out, first, last):  # pragma: no cover - compiled
-    tokens, width = xq.shape
-    a_stride, xq_stride = codes.strides[0], xq.strides[0]
-    dx_stride, out_stride = dx.strides[0] // 4, out.strides[0] // 4
-    a_at, xq_at, dx_at, out_at = codes.ctypes.data, xq.ctypes.data, dx.ctypes.data, out.ctypes.data
+def _screen_rows(codes, scales, x, out, first, last):  # pragma: no cover - compiled
+    tokens, width = x.shape
+    a_stride, x_stride, out_stride = codes.strides[0], x.strides[0] // 4, out.strides[0] // 4
+    a_at, x_at, out_at = codes.ctypes.data, x.ctypes.data, out.ctypes.data
     v = first
     while v + 8 <= last:  # blocks of 8 rows, each read by every token tile while it is in L1
         t = 0
         while t < tokens:
             left = tokens - t
             size = 6 if left >= 6 else left
-            block = ROW_DOT_ROWS[size]
+            block = DOT_ROWS[size]
             for r in range(v, v + 8, block):
-                args = (a_at + r * a_stride, a_stride, xq_at + t * xq_stride, xq_stride, dx_at + 4 * t * dx_stride,
-                        dx_stride, width, out_at + 4 * (t * out_stride + r), out_stride)
+                args = (a_at + r * a_stride, a_stride, x_at + 4 * t * x_stride, x_stride, width,
+                        out_at + 4 * (t * out_stride + r), out_stride)
                 if size == 6:
-                    _R6(*args)
+                    _D6(*args)
                 elif size == 5:
-                    _R5(*args)
+                    _D5(*args)
                 elif size == 4:
-                    _R4(*args)
+                    _D4(*args)
                 elif size == 3:
-                    _R3(*args)
+                    _D3(*args)
                 elif size == 2:
-                    _R2(*args)
+                    _D2(*args)
                 else:
-                    _R1(*args)
+                    _D1(*args)
             t += size
         v += 8
     for r in range(v, last):
         for t in range(tokens):
-            ONE_ROW_DOT(a_at + r * a_stride, a_stride, xq_at + t * xq_stride, xq_stride, dx_at + 4 * t * dx_stride,
-                        dx_stride, width, out_at + 4 * (t * out_stride + r), out_stride)
+            ONE_CODE_DOT(a_at + r * a_stride, a_stride, x_at + 4 * t * x_stride, x_stride, width,
+                         out_at + 4 * (t * out_stride + r), out_stride)
     for t in range(tokens):
         for r in range(first, last):
             out[t, r] = out[t, r] * scales[r]
 
 
 @njit(parallel=True, **_OPTS)
-def screen_candidates(screen, row_bound, h_norm, moved_bound, moved, slack, limit):  # pragma: no cover - compiled
-    """The screened head's rule on its int8 pass (screened_head_torch.py): row v of token t can
+def screen_candidates(screen, row_bound, h_norm, slack, limit):  # pragma: no cover - compiled
+    """The screened head's rule on its float32 pass (screened_head_torch.py): row v of token t can
     be t's argmax unless screen[t, v] + bound < max_u (screen[t, u] - bound_u), with
-    bound_v = row_bound[v] |h_t| + moved_bound[v] moved[t] + slack; rows from `limit` on are
-    padding. Returns the (token, row) pairs that can, token by token, rows in order: what PyTorch's
-    five passes over the (tokens, vocabulary) screen and a nonzero() gave, in two passes that stay
-    in the cache."""
+    bound_v = row_bound[v] |h_t| + slack; rows from `limit` on are padding. Returns the (token,
+    row) pairs that can, token by token, rows in order: what PyTorch's five passes over the
+    (tokens, vocabulary) screen and a nonzero() gave, in two passes that stay in the cache."""
     tokens = screen.shape[0]
     counts = np.zeros(tokens + 1, np.int64)
     floors = np.empty(tokens, np.float32)
     for t in prange(tokens):
-        h, m = h_norm[t], moved[t]
+        h = h_norm[t]
         floor = np.float32(-np.inf)
         for v in range(limit):
-            low = screen[t, v] - (row_bound[v] * h + moved_bound[v] * m + slack)
+            low = screen[t, v] - (row_bound[v] * h + slack)
             if low > floor:
                 floor = low
         floors[t] = floor
         count = 0
         for v in range(limit):
-            if screen[t, v] + (row_bound[v] * h + moved_bound[v] * m + slack) >= floor:
+            if screen[t, v] + (row_bound[v] * h + slack) >= floor:
                 count += 1
         counts[t + 1] = count
     starts = np.cumsum(counts)
     pos = np.empty(starts[tokens], np.int64)
     rows = np.empty(starts[tokens], np.int64)
     for t in prange(tokens):
-        h, m, floor, at = h_norm[t], moved[t], floors[t], starts[t]
+        h, floor, at = h_norm[t], floors[t], starts[t]
         for v in range(limit):
-            if screen[t, v] + (row_bound[v] * h + moved_bound[v] * m + slack) >= floor:
+            if screen[t, v] + (row_bound[v] * h + slack) >= floor:
                 pos[at] = t
                 rows[at] = v
                 at += 1

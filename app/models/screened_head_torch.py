@@ -111,35 +111,27 @@ class ScreenedHead(torch.nn.Module):
         if self._compiled is None:
             from app.models.int4_cpu_torch import compiled
 
-            module = compiled() if self.in_features % 32 == 0 else None  # rows of whole int8 blocks
-            # the pass multiplies h', h quantized to int8 per token (|h - h'| = moved, which the
-            # kernel returns): |h.w - screen| <= |h| |w - w'| + moved |w'| + the sum's rounding. A
-            # float32 sum of n products errs by at most n * 2**-24 of the sum of their sizes, which
-            # Cauchy-Schwarz bounds by |h'| |w'| <= (|h| + moved) |w'| (Higham's gamma_n; n + 2 for
-            # the scales' products): per row, |h| times row_bound plus moved times moved_bound
+            module = compiled() if self.in_features % 8 == 0 else None  # its rows: whole vectors of 8
+            # a float32 sum of n products errs by at most n * 2**-24 of the sum of their sizes,
+            # which Cauchy-Schwarz bounds by |h| |w'_v| (Higham's gamma_n; n + 2 for the scale's
+            # product): per row, |h| times this
             rounding = (self.in_features + 2) * 2.0 ** -24
             row_bound = np.ascontiguousarray((self.error_norm + rounding * self.screen_norm).numpy(), np.float32)
-            moved_bound = np.ascontiguousarray(((1 + rounding) * self.screen_norm).numpy(), np.float32)
-            self._compiled = ((False,) if module is None
-                              else (module, self.scales.float().numpy(), row_bound, moved_bound))
+            self._compiled = (False,) if module is None else (module, self.scales.float().numpy(), row_bound)
         return self._compiled[0] or None
 
     def _compiled_candidates(self, compiled, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The same screen and bound on Tandem's CPU kernel: the activations quantized to int8 per
-        token as the products quantize them, integer dot products and float32 sums, so the bound
-        has each token's activation rounding (returned by the kernel) and the sum's, and no
-        bfloat16 output rounding."""
+        """The same screen and bound on Tandem's CPU kernel: float32 activations and sums, so the
+        bound has no activation rounding and no bfloat16 output rounding, only the sum's."""
         from app.models.int4_cpu_torch import threads
 
         flat = np.ascontiguousarray(hidden.float().numpy())
         screen = np.empty((flat.shape[0], self.out_features), np.float32)
-        moved = np.empty(flat.shape[0], np.float32)
-        compiled.screen(self.codes.numpy(), self._compiled[1], flat, screen, moved, threads())
+        compiled.screen(self.codes.numpy(), self._compiled[1], flat, screen, threads())
         if self.limit < self.out_features:
             screen[:, self.limit:] = float("-inf")
         h_norm = np.linalg.norm(flat.astype(np.float64), axis=1).astype(np.float32)
-        pos, rows = compiled.screen_candidates(screen, self._compiled[2], h_norm, self._compiled[3], moved,
-                                               np.float32(SLACK), self.limit)
+        pos, rows = compiled.screen_candidates(screen, self._compiled[2], h_norm, np.float32(SLACK), self.limit)
         return torch.from_numpy(screen), torch.from_numpy(pos), torch.from_numpy(rows)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:

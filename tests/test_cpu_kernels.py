@@ -85,26 +85,33 @@ def test_every_width_gives_each_token_the_bits_one_token_gives(kind):
 
 def test_each_tokens_activations_are_quantized_alone_as_written_in_numpy():
     """The compiled quantization (what the products multiply) is int4_cpu_torch's numpy rule bit for
-    bit, on rows with ties at .5, zeros, a huge value, a NaN and an infinity; a block's codes are
-    within 127 and its values dx * xq within dx / 2 of the activations; a row's result does not
-    depend on the rows beside it; a NaN or an infinity makes its block's products NaN, not others'."""
+    bit, on rows with ties at .5, zeros, a block too small to scale, a huge value, a NaN and an
+    infinity; a block's codes are within 127 and its values dx * xq within dx / 2 of the
+    activations; a row's result does not depend on the rows beside it; a NaN or an infinity makes
+    its block's products NaN, not others'."""
     compiled = int4_cpu_torch.compiled()
     rng = np.random.default_rng(3)
     x = rng.standard_normal((6, 96)).astype(np.float32)
     x[1, :32] = 0  # an all-zero block: scale 0, codes 0
-    x[2, :32] = np.arange(32, dtype=np.float32) - 15.5  # halves everywhere: rounding to even
+    x[1, 32:64] *= np.float32(1e-38)  # 1 / scale overflows: taken as zeros
+    x[2, :32] = np.arange(32, dtype=np.float32) * 4 - 62.5  # scale 1 (max 127 at the end): halves
+    x[2, 31] = 127  # every other value a tie, rounded to even
     x[2, 32:64] *= 1e30
     x[3, 5], x[4, 40] = np.nan, np.inf
     reference_q, reference_d = int4_cpu_torch.quantized_activations(x)
     xq, dx, sx32, sx16 = compiled.activations(x)
     np.testing.assert_array_equal(xq, reference_q)
     np.testing.assert_array_equal(dx, reference_d)  # NaN where a block holds a NaN or an infinity
-    assert np.isnan(dx[3, 0]) and np.isnan(dx[4, 1]) and np.isfinite(dx[3, 1:]).all() and dx[1, 0] == 0
+    assert np.isnan(dx[3, 0]) and np.isnan(dx[4, 1]) and np.isfinite(dx[3, 1:]).all() and dx[1, 0] == dx[1, 1] == 0
+    assert dx[2, 0] == 1 and np.array_equal(xq[2, :4], [-62, -58, -54, -50])  # -62.5 -> -62, -58.5 -> -58
+    assert not xq[1, 32:64].any()
     assert np.abs(xq.astype(np.int32)).max() <= 127
     blocks = xq.reshape(6, 3, 32).astype(np.float64)
     np.testing.assert_array_equal(sx32, (dx * blocks.sum(axis=2)).astype(np.float32))
+    np.testing.assert_array_equal(sx16[:, 0::2], (dx * blocks[..., :16].sum(axis=2)).astype(np.float32))
     np.testing.assert_array_equal(sx16[:, 1::2], (dx * blocks[..., 16:].sum(axis=2)).astype(np.float32))
-    fine = np.isfinite(dx)
+    fine = np.isfinite(dx) & (dx > 0)
+    assert np.abs(x.reshape(6, 3, 32)[dx == 0]).max() < 4e-37  # only the zero and the tiny block
     moved = np.abs(blocks * dx[..., None] - x.reshape(6, 3, 32))[fine]
     assert np.all(moved <= (dx[fine] / 2 * (1 + 1e-6))[:, None])
     alone = compiled.activations(np.ascontiguousarray(x[5:6]))
@@ -146,6 +153,21 @@ def test_the_portable_build_of_the_products_gives_the_same_bits(tmp_path):
     x = np.random.default_rng(7).standard_normal((7, 256)).astype(np.float32)
     here = np.stack([_blocks_of(kind, 2 * CHUNK, 256, seed=11)[0].matmul(x) for kind in ("Q4_K", "Q8_0", "Q6_K")])
     np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), here)
+
+
+def test_a_named_cpu_without_avx2_gets_the_portable_products():
+    """NUMBA_CPU_NAME / NUMBA_CPU_FEATURES (Numba's portable caches) decide, not this machine: LLVM
+    cannot build AVX2's intrinsics for a CPU without them."""
+    import os
+    import subprocess
+    import sys
+
+    ask = "from app.models import int8_tiles_numba; print(int8_tiles_numba.AVX2)"
+    for env, expected in (({"NUMBA_CPU_NAME": "generic"}, "False"),
+                          ({"NUMBA_CPU_NAME": "haswell", "NUMBA_CPU_FEATURES": "+avx,+avx2,+fma"}, "True")):
+        done = subprocess.run([sys.executable, "-c", ask], env=dict(os.environ, **env), capture_output=True,
+                              text=True, timeout=120, check=True)
+        assert done.stdout.strip() == expected, (env, done.stdout, done.stderr)
 
 
 def test_a_stack_of_parts_of_different_types_is_one_product():

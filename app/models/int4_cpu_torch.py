@@ -185,15 +185,19 @@ def compiled():
             log.warning("The compiled CPU kernels are compiled at each start, not cached: %s", why)
         module = importlib.import_module("app.models.kernels_numba")
         _cache_typed_lists()
-        from app.models.gguf_codes import NIBBLES32, CodeGroups
+        from app.models.gguf_codes import BYTES32, NIBBLES32, CodeGroups
 
         # compiles (or loads from the cache) and runs once: codes 9 at scale 1 and offset -8, times
         # activations of 127 (int8 exactly, scale 1): 32 x 127 x (9 - 8)
         probe = CodeBlocks.of(CodeGroups(NIBBLES32, np.full((CHUNK, GROUP), 9, np.uint8),
                                          np.ones((CHUNK, 1), np.float32), np.full((CHUNK, 1), -8, np.float32)), "Q4_1")
         _COMPILED = module
+        # and int8 codes at their extreme, -128, times activations of -127 (the sign trick's edge)
+        low = CodeBlocks.of(CodeGroups(BYTES32, np.full((CHUNK, GROUP), -128, np.int8),
+                                       np.ones((CHUNK, 1), np.float32), None), "Q8_0")
         try:
-            right = np.all(probe.matmul(np.full((1, GROUP), 127, np.float32)) == GROUP * 127)
+            right = (np.all(probe.matmul(np.full((1, GROUP), 127, np.float32)) == GROUP * 127)
+                     and np.all(low.matmul(np.full((1, GROUP), -127, np.float32)) == GROUP * 128 * 127))
         finally:
             torch.set_num_threads(chosen)
         if not right:
@@ -240,8 +244,9 @@ def threads() -> int:
 def quantized_activations(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """What the kernel multiplies for activations x (tokens, cols) float32: (xq int8, dx float32
     (tokens, cols / 32)), each token's row per block of 32 columns with dx = max|x| / 127 and
-    xq = rint(x * (1 / dx)); the activations are then dx * xq. In numpy, the same operations as
-    kernels_numba.quantize_activations (tests compare the bits)."""
+    xq = rint(x * (1 / dx)); the activations are then dx * xq. A block with a NaN or an infinity
+    has dx NaN and codes 0, one whose 1 / dx overflows dx 0 and codes 0. In numpy, the same
+    operations as kernels_numba.quantize_activations (tests compare the bits)."""
     tokens, cols = x.shape
     blocks = x.reshape(tokens, cols // ACT_BLOCK, ACT_BLOCK).astype(np.float32)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
@@ -250,6 +255,9 @@ def quantized_activations(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         d[~(d < np.inf)] = np.nan
         usable = (d > 0) & (d < np.inf)
         inverse = np.where(usable, np.float32(1.0) / np.where(usable, d, np.float32(1.0)), np.float32(0.0))
+        tiny = ~(inverse < np.inf)  # 1 / d overflows (max|x| under ~4e-37): the block is taken as zeros
+        d[tiny], inverse[tiny] = 0, 0
+        usable &= ~tiny
         q = np.where(usable[..., None], np.rint(blocks * inverse[..., None].astype(np.float32)), 0)
     return q.astype(np.int8).reshape(tokens, cols), d.astype(np.float32)
 

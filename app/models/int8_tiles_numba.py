@@ -44,10 +44,17 @@ BYTES, WORDS, SUMS, FLOATS = (ir.VectorType(I8, 32), ir.VectorType(I16, 16), ir.
 
 
 def _x86_integer_dots() -> bool:
-    """Whether this CPU has AVX2's integer dot products (Numba builds for the CPU it runs on);
-    TANDEM_INT8_PORTABLE=1 builds the plain vector code instead (tests compare the two)."""
+    """Whether the CPU Numba builds for has AVX2's integer dot products: this machine's, unless
+    NUMBA_CPU_NAME / NUMBA_CPU_FEATURES name another (Numba's way to build portable caches: then
+    AVX2 only where the named features say +avx2, since LLVM cannot build AVX2's intrinsics for a
+    CPU without them). TANDEM_INT8_PORTABLE=1 builds the plain vector code instead (tests compare
+    the two)."""
     if os.environ.get("TANDEM_INT8_PORTABLE", "") == "1":
         return False
+    from numba.core import config
+
+    if config.CPU_NAME or config.CPU_FEATURES:
+        return "+avx2" in (config.CPU_FEATURES or "").split(",")
     import llvmlite.binding as llvm
 
     try:

@@ -82,7 +82,8 @@ def quantize_activations(x, xq, dx, sx32, sx16):  # pragma: no cover - compiled
     """Each token's row of x (tokens, cols) alone, per block of 32 columns: dx = max|x| / 127,
     xq = rint(x * (1 / dx)) as int8 (so |xq| <= 127), and the quantized activations summed per
     group of 32 and of 16, times dx (sx32, sx16: the offsets' share). A block with a NaN or an
-    infinity gets dx NaN (the products it enters are NaN, as in float32) and codes 0. The same
+    infinity gets dx NaN (the products it enters are NaN, as in float32) and codes 0; one so small
+    that 1 / dx overflows (max|x| under ~4e-37) is taken as zeros (dx 0, codes 0). The same
     operations as int4_cpu_torch.quantized_activations, bit for bit."""
     tokens, blocks = x.shape[0], x.shape[1] // ACT_BLOCK
     for t in range(tokens):
@@ -96,6 +97,8 @@ def quantize_activations(x, xq, dx, sx32, sx16):  # pragma: no cover - compiled
             if not d < np.float32(np.inf):
                 d = np.float32(np.nan)
             inverse = np.float32(1.0) / d if d > 0 and d < np.float32(np.inf) else np.float32(0.0)
+            if not inverse < np.float32(np.inf):  # a block under ~4e-37 (1 / d overflows): zeros
+                d, inverse = np.float32(0.0), np.float32(0.0)
             low, high = np.int32(0), np.int32(0)  # the two halves' sums: exact, |sum| <= 32 x 127
             for j in range(ACT_BLOCK):
                 q = np.int32(np.rint(x[t, b * ACT_BLOCK + j] * inverse)) if inverse > 0 else np.int32(0)

@@ -253,7 +253,7 @@ def quantized_activations(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         top = np.abs(blocks).max(axis=2)
         d = top / np.float32(127.0)
         d[~(d < np.inf)] = np.nan
-        usable = (d > 0) & (d < np.inf)
+        usable = d > 0  # (a NaN is not)
         inverse = np.where(usable, np.float32(1.0) / np.where(usable, d, np.float32(1.0)), np.float32(0.0))
         tiny = ~(inverse < np.inf)  # 1 / d overflows (max|x| under ~4e-37): the block is taken as zeros
         d[tiny], inverse[tiny] = 0, 0

@@ -96,7 +96,7 @@ def quantize_activations(x, xq, dx, sx32, sx16):  # pragma: no cover - compiled
             d = top / np.float32(127.0)
             if not d < np.float32(np.inf):
                 d = np.float32(np.nan)
-            inverse = np.float32(1.0) / d if d > 0 and d < np.float32(np.inf) else np.float32(0.0)
+            inverse = np.float32(1.0) / d if d > 0 else np.float32(0.0)  # (a NaN is not > 0)
             if not inverse < np.float32(np.inf):  # a block under ~4e-37 (1 / d overflows): zeros
                 d, inverse = np.float32(0.0), np.float32(0.0)
             low, high = np.int32(0), np.int32(0)  # the two halves' sums: exact, |sum| <= 32 x 127

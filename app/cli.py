@@ -11,9 +11,10 @@ import sys
 # the option types live in app/cli_types.py (app/align/command.py uses them too); still importable from here
 from app.cli_types import MODEL, at_least_one, draft_choice, named, real_number, whole_number
 from app.engine.backends.base import COMPILE_CHOICES
-from app.engine.events import Finished, Notice, PrefillProgress, PromptTooLongError, Round
+from app.engine.events import Finished, Notice, PrefillProgress, PromptTooLongError
 from app.engine.sampling import SamplingParams
 from app.exit_signals import close_engine, exit_code, raise_on_sigterm
+from app.draft_choice import DraftKind
 from app.models.errors import ModelFileError
 from app.models.pairing import PairingError
 from app.paths import FolderError
@@ -108,17 +109,39 @@ def _sampling(args) -> SamplingParams:
     return SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed)
 
 
-def _show_round(event: Round, token_text) -> None:
-    """One line per round on stderr: +accepted -rejected => the target's own token."""
-    if not event.drafted:
+def _show_round(trace) -> None:
+    """One line per round on stderr, from its chips (app/chat/trace.py; a remote Tandem's too):
+    +accepted -rejected => the target's own token."""
+    from app.chat.trace import ACCEPTED, REJECTED, TARGET
+
+    if not trace.drafted:
         return
-    accepted = " ".join("+" + repr(token_text(t)) for t in event.drafted[: event.accepted])
-    rejected = " ".join("-" + repr(token_text(t)) for t in event.drafted[event.accepted :])
-    own = event.emitted[event.accepted :] if len(event.emitted) > event.accepted else ()
-    line = f"[round {event.index} k={event.k}] {accepted} {rejected}".rstrip()
+    accepted = " ".join("+" + repr(c.text) for c in trace.chips if c.kind == ACCEPTED)
+    rejected = " ".join("-" + repr(c.text) for c in trace.chips if c.kind == REJECTED)
+    own = [c for c in trace.chips if c.kind == TARGET]
+    line = f"[round {trace.index} k={trace.k}] {accepted} {rejected}".rstrip()
     if own:
-        line += f" => {token_text(own[-1])!r}"
+        line += f" => {own[-1].text!r}"
     print(line, file=sys.stderr, flush=True)
+
+
+def _target(args):
+    """--model as Runner.load takes it: a server's address becomes a RemoteSpec (its key from
+    $TANDEM_REMOTE_API_KEY, else the one `tandem-cli remote key` kept), anything else stays."""
+    import os
+
+    from app.remote.endpoint import RemoteSpec, is_remote
+
+    if not is_remote(args.model):
+        if getattr(args, "remote_model", None) or getattr(args, "ca_file", None):
+            raise ValueError("--remote-model and --ca-file are for a server's address in --model (http://...).")
+        return args.model
+    if args.draft.kind not in (DraftKind.AUTO, DraftKind.NONE):
+        raise ValueError(f"A remote target drafts on its server, as the server was started: --draft {args.draft} "
+                         "would load a draft here. Leave --draft out.")
+    from app.remote.keys import KEY_VARIABLE
+
+    return RemoteSpec(args.model, args.remote_model, args.ca_file, os.environ.get(KEY_VARIABLE) or None)
 
 
 def cmd_generate(args) -> int:
@@ -134,9 +157,10 @@ def cmd_generate(args) -> int:
     if system:
         messages.append({"role": "system", "content": system})
     messages.append({"role": "user", "content": prompt})
+    target = _target(args)
     service = RunnerService()  # the same service the window and the server are clients of
     try:
-        loaded = service.load(args.model, args.backend, draft=args.draft, precision=args.precision,
+        loaded = service.load(target, args.backend, draft=args.draft, precision=args.precision,
                               compile=args.compile, progress=_progress, context=args.context,
                               graphs=args.graphs, glue=args.glue).result()
         _progress(f"Loaded {loaded.describe()} in {loaded.load_s:.1f}s")
@@ -151,7 +175,7 @@ def cmd_generate(args) -> int:
                     _progress(f"Reading the prompt: {event.done} of {event.total} parts ...")
                 elif isinstance(event, (Traced, Text)):
                     if args.show_rounds and isinstance(event, Traced):
-                        _show_round(event.round, service.runner.tokenizer.token_text)
+                        _show_round(event.trace)
                     # a reasoning model's thinking goes to stderr: stdout holds the answer alone
                     for kind, text in event.pieces:
                         (sys.stderr if kind == THINKING else sys.stdout).write(text)
@@ -173,6 +197,11 @@ def cmd_serve(args) -> int:
     from app.server.host import ApiServer, ServerError, api_key_from
     from app.service import RunnerService
 
+    from app.remote.endpoint import is_remote
+
+    if is_remote(args.model):
+        raise ValueError("tandem-cli serve serves a model on this machine; a server's address is served already: "
+                         "point the clients at it.")
     _check_link(args.model)
     _check_link(args.draft.source)
     service = RunnerService()
@@ -192,6 +221,45 @@ def cmd_serve(args) -> int:
         server.serve_forever()
     finally:
         close_engine(service)
+    return 0
+
+
+def cmd_remote(args) -> int:
+    """A remote server's models, and the key kept for it (app/remote/keys.py)."""
+    import getpass
+
+    from app.remote import keys
+    from app.remote.endpoint import parse_endpoint
+
+    endpoint = parse_endpoint(args.address)
+    if args.remote_command == "key":
+        key = (getpass.getpass(f"API key for {endpoint.origin}: ") if sys.stdin.isatty()
+               else sys.stdin.readline()).strip()
+        if not key:
+            raise ValueError("No key was given: type it at the prompt, or pipe it in on one line.")
+        keys.save(endpoint.origin, key)
+        _progress(f"The key for {endpoint.origin} is kept {keys.where()}.")
+        return 0
+    if args.remote_command == "forget":
+        found = keys.forget(endpoint.origin)
+        _progress(f"The key for {endpoint.origin} was forgotten." if found
+                  else f"No key was kept for {endpoint.origin}.")
+        return 0
+    import os
+
+    from app.remote.client import RemoteClient
+    from app.remote.target import engine_name
+
+    client = RemoteClient(endpoint, os.environ.get(keys.KEY_VARIABLE) or keys.load(endpoint.origin), args.ca_file)
+    try:
+        models = client.models()
+    finally:
+        client.close()
+    for model in models:
+        context = f"\t{model.max_model_len} tokens" if model.max_model_len else "\t"
+        print(f"{model.id}\t{engine_name(model.owned_by)}{context}")
+    if not models:
+        _progress(f"{endpoint.base}/models lists no models.")
     return 0
 
 
@@ -319,6 +387,13 @@ def _cpu_count() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+def _remote_options(parser) -> None:
+    parser.add_argument("--remote-model", default=None, metavar="ID",
+                        help="with a server's address: which of its models (default: its only one)")
+    parser.add_argument("--ca-file", default=None, type=named("a CA file"), metavar="PEM",
+                        help="with an https:// address: the CA that signed a self-signed server's certificate")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tandem-cli", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -336,7 +411,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     gen = sub.add_parser("generate", help="stream an answer to one prompt")
     gen.add_argument("--model", "--target", dest="model", default="demo", type=MODEL,
-                     help='model folder, .gguf file, or "demo" (default)')
+                     help='model folder, .gguf file, "demo" (default), or a server\'s address (http(s)://...: '
+                          'another Tandem, vLLM, SGLang, llama.cpp\'s server; docs/remote.md)')
+    _remote_options(gen)
     gen.add_argument("--draft", type=draft_choice, default="auto",
                      help='draft model folder or .gguf, "self:int4" / "self:int4-head" / "self:bfloat16" '
                           '(a copy of the target at that precision), "mtp" (the checkpoint\'s own MTP layer), '
@@ -415,6 +492,19 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--api-key", default=None,
                        help="a key every request must send as 'Authorization: Bearer KEY' (default: $TANDEM_API_KEY)")
     serve.set_defaults(func=cmd_serve)
+
+    remote = sub.add_parser("remote", help="a remote server's models, and its API key (kept in the system's "
+                                           "credential store)")
+    remote_sub = remote.add_subparsers(dest="remote_command", required=True)
+    for name, words in (("models", "the models the server serves"),
+                        ("key", "keep the server's API key (typed at a prompt, or one line on stdin)"),
+                        ("forget", "forget the server's API key")):
+        command = remote_sub.add_parser(name, help=words)
+        command.add_argument("address", type=named("a server's address (http(s)://host:port)"))
+        if name == "models":
+            command.add_argument("--ca-file", type=named("a CA file"), default=None,
+                                 help="the PEM file of the CA that signed a self-signed server's certificate")
+        command.set_defaults(func=cmd_remote)
 
     from app.align.command import add_parser as add_align
 

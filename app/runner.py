@@ -32,6 +32,7 @@ from app.engine.events import Finished, Notice, Round
 from app.engine.sampling import SamplingParams
 from app.engine.speculative import generate
 from app.models.errors import ModelFileError
+from app.remote.endpoint import RemoteSpec, is_remote
 from app.models.memory import (MemoryEstimate, NotEnoughMemory, check_fits, estimate, free_memory, longest_chat)
 from app.models.head_sources import HEADS
 from app.models.resolve import display_name
@@ -102,6 +103,15 @@ class LoadedModel:
     own_context: int = 0  # what the model itself reads (context_length is what chats are kept within)
     draft_dtype: str = ""  # a draft model's as loaded ("int4 (g32, float32 head)"), "" for none and lookup
     draft_passes: str = ""  # how a draft head's passes run on PyTorch ("passes: CUDA graphs"), "" elsewhere
+    # a remote target (app/remote/): the server's origin ("https://gpu-box:8000") and the model's id
+    # there; `folder` is then that id, not a place on this machine, and backend is "remote"
+    remote: str = ""
+    remote_model: str = ""
+
+    @property
+    def name(self) -> str:
+        """The target's name for the window, the API and the history."""
+        return self.remote_model or display_name(self.folder)
 
     def draft_words(self) -> tuple[str, str]:
         """The draft's (label, detail) for the window: a self-draft at the precision it loaded at."""
@@ -110,6 +120,8 @@ class LoadedModel:
 
     def describe(self) -> str:
         pair = f" + {self.draft_words()[0]}" if self.draft != NO_DRAFT else ""
+        if self.remote:
+            return f"{self.remote_model} on {self.dtype} at {self.remote}"
         return f"{display_name(self.folder)}{pair} ({self.model_type}, {self.dtype}) on {self.backend}/{self.device}"
 
 
@@ -124,6 +136,7 @@ class Runner:
         # width, the acceptance) belongs to the pair and this machine, not to one answer.
         self._controllers: dict[str, DraftLengthController] = {}
         self._running: CancelToken | None = None  # the token of the request being answered
+        self.remote = None  # a target served elsewhere (app/remote/target.RemoteTarget), else None
         self.free_memory = free_memory  # (backend, device) -> (bytes, name); tests may simulate less
         import psutil
 
@@ -209,6 +222,9 @@ class Runner:
         PyTorch target decodes (app/engine/backends/compile_torch.py). `context`: the most tokens
         a chat may hold (None: the model's own), never more than the model's or than memory holds."""
         start = time.perf_counter()
+        if isinstance(spec, RemoteSpec) or is_remote(spec):
+            return self._load_remote(spec if isinstance(spec, RemoteSpec) else RemoteSpec(spec), context, progress,
+                                     start)
         plan = plan_load(spec, backend, draft, precision, context, progress)
         try:
             notice, memory_cap = self._check_memory(list(plan.models), plan.backend, progress)
@@ -216,6 +232,7 @@ class Runner:
             raise self._smaller_offer(exc, list(plan.models), plan.config, plan.file_bytes, plan.backend,
                                       plan.device, plan.precision, plan.folder, plan.draft.precision) from exc
         self.kept.forget()  # the old pair's set-aside caches: their memory is the new pair's now
+        self._drop_remote()
         target, own = self._load_target(plan, memory_cap, context, progress, compile=compile, graphs=graphs,
                                          glue=glue)
         drafter, choice, draft_bytes, draft_dtype, fallback = self._load_drafter(plan, target, progress,
@@ -231,6 +248,31 @@ class Runner:
                                   "switch" if tokenizer.thinking_switch else "always" if tokenizer.thinks else "",
                                   own, draft_dtype, head_passes(drafter, target.device))
         return self.loaded
+
+    def _load_remote(self, spec: RemoteSpec, context: int | None, progress, start: float) -> LoadedModel:
+        """A server's model as the target (app/remote/target.py). The server is asked first; only
+        when it answers does the pair in use go (its memory is free for other work then)."""
+        from app.remote.target import RemoteTarget  # httpx: only where a server is used
+
+        remote = RemoteTarget(spec, progress)
+        self._drop_remote()
+        self.kept.forget()
+        self.target = self.drafter = self.tokenizer = None
+        self._controllers.clear()
+        gc.collect()
+        self.remote = remote
+        own = remote.context_length
+        asked = min(own, context) if own and context else (context or own)
+        self.loaded = LoadedModel(Path(remote.model.id), "remote", remote.endpoint.origin, remote.engine, "remote",
+                                  asked, 0, time.perf_counter() - start, NO_DRAFT, own_context=own,
+                                  remote=remote.endpoint.origin, remote_model=remote.model.id)
+        progress(f"Connected: {remote.describe()}.")
+        return self.loaded
+
+    def _drop_remote(self) -> None:
+        if self.remote is not None:
+            self.remote.close()
+            self.remote = None
 
     def _load_target(self, plan: LoadPlan, memory_cap: int | None, context: int | None, progress,
                      **options) -> tuple[ModelBackend, int]:
@@ -339,6 +381,8 @@ class Runner:
         measured at: the side panel's speedup is measured against this, never assumed. Stop tokens
         are ignored so every timing covers `tokens` tokens. None when `cancelled()` turned true (a
         real request wants the engine): no half timing."""
+        if self.remote is not None:
+            return self._time_remote_alone(messages, tokens, cancelled, params)
         if self.target is None:
             raise RuntimeError("No model is loaded.")
         prompt = self.tokenizer.render_chat(list(messages) or [{"role": "user", "content": "Hello!"}])
@@ -354,6 +398,26 @@ class Runner:
             return None
         return stats.decode_s / stats.decode_tokens, len(prompt) + tokens
 
+    def _time_remote_alone(self, messages, tokens, cancelled, params) -> tuple[float, int] | None:
+        """A remote Tandem's target alone, timed from here (network included, as its answers are).
+        Other engines fix their speculation at start: there is no target alone to time, and
+        RemoteError says so."""
+        from app.remote.client import RemoteError
+
+        if not self.remote.can_choose_draft():
+            raise RemoteError(f"{self.remote.engine} sets its speculation when it starts, so its target alone "
+                              "cannot be timed from here: the speedup is not measured.")
+        request = ChatRequest(tuple(messages) or ({"role": "user", "content": "Hello!"},), max_tokens=tokens,
+                              params=params, drafter=NO_DRAFT, cancel=CancelToken(also=cancelled))
+        finished = None
+        for event in self.remote.chat(request):
+            if isinstance(event, Finished):
+                finished = event
+        stats = finished.stats
+        if stats.finish_reason == "cancelled" or not stats.decode_tokens:
+            return None
+        return stats.decode_s / stats.decode_tokens, stats.prompt_tokens + stats.tokens
+
     def prompt_ids(self, request: ChatRequest) -> list[int]:
         """The request's prompt as token ids: its chat through the template (with its tools), or
         its raw prompt."""
@@ -367,8 +431,8 @@ class Runner:
         thinking block (the prompt opened it) rather than with the answer or the opening tag."""
         from app.chat.thinking import starts_thinking
 
-        if self.tokenizer is None or not self.tokenizer.thinks:
-            return None
+        if self.remote is not None or self.tokenizer is None or not self.tokenizer.thinks:
+            return None  # a remote target's thinking comes apart from its answer (app/remote/target.py)
         if request.prompt is not None:
             return starts_thinking(request.prompt)
         return starts_thinking(self.tokenizer.render_text(list(request.messages), tools=list(request.tools) or None,
@@ -383,8 +447,9 @@ class Runner:
         # Room kept for the answer: what was asked for, but never more than half the context, so
         # a large "max new tokens" does not refuse every message; the answer then ends at the
         # context's end instead.
-        if request.prompt is not None or not request.fit:
-            return request, ""  # the engine refuses a prompt that leaves no room to answer
+        if request.prompt is not None or not request.fit or self.remote is not None:
+            # the engine refuses a prompt that leaves no room to answer; a server counts its own tokens
+            return request, ""
         context = self.loaded.context_length
         room = min(request.max_tokens, context // 2)
         tools = list(request.tools) or None
@@ -401,6 +466,13 @@ class Runner:
     def chat(self, request: ChatRequest) -> Iterator[Round | Notice | Finished]:
         """Answer `request`: fitted to the context (a Notice says what was left out), from the
         caches its conversation left (app/engine/reuse.py, kept_caches.py)."""
+        if self.remote is not None:
+            self._running = request.cancel
+            try:
+                yield from self.remote.chat(request)
+            finally:
+                self._running = None
+            return
         if self.target is None:
             raise RuntimeError("No model is loaded.")
         request, left_out = self.fit(request)

@@ -28,7 +28,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, replace
 
 from app.chat.thinking import ANSWER, THINKING, ThinkingSplitter
-from app.chat.trace import RoundTrace, trace_round
+from app.chat.trace import trace_round
+from app.chat.traced import Text, Traced
 from app.engine.events import Finished, GenerationStats, Notice, PrefillProgress, Round
 from app.runner import ChatRequest, LoadedModel, Runner
 
@@ -42,31 +43,6 @@ class Started:
 
     loaded: LoadedModel | None
     waited_s: float  # in the queue
-
-
-@dataclass(frozen=True)
-class Traced:
-    """One round of the answer, with what the side panel draws of it (its token chips), and its
-    text by part: ("answer", text), and ("thinking", text) for a reasoning model's thinking block
-    (app/chat/thinking.py; the tags are left out)."""
-
-    round: Round
-    trace: RoundTrace
-    pieces: tuple[tuple[str, str], ...] = ()
-
-    def part(self, which: str) -> str:
-        return "".join(text for kind, text in self.pieces if kind == which)
-
-
-@dataclass(frozen=True)
-class Text:
-    """Text the answer ends with that no round carried (the start of a tag held back, which
-    turned out not to be one), by part as in Traced; just before Finished."""
-
-    pieces: tuple[tuple[str, str], ...]
-
-    def part(self, which: str) -> str:
-        return "".join(text for kind, text in self.pieces if kind == which)
 
 
 def cancelled_before_start(prompt_tokens: int = 0) -> Finished:
@@ -356,6 +332,10 @@ class RunnerService:
             starts = runner.starts_thinking(handle.request) if hasattr(runner, "starts_thinking") else None
             splitter = ThinkingSplitter(starts) if starts is not None else None
             for event in runner.chat(handle.request):
+                if isinstance(event, (Traced, Text)):  # a remote target's rounds come drawn already
+                    first_token_at = first_token_at or time.perf_counter()
+                    handle._put(event)
+                    continue
                 if isinstance(event, Round):
                     now = time.perf_counter()
                     first_token_at = first_token_at or now  # round 0 ends with the first token
@@ -374,7 +354,7 @@ class RunnerService:
                         handle._put(Text(tuple(rest)))
                 handle._put(event)
         except Exception as exc:  # noqa: BLE001 - the client reports it; the service serves on
-            if not isinstance(exc, ValueError):
+            if not isinstance(exc, (ValueError, ConnectionError)):  # a remote server's failure is not a bug here
                 log.exception("request %s failed", handle.number)
             error = exc
         finally:

@@ -101,6 +101,22 @@ def _probability(value) -> float | None:
     return float(value)
 
 
+def round_row(r: RoundTrace) -> list:
+    """A round as one JSON row: how the history stores it and a remote Tandem streams it
+    (app/server/openai_api.py, app/remote/target.py)."""
+    return [r.index, r.k, r.source, r.text, r.own_chars, round(r.at, 6), round(r.draft_s, 6), round(r.verify_s, 6),
+            [[c.token, c.text, c.kind, c.p, c.q] for c in r.chips], r.thinking]
+
+
+def round_from_row(row) -> RoundTrace:
+    """`round_row`'s row read back; TypeError or ValueError (OverflowError) for a damaged one."""
+    i, k, src, text, own, at, ds, vs, chips, *rest = row
+    return RoundTrace(int(i), int(k), str(src),
+                      tuple(Chip(int(t), str(s), str(kind), _probability(p), _probability(q))
+                            for t, s, kind, p, q in chips),
+                      str(text), int(own), float(at), float(ds), float(vs), bool(rest and rest[0]))
+
+
 @dataclass(frozen=True)
 class Figures:
     tokens: int  # committed answer tokens
@@ -205,9 +221,7 @@ class TurnTrace:
     def to_dict(self) -> dict:
         return {"version": TRACE_VERSION, "baseline": self.baseline.to_dict() if self.baseline else None,
                 "unmeasured": self.unmeasured,
-                "rounds": [[r.index, r.k, r.source, r.text, r.own_chars, round(r.at, 6), round(r.draft_s, 6),
-                            round(r.verify_s, 6), [[c.token, c.text, c.kind, c.p, c.q] for c in r.chips], r.thinking]
-                           for r in self.rounds]}
+                "rounds": [round_row(r) for r in self.rounds]}
 
     @classmethod
     def from_dict(cls, data: dict | None) -> TurnTrace | None:
@@ -215,11 +229,7 @@ class TurnTrace:
         if not isinstance(data, dict) or data.get("version") not in READABLE_VERSIONS:
             return None
         try:
-            rounds = [RoundTrace(int(i), int(k), str(src),
-                                 tuple(Chip(int(t), str(s), str(kind), _probability(p), _probability(q))
-                                       for t, s, kind, p, q in chips),
-                                 str(text), int(own), float(at), float(ds), float(vs), bool(rest and rest[0]))
-                      for i, k, src, text, own, at, ds, vs, chips, *rest in data["rounds"]]
+            rounds = [round_from_row(row) for row in data["rounds"]]
         except (KeyError, TypeError, ValueError, OverflowError):  # int(1e400) overflows: a damaged row
             return None
         stored = data.get("baseline") if data["version"] >= 2 else data.get("baseline_s_per_token")

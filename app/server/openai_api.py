@@ -26,8 +26,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from app.chat.thinking import THINKING
+from app.chat.trace import round_row
 from app.engine.events import Finished
-from app.models.resolve import display_name
 from app.server.api_key import RequireKey
 from app.server.limits import BodyDeadline, ReadLimits
 from app.server.requests import DEFAULT_MAX_TOKENS, ApiError, ChatBody, CompletionBody, parse_body
@@ -43,7 +43,7 @@ FINISH_REASONS = {"stop": "stop", "stop_string": "stop", "length": "length", "co
 def model_id(service: RunnerService) -> str | None:
     """The loaded model's id as clients send it: "smollm2-135m-instruct" (`api_id`)."""
     loaded = service.runner.loaded
-    return None if loaded is None else api_id(display_name(loaded.folder))
+    return None if loaded is None else api_id(loaded.name)
 
 
 def api_id(name: str) -> str:
@@ -51,6 +51,16 @@ def api_id(name: str) -> str:
     spaces or parentheses): "SmolLM2 135M Instruct (demo)" -> "smollm2-135m-instruct"."""
     base = re.sub(r"\s*\([^)]*\)\s*$", "", name)
     return re.sub(r"[^a-z0-9._]+", "-", base.lower()).strip("-.") or "model"
+
+
+def _model_entry(service: RunnerService, name: str) -> dict:
+    """A model as /v1/models lists it; `max_model_len` is the context, as vLLM gives it, so a client
+    (a remote Tandem among them) knows where a chat must be cut."""
+    entry = {"id": name, "object": "model", "created": 0, "owned_by": "tandem"}
+    loaded = service.runner.loaded
+    if loaded is not None and loaded.context_length:
+        entry["max_model_len"] = loaded.context_length
+    return entry
 
 
 def create_app(service: RunnerService, api_key: str | None = None, max_body: int = MAX_BODY_BYTES,
@@ -76,12 +86,11 @@ def create_app(service: RunnerService, api_key: str | None = None, max_body: int
     @app.get("/v1/models")
     async def models() -> dict:
         name = model_id(service)
-        data = [] if name is None else [{"id": name, "object": "model", "created": 0, "owned_by": "tandem"}]
-        return {"object": "list", "data": data}
+        return {"object": "list", "data": [] if name is None else [_model_entry(service, name)]}
 
     @app.get("/v1/models/{name:path}")
     async def one_model(name: str) -> dict:  # any name: the loaded model answers to each (_loaded_model)
-        return {"id": _loaded_model(service), "object": "model", "created": 0, "owned_by": "tandem"}
+        return _model_entry(service, _loaded_model(service))
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
@@ -134,6 +143,9 @@ async def _answer(http: Request, service: RunnerService, answers: OpenAnswers, b
                   chat: bool):
     name = _loaded_model(service)
     runner = service.runner
+    if getattr(runner, "remote", None) is not None:  # the window's target is another server: its clients go there
+        raise ApiError(503, f"Tandem's target is served by {runner.loaded.remote} now, not on this machine: send "
+                            "requests to that server directly.", type_="server_error", code="model_not_loaded")
     fmt = tool_format(runner.tokenizer.chat_template) if chat and body.tools else None
     if chat and body.tools and body.tool_choice != "none" and fmt is None:
         raise ApiError(400, f"{name}'s chat template has no format for tools, so it cannot call them: "
@@ -261,6 +273,7 @@ async def _sse(answer: Answer, started: _Started, fmt, chat: bool, include_usage
     if chat:
         yield _chunk(started, chat, {"role": "assistant", "content": ""})
     pending: list[tuple[str, str]] = []  # text not sent yet, by part
+    rounds: list[list] = []  # the rounds that wrote it, as the history's rows (app/chat/trace.round_row)
 
     def flush():
         merged: list[tuple[str, str]] = []
@@ -270,20 +283,31 @@ async def _sse(answer: Answer, started: _Started, fmt, chat: bool, include_usage
             else:
                 merged.append((kind, text))
         pending.clear()
+        # Each chunk carries the rounds it covers in its `tandem` field (standard clients ignore
+        # it): a remote Tandem's client shows them as its own (app/remote/target.py). Rounds whose
+        # text is all held back (a tool call's start) go in a chunk of their own.
+        extra = {"tandem": {"rounds": rounds.copy()}} if rounds else {}
+        rounds.clear()
         for kind, text in merged:
             if kind == THINKING and chat:
-                yield _chunk(started, chat, {"reasoning_content": text})
+                yield _chunk(started, chat, {"reasoning_content": text}, **extra)
             elif kind == THINKING:  # a completion has one text: the thinking is part of it
-                yield _chunk(started, chat, text)
+                yield _chunk(started, chat, text, **extra)
             else:
                 content = splitter.feed(text) if chat else text
-                if content:
-                    yield _chunk(started, chat, {"content": content} if chat else content)
+                if not content:
+                    continue
+                yield _chunk(started, chat, {"content": content} if chat else content, **extra)
+            extra = {}
+        if extra:
+            yield _chunk(started, chat, {} if chat else "", **extra)
 
     try:
         async for item in answer.events():
             if isinstance(item, (Traced, Text)):
                 pending.extend(item.pieces)
+                if isinstance(item, Traced):
+                    rounds.append(round_row(item.trace))
                 if not answer.queue.empty():
                     continue  # more rounds wait already (a slow client): one chunk carries them all
             elif isinstance(item, Finished):

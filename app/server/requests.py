@@ -15,6 +15,7 @@ from typing import Any, Literal
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from app.draft_choice import PAIR_DRAFT, REQUEST_CHOICES, DraftChoice, DraftChoiceError
 from app.engine.sampling import SamplingParams
 from app.runner import ChatRequest
 from app.server.tool_calls import messages_for_template
@@ -127,12 +128,37 @@ class StreamOptions(_Part):
     include_usage: bool = False
 
 
+class TandemFields(_Part):
+    """What a client that knows it talks to Tandem may ask beyond OpenAI's fields (a remote
+    Tandem's window does: app/remote/target.py): how this answer drafts, one of the choices a chat
+    has ("pair", "model", "ngram", "none"), so it can time the target alone or race the two."""
+
+    draft: str = str(PAIR_DRAFT)
+
+    @field_validator("draft")
+    @classmethod
+    def _a_request_choice(cls, value):
+        choices = ", ".join(f"'{choice}'" for choice in REQUEST_CHOICES)
+        try:
+            choice = DraftChoice.parse(value)
+        except DraftChoiceError:
+            choice = None
+        if choice not in REQUEST_CHOICES:
+            raise ValueError(f"must be one of {choices}")
+        return value
+
+    def choice(self) -> DraftChoice:
+        return DraftChoice.parse(self.draft)
+
+
 class _Body(_Part):
     model: str
     stream: bool = False
     stream_options: StreamOptions | None = None
     temperature: float = Field(1.0, ge=0.0, le=2.0)  # OpenAI's range and default
     top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(0, ge=-1)  # vLLM's, SGLang's and llama.cpp's field: 0 or -1 keeps every token
+    tandem: TandemFields | None = None
     max_tokens: int | None = Field(None, ge=1)
     stop: list[str] = []
     seed: int | None = Field(None, ge=0, lt=2**63)
@@ -175,8 +201,11 @@ class _Body(_Part):
         return self.stream_options is not None and self.stream_options.include_usage
 
     def _request(self, context: int, **fields) -> ChatRequest:
-        params = SamplingParams(temperature=self.temperature, top_p=self.top_p, seed=self.seed)
+        params = SamplingParams(temperature=self.temperature, top_p=self.top_p, top_k=max(self.top_k, 0),
+                                seed=self.seed)
+        drafter = self.tandem.choice() if self.tandem is not None else PAIR_DRAFT
         return ChatRequest(max_tokens=min(self.max_tokens or DEFAULT_MAX_TOKENS, context), params=params,
+                           drafter=drafter,
                            stop_strings=tuple(self.stop), fit=False,
                            conversation=f"server {self.user}" if self.user else "server", **fields)
 

@@ -114,7 +114,12 @@ class LoadedModel:
         return self.remote_model or display_name(self.folder)
 
     def draft_words(self) -> tuple[str, str]:
-        """The draft's (label, detail) for the window: a self-draft at the precision it loaded at."""
+        """The draft's (label, detail) for the window: a self-draft at the precision it loaded at; a
+        remote target's speculation is its server's (app/remote/target.py says what each shows)."""
+        if self.remote:
+            shown = ("every round is shown as it ran there" if self.dtype == "Tandem"
+                     else "the panel shows its tokens/s and the first token's wait")
+            return f"{self.dtype}'s own", f"the server speculates as it was started; {shown}"
         label, detail = self.draft.words(self.draft_dtype if self.draft.kind is DraftKind.SELF else "")
         return label, f"{detail}; {self.draft_passes}" if self.draft_passes else detail
 
@@ -426,6 +431,10 @@ class Runner:
         return self.tokenizer.render_chat(list(request.messages), tools=list(request.tools) or None,
                                           thinking=request.thinking)
 
+    def prompt_length(self, request: ChatRequest) -> int | None:
+        """The request's prompt in tokens; None for a remote target (its server counts them)."""
+        return None if self.remote is not None else len(self.prompt_ids(request))
+
     def starts_thinking(self, request: ChatRequest) -> bool | None:
         """None for a model that does not think; else whether its answer begins inside the
         thinking block (the prompt opened it) rather than with the answer or the opening tag."""
@@ -442,14 +451,15 @@ class Runner:
         """The request with its oldest turns left out where the chat outgrows the context (never
         the system prompt or the last message; app/chat/context.py), and the notice that says so
         ("" when nothing was). A ContextOverflowError when even those do not fit."""
+        if self.remote is not None:  # a server counts its own tokens (and refuses what is too long)
+            return request, ""
         if self.loaded is None or self.tokenizer is None:
             raise RuntimeError("No model is loaded.")
         # Room kept for the answer: what was asked for, but never more than half the context, so
         # a large "max new tokens" does not refuse every message; the answer then ends at the
         # context's end instead.
-        if request.prompt is not None or not request.fit or self.remote is not None:
-            # the engine refuses a prompt that leaves no room to answer; a server counts its own tokens
-            return request, ""
+        if request.prompt is not None or not request.fit:
+            return request, ""  # the engine refuses a prompt that leaves no room to answer
         context = self.loaded.context_length
         room = min(request.max_tokens, context // 2)
         tools = list(request.tools) or None

@@ -256,11 +256,10 @@ def share(space: int, needs: list[int]) -> list[int]:
 
 
 def target_text(info: LoadedModel) -> tuple[str, str]:
-    from app.models.resolve import display_name
     from ui.status_bar import where_words
 
     # "float32 · on the CPU with PyTorch": the words the status bar uses
-    return display_name(info.folder), f"{_precision(info)} · {where_words(info.backend, info.device)}"
+    return info.name, f"{_precision(info)} · {where_words(info.backend, info.device)}"
 
 
 def _precision(info: LoadedModel) -> str:
@@ -272,6 +271,8 @@ def target_short_detail(info: LoadedModel) -> str:
     from ui.status_bar import LIBRARIES
 
     device = info.device
+    if info.remote:
+        return f"{info.dtype} · remote"
     place = "GPU" if info.backend == "mlx" or device.startswith("cuda") or device == "mps" else device.upper()
     return f"{_precision(info)} · {LIBRARIES.get(info.backend, info.backend)} on {place}"
 

@@ -20,7 +20,7 @@ from app.chat.settings import ChatSettings
 from app.data_files import NotAnswering
 from app.draft_choice import AUTO_DRAFT, DraftChoice, DraftKind
 from app.models.names import is_demo_folder
-from app.models.resolve import display_name, model_label, precision_words
+from app.models.resolve import model_label, precision_words
 from app.runner import LoadedModel, auto_draft
 from ui import theme, window_state
 from ui.banner import BannerStack
@@ -38,6 +38,7 @@ from ui.pairing.controller import PairController
 from ui.pairing.downloads import DownloadStrip
 from ui.pairing.drop import mime_texts
 from ui.recovery_offer import RecoveryOffer
+from ui.pairing.remote_dialog import ask_remote
 from ui.pairing.slot_menu import ask_token, build_slot_menu
 from ui.server_switch import ServerSwitch
 from ui.panel.race_mode import RaceMode
@@ -101,7 +102,8 @@ class MainWindow(QMainWindow):
         self.store.unreadable.listen(lambda text: self.banners.add(text, "warning", "history-rows"))
         self.settings_drawer.defaults = defaults
         self.pairing = PairController(self.download_strip, backend,
-                                      ask_token=lambda repo, why: ask_token(self, repo, why), parent=self)
+                                      ask_token=lambda repo, why: ask_token(self, repo, why), parent=self,
+                                      ask_remote=lambda address: ask_remote(self, address))
         if self.pairing.memory.notice:  # pairs.json's entries skipped, or the file set aside, as it was read
             self.banners.add(self.pairing.memory.notice, "warning", "pairs")
         self._start_worker()
@@ -584,7 +586,7 @@ class MainWindow(QMainWindow):
                 self.header.show_trial(self.pairing.trial_text)
             self.status.show_loaded(model)
             self.status.showMessage(f"Still using {model.describe()}", 8000)
-            self.chat_view.set_greeting_hint(f"Still using {display_name(model.folder)}, "
+            self.chat_view.set_greeting_hint(f"Still using {model.name}, "
                                              f"draft: {model.draft_words()[0]}.")
             return
         self.header.show_load_failed()

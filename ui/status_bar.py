@@ -8,7 +8,6 @@ from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar, QWidget
 
 from app.engine.events import GenerationStats
 from app.draft_choice import DraftKind
-from app.models.resolve import display_name
 from app.runner import LoadedModel
 from ui.tips import wrap_tip
 
@@ -23,6 +22,8 @@ def where_words(backend: str, device: str) -> str:
     """"on the CPU with PyTorch": where the pair runs, in a user's words (the tooltip keeps the
     backend's own names)."""
     library = LIBRARIES.get(backend, backend)
+    if backend == "remote":  # device: the server's origin
+        return f"on the server {device}"
     if backend == "mlx":
         return f"on the Mac's GPU with {library}"
     if device.startswith("cuda"):
@@ -85,7 +86,7 @@ class StatusBar(QStatusBar):
         self.loading.hide()
         self.showMessage(f"Loaded in {info.load_s:.1f}s", 5000)
         draft, detail = info.draft_words()
-        self.pair.setText(f"{display_name(info.folder)} · draft: {draft}")
+        self.pair.setText(f"{info.name} · draft: {draft}")
         self.pair.setToolTip(wrap_tip(f"Target: {info.folder}\nDraft: {draft} ({detail})"))
         note = f" ({info.device_note})" if info.device_note else ""
         self.device.setText(f"{where_words(info.backend, info.device)}{note} · {info.dtype.split(' (')[0]}")
@@ -157,4 +158,6 @@ def ready_words(info: LoadedModel) -> str:
     drafting = {DraftKind.NONE: "decodes alone, without a draft",
                 DraftKind.LOOKUP: "drafts by copying from the chat (prompt lookup)"}.get(
         info.draft.kind, f"drafts with {info.draft_words()[0]}")
-    return f"{display_name(info.folder)} is ready {where_words(info.backend, info.device)} and {drafting}."
+    if info.remote:
+        drafting = f"speculates as the server was started ({info.draft_words()[1].split('; ')[1]})"
+    return f"{info.name} is ready {where_words(info.backend, info.device)} and {drafting}."

@@ -20,7 +20,8 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal, Slot
 
@@ -31,6 +32,7 @@ from app.engine.events import Finished, Notice, PrefillProgress
 from app.engine.sampling import SamplingParams
 from app.models.pairing import PairingError
 from app.pair_trial import TrialProgress, run_trial
+from app.remote.endpoint import RemoteSpec, is_remote
 from app.draft_choice import AUTO_DRAFT, NO_DRAFT, DraftChoice
 from app.runner import BASELINE_TOKENS, ChatRequest, Runner, auto_draft
 from app.chat.thinking import THINKING
@@ -84,6 +86,11 @@ class PairRequest:
     keep_draft: bool = False
     precision: str = "auto"  # the target's ("int4" when the user took a refusal's offer to load it in 4-bit)
     context: int | None = None  # the most tokens a chat may hold (None: the model's own, or what memory holds)
+    # a server's address as the target (app/remote/): which of its models, the CA file of a
+    # self-signed one, and a key typed for this load only (else the kept one is used)
+    remote_model: str = ""
+    ca_file: str = ""
+    remote_key: str | None = field(default=None, repr=False, compare=False)
 
     def named(self) -> tuple[str, DraftChoice]:
         return self.target_name or self.target, self.draft_name or self.draft
@@ -211,7 +218,11 @@ class EngineWorker(QObject):
         # this queue and are emitted from the worker's own thread while it waits, as its other
         # signals are.
         said: queue.SimpleQueue[str] = queue.SimpleQueue()
-        future = self.service.load(request.target, request.backend or None, draft=draft, precision=request.precision,
+        target = request.target
+        if is_remote(target):
+            ca_file = Path(request.ca_file) if request.ca_file else None
+            target = RemoteSpec(target, request.remote_model or None, ca_file, request.remote_key)
+        future = self.service.load(target, request.backend or None, draft=draft, precision=request.precision,
                                    context=request.context, client=self.CLIENT, progress=said.put)
         while True:  # a quitting window does not wait out a load (minutes for a large model)
             try:
@@ -341,8 +352,14 @@ class EngineWorker(QObject):
         """Say which timings of the target alone the answer to `request` is measured against (those
         at its sampling settings, in its context region: app/chat/baseline.py), or why none."""
         conditions = conditions_of(request.params)
+        remote = self.runner.remote
+        if remote is not None and not remote.can_choose_draft():
+            # a server that fixes its speculation at start has no target alone to time
+            self.answer_baseline.emit(None, f"{remote.engine} sets its speculation when it starts, so its target "
+                                            "alone cannot be timed from here")
+            return
         try:  # the prompt as the answer will read it (a few ms of tokenizing, in the request's turn)
-            context = self.service.call(lambda runner: len(runner.prompt_ids(runner.fit(request)[0])),
+            context = self.service.call(lambda runner: runner.prompt_length(runner.fit(request)[0]),
                                         client=self.CLIENT).result()
         except Exception:  # the request itself says what is wrong with it
             self.answer_baseline.emit(None, "the answer could not start")

@@ -76,8 +76,10 @@ class RemoteTarget:
             body["seed"] = params.seed
         if request.stop_strings:
             body["stop"] = list(request.stop_strings)
-        if self.is_tandem:
+        if self.is_tandem:  # what only another Tandem takes (app/server/requests.TandemFields)
             body["tandem"] = {"draft": str(request.drafter)}
+            if request.draft_tokens:
+                body["tandem"]["draft_tokens"] = request.draft_tokens
         if request.prompt is not None:
             body["prompt"] = request.prompt
             return "/completions", body

@@ -134,6 +134,7 @@ class TandemFields(_Part):
     has ("pair", "model", "ngram", "none"), so it can time the target alone or race the two."""
 
     draft: str = str(PAIR_DRAFT)
+    draft_tokens: int | None = Field(None, ge=1, le=32)  # a fixed draft length (None: adaptive)
 
     @field_validator("draft")
     @classmethod
@@ -204,8 +205,9 @@ class _Body(_Part):
         params = SamplingParams(temperature=self.temperature, top_p=self.top_p, top_k=max(self.top_k, 0),
                                 seed=self.seed)
         drafter = self.tandem.choice() if self.tandem is not None else PAIR_DRAFT
+        draft_tokens = self.tandem.draft_tokens if self.tandem is not None else None
         return ChatRequest(max_tokens=min(self.max_tokens or DEFAULT_MAX_TOKENS, context), params=params,
-                           drafter=drafter,
+                           drafter=drafter, draft_tokens=draft_tokens,
                            stop_strings=tuple(self.stop), fit=False,
                            conversation=f"server {self.user}" if self.user else "server", **fields)
 

@@ -8,7 +8,6 @@ from pathlib import Path
 from PySide6.QtWidgets import QFileDialog
 
 from app.chat.export import chat_markdown, file_name, write_text
-from app.models.resolve import display_name
 
 SHOWN_MS = 6000
 
@@ -29,7 +28,7 @@ def export_chat(window) -> Path | None:
     model = window.controller.model
     try:
         write_text(path, chat_markdown(conversation, window.store.messages(conv_id),
-                                       display_name(model.folder) if model is not None else ""))
+                                       model.name if model is not None else ""))
     except OSError as exc:
         window.banners.add(f"The chat could not be exported to {path}: {exc.strerror or exc}. "
                            "Choose another folder.", "error", "export")

@@ -21,6 +21,7 @@ from app.models.head_sources import HEADS
 from app.models.pair_memory import PairMemory
 from app.models.precheck import PairPart, local_part, precheck_pair
 from app.models.sources import ModelSource, classify, draft_source
+from app.remote.endpoint import is_remote
 from app.runner import LoadedModel
 from ui.pairing.downloads import DownloadJob, DownloadStrip
 from ui.worker import PairRequest
@@ -45,13 +46,16 @@ class PairController(QObject):
 
     def __init__(self, strip: DownloadStrip, backend: str = "", memory: PairMemory | None = None,
                  ask_token: Callable[[str, str], str | None] = lambda repo, why: None,
-                 endpoint: str | None = None, parent: QObject | None = None):
+                 endpoint: str | None = None, parent: QObject | None = None,
+                 ask_remote: Callable[[str], object] = lambda address: None):
         super().__init__(parent)
         self.strip = strip
         self.backend = backend
         self.memory = memory or PairMemory()
         self.ask_token = ask_token  # the window's dialog: (repo id, why) -> a token or None
         self.endpoint = endpoint  # tests point the hub at a local server
+        # the window's server dialog (ui/pairing/remote_dialog.py): an address -> a RemoteChoice or None
+        self.ask_remote = ask_remote
         self.current: PairRequest | None = None
         self.loaded: LoadedModel | None = None
         self.job: DownloadJob | None = None
@@ -77,12 +81,41 @@ class PairController(QObject):
         self.choose(role, texts[0])
 
     def choose(self, role: str, text: str) -> None:
+        if is_remote(text) and not _hub_link(text):
+            if role == "draft":
+                self.error.emit("A server's address goes on the Target slot: the server drafts as it was started, "
+                                "and the panel shows what it reports.")
+                return
+            self.choose_server(text)
+            return
         try:
             source = classify(text, role)
         except ModelFileError as exc:
             self.error.emit(str(exc))
             return
         self._fetch([(role, source)])
+
+    def choose_server(self, address: str = "") -> None:
+        """A model on a server as the target: the window asks which (and its key), then it loads."""
+        choice = self.ask_remote(address)
+        if choice is not None:
+            self.choose_remote(choice)
+
+    def choose_remote(self, choice) -> None:
+        """Load a RemoteChoice (ui/pairing/remote_dialog.py). A key to remember is kept first; where
+        the store refuses it, the load still uses it, and the banner says it was not kept."""
+        from app.remote import keys
+        from app.remote.endpoint import parse_endpoint
+
+        key = choice.key
+        if key and choice.remember:
+            try:
+                keys.save(parse_endpoint(choice.address).origin, key)
+                key = None  # the load reads it back from the store
+            except keys.KeyStoreError as exc:
+                self.error.emit(f"{exc} It is used for this connection only.")
+        self.request_pair.emit(PairRequest(choice.address, NO_DRAFT, self.backend, choice.address, NO_DRAFT,
+                                           remote_model=choice.model, ca_file=choice.ca_file, remote_key=key))
 
     def choose_draft(self, draft: DraftChoice) -> None:
         """A way of drafting picked from the Draft slot's menu."""
@@ -284,6 +317,9 @@ class PairController(QObject):
 
     def on_paired(self, request: PairRequest, info: LoadedModel) -> None:
         self.current, self.loaded, self.remembered = request, info, None
+        if info.remote:  # nothing of it is on this machine to remember or to try
+            self.trial_running, self.trial_text = False, ""
+            return
         target_name, draft_name = request.named()
         problem = self.memory.add_recent(info.backend, target_name, draft_name, precision=request.precision)
         if problem:  # the pair works; only remembering it failed (a full or read-only folder)
@@ -312,6 +348,13 @@ class PairController(QObject):
         if problem:
             self.error.emit(problem)
         self.trial_shown.emit(result.summary())
+
+
+def _hub_link(text: str) -> bool:
+    """A Hugging Face page's link (a model to fetch), not a server to talk to."""
+    from app.models.hub import parse_hub_ref
+
+    return parse_hub_ref(text) is not None
 
 
 def _by_size(texts: list[str]) -> tuple[str, str]:

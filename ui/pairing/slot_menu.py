@@ -120,10 +120,19 @@ def build_slot_menu(role: str, pairing: PairController, parent: QWidget, aligner
     menu.addAction("Model folder…", lambda: _choose_folder(role, pairing, parent))
     menu.addAction(".gguf file…", lambda: _choose_gguf(role, pairing, parent))
     menu.addAction("Hugging Face model…", lambda: _enter_repo(role, pairing, parent))
-    if role == "target" and pairing.loaded is not None:
+    if role == "target":
+        item = menu.addAction("Model on a server…", lambda: pairing.choose_server(
+            pairing.loaded.remote if pairing.loaded is not None and pairing.loaded.remote else ""))
+        item.setToolTip(wrap_tip("A model served by another Tandem, vLLM, SGLang, llama.cpp's server or any "
+                                 "OpenAI-compatible server: its address, its key, and which of its models."))
+    remote = pairing.loaded is not None and bool(pairing.loaded.remote)
+    if role == "draft" and remote:
+        item = menu.addAction(f"The server drafts: {pairing.loaded.draft_words()[1]}")
+        item.setEnabled(False)
+    if role == "target" and pairing.loaded is not None and not remote:
         menu.addAction(f"Context length ({pairing.loaded.context_length:,} tokens)…",
                        lambda: _choose_context(pairing, parent))
-    if role == "draft":
+    if role == "draft" and not remote:
         menu.addSeparator()
         if pairing.loaded is not None and has_mtp(pairing.loaded.folder):  # Qwen3.5/3.6 ship one; conversions do not
             item = menu.addAction(f"{MTP_DRAFT.label.capitalize().replace('mtp', 'MTP')}: the target's own "

@@ -1,0 +1,90 @@
+"""A model on a server as the window's target: the Target slot's dialog lists the server's models
+(and says what is wrong with an address), a server's address dropped on the Target slot opens it,
+the chat answers from the server with its rounds in the side panel, and the header says where the
+model runs. The server is another Tandem serving from this process (tests/test_remote_tandem.py
+runs one as a process of its own)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("pytestqt")
+
+from app.draft_choice import NO_DRAFT  # noqa: E402
+from app.server.host import ApiServer  # noqa: E402
+from app.server.openai_api import model_id  # noqa: E402
+from tests.test_pairing_window import banner_count, drop_on, wait_banner  # noqa: E402
+from tests.test_window import LOAD_TIMEOUT_MS, Session, greedy_answer, make_window, wait_until  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def server(service):
+    server = ApiServer(service, "127.0.0.1", 0)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def remote_session(qapp, tiny_pair, tmp_path_factory):
+    session = Session(None, tmp_path_factory.mktemp("remote"))
+    session.window = make_window(session, str(tiny_pair["target"]), draft=NO_DRAFT)
+    wait_until(session.window.composer.can_send, LOAD_TIMEOUT_MS)
+    yield session
+    session.window.close()
+
+
+def _listed(dialog, address: str) -> str:
+    dialog.address.setText(address)
+    before = dialog.state.text()
+    dialog.connect_button.click()
+    wait_until(lambda: dialog.connect_button.isEnabled() and dialog.state.text() != before, 30_000)
+    return dialog.state.text()
+
+
+def test_the_server_dialog_lists_the_models_and_says_what_is_wrong(remote_session, server, service):
+    from ui.pairing.remote_dialog import RemoteDialog
+
+    dialog = RemoteDialog(remote_session.window)
+    assert "starts with http" in _listed(dialog, "gpu-box:8000")
+    assert not dialog.use.isEnabled()
+    dead = server.url.rsplit(":", 1)[0] + ":1"
+    assert "Nothing is listening" in _listed(dialog, dead)
+    assert _listed(dialog, server.url.removesuffix("/v1")) == "1 model on Tandem"
+    assert dialog.use.isEnabled() and dialog.models.currentData() == model_id(service)
+    choice = dialog.choice()
+    assert (choice.address, choice.model, choice.key) == (server.url, model_id(service), None)
+    dialog.close()
+
+
+def test_a_servers_address_dropped_on_the_target_slot_answers_with_its_rounds(remote_session, server, service,
+                                                                              tmp_path):
+    from ui.pairing.remote_dialog import RemoteChoice
+
+    window = remote_session.window
+    asked = []
+
+    def ask(address):
+        asked.append(address)
+        return RemoteChoice(address, model_id(service))
+
+    window.pairing.ask_remote = ask
+    before = banner_count(window)
+    drop_on(window.header.draft_slot, [server.url])  # the draft slot is not where a server goes
+    assert "goes on the Target slot" in wait_banner(window, before)
+    drop_on(window.header.target_slot, [server.url])
+    assert asked == [server.url]
+    wait_until(lambda: window.controller.model is not None and window.controller.model.remote, LOAD_TIMEOUT_MS)
+    info = window.controller.model
+    assert info.remote_model == model_id(service) and info.backend == "remote"
+    header = window.header.target_slot._shown[1]  # the whole line (the label may elide it)
+    assert "Tandem" in header and server.url.removesuffix("/v1") in header
+    assert window.header.draft_slot._shown[0].startswith("Tandem")
+
+    stats = greedy_answer(window, "tell me about the sea and the sea", max_tokens=16)
+    assert stats.tokens == 16 and stats.drafted > 0  # the server drafted, k=4 asked
+    trace = window.draft_panel.trace
+    assert trace is not None and trace.figures().drafted == stats.drafted  # every round shown
+    assert trace.baseline is not None  # the server timed its target alone, asked for from here
+    window.resize(1400, 900)
+    window.grab().save("/tmp/remote-window.png")

@@ -110,9 +110,7 @@ class RemoteClient:
         for entry in entries:
             if not isinstance(entry, dict) or not isinstance(entry.get("id"), str) or not entry["id"]:
                 continue  # one odd entry does not hide the others
-            length = entry.get("max_model_len")
-            models.append(RemoteModel(entry["id"], str(entry.get("owned_by") or ""),
-                                      length if isinstance(length, int) and length > 0 else None))
+            models.append(RemoteModel(entry["id"], str(entry.get("owned_by") or ""), _context(entry)))
         return models
 
     # streams
@@ -190,6 +188,16 @@ class _Pump(threading.Thread):
         except Exception as exc:  # noqa: BLE001 - closed under the reader by stop(): nobody waits
             if not self._stopped.is_set():
                 self.events.put(("error", RemoteError(f"Reading the answer from {self.url} failed: {exc}")))
+
+
+def _context(entry: dict) -> int | None:
+    """A listed model's context: vLLM's, SGLang's and Tandem's `max_model_len`, llama-server's
+    `meta.n_ctx`; None where the server does not say."""
+    meta = entry.get("meta") if isinstance(entry.get("meta"), dict) else {}
+    for length in (entry.get("max_model_len"), meta.get("n_ctx")):
+        if isinstance(length, int) and not isinstance(length, bool) and length > 0:
+            return length
+    return None
 
 
 def _sse_data(lines: Iterator[str]) -> Iterator[str]:

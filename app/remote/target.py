@@ -24,6 +24,7 @@ from app.draft_choice import DraftKind
 from app.engine.events import Finished, GenerationStats, Notice, Round
 from app.remote import keys
 from app.remote.client import RemoteClient, RemoteError, RemoteModel
+from app.remote.engines import ServerFigures, VllmCounters, llamacpp_figures, vllm_counters, vllm_figures
 from app.remote.endpoint import Endpoint, RemoteSpec, parse_endpoint
 
 # owned_by in /v1/models, as each engine writes it -> its name in the window
@@ -49,7 +50,9 @@ class RemoteTarget:
             self.client.close()
             raise
         self.engine = engine_name(self.model.owned_by)
-        self.is_tandem = self.model.owned_by.lower() == "tandem"
+        self.kind = self.model.owned_by.lower()  # "tandem", "vllm", "llamacpp", "sglang", or another
+        self.is_tandem = self.kind == "tandem"
+        self._said: set[str] = set()  # what this server cannot show, said once per load
         self.context_length = self.model.max_model_len or 0  # 0: the server does not say
 
     def close(self) -> None:
@@ -93,10 +96,48 @@ class RemoteTarget:
             yield Notice(f"{self.engine} sets its speculation when it starts, so this answer drafts as the server "
                          "does, whatever the chat's setting.")
         path, body = self.body(request)
+        before = self._vllm_counters() if self.kind == "vllm" else None
         stream = _Answer(self, time.perf_counter())
         for event in self.client.stream(path, body, cancelled=lambda: request.cancel.cancelled):
             yield from stream.feed(event)
+        yield from self._figures(stream, before)
         yield from stream.finish(request.cancel.cancelled)
+
+    def _vllm_counters(self) -> VllmCounters | str:
+        """vLLM's speculative counters now, or why they cannot be read (a gateway, a replica)."""
+        try:
+            return vllm_counters(self.client.get_text("/metrics"), self.model.id)
+        except RemoteError as exc:
+            return str(exc)
+
+    def _figures(self, stream: _Answer, before) -> Iterator[Notice]:
+        """The answer's speculation as the engine reported it (app/remote/engines.py), or, once per
+        load, why there is none to show."""
+        figures, why = None, ""
+        if self.kind == "llamacpp":
+            figures = llamacpp_figures(stream.timings)
+            why = "" if figures or stream.timings is None else "llama-server drafted nothing for this answer " \
+                                                                "(started without --spec-type or a draft model?)"
+        elif self.kind == "vllm":
+            after = self._vllm_counters()
+            if isinstance(before, str) or isinstance(after, str):
+                why = (f"vLLM's /metrics cannot be read from here ({before if isinstance(before, str) else after}), "
+                       "so its speculation is not shown")
+            else:
+                figures = vllm_figures(before, after, _count((stream.usage or {}).get("completion_tokens")))
+                why = "" if figures else "vLLM reports no speculative counters: it runs without speculation"
+        elif self.kind == "sglang":
+            why = ("SGLang reports its speculation only on its native /generate, not on the OpenAI API Tandem "
+                   "speaks: the panel shows tokens/s and the first token's wait")
+        elif not self.is_tandem:
+            why = (f"{self.engine} reports nothing of its speculation: the panel shows tokens/s and the first "
+                   "token's wait")
+        if figures is not None:
+            stream.figures_reported = figures
+            yield Notice(figures.words())
+        elif why and why not in self._said:
+            self._said.add(why)
+            yield Notice(why[0].upper() + why[1:] + ".")
 
 
 def _choose(models: list[RemoteModel], wanted: str | None, endpoint: Endpoint) -> RemoteModel:
@@ -131,11 +172,15 @@ class _Answer:
         self.usage: dict | None = None
         self.finish_reason: str | None = None
         self.figures: dict = {}  # a Tandem's own, from its last chunk
+        self.timings: dict | None = None  # llama-server's, from its last chunk
+        self.figures_reported: ServerFigures | None = None  # another engine's (app/remote/engines.py)
         self.text: list[str] = []
 
     def feed(self, event: dict) -> Iterator[Traced]:
         if isinstance(event.get("usage"), dict):
             self.usage = event["usage"]
+        if isinstance(event.get("timings"), dict):
+            self.timings = event["timings"]
         extra = event.get("tandem") if isinstance(event.get("tandem"), dict) else {}
         rows = extra.get("rounds") if isinstance(extra.get("rounds"), list) else []
         if "finish" in extra:
@@ -191,6 +236,13 @@ class _Answer:
         drafted = sum(t.drafted for t in chips)
         accepted = sum(t.count(ACCEPTED) for t in chips)
         by_position = _by_position(chips)
+        reported = self.figures_reported
+        if reported is not None and not chips:  # counted by the engine itself
+            drafted, accepted = reported.drafted, reported.accepted
+            width = len(reported.accepted_by_position)
+            # every proposal reached every position only where each was full length
+            full = reported.drafts and reported.drafted == reported.drafts * width
+            by_position = (reported.accepted_by_position, (reported.drafts,) * width if full else (), ())
         prefill_s = (self.first_at or end) - self.started
         reason = "cancelled" if cancelled else FINISH.get(self.finish_reason or "", "stop")
         if self.figures.get("finish") in ("context", "stop_string") and not cancelled:

@@ -130,3 +130,21 @@ def test_llama_server_sglang_and_others_show_what_they_report():
         notices = [e.message for e in events if isinstance(e, Notice)]
         assert len(notices) == 1 and words in notices[0], kind
         assert events[-1].stats.drafted == 0 and events[-1].stats.tokens == 24
+
+
+def test_a_servers_own_count_is_the_answers_figures_and_survives_the_history():
+    from app.chat.trace import Reported, RoundTrace, TurnTrace
+
+    rounds = [RoundTrace(i, 0, "", (), "text ", 0, 0.1 * (i + 1)) for i in range(4)]  # chipless: text only
+    trace = TurnTrace(rounds, reported=Reported(28, 20, 15, (5, 4, 3, 3), 5))
+    figures = trace.figures()
+    assert (figures.tokens, figures.drafted, figures.accepted, figures.rounds) == (28, 20, 15, 0)
+    assert abs(figures.tokens_per_s - 27 / 0.4) < 1e-9  # usage's tokens over this machine's clock
+    assert "15 of 20 drafted tokens accepted (75%)" in trace.reported.words() and "100%, 80%, 60%, 60%" in \
+        trace.reported.words()
+    back = TurnTrace.from_dict(trace.to_dict())
+    assert back.reported == trace.reported and back.figures() == figures
+    damaged = {**trace.to_dict(), "reported": [28, 20, 21, [], 0]}  # more accepted than drafted
+    kept = TurnTrace.from_dict(damaged)
+    assert kept is not None and kept.reported is None and len(kept.rounds) == 4  # only that part is lost
+    assert TurnTrace.from_dict({**trace.to_dict(), "reported": "x"}).reported is None

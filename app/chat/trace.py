@@ -134,6 +134,44 @@ class Figures:
 
 
 @dataclass(frozen=True)
+class Reported:
+    """A remote engine's own count of one answer's speculation, where it sends no rounds (vLLM's
+    /metrics, llama-server's timings: app/remote/engines.py): totals, and acceptance by position
+    where the engine gives it, over `proposals` drafts."""
+
+    tokens: int  # the answer's, from the server's usage
+    drafted: int = 0
+    accepted: int = 0
+    accepted_by_position: tuple[int, ...] = ()
+    proposals: int = 0
+
+    def words(self) -> str:
+        if not self.drafted:
+            return f"As the server counted them: {self.tokens} tokens; it reported no drafts."
+        rate = f" ({self.accepted / self.drafted:.0%})"
+        text = f"As the server counted them: {self.accepted} of {self.drafted} drafted tokens accepted{rate}"
+        if self.proposals and self.accepted_by_position:
+            shown = ", ".join(f"{n / self.proposals:.0%}" for n in self.accepted_by_position)
+            text += f"; by position {shown} of {self.proposals} drafts"
+        return text + "."
+
+    def to_list(self) -> list:
+        return [self.tokens, self.drafted, self.accepted, list(self.accepted_by_position), self.proposals]
+
+    @classmethod
+    def from_list(cls, value) -> Reported | None:
+        """None for anything but what to_list wrote (a damaged row loses this part only)."""
+        try:
+            tokens, drafted, accepted, by_position, proposals = value
+            counts = [tokens, drafted, accepted, *by_position, proposals]
+        except (TypeError, ValueError):
+            return None
+        if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts) or accepted > drafted:
+            return None
+        return cls(tokens, drafted, accepted, tuple(by_position), proposals)
+
+
+@dataclass(frozen=True)
 class WhoseAnswer:
     """Whose answer a trace is, for its exports: the question it answers and the pair that wrote
     it, in the header's words. Not stored with the trace: the history keeps the question, and the
@@ -154,6 +192,7 @@ class TurnTrace:
     # why there is no baseline: no timing at the answer's settings or in its context region ("": none said)
     unmeasured: str = ""
     whose: WhoseAnswer = field(default_factory=WhoseAnswer)
+    reported: Reported | None = None  # a remote engine's own count, where it sent no rounds
 
     @property
     def baseline_s_per_token(self) -> float | None:
@@ -173,8 +212,13 @@ class TurnTrace:
         decode = [r for r in rounds if r.index > 0]
         decode_tokens = sum(r.tokens for r in decode)
         seconds = rounds[-1].at if rounds else 0.0
-        tps = decode_tokens / seconds if seconds > 0 else 0.0
         passes = len({r.index for r in decode})  # a text-only tail round repeats the last index
+        reported = self.reported
+        if reported is not None and not any(r.chips for r in rounds):
+            # a server that sends text only: its own counts, once the answer is over (none per round)
+            drafted, accepted, tokens, passes = reported.drafted, reported.accepted, reported.tokens, 0
+            decode_tokens = max(tokens - 1, 0)
+        tps = decode_tokens / seconds if seconds > 0 else 0.0
         speedup = self.baseline.speedup(tps) if self.baseline else None
         # the latest pass's draft length; none (0, shown "–") where that pass drafted nothing: lookup
         # found no match, or plain decoding was chosen (a text-only tail round, chipless, is no pass)
@@ -219,9 +263,12 @@ class TurnTrace:
     # --- storage and export ----------------------------------------------------------------
 
     def to_dict(self) -> dict:
-        return {"version": TRACE_VERSION, "baseline": self.baseline.to_dict() if self.baseline else None,
+        data = {"version": TRACE_VERSION, "baseline": self.baseline.to_dict() if self.baseline else None,
                 "unmeasured": self.unmeasured,
                 "rounds": [round_row(r) for r in self.rounds]}
+        if self.reported is not None:
+            data["reported"] = self.reported.to_list()
+        return data
 
     @classmethod
     def from_dict(cls, data: dict | None) -> TurnTrace | None:
@@ -234,7 +281,8 @@ class TurnTrace:
             return None
         stored = data.get("baseline") if data["version"] >= 2 else data.get("baseline_s_per_token")
         unmeasured = data.get("unmeasured")
-        return cls(rounds, Baseline.from_dict(stored), unmeasured[:600] if isinstance(unmeasured, str) else "")
+        return cls(rounds, Baseline.from_dict(stored), unmeasured[:600] if isinstance(unmeasured, str) else "",
+                   reported=Reported.from_list(data["reported"]) if "reported" in data else None)
 
     def to_json(self) -> str:
         figures = self.figures()

@@ -84,8 +84,9 @@ class GenerationStats:
     def summary(self) -> str:
         line = (f"{self.tokens} tokens in {self.decode_s:.2f}s = {self.tokens_per_s:.1f} tok/s, "
                 f"prefill {self.prompt_tokens - self.reused_tokens} tokens in {self.prefill_s:.2f}s"
-                f"{f' ({self.reused_tokens} reused)' if self.reused_tokens else ''}, "
-                f"{self.rounds} target passes ({self.tokens_per_round:.2f} tokens/pass)")
+                f"{f' ({self.reused_tokens} reused)' if self.reused_tokens else ''}")
+        if self.rounds or self.tokens <= 1:  # a remote server that reports no passes: none are claimed
+            line += f", {self.rounds} target passes ({self.tokens_per_round:.2f} tokens/pass)"
         if self.drafted:
             line += f", acceptance {self.acceptance_rate:.0%} ({self.accepted}/{self.drafted})"
         return line + f", finish: {self.finish_reason}"

@@ -32,7 +32,7 @@ from app.chat.baseline import Baseline, Timings, conditions_of
 from app.chat.history import BUSY_TIMEOUT_S, Conversation, HistoryError, HistoryStore, HistoryWriteError, Message
 from app.chat.recovery import write_recovery
 from app.chat.settings import ChatSettings
-from app.chat.trace import TurnTrace, WhoseAnswer
+from app.chat.trace import Reported, TurnTrace, WhoseAnswer
 from app.engine.events import Finished, GenerationStats
 from app.runner import CancelToken, ChatRequest, LoadedModel
 from ui.chat.chat_view import ChatView
@@ -531,6 +531,12 @@ class ChatController(QObject):
         if event.stats.finish_reason == "cancelled":
             status = "stopped"
         pending = self.pending
+        remote = self.model is not None and bool(self.model.remote)
+        if pending is not None and remote and not any(r.chips for r in pending.trace.rounds):
+            stats = event.stats  # a server that sends no rounds: its own counts (app/remote/target.py)
+            pending.trace.reported = Reported(stats.tokens, stats.drafted, stats.accepted,
+                                              stats.accepted_by_position,
+                                              stats.drafted_by_position[0] if stats.drafted_by_position else 0)
         if self._finish(event.text, status, stats_record(event.stats)):
             self.answer_finished.emit(event.stats)
             if not pending.discarded:

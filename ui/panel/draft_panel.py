@@ -105,6 +105,10 @@ class DraftPanel(QWidget):
         self.source_label.setObjectName("mutedLabel")
         self.source_label.setWordWrap(True)  # "the answer to “…”" of a long question: never wider than the panel
         self.source_label.hide()
+        self.reported_label = QLabel("")  # a remote engine's own count, where it sends no rounds
+        self.reported_label.setObjectName("mutedLabel")
+        self.reported_label.setWordWrap(True)
+        self.reported_label.hide()
         self.baseline_label = QLabel("Target alone: not measured yet")
         self.baseline_label.setObjectName("mutedLabel")
         self.baseline_label.setWordWrap(True)
@@ -165,6 +169,7 @@ class DraftPanel(QWidget):
         column.setSpacing(6)
         column.addWidget(self.source_label)
         column.addWidget(self.baseline_label)
+        column.addWidget(self.reported_label)
         column.addLayout(self._controls)
         column.addWidget(self.empty_state)
         column.addWidget(self.body, 1)
@@ -358,6 +363,9 @@ class DraftPanel(QWidget):
 
     def _show_figures(self, f: Figures) -> None:
         t = self.tiles
+        reported = self.trace.reported
+        self.reported_label.setText(reported.words() if reported is not None else "")
+        self.reported_label.setVisible(reported is not None)
         t["tokens_per_s"].value.setText(f"{f.tokens_per_s:.1f}" if f.tokens_per_s else "–")
         self._show_speedup(f.speedup)
         t["acceptance"].value.setText(f"{f.acceptance:.0%}" if f.drafted else "–")

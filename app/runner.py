@@ -107,6 +107,7 @@ class LoadedModel:
     # there; `folder` is then that id, not a place on this machine, and backend is "remote"
     remote: str = ""
     remote_model: str = ""
+    remote_switch: bool = False  # a request may turn the server's speculation off (another Tandem)
 
     @property
     def name(self) -> str:
@@ -117,7 +118,7 @@ class LoadedModel:
         """The draft's (label, detail) for the window: a self-draft at the precision it loaded at; a
         remote target's speculation is its server's (app/remote/target.py says what each shows)."""
         if self.remote:
-            shown = ("every round is shown as it ran there" if self.dtype == "Tandem"
+            shown = ("every round is shown as it ran there" if self.remote_switch
                      else "the panel shows its tokens/s and the first token's wait")
             return f"{self.dtype}'s own", f"the server speculates as it was started; {shown}"
         label, detail = self.draft.words(self.draft_dtype if self.draft.kind is DraftKind.SELF else "")
@@ -270,7 +271,8 @@ class Runner:
         asked = min(own, context) if own and context else (context or own)
         self.loaded = LoadedModel(Path(remote.model.id), "remote", remote.endpoint.origin, remote.engine, "remote",
                                   asked, 0, time.perf_counter() - start, NO_DRAFT, own_context=own,
-                                  remote=remote.endpoint.origin, remote_model=remote.model.id)
+                                  remote=remote.endpoint.origin, remote_model=remote.model.id,
+                                  remote_switch=remote.can_choose_draft())
         progress(f"Connected: {remote.describe()}.")
         return self.loaded
 

@@ -554,6 +554,9 @@ class MainWindow(QMainWindow):
         self.composer.set_ready(True)
         self.composer.set_loading(False)
         self.chat_view.set_demo(is_demo_folder(Path(info.folder)))
+        self.draft_panel.race_unavailable = (
+            f"{info.dtype} sets its speculation when it starts: there is no target alone to race it against"
+            if info.remote and not info.remote_switch else "")
         self.draft_panel.set_available(not self.controller.busy)
         self.chat_view.set_greeting_hint(
             f"{ready_words(info)}\nAsk anything: Enter sends, Shift+Enter starts a new line.")

@@ -323,9 +323,14 @@ class EngineWorker(QObject):
         params = params or SamplingParams()
         if background and self._engine_wanted.is_set():
             return
+        remote = self.runner.remote
+        if remote is not None and not remote.can_choose_draft():
+            return  # its speculation is fixed on the server: there is no target alone to time (the panel says so)
 
         def run(runner: Runner, service_wants=None):
             give_way = self._give_way(service_wants) if service_wants is not None else (lambda: False)
+            if runner.remote is not None and not runner.remote.can_choose_draft():
+                return None  # asked of the pair before, and a server's model came in meanwhile
             self.hold_for_timing(True)
             try:
                 return runner.time_target_alone(messages, cancelled=give_way, params=params)

@@ -69,6 +69,9 @@ class _ScrolledContent(QWidget):
         return layout.minimumHeightForWidth(width) if layout is not None else -1
 
 
+RACE_TIP = "Answer the last question twice, with the target alone and with speculation, and compare"
+
+
 class DraftPanel(QWidget):
     tint_toggled = Signal(bool)
     race_requested = Signal()
@@ -119,8 +122,8 @@ class DraftPanel(QWidget):
                                  "blue where the target wrote its own")
         self.tint_box.toggled.connect(self.tint_toggled)
         self.race_button = QPushButton("Race…")
-        self.race_button.setToolTip("Answer the last question twice, with the target alone and with "
-                                    "speculation, and compare")
+        self.race_unavailable = ""  # why there is no Race with the pair loaded ("" where there is)
+        self.race_button.setToolTip(RACE_TIP)
         self.race_button.clicked.connect(self.race_requested)
         self.export_button = QToolButton()
         self.export_button.setText("Export")
@@ -273,8 +276,10 @@ class DraftPanel(QWidget):
             "begin.")
 
     def set_available(self, loaded: bool) -> None:
-        """Race mode needs a loaded pair and an idle engine."""
-        self.race_button.setEnabled(loaded)
+        """Race mode needs a loaded pair, an idle engine, and a target alone to race: a server that
+        fixes its speculation at start has none (`race_unavailable` says so)."""
+        self.race_button.setEnabled(loaded and not self.race_unavailable)
+        self.race_button.setToolTip(self.race_unavailable or RACE_TIP)
 
     def set_baseline(self, timings: Timings) -> None:
         """The target alone's timings so far: the latest setting's are shown while no answer is."""
@@ -366,6 +371,10 @@ class DraftPanel(QWidget):
         reported = self.trace.reported
         self.reported_label.setText(reported.words() if reported is not None else "")
         self.reported_label.setVisible(reported is not None)
+        # a server that sends text only has no rounds to draw: no empty chips and graphs either
+        drawn = reported is None or any(r.chips for r in self.trace.rounds)
+        self.rounds_view.setVisible(drawn)
+        self.graphs.setVisible(drawn)
         t["tokens_per_s"].value.setText(f"{f.tokens_per_s:.1f}" if f.tokens_per_s else "–")
         self._show_speedup(f.speedup)
         t["acceptance"].value.setText(f"{f.acceptance:.0%}" if f.drafted else "–")

@@ -359,6 +359,9 @@ def cmd_bench(args) -> int:
     params = _sampling(args)
     prompts = load_suite(args.suite, prompts=args.prompts, max_tokens=args.max_tokens, quick=args.quick)
     runner = Runner()
+    target = _target(args)
+    if not isinstance(target, str):
+        return _bench_remote(args, runner, target, prompts, params)
     loaded = runner.load(args.model, args.backend, draft=args.draft, precision=args.precision, progress=_progress,
                          compile=args.compile, context=args.context, graphs=args.graphs, glue=args.glue)
     _progress(f"Loaded {loaded.describe()} in {loaded.load_s:.1f}s")
@@ -379,6 +382,30 @@ def cmd_bench(args) -> int:
             json.dump(summary, out, indent=1)
         _progress(f"wrote {args.json}")
     return 1 if summary["exactness"]["bugs"] else 0
+
+
+def _bench_remote(args, runner, spec, prompts, params) -> int:
+    """The suite against a server's model (app/bench/remote.py): the rows that apply, and what was left out."""
+    import json
+
+    from app.bench.remote import format_remote, remote_summary, run_remote_bench
+
+    loaded = runner.load(spec, progress=_progress)
+    _progress(f"Loaded {loaded.describe()} in {loaded.load_s:.1f}s")
+    rows, skipped, wall_s = run_remote_bench(runner, prompts, params, args.repeats,
+                                             progress=_progress if args.verbose else (lambda message: None))
+    header = (f"target {loaded.remote_model} on {loaded.dtype} at {loaded.remote} · T={args.temperature} · "
+              f"{len(prompts)} prompts · {args.repeats} repeats")
+    print(format_remote(rows, skipped, header, wall_s))
+    if args.json:
+        config = {"target": args.model, "model": loaded.remote_model, "engine": loaded.dtype,
+                  "temperature": args.temperature, "repeats": args.repeats, "prompts": len(prompts),
+                  "command": "tandem-cli " + " ".join(sys.argv[1:])}
+        with open(args.json, "w", encoding="utf-8") as out:
+            json.dump(remote_summary(rows, skipped, config, wall_s), out, indent=1)
+        _progress(f"wrote {args.json}")
+    runner.remote.close()
+    return 0
 
 
 def _cpu_count() -> int:
@@ -443,7 +470,10 @@ def build_parser() -> argparse.ArgumentParser:
     gen.set_defaults(func=cmd_generate)
 
     bench = sub.add_parser("bench", help="measure Tandem against the target alone and the anchors")
-    bench.add_argument("--model", "--target", dest="model", default="demo", type=MODEL)
+    bench.add_argument("--model", "--target", dest="model", default="demo", type=MODEL,
+                       help='as for generate; a server\'s address benches the rows that apply to it and says '
+                            'which it left out')
+    _remote_options(bench)
     bench.add_argument("--draft", type=draft_choice, default="auto",
                        help='draft model, "self:<precision>", "mtp", "assistant:<folder>", '
                             '"eagle3:<folder or hub id>", "dflash:<folder or hub id>", "ngram", or "auto" '

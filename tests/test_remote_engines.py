@@ -148,3 +148,13 @@ def test_a_servers_own_count_is_the_answers_figures_and_survives_the_history():
     kept = TurnTrace.from_dict(damaged)
     assert kept is not None and kept.reported is None and len(kept.rounds) == 4  # only that part is lost
     assert TurnTrace.from_dict({**trace.to_dict(), "reported": "x"}).reported is None
+
+
+def test_a_server_that_fixes_its_speculation_is_benched_as_started_only():
+    from app.bench.remote import remote_rows
+
+    rows, left_out = remote_rows(_target("vllm", _Server(CHUNKS)))
+    assert [r.name for r in rows] == ["server as started"]
+    assert any("target alone: vLLM sets its speculation when it starts" in why for why in left_out)
+    rows, left_out = remote_rows(_target("tandem", _Server(CHUNKS)))
+    assert len(rows) == 3 and not any("target alone" in why for why in left_out)

@@ -197,3 +197,15 @@ def test_a_damaged_round_from_a_server_is_left_out_of_the_panel_not_the_answer()
     [traced] = list(answer.feed(chunk))
     assert traced.part(ANSWER) == "ab" and [c.token for c in traced.trace.chips] == [5, 6]
     assert traced.round.drafted == (5,) and traced.round.accepted == 1 and traced.round.emitted == (5, 6)
+
+
+def test_bench_against_a_server_runs_the_rows_that_apply_and_says_which_it_left_out(server, capsys):
+    from app.cli import main
+
+    assert main(["bench", "--model", server.url, "--quick", "--repeats", "1"]) == 0
+    table = capsys.readouterr().out
+    rows = {line.split("  ")[0]: line for line in table.splitlines() if line.startswith("server")}
+    assert set(rows) == {"server as started", "server, target alone", "server, prompt lookup only"}
+    assert re.search(r"server as started\s+[\d.]+ \[[\d.]+-[\d.]+\]\s+[\d.]+ \[[\d.]+-[\d.]+\]x", table)
+    assert "left out: the anchors" in table and "left out: the exactness check" in table
+    assert "on Tandem at http://127.0.0.1:" in table

@@ -20,7 +20,8 @@ MLX_PACKAGES = ("mlx", "mlx_lm")
 # Distributions whose metadata transformers, huggingface-hub and accelerate read at run time.
 METADATA = ("transformers", "tokenizers", "huggingface-hub", "safetensors", "numpy", "tqdm", "regex", "packaging",
             "filelock", "pyyaml", "accelerate", "torch", "torchao", "gguf", "mlx", "mlx-lm",
-            "hf-xet")  # huggingface-hub uses Xet downloads only when it finds hf-xet's metadata
+            "hf-xet",  # huggingface-hub uses Xet downloads only when it finds hf-xet's metadata
+            "keyring")  # finds the system's credential store through its entry points (app/remote/keys.py)
 EXCLUDES = ("tkinter", "matplotlib", "IPython", "pytest", "hypothesis", "scipy", "pandas", "torchvision",
             "torchaudio", "tensorboard", "triton", "sympy.testing", "PyInstaller", "setuptools", "pip",
             "tests", "benchmarks")

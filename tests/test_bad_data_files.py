@@ -134,7 +134,6 @@ DROPS = {
     "a long file name": "/tmp/" + "n" * 400 + ".gguf",
     "wrong scheme": "ftp://huggingface.co/org/model",
     "javascript": "javascript:alert(1)",
-    "another host": "https://example.com/org/model",
     "a dataset": "https://huggingface.co/datasets/org/data",
     "the hub's front page": "https://huggingface.co/",
     "an owner alone": "hf.co/org",
@@ -172,6 +171,25 @@ def test_a_bad_drop_is_refused_in_words_and_the_pair_is_kept(text, pairing):
     assert controller.job is None and controller.current is None  # nothing fetched, nothing replaced
     assert memory_file.read_bytes() == before
     assert drag_verdict(text, "target")  # dragging over already says no
+
+
+def test_an_address_on_another_host_is_a_server_to_ask_not_a_model_to_fetch(pairing):
+    """Any http(s) address but the hub's is a server: the Target slot opens the server dialog with
+    it (app/remote/); the Draft slot refuses it in words; the pair in use stays."""
+    from app.models.sources import drag_verdict
+
+    controller, memory_file = pairing
+    before = memory_file.read_bytes()
+    asked, errors = [], []
+    controller.ask_remote = lambda address: asked.append(address)  # the dialog, cancelled
+    controller.error.connect(errors.append)
+    controller.drop("target", ["https://example.com/org/model"])
+    assert asked == ["https://example.com/org/model"] and not errors
+    controller.drop("draft", ["https://example.com/org/model"])
+    assert len(errors) == 1 and "Target slot" in errors[0]
+    assert controller.job is None and controller.current is None and memory_file.read_bytes() == before
+    assert drag_verdict("https://example.com/v1", "target") == ""
+    assert "Target slot" in drag_verdict("https://example.com/v1", "draft")
 
 
 @pytest.mark.parametrize("args, named", [

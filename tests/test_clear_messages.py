@@ -40,7 +40,8 @@ def _typed_options() -> list[tuple[tuple[str, ...], str]]:
 
 
 TYPED = _typed_options()
-NEEDED = {("generate",): ["--prompt", "hi"]}  # what a subcommand requires besides the option
+NEEDED = {("generate",): ["--prompt", "hi"], ("remote", "models"): ["http://gpu-box:8000"]}  # what a subcommand
+# requires besides the option
 
 
 @pytest.mark.parametrize("words, option", TYPED, ids=[" ".join((*w, o)) for w, o in TYPED])

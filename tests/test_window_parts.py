@@ -432,6 +432,8 @@ class _FittingRunner(_FakeRunner):
     """Fits as the real runner does (Runner.fit, tested in test_chat_context.py) over the fake
     tokenizer: a Notice for what it left out, ContextOverflowError for what cannot fit."""
 
+    remote = None  # a local target, as Runner.fit asks
+
     def chat(self, request):
         from app.runner import Runner
 

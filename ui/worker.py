@@ -323,13 +323,14 @@ class EngineWorker(QObject):
         params = params or SamplingParams()
         if background and self._engine_wanted.is_set():
             return
-        remote = self.runner.remote
+        remote = getattr(self.runner, "remote", None)  # a test's runner may have none
         if remote is not None and not remote.can_choose_draft():
             return  # its speculation is fixed on the server: there is no target alone to time (the panel says so)
 
         def run(runner: Runner, service_wants=None):
             give_way = self._give_way(service_wants) if service_wants is not None else (lambda: False)
-            if runner.remote is not None and not runner.remote.can_choose_draft():
+            remote = getattr(runner, "remote", None)
+            if remote is not None and not remote.can_choose_draft():
                 return None  # asked of the pair before, and a server's model came in meanwhile
             self.hold_for_timing(True)
             try:
@@ -357,7 +358,7 @@ class EngineWorker(QObject):
         """Say which timings of the target alone the answer to `request` is measured against (those
         at its sampling settings, in its context region: app/chat/baseline.py), or why none."""
         conditions = conditions_of(request.params)
-        remote = self.runner.remote
+        remote = getattr(self.runner, "remote", None)  # a test's runner may have none
         if remote is not None and not remote.can_choose_draft():
             # a server that fixes its speculation at start has no target alone to time
             self.answer_baseline.emit(None, f"{remote.engine} sets its speculation when it starts, so its target "

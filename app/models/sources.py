@@ -170,6 +170,10 @@ def _classify_path(path: Path) -> ModelSource:
 def drag_verdict(text: str, role: str) -> str:
     """A short reason shown while dragging over a slot, or "" when it looks usable. Cheap: only
     file names and the presence of config.json are looked at; the full checks run on drop."""
+    from app.remote.endpoint import is_server_address
+
+    if is_server_address(text):  # asked about when dropped (app/remote/)
+        return "" if role == "target" else "a server's address goes on the Target slot"
     try:
         source = classify(text, role)
     except ModelFileError as exc:

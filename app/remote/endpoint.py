@@ -25,6 +25,21 @@ def is_remote(spec: object) -> bool:
     return isinstance(spec, str) and spec.strip().lower().startswith(("http://", "https://"))
 
 
+HUB_HOSTS = ("huggingface.co", "www.huggingface.co", "hf.co")  # a link there is a model to fetch
+
+
+def is_server_address(text: object) -> bool:
+    """Whether a dropped or typed text names a server to talk to: an http(s) address anywhere but
+    the Hugging Face hub (whose links are models to fetch, or links refused in words)."""
+    if not is_remote(text):
+        return False
+    try:
+        host = (urlsplit(text.strip()).hostname or "").lower()
+    except ValueError:
+        return True  # parse_endpoint says what is wrong with it
+    return host not in HUB_HOSTS
+
+
 @dataclass(frozen=True)
 class Endpoint:
     base: str  # "https://gpu-box:8000/v1": requests go to base + "/chat/completions"

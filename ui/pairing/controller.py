@@ -21,7 +21,7 @@ from app.models.head_sources import HEADS
 from app.models.pair_memory import PairMemory
 from app.models.precheck import PairPart, local_part, precheck_pair
 from app.models.sources import ModelSource, classify, draft_source
-from app.remote.endpoint import is_remote
+from app.remote.endpoint import is_server_address
 from app.runner import LoadedModel
 from ui.pairing.downloads import DownloadJob, DownloadStrip
 from ui.worker import PairRequest
@@ -81,7 +81,7 @@ class PairController(QObject):
         self.choose(role, texts[0])
 
     def choose(self, role: str, text: str) -> None:
-        if is_remote(text) and not _hub_link(text):
+        if is_server_address(text):
             if role == "draft":
                 self.error.emit("A server's address goes on the Target slot: the server drafts as it was started, "
                                 "and the panel shows what it reports.")
@@ -348,13 +348,6 @@ class PairController(QObject):
         if problem:
             self.error.emit(problem)
         self.trial_shown.emit(result.summary())
-
-
-def _hub_link(text: str) -> bool:
-    """A Hugging Face page's link (a model to fetch), not a server to talk to."""
-    from app.models.hub import parse_hub_ref
-
-    return parse_hub_ref(text) is not None
 
 
 def _by_size(texts: list[str]) -> tuple[str, str]:

@@ -122,10 +122,10 @@ def build_slot_menu(role: str, pairing: PairController, parent: QWidget, aligner
     menu.addAction("Hugging Face model…", lambda: _enter_repo(role, pairing, parent))
     if role == "target":
         item = menu.addAction("Model on a server…", lambda: pairing.choose_server(
-            pairing.loaded.remote if pairing.loaded is not None and pairing.loaded.remote else ""))
+            getattr(pairing.loaded, "remote", "") or ""))
         item.setToolTip(wrap_tip("A model served by another Tandem, vLLM, SGLang, llama.cpp's server or any "
                                  "OpenAI-compatible server: its address, its key, and which of its models."))
-    remote = pairing.loaded is not None and bool(pairing.loaded.remote)
+    remote = bool(getattr(pairing.loaded, "remote", ""))
     if role == "draft" and remote:
         item = menu.addAction(f"The server drafts: {pairing.loaded.draft_words()[1]}")
         item.setEnabled(False)

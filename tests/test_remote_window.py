@@ -88,3 +88,24 @@ def test_a_servers_address_dropped_on_the_target_slot_answers_with_its_rounds(re
     assert trace.baseline is not None  # the server timed its target alone, asked for from here
     window.resize(1400, 900)
     window.grab().save("/tmp/remote-window.png")
+
+
+def test_a_race_on_another_tandem_runs_its_target_alone_and_its_speculation_there(remote_session, server,
+                                                                                 service):
+    from ui.pairing.remote_dialog import RemoteChoice
+
+    window = remote_session.window
+    if window.controller.model is None or not window.controller.model.remote:
+        window.pairing.choose_remote(RemoteChoice(server.url, model_id(service)))
+        wait_until(lambda: window.controller.model is not None and window.controller.model.remote, LOAD_TIMEOUT_MS)
+    greedy_answer(window, "tell me about the sea and the sea", max_tokens=16)
+    assert window.draft_panel.race_button.isEnabled()
+    races = []
+    window.worker.race_done.connect(races.append)
+    window.start_race()
+    wait_until(lambda: bool(races), LOAD_TIMEOUT_MS)
+    window.worker.race_done.disconnect(races.append)
+    window.race_dialog.close()
+    race = races[0]
+    assert race.identical  # the server's target alone and its speculation wrote the same text (T=0)
+    assert race.alone.stats.drafted == 0 and race.speculative.stats.drafted > 0

@@ -168,9 +168,11 @@ def cmd_generate(args) -> int:
                               draft_tokens=args.draft_tokens)
         handle = service.submit(request, client="cli")
         try:
+            midline = False  # answer text written and no line ended since (a server's figures come at the end)
             for event in handle.events():
                 if isinstance(event, Notice):
-                    _progress(event.message)
+                    _progress(("\n" if midline else "") + event.message)
+                    midline = False
                 elif isinstance(event, PrefillProgress):  # a prompt of several chunks
                     _progress(f"Reading the prompt: {event.done} of {event.total} parts ...")
                 elif isinstance(event, (Traced, Text)):
@@ -179,6 +181,7 @@ def cmd_generate(args) -> int:
                     # a reasoning model's thinking goes to stderr: stdout holds the answer alone
                     for kind, text in event.pieces:
                         (sys.stderr if kind == THINKING else sys.stdout).write(text)
+                        midline = bool(text) and not text.endswith("\n") or (midline and not text)
                     sys.stdout.flush()
                 elif isinstance(event, Finished):
                     sys.stdout.write("\n")

@@ -111,8 +111,11 @@ class LoadedModel:
 
     @property
     def name(self) -> str:
-        """The target's name for the window, the API and the history."""
-        return self.remote_model or display_name(self.folder)
+        """The target's name for the window, the API and the history (llama-server names a model
+        by its file's path: its file name is shown)."""
+        if self.remote_model:
+            return Path(self.remote_model).name if self.remote_model.endswith(".gguf") else self.remote_model
+        return display_name(self.folder)
 
     def draft_words(self) -> tuple[str, str]:
         """The draft's (label, detail) for the window: a self-draft at the precision it loaded at; a

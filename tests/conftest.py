@@ -149,6 +149,17 @@ def service(tiny_pair):
     service.close()
 
 
+@pytest.fixture(scope="module")
+def api_server(service):
+    """The OpenAI-compatible server (app/server/) over `service`, on a free loopback port."""
+    from app.server.host import ApiServer
+
+    server = ApiServer(service, "127.0.0.1", 0)
+    server.start()
+    yield server
+    server.stop()
+
+
 @pytest.fixture
 def offline_window(qtbot, tmp_path):
     """A window whose model is missing (it fails at once), over a history in tmp_path."""

@@ -32,18 +32,10 @@ QUESTION = ({"role": "user", "content": "tell me about the sea and the sea and t
 REPO = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(scope="module")
-def server(service):
-    server = ApiServer(service, "127.0.0.1", 0)
-    server.start()
-    yield server
-    server.stop()
-
-
 @pytest.fixture
-def remote(server):
+def remote(api_server):
     runner = Runner()
-    loaded = runner.load(server.url, progress=lambda message: None)
+    loaded = runner.load(api_server.url, progress=lambda message: None)
     yield runner, loaded
     runner.remote.close()
 
@@ -199,10 +191,10 @@ def test_a_damaged_round_from_a_server_is_left_out_of_the_panel_not_the_answer()
     assert traced.round.drafted == (5,) and traced.round.accepted == 1 and traced.round.emitted == (5, 6)
 
 
-def test_bench_against_a_server_runs_the_rows_that_apply_and_says_which_it_left_out(server, capsys):
+def test_bench_against_a_server_runs_the_rows_that_apply_and_says_which_it_left_out(api_server, capsys):
     from app.cli import main
 
-    assert main(["bench", "--model", server.url, "--quick", "--repeats", "1"]) == 0
+    assert main(["bench", "--model", api_server.url, "--quick", "--repeats", "1"]) == 0
     table = capsys.readouterr().out
     rows = {line.split("  ")[0]: line for line in table.splitlines() if line.startswith("server")}
     assert set(rows) == {"server as started", "server, target alone", "server, prompt lookup only"}

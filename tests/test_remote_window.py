@@ -11,18 +11,9 @@ import pytest
 pytest.importorskip("pytestqt")
 
 from app.draft_choice import NO_DRAFT  # noqa: E402
-from app.server.host import ApiServer  # noqa: E402
 from app.server.openai_api import model_id  # noqa: E402
 from tests.test_pairing_window import banner_count, drop_on, wait_banner  # noqa: E402
 from tests.test_window import LOAD_TIMEOUT_MS, Session, greedy_answer, make_window, wait_until  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def server(service):
-    server = ApiServer(service, "127.0.0.1", 0)
-    server.start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture(scope="module")
@@ -42,22 +33,22 @@ def _listed(dialog, address: str) -> str:
     return dialog.state.text()
 
 
-def test_the_server_dialog_lists_the_models_and_says_what_is_wrong(remote_session, server, service):
+def test_the_server_dialog_lists_the_models_and_says_what_is_wrong(remote_session, api_server, service):
     from ui.pairing.remote_dialog import RemoteDialog
 
     dialog = RemoteDialog(remote_session.window)
     assert "starts with http" in _listed(dialog, "gpu-box:8000")
     assert not dialog.use.isEnabled()
-    dead = server.url.rsplit(":", 1)[0] + ":1"
+    dead = api_server.url.rsplit(":", 1)[0] + ":1"
     assert "Nothing is listening" in _listed(dialog, dead)
-    assert _listed(dialog, server.url.removesuffix("/v1")) == "1 model on Tandem"
+    assert _listed(dialog, api_server.url.removesuffix("/v1")) == "1 model on Tandem"
     assert dialog.use.isEnabled() and dialog.models.currentData() == model_id(service)
     choice = dialog.choice()
-    assert (choice.address, choice.model, choice.key) == (server.url, model_id(service), None)
+    assert (choice.address, choice.model, choice.key) == (api_server.url, model_id(service), None)
     dialog.close()
 
 
-def test_a_servers_address_dropped_on_the_target_slot_answers_with_its_rounds(remote_session, server, service,
+def test_a_servers_address_dropped_on_the_target_slot_answers_with_its_rounds(remote_session, api_server, service,
                                                                               tmp_path):
     from ui.pairing.remote_dialog import RemoteChoice
 
@@ -70,15 +61,15 @@ def test_a_servers_address_dropped_on_the_target_slot_answers_with_its_rounds(re
 
     window.pairing.ask_remote = ask
     before = banner_count(window)
-    drop_on(window.header.draft_slot, [server.url])  # the draft slot is not where a server goes
+    drop_on(window.header.draft_slot, [api_server.url])  # the draft slot is not where a server goes
     assert "goes on the Target slot" in wait_banner(window, before)
-    drop_on(window.header.target_slot, [server.url])
-    assert asked == [server.url]
+    drop_on(window.header.target_slot, [api_server.url])
+    assert asked == [api_server.url]
     wait_until(lambda: window.controller.model is not None and window.controller.model.remote, LOAD_TIMEOUT_MS)
     info = window.controller.model
     assert info.remote_model == model_id(service) and info.backend == "remote"
     header = window.header.target_slot._shown[1]  # the whole line (the label may elide it)
-    assert "Tandem" in header and server.url.removesuffix("/v1") in header
+    assert "Tandem" in header and api_server.url.removesuffix("/v1") in header
     assert window.header.draft_slot._shown[0].startswith("Tandem")
 
     stats = greedy_answer(window, "tell me about the sea and the sea", max_tokens=16)
@@ -87,16 +78,16 @@ def test_a_servers_address_dropped_on_the_target_slot_answers_with_its_rounds(re
     assert trace is not None and trace.figures().drafted == stats.drafted  # every round shown
     assert trace.baseline is not None  # the server timed its target alone, asked for from here
     window.resize(1400, 900)
-    window.grab().save("/tmp/remote-window.png")
+    assert window.grab().save(str(tmp_path / "remote-window.png"))  # a window that renders (looked at by hand)
 
 
-def test_a_race_on_another_tandem_runs_its_target_alone_and_its_speculation_there(remote_session, server,
+def test_a_race_on_another_tandem_runs_its_target_alone_and_its_speculation_there(remote_session, api_server,
                                                                                  service):
     from ui.pairing.remote_dialog import RemoteChoice
 
     window = remote_session.window
     if window.controller.model is None or not window.controller.model.remote:
-        window.pairing.choose_remote(RemoteChoice(server.url, model_id(service)))
+        window.pairing.choose_remote(RemoteChoice(api_server.url, model_id(service)))
         wait_until(lambda: window.controller.model is not None and window.controller.model.remote, LOAD_TIMEOUT_MS)
     greedy_answer(window, "tell me about the sea and the sea", max_tokens=16)
     assert window.draft_panel.race_button.isEnabled()

@@ -108,6 +108,7 @@ class LoadedModel:
     remote: str = ""
     remote_model: str = ""
     remote_switch: bool = False  # a request may turn the server's speculation off (another Tandem)
+    remote_shows: str = ""  # what the panel shows of the server's speculation
 
     @property
     def name(self) -> str:
@@ -121,9 +122,7 @@ class LoadedModel:
         """The draft's (label, detail) for the window: a self-draft at the precision it loaded at; a
         remote target's speculation is its server's (app/remote/target.py says what each shows)."""
         if self.remote:
-            shown = ("every round is shown as it ran there" if self.remote_switch
-                     else "the panel shows its tokens/s and the first token's wait")
-            return f"{self.dtype}'s own", f"the server speculates as it was started; {shown}"
+            return f"{self.dtype}'s own", f"the server speculates as it was started; {self.remote_shows}"
         label, detail = self.draft.words(self.draft_dtype if self.draft.kind is DraftKind.SELF else "")
         return label, f"{detail}; {self.draft_passes}" if self.draft_passes else detail
 
@@ -275,7 +274,7 @@ class Runner:
         self.loaded = LoadedModel(Path(remote.model.id), "remote", remote.endpoint.origin, remote.engine, "remote",
                                   asked, 0, time.perf_counter() - start, NO_DRAFT, own_context=own,
                                   remote=remote.endpoint.origin, remote_model=remote.model.id,
-                                  remote_switch=remote.can_choose_draft())
+                                  remote_switch=remote.can_choose_draft(), remote_shows=remote.shows())
         progress(f"Connected: {remote.describe()}.")
         return self.loaded
 

@@ -32,6 +32,13 @@ ENGINES = {"tandem": "Tandem", "vllm": "vLLM", "sglang": "SGLang", "llamacpp": "
 FINISH = {"stop": "stop", "length": "length", "tool_calls": "stop", "content_filter": "stop"}
 
 
+# what the panel shows of each engine's speculation (app/remote/engines.py; docs/remote.md)
+SHOWS = {"tandem": "every round is shown as it ran there",
+         "vllm": "the panel shows its drafts and acceptance by position, from its /metrics",
+         "llamacpp": "the panel shows its drafts and how many it accepted, from its timings"}
+SHOWS_ELSE = "the panel shows its tokens/s and the first token's wait"
+
+
 def engine_name(owned_by: str) -> str:
     return ENGINES.get(owned_by.lower(), "an OpenAI-compatible server")
 
@@ -60,6 +67,9 @@ class RemoteTarget:
 
     def describe(self) -> str:
         return f"{self.model.id} on {self.engine} at {self.endpoint.origin}"
+
+    def shows(self) -> str:
+        return SHOWS.get(self.kind, SHOWS_ELSE)
 
     def can_choose_draft(self) -> bool:
         """Whether a request may turn speculation off (a Race, the target-alone baseline): only

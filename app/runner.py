@@ -122,7 +122,7 @@ class LoadedModel:
         """The draft's (label, detail) for the window: a self-draft at the precision it loaded at; a
         remote target's speculation is its server's (app/remote/target.py says what each shows)."""
         if self.remote:
-            return f"{self.dtype}'s own", f"the server speculates as it was started; {self.remote_shows}"
+            return "the server's own", f"{self.dtype} speculates as it was started; {self.remote_shows}"
         label, detail = self.draft.words(self.draft_dtype if self.draft.kind is DraftKind.SELF else "")
         return label, f"{detail}; {self.draft_passes}" if self.draft_passes else detail
 

@@ -159,5 +159,5 @@ def ready_words(info: LoadedModel) -> str:
                 DraftKind.LOOKUP: "drafts by copying from the chat (prompt lookup)"}.get(
         info.draft.kind, f"drafts with {info.draft_words()[0]}")
     if info.remote:
-        drafting = f"speculates as the server was started ({info.draft_words()[1].split('; ')[1]})"
+        drafting = f"speculates as the server was started ({info.remote_shows})"
     return f"{info.name} is ready {where_words(info.backend, info.device)} and {drafting}."

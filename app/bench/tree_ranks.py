@@ -1,0 +1,126 @@
+"""How often a tree of drafts would beat a chain, measured before any tree is built (issue 48:
+"measure it first"): acceptance by depth and by rank among siblings, and the target passes an
+answer takes with a chain or with a tree of a given shape.
+
+At temperature 0 the target's answer is fixed, so a drafter is judged against it exactly, with
+no verify pass run: from each round's start, walk the target's own next tokens down the drafter's
+candidates. A chain accepts while the target's token is the drafter's first choice; a tree of
+widths (w1, w2, ...) accepts while it is among the first w_d choices at depth d. The next round
+starts one token past what was accepted (the target's own token), as the engine's rounds do.
+
+Prompt lookup's candidates (Saxena 2023's rule, without the edit resync: app/engine/lookup.py):
+every earlier occurrence of the longest tail n-gram that occurs, and what followed each, merged
+into a trie. Siblings rank by recency (the latest occurrence first: the chain is the drafter's
+own choice, rank 0 at every depth).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+def lookup_matches(tokens: Sequence[int], end: int, max_ngram: int = 3, min_ngram: int = 1) -> list[int]:
+    """Where the tail of tokens[:end] occurred before, latest first: the positions just after each
+    earlier occurrence of its longest tail n-gram (n from max_ngram down) that occurs at all."""
+    for n in range(min(max_ngram, end - 1), min_ngram - 1, -1):
+        gram = list(tokens[end - n:end])
+        found = [s + n for s in range(end - n - 1, -1, -1) if list(tokens[s:s + n]) == gram]
+        if found:
+            return found
+    return []
+
+
+def lookup_ranks(tokens: Sequence[int], start: int, depth: int, max_ngram: int = 3,
+                 min_ngram: int = 1) -> list[int]:
+    """The rank among its siblings of each of the target's tokens tokens[start], tokens[start+1],
+    ... in lookup's trie of candidates from the context tokens[:start], down to `depth`; it ends
+    where the target's token is not a candidate (or the answer ends). Rank 0 is the chain's."""
+    followers = lookup_matches(tokens, start, max_ngram, min_ngram)  # positions of the next candidate
+    ranks = []
+    for d in range(depth):
+        if start + d >= len(tokens) or not followers:
+            break
+        siblings: list[int] = []  # distinct candidates, latest occurrence first
+        for position in followers:
+            if position < start and tokens[position] not in siblings:  # a draft copies committed tokens only
+                siblings.append(tokens[position])
+        wanted = tokens[start + d]
+        if wanted not in siblings:
+            break
+        ranks.append(siblings.index(wanted))
+        followers = [p + 1 for p in followers if p < start and tokens[p] == wanted]
+    return ranks
+
+
+def accepted(ranks: Sequence[int], widths: Sequence[int]) -> int:
+    """Drafts a tree of `widths` (one per depth; a chain is all 1s) accepts, given the ranks."""
+    n = 0
+    for rank, width in zip(ranks, widths, strict=False):
+        if rank >= width:
+            break
+        n += 1
+    return n
+
+
+def tree_nodes(tokens: Sequence[int], start: int, widths: Sequence[int], max_ngram: int = 3,
+               min_ngram: int = 1) -> int:
+    """Drafted tokens a pass verifies for a tree of `widths` from tokens[:start]: every trie node
+    within the widths (each parent keeps its first w_d children by recency), the width of the
+    verify pass less its one committed token."""
+    level = [lookup_matches(tokens, start, max_ngram, min_ngram)]  # each node's followers
+    nodes = 0
+    for width in widths:
+        below = []
+        for followers in level:
+            children: dict[int, list[int]] = {}
+            for p in followers:
+                if p < start:
+                    children.setdefault(tokens[p], []).append(p + 1)
+            for token_followers in list(children.values())[:width]:
+                below.append(token_followers)
+        nodes += len(below)
+        level = below
+        if not level:
+            break
+    return nodes
+
+
+@dataclass
+class Passes:
+    """One answer decoded by a drafter of a given shape, counted pass by pass."""
+
+    passes: int = 0
+    accepted: int = 0
+    accepted_by_depth: list[int] | None = None  # [d]: rounds whose draft at depth d was accepted
+    widths: list[int] | None = None  # each pass's width: 1 + the drafted tokens it verified
+
+
+def count_passes(tokens: Sequence[int], prompt_length: int, widths: Sequence[int], max_ngram: int = 3,
+                 min_ngram: int = 1) -> Passes:
+    """Target passes for the answer tokens[prompt_length:] with lookup drafting in the shape
+    `widths` (the first answer token comes from the prefill, as in the engine)."""
+    result = Passes(accepted_by_depth=[0] * len(widths), widths=[])
+    position = prompt_length + 1
+    while position < len(tokens):
+        ranks = lookup_ranks(tokens, position, len(widths), max_ngram, min_ngram)
+        n = accepted(ranks, widths)
+        result.widths.append(1 + tree_nodes(tokens, position, widths, max_ngram, min_ngram))
+        for d in range(n):
+            result.accepted_by_depth[d] += 1
+        result.passes += 1
+        result.accepted += n
+        position += n + 1
+    return result
+
+
+def rank_table(tokens: Sequence[int], prompt_length: int, depth: int, ranks_shown: int = 3,
+               max_ngram: int = 3, min_ngram: int = 1) -> list[list[int]]:
+    """table[d][r]: answer positions where the target's token at depth d (after d accepted ones)
+    was lookup's rank-r candidate; the last column counts ranks >= ranks_shown. Over every start
+    in the answer, not only a chain's round starts: the drafter's quality, not one schedule's."""
+    table = [[0] * (ranks_shown + 1) for _ in range(depth)]
+    for start in range(prompt_length + 1, len(tokens)):
+        for d, rank in enumerate(lookup_ranks(tokens, start, depth, max_ngram, min_ngram)):
+            table[d][min(rank, ranks_shown)] += 1
+    return table

@@ -1,0 +1,105 @@
+"""Would a tree of prompt-lookup drafts beat the chain? Issue 48's first measurement.
+
+For each suite prompt the target alone writes its answer at temperature 0; that answer is then
+replayed against lookup's candidates (app/bench/tree_ranks.py): acceptance by depth and by rank
+among siblings, and the target passes the answer takes with a chain of k or a tree of a given
+shape. Passes at T=0 are exact counts (the engine's rounds, with lookup's plain rule: the edit
+resync of app/engine/lookup.py is left out for chain and tree alike). The time is a prediction:
+each pass costs what a pass of its width measured here (the target's own passes, timed in this
+run), so it says what a tree could win before one is built, not what it wins.
+
+    .venv/bin/python benchmarks/tree_acceptance.py            # the demo, the suite, 2 threads
+    .venv/bin/python benchmarks/tree_acceptance.py --prompts 3 --max-tokens 64
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+SHAPES = {"chain k=4": (1, 1, 1, 1), "chain k=8": (1,) * 8, "tree 2-1-1-1": (2, 1, 1, 1),
+          "tree 3-1-1-1": (3, 1, 1, 1), "tree 2-2-1-1": (2, 2, 1, 1), "tree 2-1-1-1-1-1-1-1": (2,) + (1,) * 7,
+          "tree 3-2-2-1-1-1": (3, 2, 2, 1, 1, 1)}
+MAX_NGRAM, MIN_NGRAM = 4, 3  # chat lookup's (app/engine/drafters.chat_lookup)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="demo")
+    parser.add_argument("--prompts", type=int, default=None, help="the first N suite prompts")
+    parser.add_argument("--max-tokens", type=int, default=None)
+    args = parser.parse_args()
+
+    from app.bench.costs import measure_target_costs
+    from app.bench.suite import load_suite
+    from app.bench.tree_ranks import count_passes, rank_table
+    from app.draft_choice import NO_DRAFT
+    from app.engine.events import Finished, Round
+    from app.engine.speculative import generate
+    from app.runner import Runner
+
+    runner = Runner()
+    loaded = runner.load(args.model, "torch", draft=NO_DRAFT, progress=lambda message: None)
+    target, tok = runner.target, runner.tokenizer
+    prompts = load_suite(prompts=args.prompts, max_tokens=args.max_tokens)
+    answers = []
+    for prompt in prompts:
+        ids = tok.render_chat(list(prompt.messages))
+        answer = []
+        for event in generate(target, tok.decode, ids, drafter=None, stop_ids=tok.stop_ids,
+                              max_tokens=prompt.max_tokens):
+            if isinstance(event, Round):
+                answer.extend(event.emitted)
+            elif isinstance(event, Finished):
+                break
+        answers.append((prompt.name, ids, answer))
+    widest = max(1 + len(w) * max(w) for w in SHAPES.values())
+    first_name, first_ids, first_answer = answers[0]
+    costs = measure_target_costs(target, first_ids + first_answer[: len(first_answer) // 2 or 1],
+                                 range(1, min(widest, 24) + 1))
+
+    def cost(width: int) -> float:
+        return costs.get(width) or costs[max(costs)] * width / max(costs)  # past what was timed: linear
+
+    print(f"{loaded.describe()}; lookup {MIN_NGRAM}-{MAX_NGRAM}-grams; pass ms by width: "
+          + " ".join(f"{w}:{s * 1000:.1f}" for w, s in sorted(costs.items())))
+    print(f"\n{'prompt':<12}{'tokens':>7}  " + "".join(f"{name:>22}" for name in SHAPES))
+    totals = {name: [0, 0.0] for name in SHAPES}
+    table = None
+    per_prompt_ratio: dict[str, list[float]] = {name: [] for name in SHAPES}
+    for name, ids, answer in answers:
+        tokens = ids + answer
+        cells = []
+        chain_s = None
+        for shape_name, widths in SHAPES.items():
+            counted = count_passes(tokens, len(ids), widths, MAX_NGRAM, MIN_NGRAM)
+            seconds = sum(cost(w) for w in counted.widths)
+            totals[shape_name][0] += counted.passes
+            totals[shape_name][1] += seconds
+            chain_s = seconds if shape_name == "chain k=4" else chain_s
+            per_prompt_ratio[shape_name].append(chain_s / seconds if seconds else 1.0)
+            cells.append(f"{counted.passes:>5} p {seconds * 1000:>7.0f} ms")
+        print(f"{name:<12}{len(answer):>7}  " + "".join(f"{c:>22}" for c in cells))
+        prompt_table = rank_table(tokens, len(ids), 4, 3, MAX_NGRAM, MIN_NGRAM)
+        table = prompt_table if table is None else [[a + b for a, b in zip(r, s, strict=True)]
+                                                    for r, s in zip(table, prompt_table, strict=True)]
+    print(f"{'all':<12}{sum(len(a) for _, _, a in answers):>7}  "
+          + "".join(f"{f'{p:>5} p {s * 1000:>7.0f} ms':>22}" for p, s in totals.values()))
+    print("\npredicted speed against chain k=4, median over prompts [min-max] (passes timed by width here):")
+    for shape_name, ratios in per_prompt_ratio.items():
+        print(f"  {shape_name:<24} {statistics.median(ratios):.2f}x [{min(ratios):.2f}-{max(ratios):.2f}]")
+    print("\nthe target's token among lookup's candidates, by depth (after every earlier one accepted) and rank:")
+    for depth, row in enumerate(table):
+        reached = sum(row)
+        shares = " ".join(f"rank {r}: {n / reached:.0%}" if reached else "-" for r, n in enumerate(row[:-1]))
+        print(f"  depth {depth}: {reached} positions with candidates; {shares}; rank 3+: "
+              f"{row[-1] / reached:.0%}" if reached else f"  depth {depth}: no candidates")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -95,9 +95,14 @@ def main() -> int:
     print("\nthe target's token among lookup's candidates, by depth (after every earlier one accepted) and rank:")
     for depth, row in enumerate(table):
         reached = sum(row)
-        shares = " ".join(f"rank {r}: {n / reached:.0%}" if reached else "-" for r, n in enumerate(row[:-1]))
-        print(f"  depth {depth}: {reached} positions with candidates; {shares}; rank 3+: "
-              f"{row[-1] / reached:.0%}" if reached else f"  depth {depth}: no candidates")
+        if not reached:
+            print(f"  depth {depth}: no candidates")
+            continue
+        shares = ", ".join(f"rank {r}: {n / reached:.1%}" for r, n in enumerate(row[:-2]))
+        wrong_first = reached - row[0]
+        saved = (wrong_first - row[-1]) / wrong_first if wrong_first else 0.0
+        print(f"  depth {depth}: {reached} positions with candidates; {shares}, rank 3+: {row[-2] / reached:.1%}, "
+              f"none: {row[-1] / reached:.1%}; where the first guess was wrong a sibling was right {saved:.0%}")
     return 0
 
 

@@ -42,3 +42,4 @@ def test_passes_fall_with_a_tree_where_the_answer_follows_an_older_copy():
     assert chain.widths[0] == 1 + 4  # "1 7 8 9": the latest copy, k=4
     table = rank_table(tokens, prompt, depth=2, ranks_shown=2)
     assert table[1][1] == 1 and table[0][0] >= 2  # the one rank-1 hit, at depth 1
+    assert table[1][-1] == 1  # and one miss no sibling held: "4" after "1 2 3", where "9" came before

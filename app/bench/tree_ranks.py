@@ -36,6 +36,13 @@ def lookup_ranks(tokens: Sequence[int], start: int, depth: int, max_ngram: int =
     """The rank among its siblings of each of the target's tokens tokens[start], tokens[start+1],
     ... in lookup's trie of candidates from the context tokens[:start], down to `depth`; it ends
     where the target's token is not a candidate (or the answer ends). Rank 0 is the chain's."""
+    return lookup_walk(tokens, start, depth, max_ngram, min_ngram)[0]
+
+
+def lookup_walk(tokens: Sequence[int], start: int, depth: int, max_ngram: int = 3,
+                min_ngram: int = 1) -> tuple[list[int], bool]:
+    """(lookup_ranks' ranks, whether the walk ended at a depth that had candidates none of which
+    was the target's token: a miss no sibling could have saved)."""
     followers = lookup_matches(tokens, start, max_ngram, min_ngram)  # positions of the next candidate
     ranks = []
     for d in range(depth):
@@ -46,11 +53,13 @@ def lookup_ranks(tokens: Sequence[int], start: int, depth: int, max_ngram: int =
             if position < start and tokens[position] not in siblings:  # a draft copies committed tokens only
                 siblings.append(tokens[position])
         wanted = tokens[start + d]
-        if wanted not in siblings:
+        if not siblings:
             break
+        if wanted not in siblings:
+            return ranks, True
         ranks.append(siblings.index(wanted))
         followers = [p + 1 for p in followers if p < start and tokens[p] == wanted]
-    return ranks
+    return ranks, False
 
 
 def accepted(ranks: Sequence[int], widths: Sequence[int]) -> int:
@@ -117,10 +126,14 @@ def count_passes(tokens: Sequence[int], prompt_length: int, widths: Sequence[int
 def rank_table(tokens: Sequence[int], prompt_length: int, depth: int, ranks_shown: int = 3,
                max_ngram: int = 3, min_ngram: int = 1) -> list[list[int]]:
     """table[d][r]: answer positions where the target's token at depth d (after d accepted ones)
-    was lookup's rank-r candidate; the last column counts ranks >= ranks_shown. Over every start
-    in the answer, not only a chain's round starts: the drafter's quality, not one schedule's."""
-    table = [[0] * (ranks_shown + 1) for _ in range(depth)]
+    was lookup's rank-r candidate; column ranks_shown counts ranks >= ranks_shown, and the last
+    column the positions where lookup had candidates there but not the target's token. Over every
+    start in the answer, not only a chain's round starts: the drafter's quality, not one schedule's."""
+    table = [[0] * (ranks_shown + 2) for _ in range(depth)]
     for start in range(prompt_length + 1, len(tokens)):
-        for d, rank in enumerate(lookup_ranks(tokens, start, depth, max_ngram, min_ngram)):
+        ranks, missed = lookup_walk(tokens, start, depth, max_ngram, min_ngram)
+        for d, rank in enumerate(ranks):
             table[d][min(rank, ranks_shown)] += 1
+        if missed:
+            table[len(ranks)][-1] += 1
     return table

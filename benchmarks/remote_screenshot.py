@@ -13,21 +13,14 @@ import argparse
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.align_screenshots import wait_until  # noqa: E402 - the path first
+
 QUESTION = ("Repeat this list exactly, twice: apples, pears, plums, cherries, grapes, lemons, limes, oranges, "
             "peaches, apricots.")
-
-
-def wait_until(app, predicate, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while not predicate() and time.monotonic() < deadline:
-        app.processEvents()
-        time.sleep(0.02)
-    return predicate()
 
 
 def main() -> int:

@@ -26,11 +26,8 @@ QUESTION = "tell me about the sea"
 
 
 @pytest.fixture(scope="module")
-def server(service):
-    server = ApiServer(service, "127.0.0.1", 0)
-    server.start()
-    yield server
-    server.stop()
+def server(api_server):  # tests/conftest.py
+    return api_server
 
 
 @pytest.fixture

@@ -144,11 +144,18 @@ def plan_load(spec: str | Path, backend: str | None = None, draft: DraftChoice |
     progress(f"Reading the tokenizer of {display_name(folder)} ...")  # seconds: the first also imports transformers
     tokenizer = ChatTokenizer(folder)
     device = device_for(backend)
-    target = estimate("target", config, file_bytes, backend, device, precision,
-                      gguf_loaded_bytes(folder, backend, precision))
+    own_gguf = gguf_loaded_bytes(folder, backend, precision)  # None: not a GGUF at its own precisions
+    target = estimate("target", config, file_bytes, backend, device, precision, own_gguf)
     if draft.kind is DraftKind.SELF and draft.precision == precision:
         # a copy of the target at the target's own precision is the target: nothing to gain
         progress(f"The draft would be the target itself ({precision}): drafting with prompt lookup instead.")
+        draft = PROMPT_LOOKUP
+    elif draft.kind is DraftKind.SELF and own_gguf is not None:
+        # PyTorch reads a GGUF at its own 4-bit precisions: the folder holds no float weights to
+        # copy at another precision, and a 4-bit copy would be the target itself (it failed as
+        # the draft loaded, after the target had: "no int4 weights to load")
+        progress(f"{display_name(folder)} runs at its GGUF file's own 4-bit precisions, so a copy of it at "
+                 f"{draft.precision} is no smaller draft: drafting with prompt lookup instead.")
         draft = PROMPT_LOOKUP
     planned, needs = _plan_draft(draft, folder, config, file_bytes, target, backend, device, precision,
                                  tokenizer, progress)

@@ -9,7 +9,7 @@ each pass costs what a pass of its width measured here (the target's own passes,
 run), so it says what a tree could win before one is built, not what it wins.
 
     .venv/bin/python benchmarks/tree_acceptance.py            # the demo, the suite, 2 threads
-    .venv/bin/python benchmarks/tree_acceptance.py --prompts 3 --max-tokens 64
+    .venv/bin/python benchmarks/tree_acceptance.py --prompts 3 --max-tokens 64 --draft none
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ def main() -> int:
     parser.add_argument("--model", default="demo")
     parser.add_argument("--prompts", type=int, default=None, help="the first N suite prompts")
     parser.add_argument("--max-tokens", type=int, default=None)
+    parser.add_argument("--draft", default="self:int4",
+                        help='a draft model to measure too (a folder, or "self:int4"); "none" for lookup alone')
     args = parser.parse_args()
 
     from app.bench.costs import measure_target_costs
@@ -103,7 +105,52 @@ def main() -> int:
         saved = (wrong_first - row[-1]) / wrong_first if wrong_first else 0.0
         print(f"  depth {depth}: {reached} positions with candidates; {shares}, rank 3+: {row[-2] / reached:.1%}, "
               f"none: {row[-1] / reached:.1%}; where the first guess was wrong a sibling was right {saved:.0%}")
+    if args.draft != "none":
+        draft_model_section(args.model, args.draft, answers)
     return 0
+
+
+MODEL_SHAPES = {"chain k=4": (1, 1, 1, 1), "tree 2-1-1-1": (2, 1, 1, 1), "tree 3-1-1-1": (3, 1, 1, 1),
+                "tree 2-2-1-1": (2, 2, 1, 1), "tree 2-2-2-2": (2, 2, 2, 2)}
+
+
+def draft_model_section(model: str, draft: str, answers) -> None:
+    """A draft model's alternatives on the same answers: its top choices, teacher-forced. Passes
+    are exact counts; no time is predicted (a tree's drafting costs draft passes of their own)."""
+    import torch
+
+    from app.bench.tree_ranks import by_confidence, model_ranks, ranked_passes
+    from app.draft_choice import DraftChoice
+    from app.runner import Runner
+
+    # the pair as the runner loads it (a self-draft of a GGUF target is its float32 import at that precision)
+    paired = Runner()
+    paired.load(model, "torch", draft=DraftChoice.parse(draft), progress=lambda message: None)
+    backend = paired._draft_backend()
+    choice = paired.loaded.draft
+    print(f"\ndraft {choice.label} ({backend.dtype}), its top choices along the same answers:")
+    print(f"{'prompt':<12}" + "".join(f"{name:>20}" for name in MODEL_SHAPES))
+    all_ranks, all_top1 = [], []
+    totals = {name: [0, 0] for name in MODEL_SHAPES}
+    for name, ids, answer in answers:
+        tokens = ids + answer
+        with torch.inference_mode():
+            logits = backend.model(torch.tensor([tokens])).logits[0].float().numpy()
+        ranks, top1 = model_ranks(logits, len(ids), tokens)
+        all_ranks += ranks[1:]
+        all_top1 += top1[1:]
+        cells = []
+        for shape, widths in MODEL_SHAPES.items():
+            counted = ranked_passes(ranks, widths)
+            totals[shape][0] += counted.passes
+            totals[shape][1] += counted.accepted
+            cells.append(f"{counted.passes:>5} p {1 + counted.accepted / counted.passes:.2f} t/p"
+                         if counted.passes else "-")
+        print(f"{name:<12}" + "".join(f"{c:>20}" for c in cells))
+    print(f"{'all':<12}" + "".join(f"{f'{p:>5} p {1 + a / p:.2f} t/p':>20}" for p, a in totals.values()))
+    print("where the draft's first choice was wrong, by its own top-1 probability:")
+    for band, n, wrong, saved in by_confidence(all_ranks, all_top1):
+        print(f"  top-1 {band}: {n} positions, first choice wrong {wrong:.0%}, then second or third right {saved:.0%}")
 
 
 if __name__ == "__main__":

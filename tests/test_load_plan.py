@@ -39,6 +39,16 @@ def test_a_self_draft_at_the_targets_precision_is_planned_as_prompt_lookup(tiny_
     assert any("would be the target itself" in line for line in said)
 
 
+@pytest.mark.parametrize("precision", ["int4", "bfloat16"])
+def test_a_self_draft_of_a_gguf_at_its_own_precisions_is_planned_as_prompt_lookup(demo, no_weights, precision):
+    """PyTorch reads the demo's GGUF at its own 4-bit precisions: no float weights to copy at
+    another precision (the draft failed as it loaded, after the target had)."""
+    said = []
+    plan = plan_load("demo", "torch", DraftChoice(DraftKind.SELF, precision=precision), progress=said.append)
+    assert plan.draft.choice == PROMPT_LOOKUP and [m.name for m in plan.models] == ["target"]
+    assert any("GGUF file's own 4-bit precisions" in line and precision in line for line in said), said
+
+
 def test_a_self_draft_at_another_precision_reads_the_targets_folder(tiny_pair, no_weights):
     plan = plan_load(tiny_pair["target"], "torch", DraftChoice(DraftKind.SELF, precision="int4"))
     assert plan.draft.folder == plan.folder and plan.draft.precision == "int4"

@@ -43,3 +43,24 @@ def test_passes_fall_with_a_tree_where_the_answer_follows_an_older_copy():
     table = rank_table(tokens, prompt, depth=2, ranks_shown=2)
     assert table[1][1] == 1 and table[0][0] >= 2  # the one rank-1 hit, at depth 1
     assert table[1][-1] == 1  # and one miss no sibling held: "4" after "1 2 3", where "9" came before
+
+
+def test_a_draft_models_ranks_and_a_top_k_tree_over_them():
+    import numpy as np
+
+    from app.bench.tree_ranks import by_confidence, model_ranks, ranked_passes
+
+    tokens = [0, 1, 2, 3, 4]
+    logits = np.full((5, 6), -5.0)
+    logits[0, 1] = 5.0  # predicts 1: right, sure
+    logits[1, [3, 2]] = [4.0, 3.0]  # predicts 3 first, 2 second: the target wrote 2 (rank 1)
+    logits[2, 3] = 1.0  # right, unsure-ish
+    logits[3, [5, 0, 4]] = [3.0, 2.0, 1.0]  # the target's 4 is third (rank 2)
+    ranks, top1 = model_ranks(logits, 1, tokens)
+    assert ranks == [0, 1, 0, 2] and top1[0] > 0.99 > top1[1]
+    chain, tree = ranked_passes(ranks, (1, 1, 1)), ranked_passes(ranks, (2, 1, 1))
+    # after the prefill's "1": the chain rejects at once twice; the tree takes "2 3", then "4" is its own
+    assert (chain.passes, chain.accepted) == (2, 1) and (tree.passes, tree.accepted) == (1, 2)
+    assert tree.widths == [1 + 2 + 2 + 2] and chain.widths[0] == 1 + 3
+    bands = by_confidence(ranks, top1, edges=(0.9,))
+    assert [b[1] for b in bands] == [2, 2] and bands[0][3] == 1.0  # both unsure misses were rank 1-2

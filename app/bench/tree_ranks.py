@@ -8,6 +8,12 @@ candidates. A chain accepts while the target's token is the drafter's first choi
 widths (w1, w2, ...) accepts while it is among the first w_d choices at depth d. The next round
 starts one token past what was accepted (the target's own token), as the engine's rounds do.
 
+A draft model's candidates are its top choices, teacher-forced along the target's answer: along
+the accepted path the draft reads exactly the target's tokens, so one pass of the draft over the
+whole sequence gives its ranking at every depth (`model_ranks`); a tree of widths (w1, w2, ...)
+then holds w1 x w2 x ... nodes at each depth (EAGLE-2's static shape; its dynamic shape expands
+only where the draft is unsure, which `by_confidence` measures).
+
 Prompt lookup's candidates (Saxena 2023's rule, without the edit resync: app/engine/lookup.py):
 every earlier occurrence of the longest tail n-gram that occurs, and what followed each, merged
 into a trie. Siblings rank by recency (the latest occurrence first: the chain is the drafter's
@@ -137,3 +143,55 @@ def rank_table(tokens: Sequence[int], prompt_length: int, depth: int, ranks_show
         if missed:
             table[len(ranks)][-1] += 1
     return table
+
+
+def model_ranks(logits, answer_start: int, tokens: Sequence[int]):
+    """(rank, the draft's own top-1 probability) of each answer token tokens[i], i >= answer_start,
+    in the draft's distribution from tokens[:i]. `logits`: a numpy array (len(tokens), vocab) of
+    the draft's logits over the whole sequence (row i predicts token i + 1)."""
+    import numpy as np
+
+    rows = np.asarray(logits[answer_start - 1:len(tokens) - 1], dtype=np.float64)
+    wanted = np.asarray(tokens[answer_start:], dtype=np.int64)
+    chosen = rows[np.arange(len(wanted)), wanted]
+    ranks = (rows > chosen[:, None]).sum(axis=1)
+    shifted = np.exp(rows - rows.max(axis=1, keepdims=True))
+    top1 = shifted.max(axis=1) / shifted.sum(axis=1)
+    return ranks.tolist(), top1.tolist()
+
+
+def ranked_passes(ranks: Sequence[int], widths: Sequence[int]) -> Passes:
+    """Passes over an answer whose tokens ranked `ranks` in a draft model's choices (model_ranks;
+    ranks[0] is the token after the prefill's), for a top-k tree of `widths`: a round accepts
+    while each token ranks below its depth's width; its pass verifies every node of the tree."""
+    nodes, level = 0, 1
+    for width in widths:
+        level *= width
+        nodes += level
+    result = Passes(accepted_by_depth=[0] * len(widths), widths=[])
+    position = 1  # the first answer token comes from the prefill
+    while position < len(ranks):
+        n = accepted(ranks[position:position + len(widths)], widths)
+        for d in range(n):
+            result.accepted_by_depth[d] += 1
+        result.passes += 1
+        result.accepted += n
+        result.widths.append(1 + nodes)
+        position += n + 1
+    return result
+
+
+def by_confidence(ranks: Sequence[int], top1: Sequence[float], edges=(0.5, 0.8)) -> list[tuple[str, int, float, float]]:
+    """Where the draft's first choice was wrong, how often its second or third was right, by the
+    draft's own top-1 probability: [(band, positions, share wrong at rank 0, share right at rank 1-2
+    among the wrong)]. EAGLE-2 expands where the draft is unsure; this says whether that pays."""
+    bands = []
+    bounds = (0.0, *edges, 1.0 + 1e-9)
+    for low, high in zip(bounds, bounds[1:], strict=False):
+        inside = [r for r, p in zip(ranks, top1, strict=True) if low <= p < high]
+        wrong = [r for r in inside if r > 0]
+        saved = sum(1 for r in wrong if r <= 2)
+        bands.append((f"{low:.1f}-{min(high, 1.0):.1f}", len(inside), len(wrong) / len(inside) if inside else 0.0,
+                      saved / len(wrong) if wrong else 0.0))
+    return bands
+

@@ -124,8 +124,13 @@ def draft_model_section(model: str, draft: str, answers) -> None:
     from app.runner import Runner
 
     # the pair as the runner loads it (a self-draft of a GGUF target is its float32 import at that precision)
+    from app.models.names import DEMO_REFERENCE
+
+    # a self-draft copies float weights: of the demo, its float32 reference (the GGUF read at its
+    # own precisions has none to copy)
+    source = DEMO_REFERENCE if model == "demo" and draft.startswith("self:") else model
     paired = Runner()
-    paired.load(model, "torch", draft=DraftChoice.parse(draft), progress=lambda message: None)
+    paired.load(source, "torch", draft=DraftChoice.parse(draft), progress=lambda message: None)
     backend = paired._draft_backend()
     choice = paired.loaded.draft
     print(f"\ndraft {choice.label} ({backend.dtype}), its top choices along the same answers:")

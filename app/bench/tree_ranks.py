@@ -25,16 +25,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from app.engine.lookup import LookupIndex
+
 
 def lookup_matches(tokens: Sequence[int], end: int, max_ngram: int = 3, min_ngram: int = 1) -> list[int]:
-    """Where the tail of tokens[:end] occurred before, latest first: the positions just after each
-    earlier occurrence of its longest tail n-gram (n from max_ngram down) that occurs at all."""
-    for n in range(min(max_ngram, end - 1), min_ngram - 1, -1):
-        gram = list(tokens[end - n:end])
-        found = [s + n for s in range(end - n - 1, -1, -1) if list(tokens[s:s + n]) == gram]
-        if found:
-            return found
-    return []
+    """Where the tail of tokens[:end] occurred before, latest first: the drafter's own rule
+    (app/engine/lookup.LookupIndex.matches), every occurrence rather than the latest alone."""
+    return list(LookupIndex(max_ngram, min_ngram).matches(tokens[:end]))
 
 
 def lookup_ranks(tokens: Sequence[int], start: int, depth: int, max_ngram: int = 3,

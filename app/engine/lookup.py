@@ -21,7 +21,7 @@ a seeded answer that repeats drafts the same.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 EDIT = 4  # the most tokens an edit may replace in the source, or write in their place
 LATEST = 8  # an anchor's latest occurrences looked at (repetitive text has hundreds)
@@ -67,25 +67,34 @@ class LookupIndex:
             self.clear()
             raise
 
-    def _latest(self, n: int, gram: tuple[int, ...], last_start: int) -> int | None:
-        """The latest start <= last_start of `gram` (n tokens)."""
-        for start in reversed(self.starts[n].get(gram, ())):
-            if start <= last_start:
-                return start
-        return None
+    def matches(self, committed: Sequence[int]) -> Iterator[int]:
+        """Where the rule's match continues, latest first: the position just after each earlier
+        occurrence of the tail's longest n-gram (n from `max_ngram` down to `min_ngram`) that
+        occurred at all. The drafter copies from the first; a tree of drafts
+        (app/bench/tree_ranks.py) from them all."""
+        self._extend(committed)
+        tokens, length = self.tokens, len(self.tokens)
+        if length < 2:
+            return
+        for n in range(min(self.max_ngram, length - 1), self.min_ngram - 1, -1):
+            last_start = length - 1 - n  # the tail itself is no earlier occurrence
+            found = (start + n for start in reversed(self.starts[n].get(tuple(tokens[length - n :]), ()))
+                     if start <= last_start)
+            first = next(found, None)
+            if first is not None:
+                yield first
+                yield from found
+                return
 
     def continuation(self, committed: Sequence[int], k: int, resync: bool = True) -> tuple[int, ...]:
         """Up to k tokens that followed the latest earlier match of the sequence's tail (or, with
         `resync`, where a copy resumed after an edit); () if none."""
-        self._extend(committed)
-        tokens, length = self.tokens, len(self.tokens)
-        if k <= 0 or length < 2:
+        if k <= 0:
             return ()
-        for n in range(min(self.max_ngram, length - 1), self.min_ngram - 1, -1):
-            start = self._latest(n, tuple(tokens[length - n :]), length - 1 - n)
-            if start is not None:
-                return tuple(tokens[start + n : start + n + k])
-        if resync and self.min_ngram > 1:
+        after = next(self.matches(committed), None)
+        if after is not None:
+            return tuple(self.tokens[after : after + k])
+        if resync and self.min_ngram > 1 and len(self.tokens) >= 2:
             return self._after_edit(k)
         return ()
 

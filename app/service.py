@@ -333,7 +333,6 @@ class RunnerService:
             splitter = ThinkingSplitter(starts) if starts is not None else None
             for event in runner.chat(handle.request):
                 if isinstance(event, (Traced, Text)):  # a remote target's rounds come drawn already
-                    first_token_at = first_token_at or time.perf_counter()
                     handle._put(event)
                     continue
                 if isinstance(event, Round):

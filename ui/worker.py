@@ -323,15 +323,13 @@ class EngineWorker(QObject):
         params = params or SamplingParams()
         if background and self._engine_wanted.is_set():
             return
-        remote = getattr(self.runner, "remote", None)  # a test's runner may have none
-        if remote is not None and not remote.can_choose_draft():
-            return  # its speculation is fixed on the server: there is no target alone to time (the panel says so)
 
         def run(runner: Runner, service_wants=None):
             give_way = self._give_way(service_wants) if service_wants is not None else (lambda: False)
-            remote = getattr(runner, "remote", None)
+            remote = getattr(runner, "remote", None)  # a test's runner may have none
             if remote is not None and not remote.can_choose_draft():
-                return None  # asked of the pair before, and a server's model came in meanwhile
+                # a server that fixes its speculation at start has no target alone to time (the panel says so)
+                return None
             self.hold_for_timing(True)
             try:
                 return runner.time_target_alone(messages, cancelled=give_way, params=params)

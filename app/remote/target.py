@@ -76,13 +76,11 @@ class RemoteTarget:
         another Tandem takes that per request; vLLM fixes it at start."""
         return self.is_tandem
 
-    def body(self, request, stream: bool = True) -> tuple[str, dict]:
-        """(path, JSON body) of a ChatRequest (app/runner.py)."""
+    def body(self, request) -> tuple[str, dict]:
+        """(path, JSON body) of a ChatRequest (app/runner.py), streamed with its usage at the end."""
         params = request.params
-        body: dict = {"model": self.model.id, "stream": stream, "max_tokens": request.max_tokens,
-                      "temperature": params.temperature, "top_p": params.top_p}
-        if stream:
-            body["stream_options"] = {"include_usage": True}
+        body: dict = {"model": self.model.id, "stream": True, "stream_options": {"include_usage": True},
+                      "max_tokens": request.max_tokens, "temperature": params.temperature, "top_p": params.top_p}
         if params.top_k:
             body["top_k"] = params.top_k  # vLLM's, SGLang's, llama.cpp's and Tandem's field
         if params.seed is not None:
@@ -297,11 +295,10 @@ def _by_position(traces: list[RoundTrace]) -> tuple[tuple[int, ...], tuple[int, 
     width = max((t.drafted for t in traces), default=0)
     accepted, drafted, reached = [0] * width, [0] * width, [0] * width
     for t in traces:
-        kinds = [c.kind for c in t.chips if c.kind in (ACCEPTED, REJECTED)]
-        for i, kind in enumerate(kinds):
+        n = t.count(ACCEPTED)  # a prefix of the drafts, as in app/engine/speculative.py's count
+        for i in range(t.drafted):
             drafted[i] += 1
-            if all(k == ACCEPTED for k in kinds[:i]):
-                reached[i] += 1
-            accepted[i] += kind == ACCEPTED
+            accepted[i] += i < n
+            reached[i] += i <= n
     return tuple(accepted), tuple(drafted), tuple(reached)
 

@@ -199,3 +199,22 @@ def test_a_silent_server_is_given_up_and_a_stop_ends_the_wait_at_once(failing):
     started = time.perf_counter()
     assert list(_client(failing, "/silent").stream("/chat/completions", {}, cancelled=stop.is_set)) == []
     assert time.perf_counter() - started < 5  # not the server's 30 s, nor the read limit
+
+
+def test_a_model_the_server_does_not_serve_or_a_choice_left_open_is_said_with_the_ids():
+    from app.remote.endpoint import RemoteSpec
+    from app.remote.target import RemoteTarget
+
+    async def models(request: Request):
+        return JSONResponse({"object": "list", "data": [{"id": "a", "owned_by": "vllm"},
+                                                        {"id": "b", "owned_by": "vllm"}, {"no id": 1}]})
+
+    quiet = {"progress": lambda message: None}
+    with serving(Starlette(routes=[Route("/v1/models", models)])) as origin:
+        with pytest.raises(RemoteError, match="serves “a”, “b”, not “c”: choose one"):
+            RemoteTarget(RemoteSpec(origin, model="c"), **quiet)
+        with pytest.raises(RemoteError, match="serves 2 models .*--remote-model"):
+            RemoteTarget(RemoteSpec(origin), **quiet)
+        chosen = RemoteTarget(RemoteSpec(origin, model="b"), **quiet)  # the odd entry hides nothing
+        assert (chosen.model.id, chosen.engine) == ("b", "vLLM")
+        chosen.close()

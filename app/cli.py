@@ -14,7 +14,7 @@ from app.engine.backends.base import COMPILE_CHOICES
 from app.engine.events import Finished, Notice, PrefillProgress, PromptTooLongError
 from app.engine.sampling import SamplingParams
 from app.exit_signals import close_engine, exit_code, raise_on_sigterm
-from app.draft_choice import DraftKind
+from app.remote.command import bench_remote, remote_options, target_spec
 from app.models.errors import ModelFileError
 from app.models.pairing import PairingError
 from app.paths import FolderError
@@ -125,25 +125,6 @@ def _show_round(trace) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def _target(args):
-    """--model as Runner.load takes it: a server's address becomes a RemoteSpec (its key from
-    $TANDEM_REMOTE_API_KEY, else the one `tandem-cli remote key` kept), anything else stays."""
-    import os
-
-    from app.remote.endpoint import RemoteSpec, is_remote
-
-    if not is_remote(args.model):
-        if getattr(args, "remote_model", None) or getattr(args, "ca_file", None):
-            raise ValueError("--remote-model and --ca-file are for a server's address in --model (http://...).")
-        return args.model
-    if args.draft.kind not in (DraftKind.AUTO, DraftKind.NONE):
-        raise ValueError(f"A remote target drafts on its server, as the server was started: --draft {args.draft} "
-                         "would load a draft here. Leave --draft out.")
-    from app.remote.keys import KEY_VARIABLE
-
-    return RemoteSpec(args.model, args.remote_model, args.ca_file, os.environ.get(KEY_VARIABLE) or None)
-
-
 def cmd_generate(args) -> int:
     from app.chat.thinking import THINKING
     from app.runner import ChatRequest
@@ -157,7 +138,7 @@ def cmd_generate(args) -> int:
     if system:
         messages.append({"role": "system", "content": system})
     messages.append({"role": "user", "content": prompt})
-    target = _target(args)
+    target = target_spec(args)
     service = RunnerService()  # the same service the window and the server are clients of
     try:
         loaded = service.load(target, args.backend, draft=args.draft, precision=args.precision,
@@ -224,45 +205,6 @@ def cmd_serve(args) -> int:
         server.serve_forever()
     finally:
         close_engine(service)
-    return 0
-
-
-def cmd_remote(args) -> int:
-    """A remote server's models, and the key kept for it (app/remote/keys.py)."""
-    import getpass
-
-    from app.remote import keys
-    from app.remote.endpoint import parse_endpoint
-
-    endpoint = parse_endpoint(args.address)
-    if args.remote_command == "key":
-        key = (getpass.getpass(f"API key for {endpoint.origin}: ") if sys.stdin.isatty()
-               else sys.stdin.readline()).strip()
-        if not key:
-            raise ValueError("No key was given: type it at the prompt, or pipe it in on one line.")
-        keys.save(endpoint.origin, key)
-        _progress(f"The key for {endpoint.origin} is kept {keys.where()}.")
-        return 0
-    if args.remote_command == "forget":
-        found = keys.forget(endpoint.origin)
-        _progress(f"The key for {endpoint.origin} was forgotten." if found
-                  else f"No key was kept for {endpoint.origin}.")
-        return 0
-    import os
-
-    from app.remote.client import RemoteClient
-    from app.remote.target import engine_name
-
-    client = RemoteClient(endpoint, os.environ.get(keys.KEY_VARIABLE) or keys.load(endpoint.origin), args.ca_file)
-    try:
-        models = client.models()
-    finally:
-        client.close()
-    for model in models:
-        context = f"\t{model.max_model_len} tokens" if model.max_model_len else "\t"
-        print(f"{model.id}\t{engine_name(model.owned_by)}{context}")
-    if not models:
-        _progress(f"{endpoint.base}/models lists no models.")
     return 0
 
 
@@ -362,9 +304,9 @@ def cmd_bench(args) -> int:
     params = _sampling(args)
     prompts = load_suite(args.suite, prompts=args.prompts, max_tokens=args.max_tokens, quick=args.quick)
     runner = Runner()
-    target = _target(args)
+    target = target_spec(args)
     if not isinstance(target, str):
-        return _bench_remote(args, runner, target, prompts, params)
+        return bench_remote(args, runner, target, prompts, params, _progress)
     loaded = runner.load(args.model, args.backend, draft=args.draft, precision=args.precision, progress=_progress,
                          compile=args.compile, context=args.context, graphs=args.graphs, glue=args.glue)
     _progress(f"Loaded {loaded.describe()} in {loaded.load_s:.1f}s")
@@ -387,41 +329,10 @@ def cmd_bench(args) -> int:
     return 1 if summary["exactness"]["bugs"] else 0
 
 
-def _bench_remote(args, runner, spec, prompts, params) -> int:
-    """The suite against a server's model (app/bench/remote.py): the rows that apply, and what was left out."""
-    import json
-
-    from app.bench.remote import format_remote, remote_summary, run_remote_bench
-
-    loaded = runner.load(spec, progress=_progress)
-    _progress(f"Loaded {loaded.describe()} in {loaded.load_s:.1f}s")
-    rows, skipped, wall_s = run_remote_bench(runner, prompts, params, args.repeats,
-                                             progress=_progress if args.verbose else (lambda message: None))
-    header = (f"target {loaded.remote_model} on {loaded.dtype} at {loaded.remote} · T={args.temperature} · "
-              f"{len(prompts)} prompts · {args.repeats} repeats")
-    print(format_remote(rows, skipped, header, wall_s))
-    if args.json:
-        config = {"target": args.model, "model": loaded.remote_model, "engine": loaded.dtype,
-                  "temperature": args.temperature, "repeats": args.repeats, "prompts": len(prompts),
-                  "command": "tandem-cli " + " ".join(sys.argv[1:])}
-        with open(args.json, "w", encoding="utf-8") as out:
-            json.dump(remote_summary(rows, skipped, config, wall_s), out, indent=1)
-        _progress(f"wrote {args.json}")
-    runner.remote.close()
-    return 0
-
-
 def _cpu_count() -> int:
     import os
 
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
-def _remote_options(parser) -> None:
-    parser.add_argument("--remote-model", default=None, metavar="ID",
-                        help="with a server's address: which of its models (default: its only one)")
-    parser.add_argument("--ca-file", default=None, type=named("a CA file"), metavar="PEM",
-                        help="with an https:// address: the CA that signed a self-signed server's certificate")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -443,7 +354,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--model", "--target", dest="model", default="demo", type=MODEL,
                      help='model folder, .gguf file, "demo" (default), or a server\'s address (http(s)://...: '
                           'another Tandem, vLLM, SGLang, llama.cpp\'s server; docs/remote.md)')
-    _remote_options(gen)
+    remote_options(gen)
     gen.add_argument("--draft", type=draft_choice, default="auto",
                      help='draft model folder or .gguf, "self:int4" / "self:int4-head" / "self:bfloat16" '
                           '(a copy of the target at that precision), "mtp" (the checkpoint\'s own MTP layer), '
@@ -476,7 +387,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--model", "--target", dest="model", default="demo", type=MODEL,
                        help='as for generate; a server\'s address benches the rows that apply to it and says '
                             'which it left out')
-    _remote_options(bench)
+    remote_options(bench)
     bench.add_argument("--draft", type=draft_choice, default="auto",
                        help='draft model, "self:<precision>", "mtp", "assistant:<folder>", '
                             '"eagle3:<folder or hub id>", "dflash:<folder or hub id>", "ngram", or "auto" '
@@ -526,18 +437,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a key every request must send as 'Authorization: Bearer KEY' (default: $TANDEM_API_KEY)")
     serve.set_defaults(func=cmd_serve)
 
-    remote = sub.add_parser("remote", help="a remote server's models, and its API key (kept in the system's "
-                                           "credential store)")
-    remote_sub = remote.add_subparsers(dest="remote_command", required=True)
-    for name, words in (("models", "the models the server serves"),
-                        ("key", "keep the server's API key (typed at a prompt, or one line on stdin)"),
-                        ("forget", "forget the server's API key")):
-        command = remote_sub.add_parser(name, help=words)
-        command.add_argument("address", type=named("a server's address (http(s)://host:port)"))
-        if name == "models":
-            command.add_argument("--ca-file", type=named("a CA file"), default=None,
-                                 help="the PEM file of the CA that signed a self-signed server's certificate")
-        command.set_defaults(func=cmd_remote)
+    from app.remote.command import add_parser as add_remote
+
+    add_remote(sub)
 
     from app.align.command import add_parser as add_align
 

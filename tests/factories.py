@@ -61,10 +61,15 @@ def _permute(w: np.ndarray, n_head: int) -> np.ndarray:
 
 
 def _llama_writer(path: Path, fields: dict, layers: int, context: int, hidden: int, intermediate: int,
-                  heads: int, kv_heads: int, rope_theta: float, eps: float, vocab: int) -> gguf.GGUFWriter:
-    """A GGUF writer with a llama model's metadata and the demo's tokenizer, as llama.cpp writes it."""
-    writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_name("tiny-test-llama")
+                  heads: int, kv_heads: int, rope_theta: float, eps: float, vocab: int,
+                  arch: str = "llama", head_dim: int | None = None) -> gguf.GGUFWriter:
+    """A GGUF writer with a llama (or qwen3) model's metadata and the demo's tokenizer, as llama.cpp
+    writes it."""
+    writer = gguf.GGUFWriter(str(path), arch)
+    writer.add_name(f"tiny-test-{arch}")
+    if head_dim is not None:  # Qwen3 states its heads' width (it need not be hidden / heads)
+        writer.add_key_length(head_dim)
+        writer.add_value_length(head_dim)
     writer.add_block_count(layers)
     writer.add_context_length(context)
     writer.add_embedding_length(hidden)
@@ -237,3 +242,56 @@ def save_qwen35(model, folder: Path, tokenizer_from: Path | None = None, extra: 
         if tokenizer_from is not None and (tokenizer_from / name).exists():
             shutil.copy(tokenizer_from / name, folder / name)
     return folder
+
+
+def tiny_qwen3(seed: int, vocab: int = TINY_VOCAB, hidden: int = 128, layers: int = 2, heads: int = 2,
+               kv_heads: int = 1, head_dim: int = 128, context: int = 512):
+    """A tiny Qwen3 from transformers' own classes (q and k normalised per head), random weights.
+    Heads 128 wide, as every Qwen3's: transformers' GGUF import reads no head width from the file
+    and keeps Qwen3Config's default of 128."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(seed)
+    config = Qwen3Config(
+        vocab_size=vocab, hidden_size=hidden, intermediate_size=hidden * 2, num_hidden_layers=layers,
+        num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim, max_position_embeddings=context,
+        rms_norm_eps=1e-6, tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, pad_token_id=2,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})
+    model = Qwen3ForCausalLM(config).eval()
+    with torch.no_grad():  # larger weights than the init, so greedy choices are not near-ties
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.mul_(4.0)
+    return model
+
+
+def write_qwen3_gguf(model, path: Path, fields: dict, qtype: gguf.GGMLQuantizationType,
+                     embedding_qtype: gguf.GGMLQuantizationType) -> None:
+    """Write a Qwen3 as llama.cpp's converter does: arch "qwen3", Q/K rows as they are (no
+    permutation: llama.cpp ropes Qwen in NeoX order), q/k norms as attn_q_norm/attn_k_norm."""
+    cfg = model.config
+    writer = _llama_writer(path, fields, cfg.num_hidden_layers, cfg.max_position_embeddings, cfg.hidden_size,
+                           cfg.intermediate_size, cfg.num_attention_heads, cfg.num_key_value_heads,
+                           cfg.rope_parameters["rope_theta"], cfg.rms_norm_eps, cfg.vocab_size, arch="qwen3",
+                           head_dim=cfg.head_dim)
+    writer.add_tokenizer_pre("smollm")
+    per_layer = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+                 "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output", "self_attn.q_norm": "attn_q_norm",
+                 "self_attn.k_norm": "attn_k_norm", "post_attention_layernorm": "ffn_norm",
+                 "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+    names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight"}
+    for i in range(cfg.num_hidden_layers):
+        names.update({f"model.layers.{i}.{hf}.weight": f"blk.{i}.{gg}.weight" for hf, gg in per_layer.items()})
+    for hf_name, tensor in model.state_dict().items():
+        if hf_name == "lm_head.weight":
+            continue  # tied
+        w = tensor.float().numpy().copy()
+        kind = embedding_qtype if hf_name == "model.embed_tokens.weight" else qtype
+        if w.ndim == 2:
+            writer.add_tensor(names[hf_name], gguf.quants.quantize(w, kind), raw_dtype=kind)
+        else:
+            writer.add_tensor(names[hf_name], w)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()

@@ -166,19 +166,18 @@ def _speculative_answers(runner, prompts, max_tokens, draft_tokens=None):
     return answers
 
 
-@torch.no_grad()
-def _disagreements(model, prompt_ids, tokens):
-    """(position, the stepwise top-2 gap) wherever `tokens` is not the one-step argmax."""
-    from transformers import DynamicCache
-
-    cache = DynamicCache(config=model.config)
-    logits = model(torch.tensor([prompt_ids]), past_key_values=cache, use_cache=True).logits[0, -1]
+def _disagreements(target, prompt_ids, tokens):
+    """(position, the stepwise top-2 gap) wherever `tokens` is not the argmax of the target's own
+    one-token steps (its plain decoding: the same backend, one position per pass)."""
+    target.reset()
+    logits = target.forward_last(prompt_ids)
     found = []
     for i, token in enumerate(tokens):
         top = torch.topk(logits.float(), 2)
         if int(top.indices[0]) != token:
             found.append((i, float(top.values[0] - top.values[1])))
-        logits = model(torch.tensor([[token]]), past_key_values=cache, use_cache=True).logits[0, -1]
+        logits = target.forward_last([token])
+    target.reset()
     return found
 
 
@@ -201,7 +200,7 @@ def test_the_demo_at_gguf_precision_speculates_what_it_would_write_alone(demo):
     answers = _speculative_answers(runner, SUITE[:5], max_tokens=128)
     assert sum(len(tokens) for _, tokens in answers) >= 500
     for prompt_ids, tokens in answers:
-        for position, gap in _disagreements(runner.target.model, prompt_ids, tokens):
+        for position, gap in _disagreements(runner.target, prompt_ids, tokens):
             assert gap < GGUF_TIE_GAP, f"token {position} differs from the target alone with a top-2 gap of {gap:.3f}"
 
 
@@ -227,7 +226,7 @@ def test_the_exactness_check_catches_a_kept_rejected_draft(demo, monkeypatch):
     # plainly on a busy machine, and an engine that drafts nothing keeps no rejected draft
     answers = _speculative_answers(runner, [SUITE[6]], max_tokens=96, draft_tokens=4)
     monkeypatch.undo()
-    gaps = [gap for prompt_ids, tokens in answers for _, gap in _disagreements(runner.target.model, prompt_ids, tokens)]
+    gaps = [gap for prompt_ids, tokens in answers for _, gap in _disagreements(runner.target, prompt_ids, tokens)]
     assert any(gap >= GGUF_TIE_GAP for gap in gaps)
 
 

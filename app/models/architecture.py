@@ -6,6 +6,8 @@ from __future__ import annotations
 from app.models.errors import ModelFileError
 
 POPULAR = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3", "phi3", "smollm3")
+# families every transformers Tandem runs with has (the lean step covers them: lean_step_torch.FAMILIES)
+TRANSFORMERS_CORE = ("llama", "mistral", "qwen2", "qwen3")
 BACKEND_NAMES = {"torch": "PyTorch backend (transformers)", "mlx": "MLX backend (mlx-lm)"}
 
 
@@ -22,8 +24,10 @@ def supported_types(backend: str) -> frozenset[str]:
 def _runs(config: dict, backend: str) -> bool:
     """The backends load the config's model_type; a multimodal wrapper whose text model is
     supported loads as that text model (its text_config)."""
-    types = supported_types(backend)
     model_type = str(config.get("model_type", ""))
+    if backend == "torch" and model_type in TRANSFORMERS_CORE:
+        return True  # without importing transformers' model table (seconds)
+    types = supported_types(backend)
     text_type = str((config.get("text_config") or {}).get("model_type", ""))
     if backend == "mlx":
         from app.models.support_mlx import mlx_remap

@@ -252,6 +252,11 @@ def is_gguf_folder(folder: Path) -> bool:
     return (Path(folder) / GGUF_WEIGHTS).is_file()
 
 
+def imported_from_gguf(folder: Path) -> bool:
+    """A folder Tandem's GGUF import wrote (either PyTorch variant: its tokenizer files are ours)."""
+    return is_gguf_folder(folder) or (Path(folder).parent / IMPORT_MARKER).is_file()
+
+
 def gguf_source(folder: Path) -> Path:
     """The .gguf file an imported folder came from (its import record, or the file beside it, as
     the demo keeps it). Raises ModelFileError when neither is there any more."""

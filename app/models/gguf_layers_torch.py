@@ -141,10 +141,21 @@ def on_kernel() -> bool:
     return not why_not_available()
 
 
-@torch.compiler.disable  # NumPy arrays into a Numba call: torch.compile (--compile on) steps around it
 def on_blocks(blocks, flat: torch.Tensor) -> torch.Tensor:
     """flat (n, cols) float32 through Tandem's CPU kernel -> (n, rows) float32."""
     return torch.from_numpy(blocks.matmul(np.ascontiguousarray(flat.numpy())))
+
+
+def step_around_compile() -> None:
+    """torch.compile (--compile on) must step around `on_blocks`: NumPy arrays into a Numba call.
+    Marked when compiling is turned on (compile_torch.compile_layers), not at import: the marking
+    imports torch._dynamo, a second on this CPU that a load without compiling never needs."""
+    global on_blocks, _STEPPED_AROUND
+    if not _STEPPED_AROUND:
+        on_blocks, _STEPPED_AROUND = torch.compiler.disable(on_blocks), True
+
+
+_STEPPED_AROUND = False
 
 
 PACK_ROWS = 64

@@ -75,6 +75,7 @@ class GGUFLoadReport:
     weights_bytes: int = 0
     skipped: list[str] = field(default_factory=list)  # GGUF tensors the model has no place for
     fused: int = 0  # groups of projections (q/k/v, gate/up) stacked into one matmul
+    own_layers: bool = False  # built from gguf_llama_torch.py's modules, not transformers' classes
 
     def short(self) -> str:
         """A user's words: "4-bit GGUF" where the linear layers stayed 4-bit."""
@@ -374,29 +375,40 @@ def _rebuild_meta_buffers(model: torch.nn.Module) -> None:
 
 def load_gguf_model(folder: Path, gguf_path: Path, dtype: torch.dtype = torch.float32,
                     act_dtype: torch.dtype = torch.bfloat16, int4: bool = True,
-                    progress=None) -> tuple[torch.nn.Module, GGUFLoadReport]:
+                    progress=None, lean_only: bool = False) -> tuple[torch.nn.Module, GGUFLoadReport]:
     """The model of `folder`'s config.json with the weights of `gguf_path` at their own precisions
     (4-bit -> int4 kernel, the rest -> `dtype`), on the CPU, in eval mode. `int4=False`
     dequantizes every tensor to `dtype` (the float32 reference `models info --check` compares with).
-    `progress(message)` hears which layer's weights are being read, at most a few times a second."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
+    `progress(message)` hears which layer's weights are being read, at most a few times a second.
+    `lean_only`: the caller runs its passes through the lean step only, never transformers' forward,
+    so the Llama family is built from Tandem's own modules (gguf_llama_torch.py) without importing
+    transformers' model code; other families, and `lean_only=False`, get transformers' classes."""
     from app.models.gguf_header import open_tensors
+    from app.models import gguf_llama_torch as own
 
-    config = AutoConfig.from_pretrained(str(folder))
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     reader = open_tensors(gguf_path)  # the tensors and scalar fields: no vocabulary parsed (gguf_header.py)
     architecture = str(reader.fields["general.architecture"].contents())
     # The parsed metadata (a vocabulary of 150k tokens is millions of small objects) is not needed
     # past this point: the config and the tokenizer come from the imported folder.
     reader.fields.clear()
     _trim_heap()
-    processor, rows_only = _processor(config, architecture)
-    names = _tensor_names(model, processor)
+    fields = own.read_config(folder) if lean_only and int4 else None
+    own_note = own.why_not(fields, architecture) if fields is not None else "transformers' forward may run"
+    if not own_note:
+        model, config = own.build(fields)
+        processor, rows_only = own.RowProcessor(config, architecture), True
+        names = own.tensor_names(model, architecture)
+    else:
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        config = AutoConfig.from_pretrained(str(folder))
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+        processor, rows_only = _processor(config, architecture)
+        names = _tensor_names(model, processor)
     tied = bool(getattr(config, "tie_word_embeddings", False))
     head = None if tied else model.get_output_embeddings()
-    report = GGUFLoadReport()
+    report = GGUFLoadReport(own_layers=not own_note)
     kernel = on_kernel()
     stacks, report.fused = _plan_fusion(model, reader.tensors, names, rows_only, act_dtype, kernel) if int4 else ({}, 0)
     said = _LayerProgress(progress, int(getattr(config, "num_hidden_layers", 0) or 0), gguf_path.stem)

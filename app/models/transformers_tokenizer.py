@@ -11,8 +11,6 @@ import json
 from functools import cached_property
 from pathlib import Path
 
-from transformers import AutoTokenizer
-
 from app.models.errors import ModelFileError
 
 # End-of-turn markers of common chat templates; any that the vocabulary holds stops generation.
@@ -61,11 +59,35 @@ def tokenizer_problem(folder: Path, exc: Exception) -> str:
     return f"{folder}: the tokenizer cannot be loaded ({detail}). Its tokenizer files may be damaged: copy them again."
 
 
+def _load(folder: Path):
+    """transformers' tokenizer for `folder`. Tandem's GGUF import names TokenizersBackend, which is what
+    AutoTokenizer builds for it; built directly, without AutoTokenizer first reading the model's
+    config through transformers' config classes (1-2 s of imports on this CPU that a GGUF's load
+    otherwise never needs: app/models/gguf_llama_torch.py)."""
+    from app.models.gguf_import import imported_from_gguf
+
+    if imported_from_gguf(folder) and _declared_class(folder) == "TokenizersBackend":
+        from transformers import TokenizersBackend
+
+        return TokenizersBackend.from_pretrained(str(folder))
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False)
+
+
+def _declared_class(folder: Path) -> str | None:
+    try:
+        found = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8")).get("tokenizer_class")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return found if isinstance(found, str) else None
+
+
 class ChatTokenizer:
     def __init__(self, folder: str | Path):
         folder = Path(folder)
         try:
-            self._tok = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False)
+            self._tok = _load(folder)
         except Exception as exc:  # transformers raises many kinds here; the user needs one message
             raise ModelFileError(tokenizer_problem(folder, exc)) from exc
         self.folder = folder

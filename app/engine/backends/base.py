@@ -19,6 +19,11 @@ from app.engine.sampling import SamplingParams
 # How a PyTorch target decodes: compiled decoder layers, eager, or the measured choice per device
 # (app/engine/backends/compile_torch.py). Here, free of torch, for the CLI's choices.
 COMPILE_CHOICES = ("auto", "on", "off")
+# How a PyTorch rewind rebuilds recurrent state over the kept positions (torch_cache.py): "layers",
+# each recurrent mixer alone on the inputs it recorded in the pass; "model", the caller passes the
+# kept tokens through the whole model again (what the engine did first; kept to measure one
+# against the other).
+STATE_REPLAYS = ("layers", "model")
 
 
 def check_choice(what: str, value: str, choices) -> str:

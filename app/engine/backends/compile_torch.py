@@ -24,7 +24,6 @@ import os
 from collections.abc import Callable
 
 import torch
-from transformers.cache_utils import DynamicCache
 
 from app.engine.backends.base import COMPILE_CHOICES, check_choice
 
@@ -36,14 +35,6 @@ log = logging.getLogger(__name__)
 # logits' span. (It also bounds which choices may differ: flipping an argmax whose top two are g
 # apart moves some logit by at least g / 2.) Exactness itself is the engine's tests' business.
 LOAD_TOLERANCE = 0.05
-
-
-class StepCache(DynamicCache):
-    """DynamicCache whose update runs eagerly inside a compiled layer (a graph break there)."""
-
-    @torch.compiler.disable
-    def update(self, *args, **kwargs):
-        return super().update(*args, **kwargs)
 
 
 def decide(mode: str, device: torch.device) -> tuple[bool, str]:
@@ -83,8 +74,11 @@ def use_cache_dir() -> None:
 
 
 def compile_layers(model: torch.nn.Module) -> None:
+    from app.models.gguf_layers_torch import step_around_compile
+
     layers = decoder_layers(model)
     use_cache_dir()
+    step_around_compile()
     import torch._dynamo.config as dynamo_config
 
     # each layer's index is an int attribute read by the (eager) cache update: unspecialised, it

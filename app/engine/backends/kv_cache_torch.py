@@ -14,7 +14,16 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
-STEP = 256  # positions added when the buffer is full: a decode step rarely copies anything
+from app.engine.backends.static_kv_torch import STEP  # positions added when the buffer is full
+
+
+class StepCache(DynamicCache):
+    """DynamicCache whose update runs eagerly inside a compiled layer (a graph break there:
+    compile_torch.py)."""
+
+    @torch.compiler.disable
+    def update(self, *args, **kwargs):
+        return super().update(*args, **kwargs)
 
 
 class BlockGrownLayer(DynamicLayer):

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import torch
 
-from app.engine.backends.kv_cache_torch import STEP  # positions a growing buffer adds when full
 from app.engine.cache import ModelCache
 
+STEP = 256  # positions a growing buffer adds when full: a decode step rarely copies anything
 
 class ContextFullError(RuntimeError):
     """A pass would write past a fixed buffer's planned context."""

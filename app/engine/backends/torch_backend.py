@@ -7,28 +7,25 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM
-from transformers.utils import logging as transformers_logging
-from transformers.cache_utils import DynamicCache
 
-from app.engine.backends.base import ModelBackend, Verdict, check_choice, check_layers, entropy_seed
-from app.engine.backends.compile_torch import (StepCache, agree, compile_layers, decide, decoder_layers,
-                                               uncompile_layers, warm_up)
+# transformers' modules (its model classes, DynamicCache and what reads it: compile_torch,
+# kv_cache_torch, layer_replay_torch, torch_cache, attention_torch) are imported where they are
+# used, not here: a GGUF whose passes are the lean step's never needs them, and importing them
+# costs seconds (app/models/gguf_llama_torch.py)
+from app.engine.backends.base import (STATE_REPLAYS, ModelBackend, Verdict, check_choice, check_layers,
+                                      entropy_seed)
+from app.engine.backends.compile_torch import agree, compile_layers, decide, decoder_layers, uncompile_layers, warm_up
 from app.engine.backends.cuda_graphs_torch import CaptureError, GraphedStep, HostIds
-from app.engine.backends.kv_cache_torch import block_grown_cache
-from app.engine.backends.layer_replay_torch import recurrent_mixers
 from app.engine.backends.layer_glue_torch import why_not_fused
 from app.engine.backends.lean_step_torch import LeanStep, why_not_lean
 from app.engine.backends.verdict_torch import DraftSteps, greedy_verdict, probs_from_logits, rejection_verdict
 from app.engine.backends.static_kv_torch import StaticKV
-from app.engine.backends.torch_cache import STATE_REPLAYS, TorchCache
 from app.engine.sampling import SamplingParams
 from app.models.folder import check_model_folder, context_length_of
 from app.models.torch_quantize import quiet_torchao_logs
 
 quiet_torchao_logs()
 log = logging.getLogger(__name__)
-transformers_logging.disable_progress_bar()  # the window and the CLI report loading themselves
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 # "auto": the weights' own; "gguf": an imported GGUF's own (4-bit tensors stay 4-bit)
@@ -123,9 +120,15 @@ class TorchBackend(ModelBackend):
                 f"This model was opened at its GGUF file's own precisions, so it has no {precision} weights "
                 f"to load. To run it at {precision}, open the .gguf file with that precision chosen "
                 "(Tandem then imports a float32 copy).")
+        want, self.compile_note = decide(compile, self._device)
         if precision == "gguf" or is_gguf_folder(folder):
-            self.model, self.precision = self._load_gguf(folder)
+            # passes by the lean step alone need none of transformers' model code (gguf_llama_torch.py)
+            self.model, self.precision = self._load_gguf(folder, lean_only=step != "transformers" and not want)
         else:
+            from transformers import AutoModelForCausalLM
+            from transformers.utils import logging as transformers_logging
+
+            transformers_logging.disable_progress_bar()  # the window and the CLI report loading themselves
             self.model = AutoModelForCausalLM.from_pretrained(
                 str(folder),
                 dtype=self._dtype,
@@ -142,9 +145,10 @@ class TorchBackend(ModelBackend):
                 head = "bfloat16 head"
             self.precision = f"int4 (g{GROUP_SIZE}, {head})"
         self.model.eval()
-        from app.models.attention_torch import use_on_cpu
+        if not own_layers(self.model):  # (Tandem's own modules run no transformers forward to route)
+            from app.models.attention_torch import use_on_cpu
 
-        use_on_cpu(self.model, self._device)  # verify passes without copying the KV cache (attention_torch.py)
+            use_on_cpu(self.model, self._device)  # verify passes without copying the KV cache (attention_torch.py)
         self.device = str(self._device)
         self.device_note = cpu_fallback_reason() if self._device.type == "cpu" else ""
         self.threads = torch.get_num_threads()  # what a comparison run beside it should use
@@ -170,7 +174,6 @@ class TorchBackend(ModelBackend):
         self._graph_mode = check_choice("graphs mode", graphs, GRAPH_MODES)
         self._glue_mode = check_choice("glue mode", glue, GLUE_MODES)
         self.glue_note = ""  # why the lean step's glue runs eagerly where passes are captured
-        want, self.compile_note = decide(compile, self._device)
         self.lean_note = why_not_lean(self.model)  # why transformers' own forward runs ("" where it does not)
         self.graph_note = ""  # why passes on CUDA run eagerly
         self.step = "transformers" if want else step  # compiling compiles transformers' forward
@@ -197,6 +200,10 @@ class TorchBackend(ModelBackend):
         if step == "lean" and self.compiled:
             raise ValueError("the lean step runs eagerly or as CUDA graphs, not with compiled layers")
         lean = step != "transformers" and not self.lean_note and not self.compiled
+        if not lean and own_layers(self.model):
+            raise ValueError("this GGUF was loaded without transformers' model code, for the lean step alone "
+                             f"({self.lean_note or 'asked for transformers'}); load it with step \"transformers\" "
+                             "to run transformers' forward")
         if lean and self._device.type == "cpu" and _on_codes(self.model):  # (compiled_layers_torch.py)
             self._progress("Preparing the decoder layers' compiled call ...")
         self._lean = LeanStep(self.model) if lean else None
@@ -314,7 +321,7 @@ class TorchBackend(ModelBackend):
             self.reset()
         return reason
 
-    def _load_gguf(self, folder: Path):
+    def _load_gguf(self, folder: Path, lean_only: bool):
         """The weights straight from the GGUF the folder was imported from, at its own precisions
         (app/models/gguf_torch.py): its 4-bit tensors run on Tandem's CPU kernel (int4_cpu_torch.py), or
         on PyTorch's int4 kernel where that cannot run."""
@@ -331,7 +338,8 @@ class TorchBackend(ModelBackend):
         if not int4_cpu_torch.decided():  # the first GGUF of this process: Numba builds or reads the kernel
             self._progress("Preparing the CPU kernel for GGUF weights (compiled on the first load, then cached)")
             int4_cpu_torch.why_not_available()
-        model, report = load_gguf_model(folder, gguf_source(folder), dtype=self._dtype, progress=self._progress)
+        model, report = load_gguf_model(folder, gguf_source(folder), dtype=self._dtype, progress=self._progress,
+                                        lean_only=lean_only)
         self.near_tie_gap = BATCHED_TIE_GAP
         # the UI shows the words before " (", and the whole in tooltips and the load line
         return model, f"{report.short()} ({report.describe()})"
@@ -351,6 +359,12 @@ class TorchBackend(ModelBackend):
         if self._lean is not None:
             self._reset_lean()
             return
+        from transformers.cache_utils import DynamicCache
+
+        from app.engine.backends.kv_cache_torch import StepCache, block_grown_cache
+        from app.engine.backends.layer_replay_torch import recurrent_mixers
+        from app.engine.backends.torch_cache import TorchCache
+
         if isinstance(getattr(self, "cache", None), TorchCache):
             self.cache.drop_recording()
         store = block_grown_cache(self.model.config, StepCache if self.compiled else DynamicCache)
@@ -430,8 +444,11 @@ class TorchBackend(ModelBackend):
     @state_replay.setter
     def state_replay(self, mode: str) -> None:
         self._state_replay = check_choice("state replay", mode, STATE_REPLAYS)
-        if isinstance(self.cache, TorchCache):
-            self.cache.state_replay = mode
+        if self.cache is not None and not isinstance(self.cache, StaticKV):  # (the lean step's holds no state)
+            from app.engine.backends.torch_cache import TorchCache
+
+            if isinstance(self.cache, TorchCache):
+                self.cache.state_replay = mode
 
     def seed(self, seed: int | None) -> None:
         self._generator.manual_seed(entropy_seed() if seed is None else seed)
@@ -587,6 +604,13 @@ class TorchBackend(ModelBackend):
             token = torch.multinomial(row, 1, generator=self._generator)[0]
         out = torch.cat([n.view(1).float(), token.view(1).float(), q.float()]).tolist()
         return Verdict(accepted=int(out[0]), token=int(out[1]), q=tuple(out[2:]))
+
+
+def own_layers(model: torch.nn.Module) -> bool:
+    """Whether `model` is built from Tandem's own Llama-family modules (no transformers forward)."""
+    from app.models.gguf_llama_torch import CausalLM
+
+    return isinstance(model, CausalLM)
 
 
 def _on_codes(model: torch.nn.Module) -> bool:

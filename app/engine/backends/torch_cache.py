@@ -17,14 +17,9 @@ import torch
 from transformers.cache_utils import (CacheLayerMixin, DynamicCache, DynamicLayer, DynamicSlidingWindowLayer,
                                       LinearAttentionCacheLayerMixin)
 
-from app.engine.backends.base import check_choice
+from app.engine.backends.base import STATE_REPLAYS, check_choice
 from app.engine.backends.layer_replay_torch import MixerInputs
 from app.engine.cache import ModelCache
-
-# How a rewind rebuilds recurrent state over the kept positions: "layers", each recurrent mixer
-# alone on the inputs it recorded in the pass; "model", the caller passes the kept tokens through
-# the whole model again (what the engine did first; kept to measure one against the other).
-STATE_REPLAYS = ("layers", "model")
 
 _STATE_FIELDS = ("conv_states", "recurrent_states", "is_conv_states_initialized",
                  "is_recurrent_states_initialized", "has_previous_state")

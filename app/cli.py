@@ -307,8 +307,10 @@ def cmd_bench(args) -> int:
     target = target_spec(args)
     if not isinstance(target, str):
         return bench_remote(args, runner, target, prompts, params, _progress)
+    # transformers' anchors run its forward on the loaded models: they need transformers' classes
     loaded = runner.load(args.model, args.backend, draft=args.draft, precision=args.precision, progress=_progress,
-                         compile=args.compile, context=args.context, graphs=args.graphs, glue=args.glue)
+                         compile=args.compile, context=args.context, graphs=args.graphs, glue=args.glue,
+                         model_code="auto" if args.no_anchors else "transformers")
     _progress(f"Loaded {loaded.describe()} in {loaded.load_s:.1f}s")
     methods = build_methods(runner, ks=args.ks, anchors=not args.no_anchors, progress=_progress)
     bench = run_bench(runner, prompts, methods, params=params, repeats=args.repeats,

@@ -222,13 +222,17 @@ class Runner:
 
     def load(self, spec: str | Path, backend: str | None = None, draft: DraftChoice = NO_DRAFT,
              precision: str = "auto", progress=print, compile: str = "auto",
-             context: int | None = None, graphs: str = "auto", glue: str = "auto") -> LoadedModel:
+             context: int | None = None, graphs: str = "auto", glue: str = "auto",
+             model_code: str = "auto") -> LoadedModel:
         """Load a target (folder, .gguf, or "demo") at `precision` and its draft (none, prompt
         lookup, a self-draft: a copy of the target's weights, a draft model, or auto). Everything is
         read and checked first, into one plan (app/load_plan.py), before anything replaces the
         current pair; then the pair loads by that plan. `compile` ("auto", "on", "off") is how the
         PyTorch target decodes (app/engine/backends/compile_torch.py). `context`: the most tokens
-        a chat may hold (None: the model's own), never more than the model's or than memory holds."""
+        a chat may hold (None: the model's own), never more than the model's or than memory holds.
+        `model_code`: "transformers" loads transformers' model classes even where Tandem's own would
+        do (a GGUF on the lean step, app/models/gguf_llama_torch.py), for what runs transformers'
+        forward on the loaded model (the bench's anchors)."""
         start = time.perf_counter()
         if isinstance(spec, RemoteSpec) or is_remote(spec):
             return self._load_remote(spec if isinstance(spec, RemoteSpec) else RemoteSpec(spec), context, progress,
@@ -242,9 +246,9 @@ class Runner:
         self.kept.forget()  # the old pair's set-aside caches: their memory is the new pair's now
         self._drop_remote()
         target, own = self._load_target(plan, memory_cap, context, progress, compile=compile, graphs=graphs,
-                                         glue=glue)
-        drafter, choice, draft_bytes, draft_dtype, fallback = self._load_drafter(plan, target, progress,
-                                                                                  graphs=graphs, glue=glue)
+                                         glue=glue, model_code=model_code)
+        drafter, choice, draft_bytes, draft_dtype, fallback = self._load_drafter(
+            plan, target, progress, graphs=graphs, glue=glue, model_code=model_code)
         notice = " ".join(filter(None, (notice, fallback)))
         self.target, self.drafter, self.tokenizer = target, drafter, plan.tokenizer
         self._controllers.clear()

@@ -223,3 +223,23 @@ def test_a_ggufs_own_modules_answer_as_the_target_alone(qwen3_q4):
         answers[draft] = [t for event in runner.chat(request) if isinstance(event, Round) for t in event.emitted]
     assert len(answers[NO_DRAFT]) == 48
     assert answers[PROMPT_LOOKUP] == answers[NO_DRAFT]
+
+
+def test_the_benchs_anchors_get_transformers_classes_and_are_left_out_in_words_without(llama_q4):
+    """transformers' anchors run its forward on the loaded model: Runner.load(model_code=
+    "transformers") (the bench's load when anchors run) gives them transformers' classes; over
+    Tandem's own modules they are left out, saying why, and Tandem's rows stay."""
+    from app.bench.harness import build_methods
+    from app.runner import Runner
+
+    runner = Runner()
+    runner.load(llama_q4, "torch", draft=PROMPT_LOOKUP, precision="gguf", progress=lambda m: None,
+                model_code="transformers")
+    assert not isinstance(runner.target.model, own.CausalLM) and runner.target.step == "lean"
+    names = [m.name for m in build_methods(runner, ks=(), progress=lambda m: None)]
+    assert "transformers plain" in names
+    runner.load(llama_q4, "torch", draft=PROMPT_LOOKUP, precision="gguf", progress=lambda m: None)
+    said: list[str] = []
+    names = [m.name for m in build_methods(runner, ks=(), progress=said.append)]
+    assert not any(name.startswith("transformers") for name in names) and names
+    assert any("anchors left out" in line for line in said)

@@ -31,7 +31,7 @@ def test_the_shipped_head_drafts_tokens_the_demo_takes_and_the_answer_stays_the_
         request = ChatRequest(messages, max_tokens=48, params=SamplingParams(temperature=0.0), draft_tokens=2)
         rounds = [e for e in runner.chat(request) if isinstance(e, Round)]
         tokens = [t for r in rounds for t in r.emitted]
-        for position, gap in _disagreements(runner.target.model, runner.tokenizer.render_chat(list(messages)),
+        for position, gap in _disagreements(runner.target, runner.tokenizer.render_chat(list(messages)),
                                             tokens):
             assert gap < GGUF_TIE_GAP, f"token {position} differs from the target alone (top-2 gap {gap:.3f})"
         by_head = [r for r in rounds if r.source == "mtp"]  # the head drafts through the MTP drafter

@@ -72,7 +72,11 @@ def build_methods(runner, ks=(2, 4, 6), anchors: bool = True, progress=print) ->
     is_model = _draft_model(drafter) is not None  # an MTP layer or assistant has no model the anchors could run
     anchor_spec = anchor_lookup = anchor_plain = None
     methods = [Method(TARGET_ALONE, "target", tandem(None, None))]
-    if anchors and target.name == "torch":
+    if anchors and target.name == "torch" and not hasattr(target.model, "generate"):
+        # Tandem's own modules for a GGUF (gguf_llama_torch.py) have no forward for transformers to run
+        progress("transformers' anchors left out: the target was loaded without transformers' model classes "
+                 "(Runner.load's model_code=\"transformers\" loads them)")
+    elif anchors and target.name == "torch":
         from app.bench.anchors_torch import transformers_generate
 
         anchor_plain = "transformers plain"

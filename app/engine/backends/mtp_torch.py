@@ -17,7 +17,7 @@ from transformers.modeling_layers import MtpLayer
 
 from app.engine.backends.head_cache_torch import CachedHead
 from app.engine.backends.subset_head_torch import SubsetHead
-from app.engine.backends.torch_backend import TorchBackend
+from app.engine.backends.torch_backend import TorchBackend, own_layers
 from app.engine.backends.verdict_torch import DraftSteps
 from app.engine.sampling import SamplingParams
 from app.models.errors import ModelFileError
@@ -56,6 +56,22 @@ def build_layer(text_model: torch.nn.Module, config) -> MtpLayer:
     return MtpLayer(config, type(text_model.layers[-1]), type(text_model.norm), 0, use_post_norm=True)
 
 
+def transformers_text_model(target: TorchBackend) -> tuple[object, torch.nn.Module]:
+    """(the target's transformers config, a text model of transformers' classes to take the layer's
+    kinds from). A GGUF loaded into Tandem's own modules (gguf_llama_torch.py) has neither: its
+    folder's config is read by transformers and its classes are built on the meta device (no
+    weights), one layer deep."""
+    if not own_layers(target.model):
+        return target.model.config, target.model.model
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(str(target.folder))
+    shell_config = mtp_config(config)
+    with torch.device("meta"):
+        shell = AutoModelForCausalLM.from_config(shell_config)
+    return config, shell.model
+
+
 def run_layer(layer: MtpLayer, text_model, ids: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor,
               cache, mask: torch.Tensor | None = None) -> torch.Tensor:
     """One pass of the MTP layer: the tokens' embeddings (1, n) beside the hidden states (1, n, H) of
@@ -80,11 +96,12 @@ class TorchMTPHead(CachedHead):
         if text_model is None or not hasattr(text_model, "rotary_emb") or not hasattr(text_model, "layers"):
             raise ModelFileError(f"{target.model_type}: Tandem cannot attach an MTP layer to this model's classes.")
         self.target, self.text_model = target, text_model
-        self.config = mtp_config(target.model.config)
+        config, classes = transformers_text_model(target)
+        self.config = mtp_config(config)
         # the norm's weight says where and in what the model computes (a GGUF's embedding reads
         # rows from its file and has no weight tensor)
         device, dtype = text_model.norm.weight.device, text_model.norm.weight.dtype
-        self.layer = build_layer(text_model, self.config).to(device=device, dtype=dtype).eval()
+        self.layer = build_layer(classes, self.config).to(device=device, dtype=dtype).eval()
         state = {}
         for name, path in weights.files.items():
             if not name.startswith("layers.0.") and name.startswith("layers."):

@@ -40,6 +40,10 @@ GRAPH_MODES = ("auto", "off", "static")
 # where the passes replay as CUDA graphs and Triton exists; "on" wherever the lean step runs (the
 # CPU too, with a C++ compiler); "off" keeps PyTorch's eager ops.
 GLUE_MODES = ("auto", "on", "off")
+# Whose model classes hold a GGUF whose passes are the lean step's: "auto", Tandem's own where they
+# cover the family (app/models/gguf_llama_torch.py); "transformers", transformers' always (for code
+# that runs transformers' forward on the loaded model: the bench's anchors)
+MODEL_CODES = ("auto", "transformers")
 MAX_WIDTH = 32  # positions a fixed KV buffer keeps past the planned context for a pass's padding
 
 
@@ -98,11 +102,13 @@ class TorchBackend(ModelBackend):
 
     def __init__(self, folder: Path, device: str | None = None, precision: str = "auto",
                  compile: str = "off", progress: Callable[[str], None] | None = None,
-                 state_replay: str = "layers", step: str = "auto", graphs: str = "auto", glue: str = "auto"):
+                 state_replay: str = "layers", step: str = "auto", graphs: str = "auto", glue: str = "auto",
+                 model_code: str = "auto"):
         config = check_model_folder(folder)
         self._progress = progress or (lambda message: None)
         self._state_replay = check_choice("state replay", state_replay, STATE_REPLAYS)
         check_choice("precision", precision, PRECISIONS)
+        check_choice("model code", model_code, MODEL_CODES)
         self.folder = folder
         self._device = torch.device(device) if device else pick_device()
         stored = config.get("dtype") or config.get("torch_dtype")
@@ -123,7 +129,8 @@ class TorchBackend(ModelBackend):
         want, self.compile_note = decide(compile, self._device)
         if precision == "gguf" or is_gguf_folder(folder):
             # passes by the lean step alone need none of transformers' model code (gguf_llama_torch.py)
-            self.model, self.precision = self._load_gguf(folder, lean_only=step != "transformers" and not want)
+            lean_only = model_code == "auto" and step != "transformers" and not want
+            self.model, self.precision = self._load_gguf(folder, lean_only=lean_only)
         else:
             from transformers import AutoModelForCausalLM
             from transformers.utils import logging as transformers_logging

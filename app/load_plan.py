@@ -10,6 +10,8 @@ torch or mlx beyond what the checks themselves need.
 
 from __future__ import annotations
 
+import sys
+
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -103,14 +105,20 @@ def check_files(folder: Path, backend: str) -> tuple[dict, int]:
     return config, file_bytes
 
 
-def gguf_loaded_bytes(folder: Path, backend: str, precision: str) -> int | None:
+def gguf_loaded_bytes(folder: Path, backend: str, precision: str, progress=None) -> int | None:
     """The weights' size as loaded when PyTorch reads them from a GGUF at its own precisions (the
-    memory check must count that, not float32); None otherwise."""
+    memory check must count that, not float32); None otherwise. The size depends on whether
+    Tandem's CPU kernel runs here, so the first GGUF of a process prepares the kernel here, and
+    says so through `progress`."""
     from app.models.gguf_import import gguf_source, inspect_gguf, is_gguf_folder
 
     if backend != "torch" or not (precision == "gguf" or is_gguf_folder(folder)):
         return None
+    from app.models import int4_cpu_torch
     from app.models.gguf_torch import loaded_bytes
+
+    if progress is not None and not int4_cpu_torch.decided():
+        progress("Preparing the CPU kernel for GGUF weights (compiled on the first load, then cached)")
 
     info = inspect_gguf(gguf_source(folder))
     return loaded_bytes(info.elements or {}, info.embedding, info.head, info.head_rows)
@@ -143,8 +151,10 @@ def plan_load(spec: str | Path, backend: str | None = None, draft: DraftChoice |
 
     progress(f"Reading the tokenizer of {display_name(folder)} ...")  # seconds: the first also imports transformers
     tokenizer = ChatTokenizer(folder)
+    if backend == "torch" and "torch" not in sys.modules:
+        progress("Starting PyTorch ...")  # its first import: a second or two, said, not a silent tokenizer step
     device = device_for(backend)
-    own_gguf = gguf_loaded_bytes(folder, backend, precision)  # None: not a GGUF at its own precisions
+    own_gguf = gguf_loaded_bytes(folder, backend, precision, progress)  # None: not a GGUF at its own precisions
     target = estimate("target", config, file_bytes, backend, device, precision, own_gguf)
     if draft.kind is DraftKind.SELF and draft.precision == precision:
         # a copy of the target at the target's own precision is the target: nothing to gain

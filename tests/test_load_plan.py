@@ -88,3 +88,29 @@ def test_models_info_reads_the_loads_own_plan_and_says_whether_it_fits(tiny_pair
     monkeypatch.setenv("TANDEM_FREE_MEMORY", "1KB")
     assert main(["models", "info", str(tiny_pair["target"])]) == 0
     assert "This pair does not fit" in capsys.readouterr().out
+
+
+PLAN_SCRIPT = """
+import json, sys
+from app.load_plan import plan_load
+said = []
+plan_load(sys.argv[1], "torch", precision="gguf", progress=said.append)
+print(json.dumps(said))
+"""
+
+
+def test_a_fresh_processs_plan_says_it_starts_pytorch_and_prepares_the_kernel(tiny_q4):
+    """The seconds between the tokenizer and the weights are said as what they are: PyTorch's first
+    import, then the CPU kernel's preparation (a window showed "reading its tokenizer" for both)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    done = subprocess.run([sys.executable, "-c", PLAN_SCRIPT, str(tiny_q4[0])], capture_output=True, text=True,
+                          timeout=300, cwd=str(Path(__file__).parents[1]))
+    assert done.returncode == 0, done.stderr[-2000:]
+    said = json.loads(done.stdout.strip().splitlines()[-1])
+    order = [next(i for i, line in enumerate(said) if line.startswith(start))
+             for start in ("Reading the tokenizer", "Starting PyTorch", "Preparing the CPU kernel")]
+    assert order == sorted(order), said

@@ -102,12 +102,14 @@ def test_a_long_load_says_its_step_and_how_long_it_has_taken():
     # the tokenizer (seconds the first time: it imports transformers) is a step of its own
     line = steps.step("Reading the tokenizer of demo-Q8_0 ...").line
     assert line == "Loading demo-Q8_0: step 2, reading its tokenizer"
+    # PyTorch's first import, and the kernel's first preparation, are steps of their own too
+    assert steps.step("Starting PyTorch ...").line == "Loading demo-Q8_0: step 3, starting PyTorch"
     now[0] += 71
     shown = steps.step("Reading the weights of demo-Q8_0: layer 26 of 30 ...")
-    assert shown.line == "Loading demo-Q8_0: step 3, reading the weights, layer 26 of 30 · 1:11"
+    assert shown.line == "Loading demo-Q8_0: step 4, reading the weights, layer 26 of 30 · 1:11"
     assert (shown.slot, shown.words) == ("target", "reading the weights, layer 26 of 30")
     drafting = steps.step("Loading draft prompt lookup ...")
-    assert drafting.slot == "draft" and drafting.line.startswith("Loading prompt lookup: step 4, loading the draft")
+    assert drafting.slot == "draft" and drafting.line.startswith("Loading prompt lookup: step 5, loading the draft")
     # a sentence no step knows is shown as it is, as a step of its own
     converting = steps.step("Converting x.gguf (once) ...").line
-    assert converting.startswith("Loading demo-Q8_0: step 5, converting x.gguf (once)")
+    assert converting.startswith("Loading demo-Q8_0: step 6, converting x.gguf (once)")

@@ -21,6 +21,7 @@ SHOW_ELAPSED_S = 5.0  # a load shorter than this needs no clock
 STEPS = (
     (r"^Checking ", "checking its files and the memory it needs", "target"),
     (r"^Reading the tokenizer", "reading its tokenizer", "target"),
+    (r"^Starting PyTorch", "starting PyTorch", "target"),
     (r"^Unloading the current pair", "making room: unloading the current pair", "target"),
     (r"^Reading the model description and vocabulary", "reading its description and vocabulary", "target"),
     (r"^Reading the weights of .*: layer (\d+) of (\d+)", "reading the weights, layer {0} of {1}", "target"),

@@ -342,6 +342,23 @@ class LeanStep:
             return logits, torch.cat([states[i] for i in self.aux], -1)
         return logits, (normed if hidden else None)
 
+    def forward_masked(self, ids: torch.Tensor, kv: StaticKV, positions: torch.Tensor,
+                       mask: torch.Tensor) -> torch.Tensor:
+        """A token tree's pass (app/engine/tree.py): ids (1, n) written at kv.length.., each at the
+        RoPE position in `positions` (n,) and attending where `mask` (n, kv.length + n) is True ->
+        logits (n, V). On the PyTorch body: the compiled call takes causal passes only."""
+        if self.glue.fused:
+            raise NotImplementedError("a tree's pass runs on the eager glue")
+        n, start = ids.shape[1], kv.length
+        end = start + n
+        kv.reserve(end)
+        self.rope_tables(int(positions.max()) + 1)
+        rope = self.glue.rope_inputs(self._cos.index_select(0, positions), self._sin.index_select(0, positions))
+        if self.grouped:
+            mask = _mask_bias(mask, self.heads // self.kv_heads, self.dtype)
+        x = self.embed(ids)[0].to(self.dtype)
+        return self.head(self.body(x, kv.store, rope, mask, start, end, None))
+
     def body(self, x: torch.Tensor, store: torch.Tensor, rope, mask: torch.Tensor | None,
              start: int, end: int, positions: torch.Tensor | None,
              states: dict[int, torch.Tensor] | None = None) -> torch.Tensor:

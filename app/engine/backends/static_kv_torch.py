@@ -82,6 +82,15 @@ class StaticKV(ModelCache):
     def trim(self, length: int) -> None:
         self._length = max(0, min(self._length, length))
 
+    def keep(self, first: int, rows: list[int]) -> None:
+        """After a tree's pass: the positions `rows` (the accepted path's, ascending) moved to
+        first, first + 1, ... in order, and everything past them dropped. Each row is at or past
+        the slot it moves to, and the slots fill in order, so no row is overwritten before read."""
+        if rows and rows != list(range(first, first + len(rows))):
+            source = torch.tensor(rows, device=self.store.device)
+            self.store[:, :, :, first:first + len(rows)] = self.store.index_select(3, source)
+        self.trim(first + len(rows))
+
     def snapshot(self):
         return None
 

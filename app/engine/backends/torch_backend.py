@@ -577,6 +577,13 @@ class TorchBackend(ModelBackend):
             return int(torch.argmax(logits))
         return int(torch.multinomial(probs_from_logits(logits, params), 1, generator=self._generator))
 
+    def verify_tree(self, ids: Sequence[int], tree, params: SamplingParams):
+        """The target's verdict on a token tree, its cache keeping `ids` and the accepted path
+        (tree_torch.py)."""
+        from app.engine.backends.tree_torch import verify_tree
+
+        return verify_tree(self, ids, tree, params)
+
     @torch.inference_mode()
     def draft(self, ids: Sequence[int], k: int, params: SamplingParams,
               should_stop: Callable[[], bool] | None = None):

@@ -1,0 +1,83 @@
+"""A token tree verified in one pass of the lean step (app/engine/tree.py; issue 48).
+
+The pass reads the tokens the cache lacks (at least the last one emitted: the tree's root) in
+order, then every node of the tree, each at RoPE position `root + 1 + depth` and attending to the
+context, the pending tokens and its own ancestors. Keys and values are written in the pass's
+order; after the verdict the accepted path's are moved into place behind the pending tokens and
+the rest dropped (StaticKV.keep).
+
+It runs on the lean step's PyTorch body. Not yet on the compiled CPU call (which attends to
+contiguous causal keys), the CUDA graphs, transformers' forward or MLX: until it does, the engine
+keeps drafting chains, since a tree's logits through another body would differ from the chain's
+by rounding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from app.engine.backends.static_kv_torch import StaticKV
+from app.engine.backends.verdict_torch import probs_from_logits
+from app.engine.sampling import SamplingParams
+from app.engine.tree import ROOT, TokenTree, TreeVerdict, walk
+
+
+def tree_layout(pending: int, start: int, tree: TokenTree,
+                device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(RoPE positions (n,), attention mask (n, start + n), True where a row may look) of a pass
+    that reads `pending` tokens causally after `start` cached ones, then `tree`'s nodes."""
+    n = pending + len(tree)
+    positions = list(range(start, start + pending)) + [start + pending + d for d in tree.depths]
+    mask = torch.zeros(n, start + n, dtype=torch.bool)
+    mask[:, :start] = True
+    mask[:pending, start:start + pending] = torch.ones(pending, pending, dtype=torch.bool).tril()
+    mask[pending:, start:start + pending] = True
+    for i, seen in enumerate(tree.visible):
+        mask[pending + i, [start + pending + j for j in seen]] = True
+    return torch.tensor(positions, device=device), mask.to(device)
+
+
+@torch.inference_mode()
+def tree_logits(backend, ids: Sequence[int], tree: TokenTree) -> torch.Tensor:
+    """One pass over `ids` and then `tree`'s nodes -> logits (len(ids) + len(tree), V'): row
+    len(ids) - 1 predicts the root's children, row len(ids) + i node i's. All of the pass stays
+    in the cache until `keep_path`."""
+    if not ids:
+        raise ValueError("a tree's pass needs its root: the last token emitted, not yet read")
+    lean = backend._lean
+    if lean is None or not isinstance(backend.cache, StaticKV) or backend._want_hidden:
+        raise NotImplementedError("trees are verified on the lean step's eager passes, without inner states")
+    start = backend.cache.length
+    positions, mask = tree_layout(len(ids), start, tree, backend._device)
+    logits = lean.forward_masked(backend._ids([*ids, *tree.tokens]), backend.cache, positions, mask)
+    backend.cache.appended(len(ids) + len(tree))
+    return logits[:, : backend.vocab_limit].float()
+
+
+@torch.inference_mode()  # the buffer is an inference tensor (allocated inside a pass)
+def keep_path(backend, pending: int, path: Sequence[int], length_before: int) -> None:
+    """After `tree_logits`: the pending tokens and the accepted nodes `path` stay, in order."""
+    first = length_before + pending
+    backend.cache.keep(first, [first + node for node in path])
+
+
+@torch.inference_mode()
+def verify_tree(backend, ids: Sequence[int], tree: TokenTree, params: SamplingParams) -> TreeVerdict:
+    """The walk of app/engine/tree.py over one pass: at temperature 0 the longest path that
+    follows the target's argmax; above 0 the path its own draws follow (children are taken as
+    deterministic: exact for any tree)."""
+    before = backend.cache.length
+    logits = tree_logits(backend, ids, tree)
+    pending = len(ids)
+
+    def choose(node: int) -> int:
+        row = logits[pending - 1 if node == ROOT else pending + node]
+        if params.greedy:
+            return int(torch.argmax(row))
+        return int(torch.multinomial(probs_from_logits(row, params), 1, generator=backend._generator))
+
+    verdict = walk(tree, choose)
+    keep_path(backend, pending, verdict.path, before)
+    return verdict

@@ -1,0 +1,160 @@
+"""A token tree verified in one pass (app/engine/tree.py, app/engine/backends/tree_torch.py):
+each node's logits are a one-token step's along its path, the cache keeps exactly the accepted
+path, and the verdict is the target's own: its greedy tokens at temperature 0, its distribution
+over two-token continuations above 0 (chi-square)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from app.engine.sampling import SamplingParams
+from app.engine.tree import ROOT, TokenTree, walk
+
+GREEDY = SamplingParams(temperature=0.0)
+PROMPT = [5, 17, 300, 42, 7, 9, 101, 3]
+
+
+def test_a_trie_merges_shared_prefixes_and_keeps_parents_first():
+    tree = TokenTree.from_paths([[1, 2, 3], [1, 4], [5], [1, 2, 6]])
+    assert tree.tokens == (1, 2, 3, 4, 5, 6)
+    assert tree.parents == (ROOT, 0, 1, 0, ROOT, 1)
+    assert tree.depths == (0, 1, 2, 1, 0, 2)
+    assert tree.path(5) == (0, 1, 5) and tree.visible[3] == frozenset({0, 3})
+    assert tree.children(ROOT) == {1: 0, 5: 4} and not tree.is_chain
+    assert TokenTree.from_paths([[7, 8, 9]]).is_chain
+    with pytest.raises(ValueError, match="not an earlier node"):
+        TokenTree((1, 2), (1, ROOT))
+    with pytest.raises(ValueError, match="merge them"):
+        TokenTree((1, 1), (ROOT, ROOT))
+
+
+def test_the_walk_descends_while_a_child_carries_the_chosen_token():
+    tree = TokenTree.from_paths([[1, 2, 3], [1, 4], [5]])
+    choices = {ROOT: 1, 0: 4, 3: 8}  # root -> 1 (node 0) -> 4 (node 3) -> 8: no such child
+    verdict = walk(tree, lambda node: choices[node])
+    assert verdict.path == (0, 3) and verdict.token == 8 and verdict.emitted(tree) == [1, 4, 8]
+    assert walk(tree, lambda node: 9).path == ()  # nothing accepted: the target's own token alone
+
+
+@pytest.fixture
+def target(tiny_pair):
+    from app.engine.backends.torch_backend import TorchBackend
+
+    backend = TorchBackend(tiny_pair["target"], device="cpu", precision="float32")
+    assert backend.step == "lean"
+    return backend
+
+
+def _step_logits(backend, tokens):
+    """The logits after reading `tokens` one at a time from an empty cache (after the prompt)."""
+    backend.reset()
+    backend.prefill(PROMPT[:-1])
+    for token in tokens[:-1]:
+        backend.forward_last([token])
+    return backend.forward_last([tokens[-1]])
+
+
+def test_each_nodes_logits_are_a_one_token_steps_along_its_path(target):
+    from app.engine.backends.tree_torch import tree_logits
+
+    tree = TokenTree.from_paths([[11, 12, 13], [11, 14], [15, 16], [11, 12, 17]])
+    target.reset()
+    target.prefill(PROMPT[:-2])
+    logits = tree_logits(target, PROMPT[-2:], tree)  # two pending tokens, then the tree
+    assert logits.shape[0] == 2 + len(tree)
+    torch.testing.assert_close(logits[1], _step_logits(target, [PROMPT[-1]]), atol=1e-4, rtol=1e-4)
+    for node in range(len(tree)):
+        path = [PROMPT[-1], *(tree.tokens[i] for i in tree.path(node))]
+        torch.testing.assert_close(logits[2 + node], _step_logits(target, path), atol=1e-4, rtol=1e-4)
+
+
+def test_the_cache_keeps_the_pending_tokens_and_the_accepted_path_only(target, tiny_pair):
+    from app.engine.backends.torch_backend import TorchBackend
+    from app.engine.backends.tree_torch import keep_path, tree_logits
+
+    tree = TokenTree.from_paths([[11, 12, 13], [11, 14, 18], [15, 16]])
+    target.reset()
+    target.prefill(PROMPT[:-1])
+    tree_logits(target, [PROMPT[-1]], tree)
+    node = tree.children(tree.children(tree.children(ROOT)[11])[14])[18]
+    path = tree.path(node)  # 11 -> 14 -> 18: nodes 0, 3, 4, moved behind the prompt
+    assert path == (0, 3, 4)
+    keep_path(target, 1, path, len(PROMPT) - 1)
+    assert target.cache.length == len(PROMPT) + 3
+    after = target.forward_last([21])
+    fresh = TorchBackend(tiny_pair["target"], device="cpu", precision="float32")
+    want = fresh.forward_last([*PROMPT, 11, 14, 18, 21])
+    torch.testing.assert_close(after, want, atol=1e-4, rtol=1e-4)
+
+
+def _greedy(backend, n):
+    backend.reset()
+    out, ids = [], PROMPT
+    for _ in range(n):
+        token = backend.next_token(ids, GREEDY)
+        out.append(token)
+        ids = [token]
+    backend.reset()
+    return out
+
+
+def test_at_temperature_0_the_verdict_is_the_longest_path_of_the_targets_own_tokens(target):
+    greedy = _greedy(target, 6)
+    wrong = [(t + 1) % 1000 for t in greedy]
+    # decoys beside the greedy path: a wrong first token, a right one then wrong, the right three
+    tree = TokenTree.from_paths([[wrong[0], greedy[1]], greedy[:1] + wrong[1:3], greedy[:3], greedy[:2] + wrong[2:3]])
+    target.reset()
+    target.prefill(PROMPT[:-1])
+    verdict = target.verify_tree([PROMPT[-1]], tree, GREEDY)
+    assert verdict.emitted(tree) == greedy[:4]
+    # the next round continues from the kept path as the target alone would
+    assert target.next_token([verdict.token], GREEDY) == greedy[4]
+
+
+def _two_token_law(backend, params):
+    """The target's own probability of every first token and of the second given the first."""
+    from app.engine.backends.verdict_torch import probs_from_logits
+
+    backend.reset()
+    first = probs_from_logits(backend.forward_last(PROMPT), params)
+    seconds = {}
+    for token in torch.nonzero(first > 1e-4).flatten().tolist():
+        backend.reset()
+        seconds[token] = probs_from_logits(backend.forward_last([*PROMPT, token]), params)
+    backend.reset()
+    return first, seconds
+
+
+def test_above_temperature_0_two_token_continuations_follow_the_targets_law(target):
+    """Chi-square over (first, second) token pairs from 1,500 rounds of a tree whose children are
+    the target's likeliest tokens and some it never picks: deterministic children, the target's
+    own draws (tree_torch.verify_tree)."""
+    from scipy.stats import chisquare
+
+    params = SamplingParams(temperature=0.7, top_k=6)
+    first, seconds = _two_token_law(target, params)
+    likely = torch.topk(first, 3).indices.tolist()
+    paths = [[a, b] for a in likely for b in torch.topk(seconds[a], 2).indices.tolist()] + [[999, 998]]
+    tree = TokenTree.from_paths(paths)
+    target.seed(1234)
+    counts: dict[tuple[int, int], int] = {}
+    rounds = 1500
+    for _ in range(rounds):
+        target.reset()
+        target.prefill(PROMPT[:-1])
+        emitted = target.verify_tree([PROMPT[-1]], tree, params).emitted(tree)
+        if len(emitted) < 2:  # nothing accepted: the second token is the next round's first
+            emitted.append(target.next_token([emitted[0]], params))
+        pair = (emitted[0], emitted[1])
+        counts[pair] = counts.get(pair, 0) + 1
+    law = {(a, b): float(first[a] * seconds[a][b]) for a in seconds for b in
+           torch.nonzero(seconds[a] > 0).flatten().tolist()}
+    assert set(counts) <= set(law)
+    big = [pair for pair, p in law.items() if p * rounds >= 5]
+    observed = [counts.get(pair, 0) for pair in big] + [rounds - sum(counts.get(pair, 0) for pair in big)]
+    expected = [law[pair] * rounds for pair in big] + [rounds * (1 - sum(law[pair] for pair in big))]
+    expected = np.array(expected) * (rounds / sum(expected))
+    assert len(big) >= 6
+    assert chisquare(observed, expected).pvalue > 1e-3, (observed, expected.round(1).tolist())

@@ -47,6 +47,59 @@ def target(tiny_pair):
     return backend
 
 
+@pytest.fixture(scope="module")
+def compiled_target(tmp_path_factory, tiny_fields):
+    """A tiny Llama GGUF whose decoder layers run as one compiled call on Tandem's CPU kernel."""
+    import gguf
+
+    from app.engine.backends.torch_backend import TorchBackend
+    from app.models.gguf_import import import_gguf
+    from tests.factories import tiny_llama, write_gguf
+
+    q = gguf.GGMLQuantizationType
+    root = tmp_path_factory.mktemp("tree_q4")
+    write_gguf(tiny_llama(seed=23, hidden=128, heads=4, kv_heads=2), root / "m.gguf", tiny_fields, q.Q4_1,
+               embedding_qtype=q.Q8_0)
+    backend = TorchBackend(import_gguf(root / "m.gguf", root / "import", mlx_variants=())["hf"], precision="gguf")
+    assert backend._lean.native is not None
+    return backend
+
+
+# A branch revisited after shallower tokens took its ancestors' rows: 18 sits under 11 -> 12 -> 13,
+# and comes after 14 and 15, which took the rows of 12 and 11 while 13's stayed in place
+BRANCHY = [[11, 12, 13], [11, 14], [15], [11, 12, 13, 18], [15, 16], [11, 12, 17], [11, 12, 19, 20]]
+
+
+def test_on_the_compiled_layers_each_node_is_bit_for_bit_a_one_token_step(compiled_target):
+    """The compiled call gathers each node's path where a one-token step along it would have it
+    (kernels_numba._attend_tree): the same bits, not only close."""
+    from app.engine.backends.tree_torch import tree_logits
+
+    target = compiled_target
+    tree = TokenTree.from_paths(BRANCHY)
+    target.reset()
+    target.prefill(PROMPT[:-2])
+    logits = tree_logits(target, PROMPT[-2:], tree)
+    assert torch.equal(logits[1], _step_logits(target, [PROMPT[-1]]))
+    for node in range(len(tree)):
+        path = [PROMPT[-1], *(tree.tokens[i] for i in tree.path(node))]
+        assert torch.equal(logits[2 + node], _step_logits(target, path)), node
+
+
+def test_on_the_compiled_layers_the_kept_path_continues_bit_for_bit(compiled_target):
+    from app.engine.backends.tree_torch import keep_path, tree_logits
+
+    target = compiled_target
+    tree = TokenTree.from_paths(BRANCHY)
+    target.reset()
+    target.prefill(PROMPT[:-1])
+    tree_logits(target, [PROMPT[-1]], tree)
+    node = tree.children(tree.children(tree.children(tree.children(ROOT)[11])[12])[19])[20]
+    keep_path(target, 1, tree.path(node), len(PROMPT) - 1)
+    after = target.forward_last([21])
+    assert torch.equal(after, _step_logits(target, [PROMPT[-1], 11, 12, 19, 20, 21]))
+
+
 def _step_logits(backend, tokens):
     """The logits after reading `tokens` one at a time from an empty cache (after the prompt)."""
     backend.reset()
@@ -100,7 +153,9 @@ def _greedy(backend, n):
     return out
 
 
-def test_at_temperature_0_the_verdict_is_the_longest_path_of_the_targets_own_tokens(target):
+@pytest.mark.parametrize("which", ["target", "compiled_target"])
+def test_at_temperature_0_the_verdict_is_the_longest_path_of_the_targets_own_tokens(which, request):
+    target = request.getfixturevalue(which)
     greedy = _greedy(target, 6)
     wrong = [(t + 1) % 1000 for t in greedy]
     # decoys beside the greedy path: a wrong first token, a right one then wrong, the right three

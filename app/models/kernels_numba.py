@@ -389,6 +389,48 @@ def _attend_group(qkv, t, first_head, count, keys, values, upto, scaling, attn, 
         q0 += size
 
 
+@njit(**_ROW_OPTS)
+def _place(qkv_out, t, kh, q_width, kv_width, head_dim, keys, values, slot):  # pragma: no cover - compiled
+    """Token t's key and value of KV head kh (from the pass's q/k/v rows) into `slot`."""
+    base = q_width + kh * head_dim
+    for i in range(head_dim):
+        keys[kh, slot, i] = qkv_out[t, base + i]
+        values[kh, slot, i] = qkv_out[t, base + kv_width + i]
+
+
+@njit(parallel=True, **_ROW_OPTS)
+def _attend_tree(qkv_out, parent, start, heads, kv_heads, head_dim, keys, values, scaling,
+                 attn):  # pragma: no cover - compiled
+    """Attention of a token tree's pass (decoder_body's `parent`), each token bit for bit as a
+    one-token step along its path would attend: over the context, then its path's keys and values
+    in order, contiguous from `start`, the very rows and length `_attend_group` reads in that step.
+    Each KV head takes the tokens in order and puts each token's path in place before it attends
+    (rows that already hold the path's tokens are not copied again: siblings share their
+    ancestors). Then every token's
+    key and value go to start + t, the pass's own order, which StaticKV.keep compacts after the
+    verdict."""
+    n = parent.shape[0]
+    group = heads // kv_heads
+    q_width, kv_width = heads * head_dim, kv_heads * head_dim
+    depth = np.empty(n, np.int64)
+    for t in range(n):
+        depth[t] = 0 if parent[t] < 0 else depth[parent[t]] + 1
+    scores = np.empty((kv_heads, group, start + n), np.float32)
+    for kh in prange(kv_heads):
+        placed = np.full(n, -1, np.int64)  # the token whose key and value sit at start + d
+        for t in range(n):
+            u = t
+            while u >= 0:  # the whole path: a shallower row may have been another branch's since
+                if placed[depth[u]] != u:
+                    _place(qkv_out, u, kh, q_width, kv_width, head_dim, keys, values, start + depth[u])
+                    placed[depth[u]] = u
+                u = parent[u]
+            _attend_group(qkv_out, t, kh * group, group, keys[kh], values[kh], start + depth[t] + 1, scaling,
+                          attn, scores[kh])
+        for t in range(n):
+            _place(qkv_out, t, kh, q_width, kv_width, head_dim, keys, values, start + t)
+
+
 @njit(**_OPTS)
 def _arrays_of(product, layer):  # pragma: no cover - compiled
     """A layer's CodeBlocks arrays, from a product's tuple of typed lists (one per array)."""
@@ -398,7 +440,7 @@ def _arrays_of(product, layer):  # pragma: no cover - compiled
 
 @njit(parallel=True, **_ROW_OPTS)
 def decoder_body(x, store, start, cos, sin, norms, eps, qk_norms, qk_eps, heads, kv_heads, head_dim,
-                 scaling, inner, qkv, o, gate_up, down, final_norm, out, parts):  # pragma: no cover - compiled
+                 scaling, inner, qkv, o, gate_up, down, final_norm, out, parts, parent):  # pragma: no cover - compiled
     """x (n, D) float32, the residual stream of tokens at positions start..start+n-1, through every
     layer; keys and values written into store (layers, 2, kv_heads, capacity, hd); out (n, D): the
     final norm's output; inner: the MLP's width; parts: runs of chunks per product (the threads).
@@ -406,7 +448,10 @@ def decoder_body(x, store, start, cos, sin, norms, eps, qk_norms, qk_eps, heads,
     qk_norms (layers, 2, hd) (Qwen3's per-head q/k norms) or (0, 2, hd) for none; cos/sin (n, hd).
     Each product (qkv, o, gate_up, down) is a tuple of typed lists, one per CodeBlocks array
     (CodeBlocks.ARRAYS), one entry per layer: each layer's product may hold any GGUF types, chunk
-    by chunk."""
+    by chunk.
+    parent: empty for a causal pass; for a token tree's pass (app/engine/tree.py) (n,): token t's
+    parent in the pass, t - 1 for the first tokens, read in order, and an earlier token for the
+    tree's nodes (`_attend_tree`)."""
     n, width = x.shape
     group = heads // kv_heads
     q_width, kv_width = heads * head_dim, kv_heads * head_dim
@@ -429,15 +474,15 @@ def decoder_body(x, store, start, cos, sin, norms, eps, qk_norms, qk_eps, heads,
                     _rms_norm(row, weight, qk_eps, row)
                 _rope(v, cos[t], sin[t])
             for kh in range(kv_heads):
-                base = q_width + kh * head_dim
-                for i in range(head_dim):
-                    keys[kh, start + t, i] = qkv_out[t, base + i]
-                    values[kh, start + t, i] = qkv_out[t, base + kv_width + i]
-        scores = np.empty((n * kv_heads, group, start + n), np.float32)
-        for job in prange(n * kv_heads):
-            t, kh = job // kv_heads, job % kv_heads
-            _attend_group(qkv_out, t, kh * group, group, keys[kh], values[kh], start + t + 1, scaling, attn,
-                          scores[job])
+                _place(qkv_out, t, kh, q_width, kv_width, head_dim, keys, values, start + t)
+        if parent.shape[0]:
+            _attend_tree(qkv_out, parent, start, heads, kv_heads, head_dim, keys, values, scaling, attn)
+        else:
+            scores = np.empty((n * kv_heads, group, start + n), np.float32)
+            for job in prange(n * kv_heads):
+                t, kh = job // kv_heads, job % kv_heads
+                _attend_group(qkv_out, t, kh * group, group, keys[kh], values[kh], start + t + 1, scaling, attn,
+                              scores[job])
         y = np.empty((n, width), np.float32)
         attn_acts = activations(attn)
         codes, scale, offset, small, supers, meta = _arrays_of(o, layer)

@@ -78,15 +78,20 @@ class NativeBody:
         self(torch.zeros(1, width), torch.from_numpy(store), 0, torch.from_numpy(cos), torch.zeros(1, self.head_dim))
 
     def __call__(self, x: torch.Tensor, store: torch.Tensor, start: int, cos: torch.Tensor,
-                 sin: torch.Tensor) -> torch.Tensor:
+                 sin: torch.Tensor, parent: np.ndarray | None = None) -> torch.Tensor:
+        """`parent`: for a token tree's pass, each token's parent in the pass (kernels_numba's
+        decoder_body); None for a causal pass. cos/sin: each token's rows."""
         hidden = np.array(x.numpy(), dtype=np.float32, order="C")  # a copy: updated in place, the residual stream
         out = np.empty_like(hidden)
         self.kernels.decoder_body(
             hidden, store.numpy(), start, np.ascontiguousarray(cos.numpy(), dtype=np.float32),
             np.ascontiguousarray(sin.numpy(), dtype=np.float32), self.norms, self.eps, self.qk_norms, self.qk_eps,
             self.heads, self.kv_heads, self.head_dim, self.scaling, self.inner, *self.products,
-            self.final_norm, out, threads())
+            self.final_norm, out, threads(), CAUSAL if parent is None else np.ascontiguousarray(parent, np.int64))
         return torch.from_numpy(out)
+
+
+CAUSAL = np.zeros(0, np.int64)  # decoder_body's `parent` for a causal pass
 
 
 ROLES = ("qkv", "o", "gate_up", "down")

@@ -342,17 +342,24 @@ class LeanStep:
             return logits, torch.cat([states[i] for i in self.aux], -1)
         return logits, (normed if hidden else None)
 
-    def forward_masked(self, ids: torch.Tensor, kv: StaticKV, positions: torch.Tensor,
-                       mask: torch.Tensor) -> torch.Tensor:
-        """A token tree's pass (app/engine/tree.py): ids (1, n) written at kv.length.., each at the
-        RoPE position in `positions` (n,) and attending where `mask` (n, kv.length + n) is True ->
-        logits (n, V). On the PyTorch body: the compiled call takes causal passes only."""
+    def forward_tree(self, ids: torch.Tensor, kv: StaticKV, positions: torch.Tensor, mask: torch.Tensor,
+                     parent) -> torch.Tensor:
+        """A token tree's pass (app/engine/tree.py): ids (1, n) written at kv.length.. in the pass's
+        order, each at the RoPE position in `positions` (n,), attending where `mask` (n,
+        kv.length + n) is True -> logits (n, V). `parent` (n,): each token's parent in the pass,
+        what the compiled call takes instead of the mask (each node then bit for bit a one-token
+        step along its path: kernels_numba._attend_tree)."""
         if self.glue.fused:
             raise NotImplementedError("a tree's pass runs on the eager glue")
         n, start = ids.shape[1], kv.length
         end = start + n
         kv.reserve(end)
         self.rope_tables(int(positions.max()) + 1)
+        if self.native is not None:
+            x = self.embed(ids)[0].to(self.dtype)
+            normed = self.native(x, kv.store, start, self._cos.index_select(0, positions),
+                                 self._sin.index_select(0, positions), parent)
+            return self.head(normed)
         rope = self.glue.rope_inputs(self._cos.index_select(0, positions), self._sin.index_select(0, positions))
         if self.grouped:
             mask = _mask_bias(mask, self.heads // self.kv_heads, self.dtype)

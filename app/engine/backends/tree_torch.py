@@ -6,10 +6,9 @@ context, the pending tokens and its own ancestors. Keys and values are written i
 order; after the verdict the accepted path's are moved into place behind the pending tokens and
 the rest dropped (StaticKV.keep).
 
-It runs on the lean step's PyTorch body. Not yet on the compiled CPU call (which attends to
-contiguous causal keys), the CUDA graphs, transformers' forward or MLX: until it does, the engine
-keeps drafting chains, since a tree's logits through another body would differ from the chain's
-by rounding.
+It runs on the lean step: on the compiled CPU call (kernels_numba._attend_tree), where each node
+is bit for bit a one-token step along its path, and on the PyTorch body with an ancestor mask.
+Not yet on the CUDA graphs, transformers' forward or MLX.
 """
 
 from __future__ import annotations
@@ -49,9 +48,10 @@ def tree_logits(backend, ids: Sequence[int], tree: TokenTree) -> torch.Tensor:
     lean = backend._lean
     if lean is None or not isinstance(backend.cache, StaticKV) or backend._want_hidden:
         raise NotImplementedError("trees are verified on the lean step's eager passes, without inner states")
-    start = backend.cache.length
-    positions, mask = tree_layout(len(ids), start, tree, backend._device)
-    logits = lean.forward_masked(backend._ids([*ids, *tree.tokens]), backend.cache, positions, mask)
+    start, pending = backend.cache.length, len(ids)
+    positions, mask = tree_layout(pending, start, tree, backend._device)
+    parent = [t - 1 for t in range(pending)] + [pending + p if p != ROOT else pending - 1 for p in tree.parents]
+    logits = lean.forward_tree(backend._ids([*ids, *tree.tokens]), backend.cache, positions, mask, parent)
     backend.cache.appended(len(ids) + len(tree))
     return logits[:, : backend.vocab_limit].float()
 

@@ -10,6 +10,9 @@ run), so it says what a tree could win before one is built, not what it wins.
 
     .venv/bin/python benchmarks/tree_acceptance.py            # the demo, the suite, 2 threads
     .venv/bin/python benchmarks/tree_acceptance.py --prompts 3 --max-tokens 64 --draft none
+
+Since trees are verified (tree_torch.py), the same answers are also decoded for real with each
+tree shape: passes, tok/s and the answer's exactness, measured, not predicted.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ def main() -> int:
     parser.add_argument("--max-tokens", type=int, default=None)
     parser.add_argument("--draft", default="self:int4",
                         help='a draft model to measure too (a folder, or "self:int4"); "none" for lookup alone')
+    parser.add_argument("--no-measure", action="store_true", help="predictions only: no trees verified for real")
     args = parser.parse_args()
 
     from app.bench.costs import measure_target_costs
@@ -105,9 +109,64 @@ def main() -> int:
         saved = (wrong_first - row[-1]) / wrong_first if wrong_first else 0.0
         print(f"  depth {depth}: {reached} positions with candidates; {shares}, rank 3+: {row[-2] / reached:.1%}, "
               f"none: {row[-1] / reached:.1%}; where the first guess was wrong a sibling was right {saved:.0%}")
+    if not args.no_measure:
+        measured_section(target, answers)
     if args.draft != "none":
         draft_model_section(args.model, args.draft, answers)
     return 0
+
+
+MEASURED_SHAPES = {"chain k=4": (1, 1, 1, 1), "tree 2-1-1-1": (2, 1, 1, 1), "tree 3-1-1-1": (3, 1, 1, 1),
+                   "tree 2-2-1-1": (2, 2, 1, 1), "tree 3-2-2-1-1-1": (3, 2, 2, 1, 1, 1)}
+
+
+def decode_with_trees(target, ids, n_tokens: int, widths) -> tuple[list[int], int, float]:
+    """The answer at temperature 0 with lookup's tree of `widths` verified in one pass a round
+    (app/engine/backends/tree_torch.py; a chain shape is a causal pass): (tokens, passes after the
+    prefill, seconds of those passes and the drafting)."""
+    import time
+
+    from app.bench.tree_ranks import lookup_tree
+    from app.engine.sampling import SamplingParams
+
+    greedy = SamplingParams(temperature=0.0)
+    target.reset()
+    out = [target.next_token(ids, greedy)]  # the prefill's token, as the engine's first
+    history, passes = [*ids, *out], 0
+    start = time.perf_counter()
+    while len(out) < n_tokens:
+        tree = lookup_tree(history, widths, MAX_NGRAM, MIN_NGRAM)
+        if len(tree):
+            emitted = target.verify_tree([history[-1]], tree, greedy).emitted(tree)
+        else:
+            emitted = [target.next_token([history[-1]], greedy)]
+        passes += 1
+        out += emitted
+        history += emitted
+    return out[:n_tokens], passes, time.perf_counter() - start
+
+
+def measured_section(target, answers) -> None:
+    """Trees verified for real on the target (not predicted): passes, seconds, and the answer
+    checked token for token against the target alone."""
+    print("\nmeasured: lookup's trees verified in one pass (tree_torch.py), each answer as long as the target "
+          "alone's, the stop token ignored")
+    print(f"{'prompt':<12}" + "".join(f"{name:>24}" for name in MEASURED_SHAPES))
+    ratios: dict[str, list[float]] = {name: [] for name in MEASURED_SHAPES}
+    same = True
+    for name, ids, answer in answers:
+        cells, chain_s = [], None
+        for shape_name, widths in MEASURED_SHAPES.items():
+            tokens, passes, seconds = decode_with_trees(target, ids, len(answer), widths)
+            same &= tokens == answer
+            chain_s = seconds if chain_s is None else chain_s
+            ratios[shape_name].append(chain_s / seconds)
+            cells.append(f"{passes:>5} p {len(tokens) / seconds:>7.1f} tok/s")
+        print(f"{name:<12}" + "".join(f"{c:>24}" for c in cells))
+    print("measured speed against chain k=4, median over prompts [min-max]:")
+    for shape_name, values in ratios.items():
+        print(f"  {shape_name:<24} {statistics.median(values):.2f}x [{min(values):.2f}-{max(values):.2f}]")
+    print(f"every answer {'identical to' if same else 'DIFFERENT FROM'} the target alone's")
 
 
 MODEL_SHAPES = {"chain k=4": (1, 1, 1, 1), "tree 2-1-1-1": (2, 1, 1, 1), "tree 3-1-1-1": (3, 1, 1, 1),

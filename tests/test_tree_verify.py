@@ -213,3 +213,14 @@ def test_above_temperature_0_two_token_continuations_follow_the_targets_law(targ
     expected = np.array(expected) * (rounds / sum(expected))
     assert len(big) >= 6
     assert chisquare(observed, expected).pvalue > 1e-3, (observed, expected.round(1).tolist())
+
+
+def test_lookups_tree_is_the_trie_of_every_match_latest_first():
+    from app.bench.tree_ranks import lookup_tree
+
+    tokens = [1, 2, 3, 9, 1, 5, 1, 2, 3, 7, 8, 4, 1, 2, 3]  # the tail 1 2 3 occurred twice before
+    tree = lookup_tree(tokens, (2, 1), max_ngram=3, min_ngram=3)
+    assert tree.children(ROOT) == {7: 0, 9: 1}  # the latest match's continuation first
+    assert [tree.tokens[i] for i in tree.path(2)] == [7, 8] and [tree.tokens[i] for i in tree.path(3)] == [9, 1]
+    assert len(lookup_tree(tokens, (1, 1), max_ngram=3, min_ngram=3)) == 2  # one child a node: the chain
+    assert len(lookup_tree([4, 5, 6], (2, 2), max_ngram=3, min_ngram=1)) == 0  # no earlier occurrence

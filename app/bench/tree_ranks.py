@@ -192,3 +192,26 @@ def by_confidence(ranks: Sequence[int], top1: Sequence[float], edges=(0.5, 0.8))
                       saved / len(wrong) if wrong else 0.0))
     return bands
 
+
+
+def lookup_tree(tokens: Sequence[int], widths: Sequence[int], max_ngram: int = 3, min_ngram: int = 1):
+    """The tree `tree_nodes` counts, as a TokenTree to verify (app/engine/tree.py): lookup's trie
+    below the end of `tokens`, each parent keeping its first w_d children by recency."""
+    from app.engine.tree import TokenTree
+
+    start = len(tokens)
+    level: list[tuple[tuple[int, ...], list[int]]] = [((), lookup_matches(tokens, start, max_ngram, min_ngram))]
+    paths: list[tuple[int, ...]] = []
+    for width in widths:
+        below = []
+        for prefix, followers in level:
+            children: dict[int, list[int]] = {}
+            for p in followers:
+                if p < start:
+                    children.setdefault(tokens[p], []).append(p + 1)
+            below += [((*prefix, token), after) for token, after in list(children.items())[:width]]
+        paths += [prefix for prefix, _ in below]
+        level = below
+        if not level:
+            break
+    return TokenTree.from_paths(paths)

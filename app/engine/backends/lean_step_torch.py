@@ -348,7 +348,7 @@ class LeanStep:
         order, each at the RoPE position in `positions` (n,), attending where `mask` (n,
         kv.length + n) is True -> logits (n, V). `parent` (n,): each token's parent in the pass,
         what the compiled call takes instead of the mask (each node then bit for bit a one-token
-        step along its path: kernels_numba._attend_tree)."""
+        step along its path: kernels_numba._attend_tree); None for a chain (a causal pass)."""
         if self.glue.fused:
             raise NotImplementedError("a tree's pass runs on the eager glue")
         n, start = ids.shape[1], kv.length

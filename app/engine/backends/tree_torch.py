@@ -50,7 +50,9 @@ def tree_logits(backend, ids: Sequence[int], tree: TokenTree) -> torch.Tensor:
         raise NotImplementedError("trees are verified on the lean step's eager passes, without inner states")
     start, pending = backend.cache.length, len(ids)
     positions, mask = tree_layout(pending, start, tree, backend._device)
-    parent = [t - 1 for t in range(pending)] + [pending + p if p != ROOT else pending - 1 for p in tree.parents]
+    # a chain is the causal pass the compiled call takes as it is (the same bits, without the gathers)
+    parent = None if tree.is_chain else ([t - 1 for t in range(pending)]
+                                         + [pending + p if p != ROOT else pending - 1 for p in tree.parents])
     logits = lean.forward_tree(backend._ids([*ids, *tree.tokens]), backend.cache, positions, mask, parent)
     backend.cache.appended(len(ids) + len(tree))
     return logits[:, : backend.vocab_limit].float()

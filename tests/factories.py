@@ -36,12 +36,7 @@ def tiny_llama(seed: int, vocab: int = TINY_VOCAB, hidden: int = 64, layers: int
         bos_token_id=1, eos_token_id=2, pad_token_id=2,
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
     )
-    model = LlamaForCausalLM(config).eval()
-    with torch.no_grad():  # larger weights than the init, so greedy choices are not near-ties
-        for p in model.parameters():
-            if p.dim() == 2:
-                p.mul_(4.0)
-    return model
+    return _scaled(LlamaForCausalLM(config).eval())
 
 
 def near_copy(model: LlamaForCausalLM, seed: int = 9, noise: float = 0.35) -> LlamaForCausalLM:
@@ -257,11 +252,15 @@ def tiny_qwen3(seed: int, vocab: int = TINY_VOCAB, hidden: int = 128, layers: in
         num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim, max_position_embeddings=context,
         rms_norm_eps=1e-6, tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, pad_token_id=2,
         rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})
-    model = Qwen3ForCausalLM(config).eval()
-    with torch.no_grad():  # larger weights than the init, so greedy choices are not near-ties
+    return _scaled(Qwen3ForCausalLM(config).eval())
+
+
+def _scaled(model, factor: float = 4.0):
+    """`model` with its matrices scaled up from the init, so greedy choices are not near-ties."""
+    with torch.no_grad():
         for p in model.parameters():
             if p.dim() == 2:
-                p.mul_(4.0)
+                p.mul_(factor)
     return model
 
 

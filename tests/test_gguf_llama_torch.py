@@ -243,3 +243,23 @@ def test_the_benchs_anchors_get_transformers_classes_and_are_left_out_in_words_w
     names = [m.name for m in build_methods(runner, ks=(), progress=said.append)]
     assert not any(name.startswith("transformers") for name in names) and names
     assert any("anchors left out" in line for line in said)
+
+
+def test_a_gguf_without_a_layers_weight_is_refused_naming_it(tmp_path, tiny_fields):
+    """Tandem's own modules, like transformers' classes, leave nothing unfilled: a file that lacks
+    a tensor the model needs is refused in words that name it."""
+    from types import SimpleNamespace
+
+    from app.engine.backends.torch_backend import TorchBackend
+    from app.models.errors import ModelFileError
+    from app.models.gguf_import import import_gguf
+    from tests.factories import tiny_llama, write_gguf
+
+    model = tiny_llama(seed=3, hidden=128, heads=4, kv_heads=2)
+    state = {k: v for k, v in model.state_dict().items() if k != "model.layers.1.mlp.down_proj.weight"}
+    write_gguf(SimpleNamespace(config=model.config, state_dict=lambda: state), tmp_path / "m.gguf", tiny_fields,
+               Q.Q4_1, embedding_qtype=Q.Q8_0)
+    # the weights stay in the file (the float32 import would refuse it itself, at import)
+    folder = import_gguf(tmp_path / "m.gguf", tmp_path / "import", mlx_variants=(), torch_variant="gguf")["gguf"]
+    with pytest.raises(ModelFileError, match=r"lacks weights .*model\.layers\.1\.mlp\.down_proj"):
+        TorchBackend(folder, precision="gguf")

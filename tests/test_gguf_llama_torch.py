@@ -263,3 +263,12 @@ def test_a_gguf_without_a_layers_weight_is_refused_naming_it(tmp_path, tiny_fiel
     folder = import_gguf(tmp_path / "m.gguf", tmp_path / "import", mlx_variants=(), torch_variant="gguf")["gguf"]
     with pytest.raises(ModelFileError, match=r"lacks weights .*model\.layers\.1\.mlp\.down_proj"):
         TorchBackend(folder, precision="gguf")
+
+
+def test_models_info_says_a_llama_gguf_loads_into_tandems_own_modules(tmp_path, tiny_fields, capsys):
+    from app.cli import main
+    from tests.factories import tiny_llama, write_gguf
+
+    write_gguf(tiny_llama(seed=4), tmp_path / "m.gguf", tiny_fields, Q.Q4_1, embedding_qtype=Q.Q8_0)
+    assert main(["models", "info", str(tmp_path / "m.gguf")]) == 0
+    assert "loads into Tandem's own modules, without transformers' model code" in capsys.readouterr().out

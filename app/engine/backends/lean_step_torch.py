@@ -86,7 +86,8 @@ def passes_words(config) -> str:
     if reason:
         return f"passes on PyTorch: transformers' forward ({reason})"
     return ("passes on PyTorch: the lean step, replayed as CUDA graphs on an NVIDIA GPU; on the CPU, a GGUF "
-            "whose projections are all 4-bit runs its decoder layers as one compiled call (docs/performance.md)")
+            "whose projections are all on Tandem's kernel (every common type) runs its decoder layers as one "
+            "compiled call (docs/performance.md)")
 
 
 def passes_line(path) -> str:
@@ -96,8 +97,14 @@ def passes_line(path) -> str:
 
     if path.suffix.lower() == ".gguf":
         from app.models.gguf_import import inspect_gguf
+        from app.models.gguf_llama_torch import ARCHITECTURES
 
-        return passes_words(SimpleNamespace(model_type=inspect_gguf(path).architecture))
+        architecture = inspect_gguf(path).architecture
+        words = passes_words(SimpleNamespace(model_type=architecture))
+        if architecture in ARCHITECTURES:  # (where the config allows it: gguf_llama_torch.why_not)
+            words += ("; at the file's own precisions it loads into Tandem's own modules, without transformers' "
+                      "model code (docs/gguf.md)")
+        return words
     from transformers import AutoConfig
 
     try:

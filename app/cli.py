@@ -277,7 +277,15 @@ def _print_plan(path) -> None:
 def _passes_line(path) -> str:
     from app.engine.backends.lean_step_torch import passes_line
 
-    return passes_line(path)
+    line = passes_line(path)
+    if path.suffix.lower() == ".gguf":
+        from app.models.gguf_import import inspect_gguf
+        from app.models.gguf_llama_torch import ARCHITECTURES
+
+        if inspect_gguf(path).architecture in ARCHITECTURES:  # (where its config allows: gguf_llama_torch.why_not)
+            line += ("; at the file's own precisions it loads into Tandem's own modules, without transformers' "
+                     "model code (docs/gguf.md)")
+    return line
 
 
 def _ks(value: str) -> tuple[int, ...]:

@@ -97,14 +97,8 @@ def passes_line(path) -> str:
 
     if path.suffix.lower() == ".gguf":
         from app.models.gguf_import import inspect_gguf
-        from app.models.gguf_llama_torch import ARCHITECTURES
 
-        architecture = inspect_gguf(path).architecture
-        words = passes_words(SimpleNamespace(model_type=architecture))
-        if architecture in ARCHITECTURES:  # (where the config allows it: gguf_llama_torch.why_not)
-            words += ("; at the file's own precisions it loads into Tandem's own modules, without transformers' "
-                      "model code (docs/gguf.md)")
-        return words
+        return passes_words(SimpleNamespace(model_type=inspect_gguf(path).architecture))
     from transformers import AutoConfig
 
     try:

@@ -80,22 +80,7 @@ def tree_nodes(tokens: Sequence[int], start: int, widths: Sequence[int], max_ngr
     """Drafted tokens a pass verifies for a tree of `widths` from tokens[:start]: every trie node
     within the widths (each parent keeps its first w_d children by recency), the width of the
     verify pass less its one committed token."""
-    level = [lookup_matches(tokens, start, max_ngram, min_ngram)]  # each node's followers
-    nodes = 0
-    for width in widths:
-        below = []
-        for followers in level:
-            children: dict[int, list[int]] = {}
-            for p in followers:
-                if p < start:
-                    children.setdefault(tokens[p], []).append(p + 1)
-            for token_followers in list(children.values())[:width]:
-                below.append(token_followers)
-        nodes += len(below)
-        level = below
-        if not level:
-            break
-    return nodes
+    return len(lookup_tree(tokens[:start], widths, max_ngram, min_ngram))
 
 
 @dataclass
@@ -191,7 +176,6 @@ def by_confidence(ranks: Sequence[int], top1: Sequence[float], edges=(0.5, 0.8))
         bands.append((f"{low:.1f}-{min(high, 1.0):.1f}", len(inside), len(wrong) / len(inside) if inside else 0.0,
                       saved / len(wrong) if wrong else 0.0))
     return bands
-
 
 
 def lookup_tree(tokens: Sequence[int], widths: Sequence[int], max_ngram: int = 3, min_ngram: int = 1):

@@ -52,12 +52,6 @@ class PlainConfig(SimpleNamespace):
         rope.setdefault("rope_theta", getattr(self, "rope_theta", 10000.0))
         self.rope_parameters = rope
 
-    def to_dict(self) -> dict:
-        return dict(vars(self))
-
-    def get(self, name: str, default=None):
-        return getattr(self, name, default)
-
 
 def why_not(config: dict, architecture: str) -> str:
     """"" where this module can hold the model of `config` read from a GGUF of `architecture`."""

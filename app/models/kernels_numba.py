@@ -473,8 +473,9 @@ def decoder_body(x, store, start, cos, sin, norms, eps, qk_norms, qk_eps, heads,
                     row = v.reshape((1, head_dim))
                     _rms_norm(row, weight, qk_eps, row)
                 _rope(v, cos[t], sin[t])
-            for kh in range(kv_heads):
-                _place(qkv_out, t, kh, q_width, kv_width, head_dim, keys, values, start + t)
+            if not parent.shape[0]:  # (a tree's pass places its keys and values in _attend_tree)
+                for kh in range(kv_heads):
+                    _place(qkv_out, t, kh, q_width, kv_width, head_dim, keys, values, start + t)
         if parent.shape[0]:
             _attend_tree(qkv_out, parent, start, heads, kv_heads, head_dim, keys, values, scaling, attn)
         else:

@@ -343,13 +343,14 @@ class LeanStep:
             return logits, torch.cat([states[i] for i in self.aux], -1)
         return logits, (normed if hidden else None)
 
-    def forward_tree(self, ids: torch.Tensor, kv: StaticKV, positions: torch.Tensor, mask: torch.Tensor,
+    def forward_tree(self, ids: torch.Tensor, kv: StaticKV, positions: torch.Tensor, mask: torch.Tensor | None,
                      parent) -> torch.Tensor:
         """A token tree's pass (app/engine/tree.py): ids (1, n) written at kv.length.. in the pass's
         order, each at the RoPE position in `positions` (n,), attending where `mask` (n,
         kv.length + n) is True -> logits (n, V). `parent` (n,): each token's parent in the pass,
         what the compiled call takes instead of the mask (each node then bit for bit a one-token
-        step along its path: kernels_numba._attend_tree); None for a chain (a causal pass)."""
+        step along its path: kernels_numba._attend_tree); None for a chain (a causal pass). The
+        mask is the PyTorch body's only: None where the compiled call runs."""
         if self.glue.fused:
             raise NotImplementedError("a tree's pass runs on the eager glue")
         n, start = ids.shape[1], kv.length

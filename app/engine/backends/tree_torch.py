@@ -23,19 +23,24 @@ from app.engine.sampling import SamplingParams
 from app.engine.tree import ROOT, TokenTree, TreeVerdict, walk
 
 
-def tree_layout(pending: int, start: int, tree: TokenTree,
-                device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """(RoPE positions (n,), attention mask (n, start + n), True where a row may look) of a pass
-    that reads `pending` tokens causally after `start` cached ones, then `tree`'s nodes."""
-    n = pending + len(tree)
+def tree_positions(pending: int, start: int, tree: TokenTree, device: torch.device) -> torch.Tensor:
+    """The RoPE positions (n,) of a pass that reads `pending` tokens causally after `start` cached
+    ones, then `tree`'s nodes, each at its depth below the last pending token."""
     positions = list(range(start, start + pending)) + [start + pending + d for d in tree.depths]
+    return torch.tensor(positions, device=device)
+
+
+def tree_mask(pending: int, start: int, tree: TokenTree, device: torch.device) -> torch.Tensor:
+    """The same pass's attention mask (n, start + n), True where a row may look: the PyTorch
+    body's (the compiled call takes each token's parent instead)."""
+    n = pending + len(tree)
     mask = torch.zeros(n, start + n, dtype=torch.bool)
     mask[:, :start] = True
     mask[:pending, start:start + pending] = torch.ones(pending, pending, dtype=torch.bool).tril()
     mask[pending:, start:start + pending] = True
     for i, seen in enumerate(tree.visible):
         mask[pending + i, [start + pending + j for j in seen]] = True
-    return torch.tensor(positions, device=device), mask.to(device)
+    return mask.to(device)
 
 
 @torch.inference_mode()
@@ -49,7 +54,8 @@ def tree_logits(backend, ids: Sequence[int], tree: TokenTree) -> torch.Tensor:
     if lean is None or not isinstance(backend.cache, StaticKV) or backend._want_hidden:
         raise NotImplementedError("trees are verified on the lean step's eager passes, without inner states")
     start, pending = backend.cache.length, len(ids)
-    positions, mask = tree_layout(pending, start, tree, backend._device)
+    positions = tree_positions(pending, start, tree, backend._device)
+    mask = tree_mask(pending, start, tree, backend._device) if lean.native is None else None
     # a chain is the causal pass the compiled call takes as it is (the same bits, without the gathers)
     parent = None if tree.is_chain else ([t - 1 for t in range(pending)]
                                          + [pending + p if p != ROOT else pending - 1 for p in tree.parents])

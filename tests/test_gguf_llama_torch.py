@@ -272,3 +272,10 @@ def test_models_info_says_a_llama_gguf_loads_into_tandems_own_modules(tmp_path, 
     write_gguf(tiny_llama(seed=4), tmp_path / "m.gguf", tiny_fields, Q.Q4_1, embedding_qtype=Q.Q8_0)
     assert main(["models", "info", str(tmp_path / "m.gguf")]) == 0
     assert "loads into Tandem's own modules, without transformers' model code" in capsys.readouterr().out
+
+
+def test_an_unknown_model_code_is_refused_naming_the_choices(llama_q4):
+    from app.engine.backends.torch_backend import TorchBackend
+
+    with pytest.raises(ValueError, match="unknown model code 'bogus'; choose one of auto, transformers"):
+        TorchBackend(llama_q4, precision="gguf", model_code="bogus")

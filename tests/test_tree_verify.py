@@ -224,3 +224,13 @@ def test_lookups_tree_is_the_trie_of_every_match_latest_first():
     assert [tree.tokens[i] for i in tree.path(2)] == [7, 8] and [tree.tokens[i] for i in tree.path(3)] == [9, 1]
     assert len(lookup_tree(tokens, (1, 1), max_ngram=3, min_ngram=3)) == 2  # one child a node: the chain
     assert len(lookup_tree([4, 5, 6], (2, 2), max_ngram=3, min_ngram=1)) == 0  # no earlier occurrence
+
+
+def test_a_tree_without_its_root_is_refused_and_the_cache_is_left_as_it_was(compiled_target):
+    from app.engine.backends.tree_torch import tree_logits
+
+    compiled_target.reset()
+    compiled_target.prefill(PROMPT)
+    with pytest.raises(ValueError, match="needs its root"):
+        tree_logits(compiled_target, [], TokenTree.from_paths([[11, 12]]))
+    assert compiled_target.cache.length == len(PROMPT)

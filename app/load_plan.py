@@ -105,11 +105,11 @@ def check_files(folder: Path, backend: str) -> tuple[dict, int]:
     return config, file_bytes
 
 
-def gguf_loaded_bytes(folder: Path, backend: str, precision: str, progress=None) -> int | None:
+def gguf_loaded_bytes(folder: Path, backend: str, precision: str, progress=None, device: str = "cpu") -> int | None:
     """The weights' size as loaded when PyTorch reads them from a GGUF at its own precisions (the
-    memory check must count that, not float32); None otherwise. The size depends on whether
-    Tandem's CPU kernel runs here, so the first GGUF of a process prepares the kernel here, and
-    says so through `progress`."""
+    memory check must count that, not float32); None otherwise. On the CPU the size depends on
+    whether Tandem's CPU kernel runs here, so the first GGUF of a process prepares the kernel here,
+    and says so through `progress`; a GPU's load does not need it."""
     from app.models.gguf_import import gguf_source, inspect_gguf, is_gguf_folder
 
     if backend != "torch" or not (precision == "gguf" or is_gguf_folder(folder)):
@@ -117,11 +117,11 @@ def gguf_loaded_bytes(folder: Path, backend: str, precision: str, progress=None)
     from app.models import int4_cpu_torch
     from app.models.gguf_torch import loaded_bytes
 
-    if progress is not None and not int4_cpu_torch.decided():
+    if progress is not None and device == "cpu" and not int4_cpu_torch.decided():
         progress("Preparing the CPU kernel for GGUF weights (compiled on the first load, then cached)")
 
     info = inspect_gguf(gguf_source(folder))
-    return loaded_bytes(info.elements or {}, info.embedding, info.head, info.head_rows)
+    return loaded_bytes(info.elements or {}, info.embedding, info.head, info.head_rows, device=device)
 
 
 def plan_load(spec: str | Path, backend: str | None = None, draft: DraftChoice | None = None,
@@ -154,7 +154,7 @@ def plan_load(spec: str | Path, backend: str | None = None, draft: DraftChoice |
     if backend == "torch" and "torch" not in sys.modules:
         progress("Starting PyTorch ...")  # its first import: a second or two, said, not a silent tokenizer step
     device = device_for(backend)
-    own_gguf = gguf_loaded_bytes(folder, backend, precision, progress)  # None: not a GGUF at its own precisions
+    own_gguf = gguf_loaded_bytes(folder, backend, precision, progress, device)  # None: not a GGUF at its own precisions
     target = estimate("target", config, file_bytes, backend, device, precision, own_gguf)
     if draft.kind is DraftKind.SELF and draft.precision == precision:
         # a copy of the target at the target's own precision is the target: nothing to gain
@@ -218,7 +218,7 @@ def _plan_draft(draft: DraftChoice, folder: Path, config: dict, file_bytes: int,
         check_tokenizers(tokenizer, draft_tokenizer)  # before any weights load
         return (DraftPlan(draft, folder=draft_folder, tokenizer=draft_tokenizer),
                 estimate("draft", draft_config, draft_bytes, backend, device,
-                         loaded_bytes=gguf_loaded_bytes(draft_folder, backend, "auto")))
+                         loaded_bytes=gguf_loaded_bytes(draft_folder, backend, "auto", device=device)))
     if draft.kind is DraftKind.MTP:
         mtp = find_mtp(folder)  # before any weights load: a checkpoint without one is refused now
         if mtp is None:

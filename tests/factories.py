@@ -128,11 +128,13 @@ Q4_0, Q8_0 = gguf.GGMLQuantizationType.Q4_0, gguf.GGMLQuantizationType.Q8_0
 def write_gguf(model: LlamaForCausalLM, path: Path, fields: dict,
                qtype: gguf.GGMLQuantizationType = gguf.GGMLQuantizationType.F32,
                embedding_qtype: gguf.GGMLQuantizationType | None = None,
-               head_qtype: gguf.GGMLQuantizationType | None = None) -> dict:
+               head_qtype: gguf.GGMLQuantizationType | None = None,
+               types: dict[str, gguf.GGMLQuantizationType] | None = None) -> dict:
     """Write `model` as a llama GGUF; 2-D weights in `qtype` (the embedding in `embedding_qtype`
     when given, as llama.cpp's Q4 files keep it in Q8_0 or Q6_K; an untied model's head in
-    `head_qtype`, as output.weight, Q6_K in llama.cpp's Q4_K_M files). Returns the weights as written
-    (dequantized, in HF layout) for comparison."""
+    `head_qtype`, as output.weight, Q6_K in llama.cpp's Q4_K_M files; `types` gives any weight,
+    by its HF name, a type of its own, as the K-quant presets mix them). Returns the weights as
+    written (dequantized, in HF layout) for comparison."""
     cfg = model.config
     writer = _llama_writer(path, fields, cfg.num_hidden_layers, cfg.max_position_embeddings, cfg.hidden_size,
                            cfg.intermediate_size, cfg.num_attention_heads, cfg.num_key_value_heads,
@@ -158,6 +160,7 @@ def write_gguf(model: LlamaForCausalLM, path: Path, fields: dict,
             w = _permute(w, cfg.num_key_value_heads)
         kind = embedding_qtype if embedding_qtype is not None and hf_name == "model.embed_tokens.weight" else qtype
         kind = head_qtype if head_qtype is not None and hf_name == "lm_head.weight" else kind
+        kind = (types or {}).get(hf_name, kind)
         if w.ndim == 2 and kind != gguf.GGMLQuantizationType.F32:
             if kind == gguf.GGMLQuantizationType.F16:
                 data = w.astype(np.float16)

@@ -95,43 +95,72 @@ class GGUFCodesLinear(torch.nn.Module):
 
 
 class GGUFInt4Linear(torch.nn.Module):
-    """A bias-free Linear whose weight is GGUF's 4-bit codes packed for PyTorch's int4 kernel,
-    where Tandem's compiled kernel does not run (GGUFCodesLinear does where it does), with
-    activations in `act_dtype` (the kernel's scales are stored in it). Filled by row blocks."""
+    """A bias-free Linear whose weight is GGUF's 4-bit codes packed for PyTorch's int4 kernel
+    (tinygemm: w = (q - 8) * scale + zero per group of 32, the scales and zeros in `act_dtype`),
+    code for code. On the CPU where Tandem's compiled kernel does not run (GGUFCodesLinear does
+    where it does), and on CUDA, where tinygemm is the int4 kernel torchao's layers use too
+    (docs/gguf.md). Filled by row blocks; the layout is the device's own, made there."""
 
-    def __init__(self, out_features: int, in_features: int, act_dtype: torch.dtype):
+    def __init__(self, out_features: int, in_features: int, act_dtype: torch.dtype,
+                 device: torch.device | str = "cpu"):
         super().__init__()
         self.out_features, self.in_features = out_features, in_features
         self.tiles = inner_k_tiles(in_features)
-        self.register_buffer("packed", torch.empty(out_features, in_features // 2, dtype=torch.uint8))
+        device = torch.device(device)
+        if device.type == "cpu":
+            packed = torch.empty(out_features, in_features // 2, dtype=torch.uint8)
+        else:  # CUDA's tile layout: [n / 8][k / (tiles * 16)][32][tiles / 2] int32
+            packed = torch.empty(out_features // 8, in_features // (self.tiles * 16), 32, self.tiles // 2,
+                                 dtype=torch.int32, device=device)
+        self.register_buffer("packed", packed)
         # (groups, out, 2): the scale and the zero of each group of 32 weights of each output row
-        self.register_buffer("scales_and_zeros", torch.empty(in_features // GROUP, out_features, 2, dtype=act_dtype))
+        self.register_buffer("scales_and_zeros", torch.empty(in_features // GROUP, out_features, 2, dtype=act_dtype,
+                                                             device=device))
         self.act_dtype = act_dtype
 
     @classmethod
-    def from_groups(cls, groups: Int4Groups, act_dtype: torch.dtype) -> GGUFInt4Linear:
-        layer = cls(*groups.codes.shape, act_dtype)
+    def from_groups(cls, groups: Int4Groups, act_dtype: torch.dtype, device: torch.device | str = "cpu"
+                    ) -> GGUFInt4Linear:
+        layer = cls(*groups.codes.shape, act_dtype, device)
         layer.fill(0, groups)
         return layer
 
     @torch.no_grad()
     def fill(self, start: int, groups: Int4Groups) -> None:
         """Rows start.. of the weight (start a multiple of PACK_ROWS: the CPU layout packs rows in
-        blocks of 64, so blocks packed apart equal the whole packed at once)."""
+        blocks of 64 and CUDA's in blocks of 8, so blocks packed apart equal the whole packed at once)."""
         rows = groups.codes.shape[0]
-        q = torch.from_numpy(np.ascontiguousarray(groups.codes)).to(torch.int32)
-        self.packed[start:start + rows] = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, self.tiles)
-        self.scales_and_zeros[:, start:start + rows, 0] = torch.from_numpy(groups.scale.T)
-        self.scales_and_zeros[:, start:start + rows, 1] = torch.from_numpy(groups.zero.T)
+        device = self.packed.device
+        if device.type == "cpu":
+            q = torch.from_numpy(np.ascontiguousarray(groups.codes)).to(torch.int32)
+            self.packed[start:start + rows] = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, self.tiles)
+        else:
+            pairs = torch.from_numpy(tinygemm_bytes(groups.codes)).to(device)
+            self.packed[start // 8:(start + rows) // 8] = torch.ops.aten._convert_weight_to_int4pack(pairs, self.tiles)
+        self.scales_and_zeros[:, start:start + rows, 0] = torch.from_numpy(groups.scale.T).to(device)
+        self.scales_and_zeros[:, start:start + rows, 1] = torch.from_numpy(groups.zero.T).to(device)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features).to(self.act_dtype)
-        y = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, GROUP, self.scales_and_zeros)
+        y = int4_kernel(self.packed)(flat, self.packed, GROUP, self.scales_and_zeros)
         return y.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, int4 g{GROUP} "
-                f"({self.act_dtype}, PyTorch's kernel)")
+                f"({self.act_dtype}, PyTorch's kernel on {self.packed.device.type})")
+
+
+def int4_kernel(packed: torch.Tensor):
+    """PyTorch's tinygemm matmul for a weight packed on `packed`'s device."""
+    ops = torch.ops.aten
+    return ops._weight_int4pack_mm_for_cpu if packed.device.type == "cpu" else ops._weight_int4pack_mm
+
+
+def tinygemm_bytes(codes: np.ndarray) -> np.ndarray:
+    """4-bit codes (rows, cols) in 0..15 -> the (rows, cols / 2) bytes CUDA's int4 packing takes:
+    column 2j in the high nibble, 2j + 1 in the low one (torchao's order for CUDA)."""
+    codes = np.asarray(codes, dtype=np.uint8)
+    return np.ascontiguousarray((codes[:, 0::2] << 4) | codes[:, 1::2])
 
 
 def on_kernel() -> bool:

@@ -42,16 +42,22 @@ log = logging.getLogger(__name__)
 BATCHED_TIE_GAP = 1.0
 
 FLOAT_BYTES = 4  # every other tensor, dequantized to float32
+DENSE_BYTES = 2  # on a GPU: every tensor not of a 4-bit type, in bfloat16
 
 
 def loaded_bytes(elements: dict[str, int], float_elements: dict[str, int] | None = None,
-                 head_elements: dict[str, int] | None = None, head_rows: int = 0, kernel: bool | None = None) -> int:
+                 head_elements: dict[str, int] | None = None, head_rows: int = 0, kernel: bool | None = None,
+                 device: str = "cpu") -> int:
     """The weights' size once loaded by `load_gguf_model`, from the GGUF's elements per type
     (app/models/gguf_import.GGUFInfo): `float_elements` those of the token embedding (read from
     the file as needed: nothing loaded), `head_elements` those of an untied output head (an int8
     screen; its rescored rows are read from the file). Without a head tensor the head is tied to
     the embedding, which then gets the screen. What the memory check must count, not float32.
-    `kernel`: whether Tandem's CPU kernel holds the linear layers (None: whether it runs here)."""
+    `kernel`: whether Tandem's CPU kernel holds the linear layers (None: whether it runs here).
+    On a GPU (`device` "cuda") the 4-bit types are tinygemm's int4 and every other tensor, the
+    embedding and the head too, is bfloat16 in the GPU's memory."""
+    if device != "cpu":
+        return int(sum(n * (INT4_BYTES if kind in INT4_TYPES else DENSE_BYTES) for kind, n in elements.items()))
     float_elements, head_elements = float_elements or {}, head_elements or {}
     kernel = on_kernel() if kernel is None else kernel
     total = 0.0
@@ -192,12 +198,12 @@ _MALLOC_TRIM = None
 
 
 def _packed(tensor, processor, rows: int, cols: int, act_dtype: torch.dtype,
-            into: GGUFInt4Linear | None = None, offset: int = 0) -> GGUFInt4Linear:
+            into: GGUFInt4Linear | None = None, offset: int = 0, device: torch.device | str = "cpu") -> GGUFInt4Linear:
     """A 4-bit GGUF weight as a GGUFInt4Linear (or rows offset.. of `into`, a stack of several),
     decoded and packed a block of rows at a time where the processor leaves rows in place (Q and
     K, whose rows it reorders, are decoded whole)."""
     kind, data = tensor.tensor_type.name, tensor.data
-    layer = into if into is not None else GGUFInt4Linear(rows, cols, act_dtype)
+    layer = into if into is not None else GGUFInt4Linear(rows, cols, act_dtype, device)
     if ".attn_q." in tensor.name or ".attn_k." in tensor.name:
         groups = int4_groups(kind, data, rows, cols)
         layer.fill(offset, Int4Groups(*(processor.process(weights=a, name=tensor.name).weights for a in groups)))
@@ -264,10 +270,12 @@ def _int8(tensor, processor, rows: int, cols: int, act_dtype: torch.dtype, rows_
 
 
 def _plan_fusion(model: torch.nn.Module, tensors, names: dict[str, str], rows_only: bool,
-                 act_dtype: torch.dtype, kernel: bool) -> tuple[dict[str, tuple[torch.nn.Module, int]], int]:
+                 act_dtype: torch.dtype, kernel: bool, device: torch.device, gpu: bool
+                 ) -> tuple[dict[str, tuple[torch.nn.Module, int]], int]:
     """Stack q/k/v and gate/up wherever a layer's parts will load as the same kind (on Tandem's
     kernel every KERNEL_TYPES type, parts of different types side by side; on PyTorch's, all 4-bit
-    types become the same int4 layout, all 5/6/8-bit ones int8): the stacked module is made
+    types become the same int4 layout, all 5/6/8-bit ones int8 on the CPU; on CUDA only all-4-bit
+    parts are stacked here, dense ones by the lean step): the stacked module is made
     before any part is read and each part is filled straight into its rows, so no weight is
     ever held twice. Returns {GGUF tensor name: (the stack, the part's first row)}, groups."""
     from app.models.fused_projections_torch import GROUPS, install
@@ -297,8 +305,8 @@ def _plan_fusion(model: torch.nn.Module, tensors, names: dict[str, str], rows_on
             elif coded:
                 continue  # each part on Tandem's kernel alone (a part under a whole chunk of rows)
             elif kinds <= set(INT4_TYPES) and rows_only and packable:
-                fused = GGUFInt4Linear(rows, cols, act_dtype)
-            elif kinds <= set(INT8_TYPES):
+                fused = GGUFInt4Linear(rows, cols, act_dtype, device)
+            elif kinds <= set(INT8_TYPES) and not gpu:
                 fused = GGUFInt8Linear(rows, cols, act_dtype)
             else:
                 continue
@@ -375,10 +383,16 @@ def _rebuild_meta_buffers(model: torch.nn.Module) -> None:
 
 def load_gguf_model(folder: Path, gguf_path: Path, dtype: torch.dtype = torch.float32,
                     act_dtype: torch.dtype = torch.bfloat16, int4: bool = True,
-                    progress=None, lean_only: bool = False) -> tuple[torch.nn.Module, GGUFLoadReport]:
+                    progress=None, lean_only: bool = False, device: torch.device | str = "cpu",
+                    gpu_layers: bool | None = None) -> tuple[torch.nn.Module, GGUFLoadReport]:
     """The model of `folder`'s config.json with the weights of `gguf_path` at their own precisions
-    (4-bit -> int4 kernel, the rest -> `dtype`), on the CPU, in eval mode. `int4=False`
+    (4-bit -> int4 kernel, the rest -> `dtype`), on `device`, in eval mode. `int4=False`
     dequantizes every tensor to `dtype` (the float32 reference `models info --check` compares with).
+    On CUDA (docs/gguf.md, "On NVIDIA GPUs") the 4-bit types go to tinygemm's CUDA kernel and every other
+    tensor, the embedding and the head included, to `dtype` on the GPU: no CPU-side module (the
+    screened head, the embedding read from the file, Tandem's CPU kernel) sits in a GPU pass.
+    `gpu_layers` (None: whether `device` is a GPU) builds those modules on the CPU too, with
+    tinygemm's CPU kernel: the same numbers as a GPU's, checked without one.
     `progress(message)` hears which layer's weights are being read, at most a few times a second.
     `lean_only`: the caller runs its passes through the lean step only, never transformers' forward,
     so the Llama family is built from Tandem's own modules (gguf_llama_torch.py) without importing
@@ -409,8 +423,11 @@ def load_gguf_model(folder: Path, gguf_path: Path, dtype: torch.dtype = torch.fl
     tied = bool(getattr(config, "tie_word_embeddings", False))
     head = None if tied else model.get_output_embeddings()
     report = GGUFLoadReport(own_layers=not own_note)
-    kernel = on_kernel()
-    stacks, report.fused = _plan_fusion(model, reader.tensors, names, rows_only, act_dtype, kernel) if int4 else ({}, 0)
+    device = torch.device(device)
+    on_cpu = not (device.type != "cpu" if gpu_layers is None else gpu_layers)  # the CPU's modules
+    kernel = on_cpu and on_kernel()
+    stacks, report.fused = (_plan_fusion(model, reader.tensors, names, rows_only, act_dtype, kernel, device, not on_cpu)
+                            if int4 else ({}, 0))
     said = _LayerProgress(progress, int(getattr(config, "num_hidden_layers", 0) or 0), gguf_path.stem)
     for tensor in reader.tensors:
         said(tensor.name)
@@ -430,32 +447,33 @@ def load_gguf_model(folder: Path, gguf_path: Path, dtype: torch.dtype = torch.fl
                 _coded(tensor, processor, rows, cols, into=stack, offset=offset)
                 what = CODE_WORDS[KIND_OF[kind]]
             elif isinstance(stack, GGUFInt4Linear):
-                _packed(tensor, processor, rows, cols, act_dtype, into=stack, offset=offset)
+                _packed(tensor, processor, rows, cols, act_dtype, into=stack, offset=offset, device=device)
                 what = f"int4 g{GROUP}"
             else:
                 _int8(tensor, processor, rows, cols, act_dtype, rows_only, into=stack, offset=offset)
                 what = "int8 per row"
             layer = None  # filled in place: the projection's name already points at the stack
-        elif int4 and rows_only and lookup:
+        elif int4 and rows_only and lookup and on_cpu:
             layer = GGUFEmbedding(GGUFRows(tensor, owner.embedding_dim), owner.num_embeddings, dtype)
             what = "embedding read in place"
             if tied:  # the head shares the table: its screen is built from the file too
                 model.set_output_embeddings(_screened_from_file(tensor, owner.num_embeddings, owner.embedding_dim))
                 report.classes["tied head -> int8 screen + float32 argmax"] += 1
-        elif int4 and linear and owner is head and rows_only:
+        elif int4 and linear and owner is head and rows_only and on_cpu:
             layer = _screened_from_file(tensor, owner.out_features, owner.in_features)
             what = "int8 screen + float32 argmax"
         elif int4 and linear and kernel and rows_only and _codes_fit(owner, kind):
             layer, what = _coded(tensor, processor, owner.out_features, owner.in_features), CODE_WORDS[KIND_OF[kind]]
         elif int4 and linear and kind in INT4_TYPES and rows_only and _can_pack(owner):
-            layer, what = _packed(tensor, processor, owner.out_features, owner.in_features, act_dtype), f"int4 g{GROUP}"
-        elif int4 and linear and kind in INT8_TYPES and not tensor.name.startswith("token_embd"):
+            layer = _packed(tensor, processor, owner.out_features, owner.in_features, act_dtype, device=device)
+            what = f"int4 g{GROUP}"
+        elif int4 and linear and kind in INT8_TYPES and not tensor.name.startswith("token_embd") and on_cpu:
             layer = _int8(tensor, processor, owner.out_features, owner.in_features, act_dtype, rows_only)
             what = "int8 per row"
         else:
             layer, what = None, str(dtype).removeprefix("torch.")
             values = _dequantized(tensor, processor, getattr(owner, attr).shape, dtype, rows_only)
-            setattr(owner, attr, torch.nn.Parameter(values, requires_grad=False))
+            setattr(owner, attr, torch.nn.Parameter(values.to(device), requires_grad=False))
         if layer is not None:  # the quantized module takes the Linear's place
             parent_name, _, child = owner_name.rpartition(".")
             setattr(model.get_submodule(parent_name) if parent_name else model, child, layer)
@@ -465,6 +483,8 @@ def load_gguf_model(folder: Path, gguf_path: Path, dtype: torch.dtype = torch.fl
     if tied and not isinstance(model.get_output_embeddings(), ScreenedHead):
         model.tie_weights()
     _rebuild_meta_buffers(model)
+    if device.type != "cpu":
+        model.to(device)  # what was built on the CPU: RoPE's tables (every weight is there already)
     missing = [n for n, p in [*model.named_parameters(), *model.named_buffers()] if p.is_meta]
     if missing:
         raise ModelFileError(f"{gguf_path.name}: the GGUF lacks weights the {config.model_type} model needs: "

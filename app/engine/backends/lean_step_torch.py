@@ -191,13 +191,13 @@ def _kernel(module: torch.nn.Module):
     """PyTorch's weight-only kernel a GGUF layer runs on, called without the module's own dtype
     round trip (the caller converts once); None for any other module."""
     from app.models.gguf_blocks import GROUP
-    from app.models.gguf_layers_torch import GGUFCodesLinear, GGUFInt4Linear, GGUFInt8Linear, on_blocks
+    from app.models.gguf_layers_torch import GGUFCodesLinear, GGUFInt4Linear, GGUFInt8Linear, int4_kernel, on_blocks
 
     if isinstance(module, GGUFCodesLinear):
         return partial(on_blocks, module.blocks)  # Tandem's CPU kernel: float32 in and out
     if isinstance(module, GGUFInt4Linear):
-        packed, scales = module.packed, module.scales_and_zeros
-        return lambda x: torch.ops.aten._weight_int4pack_mm_for_cpu(x, packed, GROUP, scales)
+        packed, scales, mm = module.packed, module.scales_and_zeros, int4_kernel(module.packed)
+        return lambda x: mm(x, packed, GROUP, scales)
     if isinstance(module, GGUFInt8Linear):
         codes, scales = module.weight_int8, module.scales
         return lambda x: torch.ops.aten._weight_int8pack_mm(x, codes, scales)

@@ -330,26 +330,38 @@ class TorchBackend(ModelBackend):
 
     def _load_gguf(self, folder: Path, lean_only: bool):
         """The weights straight from the GGUF the folder was imported from, at its own precisions
-        (app/models/gguf_torch.py): its 4-bit tensors run on Tandem's CPU kernel (int4_cpu_torch.py), or
-        on PyTorch's int4 kernel where that cannot run."""
+        (app/models/gguf_torch.py): on the CPU its tensors run on Tandem's CPU kernel
+        (int4_cpu_torch.py), or on PyTorch's int4 kernel where that cannot run; on CUDA the 4-bit
+        ones on tinygemm's CUDA kernel and the rest in bfloat16 (docs/gguf.md)."""
         from app.models.errors import ModelFileError
         from app.models.gguf_import import gguf_source
         from app.models.gguf_torch import BATCHED_TIE_GAP, load_gguf_model
 
-        if self._device.type != "cpu":
+        if self._device.type not in ("cpu", "cuda"):
             raise ModelFileError(
-                f"Loading a GGUF at its own precisions runs on the CPU's int4 kernel; on {self._device.type} "
+                f"Loading a GGUF at its own precisions runs on the CPU or an NVIDIA GPU; on {self._device.type} "
                 "choose float16 or bfloat16 instead.")
-        from app.models import int4_cpu_torch
+        gpu_layers = self._gguf_gpu_layers()
+        if not gpu_layers:
+            from app.models import int4_cpu_torch
 
-        if not int4_cpu_torch.decided():  # the first GGUF of this process: Numba builds or reads the kernel
-            self._progress("Preparing the CPU kernel for GGUF weights (compiled on the first load, then cached)")
-            int4_cpu_torch.why_not_available()
+            if not int4_cpu_torch.decided():  # the first GGUF of this process: Numba builds or reads the kernel
+                self._progress("Preparing the CPU kernel for GGUF weights (compiled on the first load, then cached)")
+                int4_cpu_torch.why_not_available()
+        else:
+            self._dtype = torch.bfloat16  # tinygemm's activations; the dense tensors the same
         model, report = load_gguf_model(folder, gguf_source(folder), dtype=self._dtype, progress=self._progress,
-                                        lean_only=lean_only)
-        self.near_tie_gap = BATCHED_TIE_GAP
+                                        lean_only=lean_only, device=self._device, gpu_layers=gpu_layers)
+        if not gpu_layers:  # on CUDA bfloat16's own near-tie rule applies (app/bench/exactness.py)
+            self.near_tie_gap = BATCHED_TIE_GAP
         # the UI shows the words before " (", and the whole in tooltips and the load line
         return model, f"{report.short()} ({report.describe()})"
+
+    def _gguf_gpu_layers(self) -> bool:
+        """Whether a GGUF loads into the modules a GPU runs (tinygemm's int4 for the 4-bit types,
+        bfloat16 for the rest): on CUDA. (Tests build them on the CPU too, whose tinygemm kernel
+        computes the same numbers.)"""
+        return self._device.type == "cuda"
 
     @property
     def vocab_limit(self) -> int:

@@ -235,3 +235,27 @@ def test_on_a_gpu_a_gguf_speculates_what_it_writes_alone_with_graphs(k_mix):
             assert float(top.values[0] - top.values[1]) < tie_limit("bfloat16", float(top.values[0])), i
         logits = target.forward_last([token])
 
+
+
+def test_models_info_says_what_a_gpu_runs_and_check_measures_its_rounding(k_mix, capsys):
+    """`models info` names a GPU's modules and size (the memory check's figure); --check gives the
+    GPU's error per type: bfloat16's rounding, nonzero and under 2^-8 of the tensor's largest
+    weight for a dense tensor, under 2^-8 (8 scale + zero) for tinygemm's int4."""
+    from app.cli import main
+    from app.models.gguf_import import inspect_gguf
+    from app.models.gguf_torch import loaded_bytes
+
+    _, path, _ = k_mix
+    assert main(["models", "info", "--check", str(path)]) == 0
+    out = capsys.readouterr().out
+    info = inspect_gguf(path)
+    size = loaded_bytes(info.elements, device="cuda")
+    assert (f"on an NVIDIA GPU: {size / 1e6:.1f} MB in the GPU's memory; Q4_K as int4 in groups of 32 on PyTorch's "
+            "tinygemm kernel, the file's codes with their scales and zeros in bfloat16; Q6_K, F32 in bfloat16") in out
+    rows = {line.split(":")[0].strip(): line for line in out.splitlines() if "on an NVIDIA GPU as" in line}
+    assert set(rows) == {"Q4_K on an NVIDIA GPU as int4 g32", "Q6_K on an NVIDIA GPU as bfloat16"}
+    assert "12 tensors" in rows["Q4_K on an NVIDIA GPU as int4 g32"]
+    assert "3 tensors" in rows["Q6_K on an NVIDIA GPU as bfloat16"]
+    for line in rows.values():
+        error = float(line.split("largest error ")[1].split(" ")[0])
+        assert 0 < error < 2.0 ** -8 * 9

@@ -70,7 +70,22 @@ def info_lines(gguf_path: Path) -> list[str]:
     loaded = loaded_bytes(info.elements, info.embedding, info.head, info.head_rows)
     lines.append(f"loaded size {_size(loaded)} (float32 would be "
                  f"{_size(info.n_params * 4)}); {int4_kernel_words()}")
+    lines.append(gpu_line(info))
     return lines
+
+
+def gpu_line(info) -> str:
+    """What an NVIDIA GPU runs of the file (gguf_torch.load_gguf_model on CUDA), and its size there."""
+    from app.models.gguf_torch import loaded_bytes
+
+    four = [kind for kind in INT4_TYPES if info.elements.get(kind)]
+    rest = [kind for kind in info.elements if kind not in INT4_TYPES]
+    parts = [f"{', '.join(four)} as int4 in groups of 32 on PyTorch's tinygemm kernel, the file's codes with "
+             "their scales and zeros in bfloat16"] if four else []
+    if rest:
+        parts.append(f"{', '.join(rest)} in bfloat16 (the embedding and the head included)")
+    return (f"on an NVIDIA GPU: {_size(loaded_bytes(info.elements, device='cuda'))} in the GPU's memory; "
+            + "; ".join(parts))
 
 
 def quantization_error(gguf_path: Path) -> dict[str, dict]:
@@ -123,6 +138,19 @@ def quantization_error(gguf_path: Path) -> dict[str, dict]:
         # dequantized by gguf itself: the reference, exactly
         what = f"{kind} (token embedding) as float32 rows read from the file" if embedding else f"{kind} as float32"
         out.setdefault(what, {"tensors": 0, "max_rel": 0.0, "rms_rel": 0.0})["tensors"] += 1
+    bf16 = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(torch.bfloat16).float().numpy()  # noqa: E731
+    for tensor in reader.tensors:  # on an NVIDIA GPU (load_gguf_model on CUDA)
+        kind = tensor.tensor_type.name
+        if len(tensor.shape) != 2 or kind == "BF16":
+            continue
+        rows, cols = int(tensor.shape[1]), int(tensor.shape[0])
+        reference = _reference(gguf, tensor, rows, cols)
+        if kind in INT4_TYPES and not tensor.name.startswith("token_embd"):  # tinygemm: bfloat16 scales, zeros
+            groups = int4_groups(kind, tensor.data, rows, cols)
+            held = type(groups)(groups.codes, bf16(groups.scale), bf16(groups.zero)).dequantize()
+            _add_error(out, f"{kind} on an NVIDIA GPU as int4 g32", held, reference)
+        else:  # every other tensor, the embedding too, in bfloat16
+            _add_error(out, f"{kind} on an NVIDIA GPU as bfloat16", bf16(reference), reference)
     return out
 
 
@@ -159,9 +187,10 @@ def check_lines(gguf_path: Path, folder: Path) -> list[str]:
         if what.endswith(("as float32", "read from the file")):
             lines.append(f"  {what}: {e['tensors']} tensors, exact")
         else:
+            why = (" (the file's weights exactly)" if e["max_rel"] == 0 else " (each weight rounded to bfloat16)"
+                   if what.endswith("as bfloat16") else " (bfloat16 scales)")
             lines.append(f"  {what}: {e['tensors']} tensors, largest error {e['max_rel']:.2e} of the tensor's "
-                         f"largest weight, RMS error {e['rms_rel']:.2e} of its RMS"
-                         + (" (the file's weights exactly)" if e["max_rel"] == 0 else " (bfloat16 scales)"))
+                         f"largest weight, RMS error {e['rms_rel']:.2e} of its RMS{why}")
     ids = ChatTokenizer(folder).encode(FIXED_TEXT)
     own, _ = load_gguf_model(folder, gguf_path)
     ppl_own = perplexity(own, ids)

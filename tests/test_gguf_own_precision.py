@@ -294,7 +294,9 @@ def test_a_dropped_gguf_on_pytorch_is_read_in_place_at_its_own_precisions(tmp_pa
     assert display_name(folder) == "Tiny-Q4_0"
     assert "int4 g32 from Q4_0" in loaded.dtype
     assert any("model description and vocabulary" in m for m in messages)
-    assert sum(f.stat().st_size for f in (tmp_path / "cache").rglob("*") if f.is_file()) < 1_000_000
+    # (the CPU kernel's compiled code lands in the cache too where this test is the process's first GGUF)
+    imported = [f for f in (tmp_path / "cache").rglob("*") if f.is_file() and "numba" not in f.parts]
+    assert sum(f.stat().st_size for f in imported) < 1_000_000
     with pytest.raises(ModelFileError, match="has no float32 weights to load.*open the .gguf file with that precision"):
         TorchBackend(folder, precision="float32")
     float32 = Runner().load(tmp_path / "Tiny-Q4_0.gguf", "torch", draft=NO_DRAFT, precision="float32",

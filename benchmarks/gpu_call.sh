@@ -3,7 +3,8 @@
 # the smoke check, the CUDA-marked tests, then cuda_bench.py's and head_costs.py's measurements,
 # each printed as it runs into $OUT/log.txt, and the whole call held under CALL_S seconds (default 560).
 # PHASE=check runs the smoke check and the CUDA-marked tests alone (a first short call), PHASE=measure
-# the measurements alone (the next call, on the machine still warm), PHASE=all (the default) both.
+# the measurements alone (the next call, on the machine still warm), PHASE=all (the default) both,
+# PHASE=gguf the GGUF tests and cuda_gguf.py's 8B-shape Q4_K_M against bf16 alone (~4 min).
 set -u
 PHASE=${PHASE:-all}
 OUT=${OUT:-/tmp/gpu-call}; mkdir -p "$OUT"; LOG=$OUT/log.txt; : >"$LOG"
@@ -18,9 +19,15 @@ step() {  # step SECONDS command...: at most SECONDS, and never past the call's 
   echo "=== $* (at most ${limit} s, ${SECONDS} s into the call)" | tee -a "$LOG"
   [ "$limit" -gt 5 ] && timeout "$limit" "$@" 2>&1 | tee -a "$LOG"
 }
+if [ "$PHASE" = gguf ]; then
+  step 120 python3 -m pytest -q -m cuda tests/test_gguf_gpu_layers.py -p no:cacheprovider
+  step 400 python3 benchmarks/cuda_gguf.py --tokenizer .whl/tok --out /tmp/cb
+  echo "=== done at ${SECONDS} s" | tee -a "$LOG"; exit 0
+fi
 if [ "$PHASE" != measure ]; then
   step 100 python3 benchmarks/cuda_bench.py --smoke --tokenizer .whl/tok --out /tmp/cb
-  step 240 python3 -m pytest -q -m cuda tests/test_cuda_graphs.py tests/test_head_graphs.py -p no:cacheprovider
+  step 240 python3 -m pytest -q -m cuda tests/test_cuda_graphs.py tests/test_head_graphs.py \
+    tests/test_gguf_gpu_layers.py -p no:cacheprovider
 fi
 if [ "$PHASE" != check ]; then
   # an EAGLE-3 token and a DFlash block of the published shapes against the 8B pass, captured and eager

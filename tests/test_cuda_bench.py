@@ -37,3 +37,16 @@ def test_the_smoke_check_compares_graphed_and_eager_tokens(tmp_path, demo):
                          capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "the same tokens" in out.stdout and "passes: lean step" in out.stdout
+
+
+def test_quick_cuda_gguf_prints_the_ggufs_pass_costs(tmp_path):
+    """benchmarks/cuda_gguf.py on the CPU: writes its random Q4_K_M file, loads it into the GPU's
+    modules (tinygemm's CPU kernel), and prints a pass's cost by width against its bound."""
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "cuda_gguf.py"), "--quick", "--out",
+                          str(tmp_path / "files"), "--widths", "1,3", "--repeats", "2"],
+                         capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "4-bit GGUF (int4 g32 from Q4_K x12; bfloat16 from" in out.stdout
+    row = next(line for line in out.stdout.splitlines() if line.startswith("| GGUF Q4_K_M |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert float(cells[1]) > 0 and all(float(c.split(" ")[0]) > 0 for c in cells[2:4])

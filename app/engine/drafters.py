@@ -38,6 +38,11 @@ class Proposal:
     # committed tokens the drafter read before its first draft (a draft model's catch-up, an MTP
     # layer's pairs), within `seconds`: after plain or lookup rounds a proposal pays for those first
     read: int = 0
+    # alternatives beside `ids` (app/engine/tree.py's TokenTree, whose first path is `ids`), from a
+    # drafter asked for a tree; None: a chain. After a tree's verdict, `ids` is the walked path
+    # (and the first child where it stopped) and `tree` what was verified.
+    tree: Any = None
+    branches: int = 1  # the paths the drafter offered (a chain: 1), whether or not a tree was verified
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,18 @@ class Drafter(ABC):
                 should_stop: Callable[[], bool] | None = None) -> Proposal:
         """Up to `k` tokens that may follow `committed` (fewer, or none, is allowed; a drafter
         that takes several steps returns what it has when `should_stop()` turns true)."""
+
+    def propose_tree(self, committed: Sequence[int], k: int, width: int, params: SamplingParams,
+                     should_stop: Callable[[], bool] | None = None) -> Proposal:
+        """Like `propose`, with up to `width` alternative branches of up to k tokens in
+        `Proposal.tree` where the drafter has them (its first branch is the chain `propose` gives).
+        A drafter without alternatives proposes its chain."""
+        return self.propose(committed, k, params, should_stop)
+
+    @property
+    def drafts_trees(self) -> bool:
+        """Whether `propose_tree` can give alternatives (prompt lookup's other matches)."""
+        return False
 
     def room(self, committed: Sequence[int]) -> int | None:
         """The most tokens it can propose after `committed` and still roll back (None: no limit)."""
@@ -191,6 +208,28 @@ class PromptLookupDrafter(Drafter):
         if follow:
             return Proposal(follow, (1.0,) * len(follow), seconds=time.perf_counter() - start, source="lookup")
         return Proposal((), (), seconds=time.perf_counter() - start)
+
+    def propose_tree(self, committed: Sequence[int], k: int, width: int, params: SamplingParams,
+                     should_stop: Callable[[], bool] | None = None) -> Proposal:
+        """The continuations of the tail's different matches, latest first, merged into a trie
+        (their shared prefixes once): the first is the chain `propose` gives."""
+        from app.engine.tree import TokenTree
+
+        from app.engine.tree_choice import ALTERNATIVE_TOKENS
+
+        start = time.perf_counter()
+        paths = self.index.continuations(committed, k, width)
+        if not paths:
+            return Proposal((), (), seconds=time.perf_counter() - start)
+        # the alternatives shorter than the chain: they are seldom right, and each node widens the pass
+        paths = [paths[0], *(path[:ALTERNATIVE_TOKENS] for path in paths[1:])]
+        tree = TokenTree.from_paths(paths)
+        return Proposal(paths[0], (1.0,) * len(paths[0]), seconds=time.perf_counter() - start, source="lookup",
+                        tree=None if tree.is_chain else tree, branches=len(paths))
+
+    @property
+    def drafts_trees(self) -> bool:
+        return True
 
     def finish(self, committed: Sequence[int] | None) -> None:
         self.index.clear()  # its memory grows with the chat; the next answer indexes its own

@@ -7,6 +7,7 @@ degenerate case: nothing drafted, one token emitted per round.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,9 @@ class Round:
     # replay of the kept tokens, next to nothing on attention-only ones.
     rollback_s: float = 0.0
     replayed: int = 0  # committed tokens this pass read again: recurrent state went back a round
+    # the tree of drafts the pass verified (app/engine/tree.py's TokenTree; None: a chain): `drafted`
+    # is then the path the verdict walked, and the drafter's first guess where it stopped
+    tree: Any = None
 
 
 @dataclass(frozen=True)

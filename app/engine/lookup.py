@@ -71,7 +71,7 @@ class LookupIndex:
         """Where the rule's match continues, latest first: the position just after each earlier
         occurrence of the tail's longest n-gram (n from `max_ngram` down to `min_ngram`) that
         occurred at all. The drafter copies from the first; a tree of drafts
-        (app/bench/tree_ranks.py) from them all."""
+        (`continuations`) from several."""
         self._extend(committed)
         tokens, length = self.tokens, len(self.tokens)
         if length < 2:
@@ -97,6 +97,24 @@ class LookupIndex:
         if resync and self.min_ngram > 1 and len(self.tokens) >= 2:
             return self._after_edit(k)
         return ()
+
+    def continuations(self, committed: Sequence[int], k: int, width: int) -> list[tuple[int, ...]]:
+        """Up to `width` different continuations of up to k tokens, from the tail's matches latest
+        first (the first is `continuation`'s): the branches of a tree of drafts (app/engine/tree.py).
+        A tail with no match gives the resync's one continuation, or none."""
+        if k <= 0 or width <= 0:
+            return []
+        found: list[tuple[int, ...]] = []
+        for looked, after in enumerate(self.matches(committed)):
+            follow = tuple(self.tokens[after:after + k])
+            if follow and follow not in found:
+                found.append(follow)
+            if len(found) == width or looked + 1 == LATEST * width:
+                break
+        if found:
+            return found
+        one = self.continuation(committed, k)
+        return [one] if one else []
 
     def _after_edit(self, k: int) -> tuple[int, ...]:
         """The copy resumed after an edit: the tail (1 or 2 tokens, too short to count alone) occurs

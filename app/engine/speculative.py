@@ -26,6 +26,8 @@ from app.engine.output import AnswerStream
 from app.engine.prefill import chunk_count, chunks, prefill_steps, split_last
 from app.engine.reuse import remember, start_cache
 from app.engine.sampling import SamplingParams
+from app.engine.tree import ROOT
+from app.engine.tree_choice import WIDTH, TreeChooser
 
 NO_PROPOSAL = Proposal((), ())
 
@@ -109,6 +111,9 @@ class Verified:
     # recurrent state the recurrent layers alone recomputed from the inputs they recorded
     replayed: int
     state: TargetState | None = None  # the committed positions' hidden states, when asked for
+    # a tree's round: (the chain's drafts, how many of them the walked path took): what adaptive k
+    # learns from it (the pass's time is not a chain's of any width, so it is not recorded)
+    chain: tuple[int, int] | None = None
 
 
 def verify_round(target: ModelBackend, committed: Sequence[int], proposal: Proposal,
@@ -142,15 +147,61 @@ def verify_round(target: ModelBackend, committed: Sequence[int], proposal: Propo
     return Verified(verdict, rewind_start - passed, (passed - start) + (end - rewind_start), replayed, state)
 
 
+def verify_tree_round(target: ModelBackend, committed: Sequence[int], proposal: Proposal,
+                      params: SamplingParams) -> tuple[Proposal, Verified]:
+    """One target pass over the pending token and the tree of `proposal` (app/engine/tree.py):
+    the cache keeps the committed tokens and the walked path, in order. Returns the proposal as
+    the round shows it, a chain: the walked path, then the drafter's first guess where the walk
+    stopped (the rejected draft); its `tree` stays for the panel and the trace."""
+    start = time.perf_counter()
+    mark = target.checkpoint()
+    catch_up = list(committed[mark.length:])
+    tree = proposal.tree
+    try:
+        verdict = target.verify_tree(catch_up, tree, params)
+    except BaseException:  # the pass may have left every node in the cache
+        target.rewind(mark, mark.length)
+        raise
+    seconds = time.perf_counter() - start
+    kept = len(catch_up) + len(verdict.path)
+    if target.cache_len != mark.length + kept:  # never decode on after rejected drafts: say so loudly
+        raise RuntimeError(f"after a tree's verdict the target's cache holds {target.cache_len - mark.length} "
+                           f"new positions, not the {kept} kept")
+    walked = tuple(tree.tokens[i] for i in verdict.path)
+    first = tree.first_child(verdict.path[-1] if verdict.path else ROOT)
+    ids = walked if first is None else (*walked, tree.tokens[first])
+    chain = len(proposal.ids)  # the first path, nodes 0.. in the trie's order
+    on_chain = next((i for i, node in enumerate(verdict.path) if node != i), len(verdict.path))
+    shown = replace(proposal, ids=ids, p=(1.0,) * len(ids), probs=None, ids_array=None)
+    return shown, Verified(Verdict(len(walked), verdict.token, ()), seconds, 0.0, 0, chain=(chain, on_chain))
+
+
+def _tree_fits(tree, stop_ids: frozenset[int], vocab_limit: int) -> bool:
+    """Whether a tree can be verified as it is: no node past the answer's end (a stop token) nor
+    outside the target's vocabulary (else its chain alone is, cut as a chain is cut)."""
+    return all(0 <= t < vocab_limit and t not in stop_ids for t in tree.tokens)
+
+
 def speculative_round(target: ModelBackend, drafter: Drafter, committed: list[int], k: int,
                       params: SamplingParams, stop_ids: frozenset[int] = frozenset(),
-                      should_stop: Callable[[], bool] = lambda: False,
+                      should_stop: Callable[[], bool] = lambda: False, trees: TreeChooser | None = None,
                       ) -> tuple[Proposal, Verified | None]:
     """Draft up to k tokens and verify them. None: the drafter proposed nothing, or Stop was
-    pressed while it drafted (then nothing is verified)."""
+    pressed while it drafted (then nothing is verified). With `trees`, the drafter is asked for
+    alternatives, and the chooser says whether the round verifies them or the chain alone."""
     proposal, verified = NO_PROPOSAL, None
     try:
-        proposal = drafter.propose(committed, k, params, should_stop)
+        if trees is not None:
+            proposal = drafter.propose_tree(committed, k, WIDTH, params, should_stop)
+            fits = proposal.tree is not None and len(committed) + len(proposal.tree) <= target.context_length
+            if proposal.tree is not None and not (fits and _tree_fits(proposal.tree, stop_ids, target.vocab_limit)
+                                                  and trees.use_tree()):
+                proposal = replace(proposal, tree=None)
+        else:
+            proposal = drafter.propose(committed, k, params, should_stop)
+        if proposal.tree is not None and not should_stop():
+            proposal, verified = verify_tree_round(target, committed, proposal, params)
+            return proposal, verified
         proposal = cut_proposal(proposal, proposal_end(proposal, stop_ids, target.vocab_limit))
         if proposal.ids and not should_stop():
             verified = verify_round(target, committed, proposal, params, drafter.wants_target_state)
@@ -212,6 +263,7 @@ def _generate(
     params: SamplingParams = SamplingParams(),
     stop_strings: Sequence[str] = (),
     draft_tokens: int | None = None,  # None: adaptive; an int fixes k
+    trees: str = "auto",  # "auto": trees of drafts where measured faster (tree_choice.py); "on", "off"
     max_draft: int = MAX_DRAFT,
     controller: DraftLengthController | None = None,
     should_stop: Callable[[], bool] = lambda: False,
@@ -249,6 +301,10 @@ def _generate(
         drafter = None
     if (total := chunk_count(len(prompt_ids) - reused)) > 1:  # a long read says how far it has gone,
         yield PrefillProgress(0, total)  # from before a draft model reads the prompt too
+    # trees of drafts where the drafter has alternatives and the target verifies them; a choice
+    # by the clock is no choice for an answer that must repeat
+    chooser = (TreeChooser(trees) if drafter is not None and drafter.drafts_trees and trees != "off"
+               and not target.tree_note() and (trees == "on" or not repeatable) else None)
     if drafter is not None:
         drafter.start(prompt_ids, params.seed, reuse=reuse_cache, should_stop=should_stop)
         controller.new_answer(drafter.acceptance_follows_text)  # what this text is, not the last one
@@ -307,7 +363,8 @@ def _generate(
         proposal, verified, verify_s, rollback_s, replayed = NO_PROPOSAL, None, 0.0, 0.0, 0
         work = one_time_work(target, drafter)
         if k:
-            proposal, verified = speculative_round(target, drafter, committed, k, params, stop_ids, should_stop)
+            proposal, verified = speculative_round(target, drafter, committed, k, params, stop_ids, should_stop,
+                                                   chooser)
         verdict = verified.verdict if verified is not None else None
         if verified is not None:
             verify_s, rollback_s, replayed = verified.seconds, verified.rollback_s, verified.replayed
@@ -318,7 +375,12 @@ def _generate(
                      if repeatable
                      else (proposal.seconds, verify_s + rollback_s) if one_time_work(target, drafter) == work
                      else (None, None))  # a graph captured in this round: its acceptance counts, its time not
-            control.record_round(n, accepted, *costs, proposal.read)
+            if verified.chain is not None:  # a tree: what its chain would have taken, without a time
+                control.record_round(*verified.chain, None, None, proposal.read)
+            else:
+                control.record_round(n, accepted, *costs, proposal.read)
+            if chooser is not None and proposal.branches > 1:
+                chooser.record(proposal.tree is not None, len(emitted), proposal.seconds + verify_s + rollback_s)
         elif should_stop():  # Stop pressed while drafting: nothing was verified
             answer.finish = "cancelled"
             break
@@ -348,7 +410,7 @@ def _generate(
                     text=text, draft_p=proposal.p[:len(drafted)],
                     target_q=verdict.q[:len(drafted)] if verdict else (),
                     draft_s=proposal.seconds, verify_s=verify_s, k=k, source=proposal.source,
-                    rollback_s=rollback_s, replayed=replayed)
+                    rollback_s=rollback_s, replayed=replayed, tree=proposal.tree)
         if drafter is not None and (note := getattr(drafter, "graph_note", "")) != noted:
             noted = note  # a capture failed in this round: the head went on eagerly (head_cache_torch.py)
             yield Notice(f"Draft head: {note}; it drafts on without them.")

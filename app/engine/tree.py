@@ -89,6 +89,10 @@ class TokenTree:
         """{token: child node} below `node` (ROOT for the root)."""
         return {t: i for i, (t, p) in enumerate(zip(self.tokens, self.parents, strict=True)) if p == node}
 
+    def first_child(self, node: int) -> int | None:
+        """`node`'s first child (the drafter's first guess there), or None."""
+        return next((i for i, p in enumerate(self.parents) if p == node), None)
+
     @property
     def is_chain(self) -> bool:
         return all(parent == i - 1 for i, parent in enumerate(self.parents))

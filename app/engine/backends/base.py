@@ -117,6 +117,11 @@ class ModelBackend(ABC):
     def can_trim(self) -> bool:
         return self.rollback_room() != 0
 
+    def tree_note(self) -> str:
+        """"" where `verify_tree` takes a tree of drafts in one pass (app/engine/tree.py); else
+        why this target verifies chains only."""
+        return f"{self.name} verifies chains of drafts only"
+
     def checkpoint(self) -> Checkpoint:
         """Mark the cache before a pass that may be rejected (app/engine/cache.py)."""
         return self.cache.checkpoint()

@@ -589,6 +589,17 @@ class TorchBackend(ModelBackend):
             return int(torch.argmax(logits))
         return int(torch.multinomial(probs_from_logits(logits, params), 1, generator=self._generator))
 
+    def tree_note(self) -> str:
+        from app.engine.backends.static_kv_torch import StaticKV
+
+        if self._lean is None:
+            return "trees of drafts are verified on the lean step, which this model does not run"
+        if self._device.type != "cpu":
+            return "trees of drafts are verified on the CPU only so far (not in CUDA graphs)"
+        if not isinstance(self.cache, StaticKV) or self._want_hidden:
+            return "this pass keeps inner states for a drafter, which trees do not hand over"
+        return ""
+
     def verify_tree(self, ids: Sequence[int], tree, params: SamplingParams):
         """The target's verdict on a token tree, its cache keeping `ids` and the accepted path
         (tree_torch.py)."""

@@ -1,0 +1,163 @@
+"""Trees of drafts in the speculative loop (issue 48): prompt lookup offers its other matches'
+continuations, a round verifies them in one pass where the chooser measured that faster, and the
+answer stays the target's own: token for token at temperature 0, and a seeded sampled answer
+repeats (it never lets the clock choose a tree)."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.engine.drafters import PromptLookupDrafter, Proposal
+from app.engine.events import Round
+from app.engine.lookup import LookupIndex
+from app.engine.sampling import SamplingParams
+from app.engine.speculative import generate
+from app.engine.tree import TokenTree
+from app.engine.tree_choice import ALTERNATIVE_TOKENS, MARGIN, PROBE, TRIES, TreeChooser
+
+GREEDY = SamplingParams(temperature=0.0)
+PROMPT = [5, 17, 300, 42, 7, 9, 101, 3, 11, 12]
+
+
+def test_lookup_offers_each_matches_continuation_latest_first():
+    """The tail (8, 9) occurs three times before the end, followed by 1 2 3, 4 5 and 1 2 6: the
+    continuations come latest first, each once, cut at k and at the width asked."""
+    index = LookupIndex(max_ngram=2, min_ngram=2)
+    seq = [8, 9, 1, 2, 3, 0, 8, 9, 4, 5, 0, 8, 9, 1, 2, 6, 0, 8, 9]
+    assert index.continuations(seq, 3, 3) == [(1, 2, 6), (4, 5, 0), (1, 2, 3)]
+    assert index.continuations(seq, 2, 3) == [(1, 2), (4, 5)]  # (1, 2) once
+    assert index.continuations(seq, 3, 1) == [index.continuation(seq, 3)]
+    assert index.continuations([1, 2, 3, 4], 3, 3) == []
+
+
+def test_lookup_trees_start_with_the_chain_and_keep_alternatives_short():
+    drafter = PromptLookupDrafter(max_ngram=2, min_ngram=2)
+    seq = [8, 9, 1, 2, 3, 4, 5, 6, 0, 8, 9, 7, 7, 7, 7, 7, 7, 0, 8, 9]
+    proposal = drafter.propose_tree(seq, 8, 3, GREEDY)
+    assert proposal.ids == drafter.propose(seq, 8, GREEDY).ids == (7, 7, 7, 7, 7, 7, 0, 8)
+    assert proposal.branches == 2 and not proposal.tree.is_chain
+    assert proposal.tree.tokens[:8] == proposal.ids  # the chain is the trie's first path, nodes 0..7
+    assert len(proposal.tree) == 8 + ALTERNATIVE_TOKENS
+    single = drafter.propose_tree([8, 9, 1, 2, 0, 8, 9], 4, 3, GREEDY)
+    assert single.tree is None and single.branches == 1 and single.ids == (1, 2, 0, 8)
+
+
+def test_the_chooser_tries_both_then_takes_the_faster_and_probes_the_other():
+    chooser = TreeChooser()
+    picks = []
+    for _ in range(2 * TRIES):
+        pick = chooser.use_tree()
+        picks.append(pick)
+        chooser.record(pick, 3 if pick else 2, 0.01)  # trees: 300 tok/s, chains 200
+    assert picks.count(True) == picks.count(False) == TRIES
+    steady = [chooser.use_tree() for _ in range(PROBE)]
+    assert steady[:-1] == [True] * (PROBE - 1) and steady[-1] is False  # the chain probed once
+    slow = TreeChooser()
+    for pick in [slow.use_tree() for _ in range(2 * TRIES)]:
+        slow.record(pick, 2, 0.01 * (1 + MARGIN / 2) if pick else 0.01)  # trees barely slower: no
+    assert not any(slow.use_tree() for _ in range(PROBE - 1))
+    assert "x the chain" in chooser.summary()
+    assert TreeChooser("on").use_tree() and not TreeChooser("off").use_tree()
+    with pytest.raises(ValueError, match="auto, on, off"):
+        TreeChooser("sometimes")
+
+
+class ScriptedTree(PromptLookupDrafter):
+    """Prompt lookup whose tree is given: at the round after `at` committed tokens, a wrong first
+    branch and the target's own continuation as the second."""
+
+    def __init__(self, at: int, right: tuple[int, ...], wrong: tuple[int, ...]):
+        super().__init__()
+        self.at, self.right, self.wrong = at, right, wrong
+
+    def propose_tree(self, committed, k, width, params, should_stop=None):
+        if len(committed) != self.at:
+            return Proposal((), ())
+        tree = TokenTree.from_paths([self.wrong, self.right])
+        return Proposal(self.wrong, (1.0,) * len(self.wrong), source="lookup", tree=tree, branches=2)
+
+
+def _answer(target, drafter=None, n=24, params=GREEDY, trees="on"):
+    events = [e for e in generate(target, lambda ids: "", PROMPT, drafter=drafter, max_tokens=n, params=params,
+                                  trees=trees) if isinstance(e, Round)]
+    return [t for e in events for t in e.emitted], events
+
+
+@pytest.fixture(scope="module")
+def target(tiny_pair):
+    from app.engine.backends.torch_backend import TorchBackend
+
+    backend = TorchBackend(tiny_pair["target"], device="cpu", precision="float32")
+    assert backend.step == "lean" and backend.tree_note() == ""
+    return backend
+
+
+def test_a_round_takes_the_second_branch_where_the_first_is_wrong(target):
+    """At temperature 0 the walk follows the target's argmax into whichever child carries it: the
+    round emits three drafts from the second branch and the target's own token, the round shows
+    the walked path and the first guess it rejected, and the answer is the target's alone."""
+    alone, _ = _answer(target)
+    at = len(PROMPT) + 5
+    right = tuple(alone[5:8])
+    wrong = ((right[0] + 1) % 64, 1, 2, 3)
+    tokens, rounds = _answer(target, ScriptedTree(at, right, wrong), trees="on")
+    assert tokens == alone
+    tree_rounds = [r for r in rounds if r.tree is not None]
+    assert len(tree_rounds) == 1
+    round_ = tree_rounds[0]
+    assert round_.accepted == 3 and round_.drafted[:3] == right and round_.emitted == (*right, alone[8])
+    assert len(round_.tree) == 7  # 4 + 3 nodes: the branches share no prefix
+    assert target.cache_len == len(PROMPT) + len(alone) - 1  # every committed token but the pending one
+
+
+def test_trees_off_or_a_target_without_them_verify_chains(target, monkeypatch):
+    alone, _ = _answer(target)
+    at = len(PROMPT) + 5
+    drafter = ScriptedTree(at, tuple(alone[5:8]), (1, 2, 3, 4))
+    _, rounds = _answer(target, drafter, trees="off")
+    assert all(r.tree is None for r in rounds)
+    monkeypatch.setattr(type(target), "tree_note", lambda self: "verifies chains only here")
+    tokens, rounds = _answer(target, drafter, trees="on")
+    assert tokens == alone and all(r.tree is None for r in rounds)
+
+
+def test_lookup_trees_at_temperature_0_write_the_target_alone(target):
+    """Real prompt lookup on a prompt that repeats with different continuations, every round a
+    tree where it has alternatives: the target's own greedy answer, token for token."""
+    looping = [4, 5, 6, 7, 4, 5, 9, 9, 4, 5, 6, 8, 4, 5]
+    alone = [t for e in generate(target, lambda ids: "", looping, max_tokens=60, params=GREEDY)
+             if isinstance(e, Round) for t in e.emitted]
+    tokens = [t for e in generate(target, lambda ids: "", looping, drafter=PromptLookupDrafter(2, 1),
+                                  max_tokens=60, params=GREEDY, trees="on")
+              if isinstance(e, Round) for t in e.emitted]
+    assert tokens == alone
+
+
+def test_a_seeded_sampled_answer_repeats_and_never_lets_the_clock_choose_a_tree(target):
+    params = SamplingParams(temperature=0.8, seed=7)
+    alone, _ = _answer(target, None, params=params)
+    at = len(PROMPT) + 5
+    drafter = ScriptedTree(at, tuple(alone[5:8]), (1, 2, 3, 4))
+    first, rounds = _answer(target, drafter, params=params, trees="auto")
+    assert all(r.tree is None for r in rounds)  # auto: no tree in an answer that must repeat
+    assert _answer(target, drafter, params=params, trees="auto")[0] == first
+    on, rounds = _answer(target, drafter, params=params, trees="on")
+    assert any(r.tree is not None for r in rounds)
+    assert _answer(target, drafter, params=params, trees="on")[0] == on  # chosen, not clocked: it repeats
+
+
+def test_a_failed_tree_pass_leaves_the_cache_as_it_was(target, monkeypatch):
+    from app.engine.backends import torch_backend
+
+    real = torch_backend.TorchBackend.verify_tree
+
+    def fails_after_the_pass(self, ids, tree, params):
+        real(self, ids, tree, params)
+        raise RuntimeError("the device went away")
+
+    alone, _ = _answer(target)
+    at = len(PROMPT) + 5
+    monkeypatch.setattr(torch_backend.TorchBackend, "verify_tree", fails_after_the_pass)
+    with pytest.raises(RuntimeError, match="went away"):
+        _answer(target, ScriptedTree(at, tuple(alone[5:8]), (1, 2, 3, 4)))
+    assert target.cache_len == at - 1  # the committed tokens but the pending one: no node of the tree

@@ -161,3 +161,31 @@ def test_a_failed_tree_pass_leaves_the_cache_as_it_was(target, monkeypatch):
     with pytest.raises(RuntimeError, match="went away"):
         _answer(target, ScriptedTree(at, tuple(alone[5:8]), (1, 2, 3, 4)))
     assert target.cache_len == at - 1  # the committed tokens but the pending one: no node of the tree
+
+
+def test_the_trace_keeps_a_trees_branches_and_the_panel_lists_them(target):
+    """The side panel's trace of a tree round: the chips are the walked path (accepted, then the
+    first guess it rejected, then the target's own), its branches are each root-to-leaf text, the
+    history's row keeps them (and refuses damaged ones), and the round's tooltip lists them."""
+    from app.chat.trace import ACCEPTED, TARGET, TurnTrace, round_from_row, round_row, trace_round
+    from ui.panel.rounds_view import round_tip
+
+    alone, _ = _answer(target)
+    at = len(PROMPT) + 5
+    right, wrong = tuple(alone[5:8]), ((alone[5] + 1) % 64, 1, 2, 3)
+    _, rounds = _answer(target, ScriptedTree(at, right, wrong))
+    event = next(r for r in rounds if r.tree is not None)
+    text = lambda t: f"<{t}>"  # noqa: E731
+    traced = trace_round(event, text, 0.5)
+    assert [c.kind for c in traced.chips] == [ACCEPTED] * 3 + [TARGET]  # the path ran to the leaf: no rejection
+    assert traced.branches == ("".join(map(text, wrong)), "".join(map(text, right)))
+    row = round_row(traced)
+    back = round_from_row(row)
+    assert (back.branches, back.chips, back.text) == (traced.branches, traced.chips, traced.text)
+    assert TurnTrace.from_dict(TurnTrace([traced]).to_dict()).rounds[0].branches == traced.branches
+    with pytest.raises(ValueError, match="branches"):
+        round_from_row([*row[:-1], [3]])
+    tip = round_tip(traced)
+    assert "A tree of 2 branches verified in one pass" in tip and "first guess: <" in tip
+    chain = trace_round(next(r for r in rounds if r.tree is None and r.index > 0), text, 0.1)
+    assert chain.branches == () and len(round_row(chain)) == 10  # a chain's row is as before

@@ -21,9 +21,10 @@ from app.engine.events import Round
 
 ACCEPTED, REJECTED, TARGET = "accepted", "rejected", "target"
 # 2: the baseline's samples (version 1 stored one number, baseline_s_per_token); 3: each round
-# says whether it was thinking (a reasoning model's block before the answer)
-TRACE_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+# says whether it was thinking (a reasoning model's block before the answer); 4: a round that
+# verified a tree of drafts keeps its branches
+TRACE_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,9 @@ class RoundTrace:
     # a reasoning model's round inside its thinking block: `text` then holds only what of the
     # round was answer (the thinking is shown apart, folded)
     thinking: bool = False
+    # a round that verified a tree of drafts (app/engine/tree.py): the text of each branch, root to
+    # leaf, the drafter's first guess first; the chips show the path the target took
+    branches: tuple[str, ...] = ()
 
     def count(self, kind: str) -> int:
         return sum(chip.kind == kind for chip in self.chips)
@@ -84,7 +88,16 @@ def trace_round(event: Round, token_text: Callable[[int], str], at: float) -> Ro
     own_text = "".join(token_text(t) for t in own) if event.drafted else ""
     own_chars = len(own_text) if own_text and event.text.endswith(own_text) else 0
     return RoundTrace(event.index, event.k, event.source, tuple(chips), event.text, own_chars, at,
-                      event.draft_s, event.verify_s)
+                      event.draft_s, event.verify_s, branches=_branches(event.tree, token_text))
+
+
+def _branches(tree, token_text: Callable[[int], str]) -> tuple[str, ...]:
+    """The text of each root-to-leaf path of a verified tree, in the trie's order; () for a chain."""
+    if tree is None:
+        return ()
+    parents = set(tree.parents)
+    leaves = [i for i in range(len(tree)) if i not in parents]
+    return tuple("".join(token_text(tree.tokens[node]) for node in tree.path(leaf)) for leaf in leaves)
 
 
 def _at(values: tuple[float, ...], i: int) -> float | None:
@@ -104,17 +117,21 @@ def _probability(value) -> float | None:
 def round_row(r: RoundTrace) -> list:
     """A round as one JSON row: how the history stores it and a remote Tandem streams it
     (app/server/openai_api.py, app/remote/target.py)."""
-    return [r.index, r.k, r.source, r.text, r.own_chars, round(r.at, 6), round(r.draft_s, 6), round(r.verify_s, 6),
-            [[c.token, c.text, c.kind, c.p, c.q] for c in r.chips], r.thinking]
+    row = [r.index, r.k, r.source, r.text, r.own_chars, round(r.at, 6), round(r.draft_s, 6), round(r.verify_s, 6),
+           [[c.token, c.text, c.kind, c.p, c.q] for c in r.chips], r.thinking]
+    return [*row, list(r.branches)] if r.branches else row
 
 
 def round_from_row(row) -> RoundTrace:
     """`round_row`'s row read back; TypeError or ValueError (OverflowError) for a damaged one."""
     i, k, src, text, own, at, ds, vs, chips, *rest = row
+    branches = rest[1] if len(rest) > 1 else []
+    if not isinstance(branches, list) or not all(isinstance(b, str) for b in branches):
+        raise ValueError(f"a round's branches are not texts: {branches!r}"[:200])
     return RoundTrace(int(i), int(k), str(src),
                       tuple(Chip(int(t), str(s), str(kind), _probability(p), _probability(q))
                             for t, s, kind, p, q in chips),
-                      str(text), int(own), float(at), float(ds), float(vs), bool(rest and rest[0]))
+                      str(text), int(own), float(at), float(ds), float(vs), bool(rest and rest[0]), tuple(branches))
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,9 @@ from app.chat.trace import REJECTED, Chip, RoundTrace
 from ui.panel.colors import LABELS, THINKING_ROW, chip_colors, visible
 
 TRACE_ROLE = Qt.ItemDataRole.UserRole
-GUTTER_CHARS = 5  # "1234" and a gap
+GUTTER_CHARS = 7  # "⋔ 1234" and a gap
 PAD_X, PAD_Y, GAP, ROW_PAD = 4, 2, 3, 4
+TREE_MARK = "\u22d4 "  # ⋔ (a fork): the round verified a tree of drafts
 MAX_CHIP_CHARS = 18  # a long token is elided; its tooltip has it whole
 FOLLOW_SLACK_PX = 4  # this near the bottom still counts as at it
 
@@ -132,7 +133,9 @@ class ChipDelegate(QStyledItemDelegate):
         painter.setPen(muted)
         gutter = QRect(rect.left(), rect.top() + ROW_PAD, QFontMetrics(font).averageCharWidth() * (GUTTER_CHARS - 1),
                        QFontMetrics(font).height() + 2 * PAD_Y)
-        painter.drawText(gutter, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, str(r.index))
+        # a round that verified a tree of drafts is marked beside its number (its tooltip lists the branches)
+        label = f"{TREE_MARK}{r.index}" if r.branches else str(r.index)
+        painter.drawText(gutter, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, label)
         for chip_rect, chip in rects:
             box = chip_rect.translated(rect.topLeft())
             colors = self.colors[chip.kind]
@@ -198,8 +201,13 @@ def _round_tip(r: RoundTrace) -> str:
     source = DRAFTED_BY.get(r.source, r.source or "the drafter")
     if not r.drafted:
         return f"Round {r.index}: the target alone (nothing drafted)"
-    return (f"Round {r.index}: k = {r.k} drafted by {source}, {r.count('accepted')} accepted; "
+    line = (f"Round {r.index}: k = {r.k} drafted by {source}, {r.count('accepted')} accepted; "
             f"draft {r.draft_s * 1000:.0f} ms, verify {r.verify_s * 1000:.0f} ms")
+    if not r.branches:
+        return line
+    tried = "\n".join(f"  {'first guess' if i == 0 else f'branch {i + 1}'}: {visible(b)!s}"
+                      for i, b in enumerate(r.branches))
+    return f"{line}\nA tree of {len(r.branches)} branches verified in one pass (the chips: the path taken):\n{tried}"
 
 
 class RoundsView(QListView):

@@ -147,6 +147,9 @@ def test_llamacpp_rows_run_on_the_same_gguf_or_one_line_says_why(tiny_pair, tmp_
     assert code == 0
     names = {m["name"] for m in report["methods"]}
     assert report["costs"]["draft_is_model"] is False  # prompt lookup: its proposals' own time
+    # its trees beside its chains in the same run (issue 48), each written as the target alone writes
+    assert {"tandem adaptive", "tandem adaptive, chains", "tandem adaptive, trees"} <= names
+    assert not [d for d in report["exactness"]["divergences"] if "tandem" in d["method"] and not d["near_tie"]]
     err = capsys.readouterr().err
     if missing_reason():
         assert names.isdisjoint({PLAIN, LOOKUP}) and report["llama_cpp"] is None

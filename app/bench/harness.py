@@ -63,11 +63,11 @@ def build_methods(runner, ks=(2, 4, 6), anchors: bool = True, progress=print) ->
     target, drafter, tok = runner.target, runner.drafter, runner.tokenizer
     stop = tok.stop_ids
 
-    def tandem(draft, k):
+    def tandem(draft, k, trees="auto"):
         # adaptive k keeps what it measured across runs, as the runner does across a chat's turns
         controller = DraftLengthController() if draft is not None and k is None else None
         return lambda prompt, ids, params: run_tandem(target, tok.decode, ids, draft, prompt.max_tokens,
-                                                      params, stop, k, controller)
+                                                      params, stop, k, controller, trees)
 
     is_model = _draft_model(drafter) is not None  # an MTP layer or assistant has no model the anchors could run
     anchor_spec = anchor_lookup = anchor_plain = None
@@ -110,6 +110,9 @@ def build_methods(runner, ks=(2, 4, 6), anchors: bool = True, progress=print) ->
             # and what the pair gets without it: the drafter `ngram` loads, the best that costs no model
             methods.append(Method("tandem adaptive, prompt lookup only", "tandem",
                                   tandem(chat_lookup(), None), None, anchor_lookup))
+        if drafter.drafts_trees and not target.tree_note():  # issue 48: trees beside chains, same run
+            methods.append(Method("tandem adaptive, chains", "tandem", tandem(drafter, None, "off"), None, matching))
+            methods.append(Method("tandem adaptive, trees", "tandem", tandem(drafter, None, "on"), None, matching))
         for k in ks:
             methods.append(Method(f"tandem k={k}", "tandem", tandem(drafter, k), k, matching))
     methods[0] = replace(methods[0], anchor=anchor_plain)

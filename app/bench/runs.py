@@ -65,12 +65,12 @@ class StreamClock:
 
 def run_tandem(target, decode, prompt_ids: Sequence[int], drafter: Drafter | None, max_tokens: int,
                params: SamplingParams, stop_ids: frozenset[int], draft_tokens: int | None,
-               controller: DraftLengthController | None = None) -> RunResult:
+               controller: DraftLengthController | None = None, trees: str = "auto") -> RunResult:
     tokens: list[int] = []
     draft_s = verify_s = rollback_s = 0.0
     for event in generate(target, decode, prompt_ids, drafter=drafter, stop_ids=stop_ids,
                           max_tokens=max_tokens, params=params, draft_tokens=draft_tokens,
-                          controller=controller, repeatable=False):  # seeds align noise across methods;
+                          controller=controller, repeatable=False, trees=trees):  # seeds align noise across methods;
         # k follows the clock as in chat, where answers are unseeded
         if isinstance(event, Round):
             tokens.extend(event.emitted)

@@ -19,6 +19,7 @@ from app.bench.runs import RunResult
 from app.engine.sampling import SamplingParams
 
 PLAIN, LOOKUP = "llama.cpp plain", "llama.cpp prompt lookup"
+CLOSE_S = 30
 
 
 def missing_reason() -> str | None:
@@ -61,9 +62,12 @@ class LlamaCpp:
         return RunResult(tokens, max(len(tokens) - 1, 0), max(answer["last_s"] - answer["first_s"], 0.0))
 
     def close(self) -> None:
+        """End the worker and reap it: it leaves when its input closes (freeing a model on a busy
+        machine can take seconds), or is killed after CLOSE_S."""
         if self.process.poll() is None:
             self.process.stdin.close()
             try:
-                self.process.wait(timeout=10)
+                self.process.wait(timeout=CLOSE_S)
             except subprocess.TimeoutExpired:
                 self.process.kill()
+                self.process.wait()

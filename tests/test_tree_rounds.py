@@ -121,16 +121,28 @@ def test_trees_off_or_a_target_without_them_verify_chains(target, monkeypatch):
     assert tokens == alone and all(r.tree is None for r in rounds)
 
 
-def test_lookup_trees_at_temperature_0_write_the_target_alone(target):
-    """Real prompt lookup on a prompt that repeats with different continuations, every round a
-    tree where it has alternatives: the target's own greedy answer, token for token."""
-    looping = [4, 5, 6, 7, 4, 5, 9, 9, 4, 5, 6, 8, 4, 5]
-    alone = [t for e in generate(target, lambda ids: "", looping, max_tokens=60, params=GREEDY)
+def test_lookup_trees_on_the_demo_write_the_target_alone(demo):
+    """Real prompt lookup on the demo (its GGUF on the compiled CPU layers) editing code it was
+    given, every round a tree where lookup has alternatives: some rounds verify trees, and the
+    answer is the target's own greedy answer, token for token."""
+    import json
+    from pathlib import Path
+
+    from app.engine.drafters import chat_lookup
+    from app.runner import Runner
+
+    runner = Runner()
+    runner.load(demo["hf"], "torch", precision="gguf", progress=lambda m: None)
+    suite = json.loads((Path(__file__).parents[1] / "benchmarks" / "suite.json").read_text())["prompts"]
+    text = next(p["user"] for p in suite if p["name"] == "code-edit")
+    ids = runner.tokenizer.render_chat([{"role": "user", "content": text}])
+    target = runner.target
+    alone = [t for e in generate(target, lambda ids: "", ids, max_tokens=96, params=GREEDY)
              if isinstance(e, Round) for t in e.emitted]
-    tokens = [t for e in generate(target, lambda ids: "", looping, drafter=PromptLookupDrafter(2, 1),
-                                  max_tokens=60, params=GREEDY, trees="on")
-              if isinstance(e, Round) for t in e.emitted]
-    assert tokens == alone
+    rounds = [e for e in generate(target, lambda ids: "", ids, drafter=chat_lookup(), max_tokens=96, params=GREEDY,
+                                  trees="on") if isinstance(e, Round)]
+    assert [t for r in rounds for t in r.emitted] == alone
+    assert any(r.tree is not None for r in rounds)
 
 
 def test_a_seeded_sampled_answer_repeats_and_never_lets_the_clock_choose_a_tree(target):
@@ -189,3 +201,27 @@ def test_the_trace_keeps_a_trees_branches_and_the_panel_lists_them(target):
     assert "A tree of 2 branches verified in one pass" in tip and "first guess: <" in tip
     chain = trace_round(next(r for r in rounds if r.tree is None and r.index > 0), text, 0.1)
     assert chain.branches == () and len(round_row(chain)) == 10  # a chain's row is as before
+
+
+def test_a_draft_model_with_lookup_verifies_lookups_trees_on_its_lookup_rounds(target, tiny_pair):
+    """Beside a draft model, a lookup round may verify lookup's tree; the model's rounds stay
+    chains, and its cache (which lags through lookup rounds) keeps drafting right."""
+    from app.engine.backends import load_backend
+    from app.engine.drafters import LookupThenModelDrafter, ModelDrafter
+
+    class ScriptedLookup(ScriptedTree):  # lookup finds its (wrong) chain at `at` only
+        def propose(self, committed, k, params, should_stop=None):
+            found = len(committed) == self.at
+            return Proposal(self.wrong[:k] if found else (), (1.0,) * (min(k, len(self.wrong)) if found else 0),
+                            source="lookup")
+
+    alone, _ = _answer(target, n=40)
+    at = len(PROMPT) + 5
+    lookup = ScriptedLookup(at, tuple(alone[5:8]), ((alone[5] + 1) % 64, 1, 2, 3))
+    draft = load_backend(tiny_pair["near"], "torch", device="cpu", precision="float32")
+    drafter = LookupThenModelDrafter(ModelDrafter(draft), lookup, min_tokens=2)
+    tokens, rounds = _answer(target, drafter, n=40)
+    assert tokens == alone
+    trees = [r for r in rounds if r.tree is not None]
+    assert [r.source for r in trees] == ["lookup"] and trees[0].accepted == 3
+    assert any(r.source == "model" and r.accepted for r in rounds)  # the model drafted, and was taken

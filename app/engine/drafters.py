@@ -316,6 +316,20 @@ class LookupThenModelDrafter(Drafter):
         proposal = self.model.propose(committed, k, params, should_stop)
         return replace(proposal, seconds=proposal.seconds + found.seconds)
 
+    def propose_tree(self, committed: Sequence[int], k: int, width: int, params: SamplingParams,
+                     should_stop: Callable[[], bool] | None = None) -> Proposal:
+        """On a lookup round, lookup's tree (its chain is what `propose` gives); the model's chain
+        otherwise. (The model's cache lags through lookup rounds whatever they verify.)"""
+        decided = self._decided
+        if decided is not None and decided[0] == len(committed) and decided[1] == "lookup":
+            self._decided = None
+            return self.lookup.propose_tree(committed, k, width, params, should_stop)
+        return self.propose(committed, k, params, should_stop)
+
+    @property
+    def drafts_trees(self) -> bool:
+        return True
+
     def room(self, committed: Sequence[int]) -> int | None:
         return self.model.room(committed)
 

@@ -74,7 +74,7 @@ def _exact_marginals(folder, params: SamplingParams, depth: int = 3) -> list[np.
     return exact_marginals(model, PROMPT, params, depth)
 
 
-def _speculative_samples(small_pair, params, n=SAMPLES, backend="torch", lookup=False, **options):
+def _speculative_samples(small_pair, params, n=SAMPLES, backend="torch", lookup=False, trees="auto", **options):
     target = load_backend(small_pair[0], backend, **options)
     drafter = ModelDrafter(load_backend(small_pair[1], backend, **options))
     if lookup:  # one-token matches: deterministic lookup drafts and model drafts both occur
@@ -83,12 +83,17 @@ def _speculative_samples(small_pair, params, n=SAMPLES, backend="torch", lookup=
     for i in range(n):
         # a seed repeats its answer, so each sample gets its own (from the case's, reproducibly)
         seeded = replace(params, seed=None if params.seed is None else params.seed * 100_003 + i)
-        tokens = [t for e in generate(target, lambda ids: "", PROMPT, drafter=drafter,
-                                      draft_tokens=2, max_tokens=3, params=seeded)
-                  if isinstance(e, Round) for t in e.emitted]
+        rounds = [e for e in generate(target, lambda ids: "", PROMPT, drafter=drafter,
+                                      draft_tokens=2, max_tokens=3, params=seeded, trees=trees)
+                  if isinstance(e, Round)]
+        tokens = [t for e in rounds for t in e.emitted]
+        TREE_ROUNDS[trees] = TREE_ROUNDS.get(trees, 0) + sum(e.tree is not None for e in rounds)
         for i, t in enumerate(tokens):
             counts[i, t] += 1
     return counts
+
+
+TREE_ROUNDS: dict[str, int] = {}  # rounds that verified a tree, by the trees option
 
 
 def _p_value(observed: np.ndarray, expected_p: np.ndarray) -> float:
@@ -138,6 +143,19 @@ def test_unseeded_sampling_as_the_window_asks_matches_the_target(small_pair):
     exact = _exact_marginals(small_pair[0], params)
     counts = _speculative_samples(small_pair, params)
     for position in (1, 2):
+        assert _p_value(counts[position], exact[position]) > ALPHA / 2, position
+
+
+def test_trees_of_a_sampled_draft_sample_as_the_target(small_pair):
+    """Every round a tree where the draft was unsure (its runner-up beside its sampled token):
+    the walk takes the target's own draw at each node and descends where a child matches it,
+    so the first three tokens' marginals are the target's (app/engine/tree.py)."""
+    params = CASES[1]
+    exact = _exact_marginals(small_pair[0], params)
+    TREE_ROUNDS.clear()
+    counts = _speculative_samples(small_pair, params, n=1500, trees="on")
+    assert TREE_ROUNDS["on"] > 300  # (the draft was unsure often enough for trees to be tested)
+    for position in range(3):
         assert _p_value(counts[position], exact[position]) > ALPHA / 2, position
 
 

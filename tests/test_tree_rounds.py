@@ -204,8 +204,8 @@ def test_the_trace_keeps_a_trees_branches_and_the_panel_lists_them(target):
 
 
 def test_a_draft_model_with_lookup_verifies_lookups_trees_on_its_lookup_rounds(target, tiny_pair):
-    """Beside a draft model, a lookup round may verify lookup's tree; the model's rounds stay
-    chains, and its cache (which lags through lookup rounds) keeps drafting right."""
+    """Beside a draft model, a lookup round may verify lookup's tree (the model's rounds their
+    own), and the model's cache, which lags through lookup rounds, keeps drafting right."""
     from app.engine.backends import load_backend
     from app.engine.drafters import LookupThenModelDrafter, ModelDrafter
 
@@ -222,6 +222,60 @@ def test_a_draft_model_with_lookup_verifies_lookups_trees_on_its_lookup_rounds(t
     drafter = LookupThenModelDrafter(ModelDrafter(draft), lookup, min_tokens=2)
     tokens, rounds = _answer(target, drafter, n=40)
     assert tokens == alone
-    trees = [r for r in rounds if r.tree is not None]
-    assert [r.source for r in trees] == ["lookup"] and trees[0].accepted == 3
+    looked = [r for r in rounds if r.tree is not None and r.source == "lookup"]
+    assert len(looked) == 1 and looked[0].accepted == 3
     assert any(r.source == "model" and r.accepted for r in rounds)  # the model drafted, and was taken
+
+
+def test_draft_steps_name_each_steps_runner_up():
+    import torch
+
+    from app.engine.backends.verdict_torch import DraftSteps
+
+    logits = torch.tensor([0.1, 3.0, 2.5, -1.0])
+    steps = DraftSteps(GREEDY, torch.Generator().manual_seed(0), runner_up=True)
+    steps.pick(logits)
+    steps.result()
+    assert steps.runner_ups() == (2,)
+    sampled = DraftSteps(SamplingParams(temperature=5.0), torch.Generator().manual_seed(1), runner_up=True)
+    tokens = [int(sampled.pick(logits)) for _ in range(40)]
+    sampled.result()
+    assert all(second == (2 if token == 1 else 1) for token, second in zip(tokens, sampled.runner_ups(), strict=True))
+    assert DraftSteps(GREEDY, torch.Generator()).runner_ups() == ()
+
+
+@pytest.fixture
+def near_drafter(tiny_pair):
+    from app.engine.backends import load_backend
+    from app.engine.drafters import ModelDrafter
+
+    return ModelDrafter(load_backend(tiny_pair["near"], "torch", device="cpu", precision="float32"))
+
+
+def test_a_draft_models_tree_puts_runner_ups_beside_its_least_sure_drafts(near_drafter):
+    from app.engine.drafters import UNSURE
+
+    near_drafter.start(PROMPT)
+    committed = [*PROMPT, 33]  # the prompt and the target's first token, not yet read by the draft
+    tree_proposal = near_drafter.propose_tree(committed, 8, 3, GREEDY)
+    chain, p = tree_proposal.ids, tree_proposal.p
+    unsure = sorted((q, i) for i, q in enumerate(p) if q < UNSURE)[:2]
+    assert tree_proposal.branches == 1 + len(unsure)
+    assert unsure  # (this draft is unsure somewhere in 8 tokens)
+    tree = tree_proposal.tree  # the chain first (nodes 0..7), then each alternative as a leaf below its prefix
+    assert tree.tokens[:8] == chain and len(tree) == 8 + len(unsure)
+    leaves = [(tree.depths[n], tree.tokens[n]) for n in range(8, len(tree))]
+    assert [d for d, _ in leaves] == sorted(i for _, i in unsure)
+    assert all(token != chain[d] for d, token in leaves)
+    assert near_drafter.backend.cache_len == len(committed) + 7  # it read its first 7 drafts
+    # after a round that took an alternative at depth 1, the draft keeps what it read of that: the
+    # committed tokens and its first draft
+    near_drafter.accepted([*committed, chain[0], (chain[1] + 1) % 64, 9], tree_proposal, 2)
+    assert near_drafter.backend.cache_len == len(committed) + 1
+
+
+def test_a_draft_models_trees_at_temperature_0_write_the_target_alone(target, near_drafter):
+    alone, _ = _answer(target, n=60)
+    tokens, rounds = _answer(target, near_drafter, n=60, trees="on")
+    assert tokens == alone
+    assert any(r.tree is not None and r.source == "model" for r in rounds)

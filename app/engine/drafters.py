@@ -59,6 +59,9 @@ class TargetState:
     backend: ModelBackend | None = None
 
 
+UNSURE = 0.5  # a draft token this likely or less gets its runner-up beside it in a tree (docs/trees.md)
+
+
 def draft_seed(seed: int | None) -> int | None:
     """The draft's own seed, derived from the user's: a seeded answer repeats, yet the draft's
     stream never mirrors the target's (None: each backend draws its own from the OS)."""
@@ -140,6 +143,7 @@ class ModelDrafter(Drafter):
         self.backend = backend
         self.name = f"draft model {display_name(backend.folder)}"
         self._mark: Checkpoint | None = None  # the draft's cache before its last proposal
+        self._chain: tuple[int, tuple[int, ...]] | None = None  # (committed then, its drafts): see accepted
 
     def start(self, prompt_ids: Sequence[int], seed: int | None = None, reuse: bool = False,
               should_stop: Callable[[], bool] | None = None) -> None:
@@ -159,7 +163,32 @@ class ModelDrafter(Drafter):
         # accepted round also its own last draft, or a lookup round's tokens), then draft k tokens.
         catch_up = list(committed[self.backend.cache_len :])
         ids, p, probs, ids_array = self.backend.draft(catch_up, k, params, should_stop)
+        self._chain = (len(committed), ids)
         return Proposal(ids, p, probs, ids_array, time.perf_counter() - start, "model", len(catch_up))
+
+    def propose_tree(self, committed: Sequence[int], k: int, width: int, params: SamplingParams,
+                     should_stop: Callable[[], bool] | None = None) -> Proposal:
+        """The chain, and at its least sure positions (the draft's own probability under UNSURE,
+        EAGLE-2's confidence rule, Li et al. 2024) its runner-up token as a leaf: up to width - 1
+        of them. Leaves only: below an alternative the draft has read nothing to draft from."""
+        from app.engine.tree import TokenTree
+
+        if not self.drafts_trees:
+            return self.propose(committed, k, params, should_stop)
+        start = time.perf_counter()
+        self._mark = self.backend.checkpoint()
+        catch_up = list(committed[self.backend.cache_len :])
+        ids, p, probs, ids_array, second = self.backend.draft(catch_up, k, params, should_stop, runner_up=True)
+        self._chain = (len(committed), ids)
+        unsure = sorted((q, i) for i, q in enumerate(p) if q < UNSURE and second[i] != ids[i])[:max(width - 1, 0)]
+        paths = [ids, *(ids[:i] + (second[i],) for _, i in sorted(unsure, key=lambda qi: qi[1]))]
+        tree = TokenTree.from_paths(paths) if len(paths) > 1 else None
+        return Proposal(ids, p, probs, ids_array, time.perf_counter() - start, "model", len(catch_up), tree=tree,
+                        branches=len(paths))
+
+    @property
+    def drafts_trees(self) -> bool:
+        return self.backend.name == "torch"  # its runner-up tokens (verdict_torch.DraftSteps)
 
     def room(self, committed: Sequence[int]) -> int | None:
         # A draft of k appends the catch-up and k - 1 drafts to the draft's own cache.
@@ -169,10 +198,16 @@ class ModelDrafter(Drafter):
         return max(room - (len(committed) - self.backend.cache_len) + 1, 0)
 
     def accepted(self, committed, proposal, n_accepted, state=None) -> None:
-        # The draft cache holds the old committed tokens + proposal[:k-1], and the new committed
-        # sequence is old + proposal[:n] + one target token: the common prefix is what stays.
+        # The draft cache holds the old committed tokens + its drafts[:k-1], and the new committed
+        # sequence is old + what the round took + one target token: the common prefix is what
+        # stays. (After a tree's round what it took may leave the drafts at an alternative.)
         keep = min(self.backend.cache_len, len(committed) - 1)
-        mark, self._mark = self._mark, None
+        if self._chain is not None:
+            at, drafts = self._chain
+            agree = next((i for i, t in enumerate(drafts) if at + i >= len(committed) or committed[at + i] != t),
+                         len(drafts))
+            keep = min(keep, at + agree)
+        mark, self._mark, self._chain = self._mark, None, None
         if mark is None:  # a lookup round: the model drafted nothing, so its cache is unchanged
             self.backend.truncate(keep)
             return
@@ -324,6 +359,10 @@ class LookupThenModelDrafter(Drafter):
         if decided is not None and decided[0] == len(committed) and decided[1] == "lookup":
             self._decided = None
             return self.lookup.propose_tree(committed, k, width, params, should_stop)
+        if decided is not None and decided[0] == len(committed):
+            self._decided = None
+            proposal = self.model.propose_tree(committed, k, width, params, should_stop)
+            return replace(proposal, seconds=proposal.seconds + decided[2].seconds)
         return self.propose(committed, k, params, should_stop)
 
     @property

@@ -277,6 +277,8 @@ def _generate(
         raise ValueError(f"max_tokens must be at least 1, got {max_tokens}.")
     if repeatable is None:
         repeatable = params.seed is not None and not params.greedy
+    # a fixed k repeats by itself and clears `repeatable` below; a tree's choice must still not follow the clock
+    must_repeat = repeatable
     if repeatable and draft_tokens is None and (controller is None or controller.fixed_k is None):
         # k must not follow the clock (see NominalCosts), nor what other answers taught a chat's
         # controller: the seed alone decides this answer
@@ -304,7 +306,7 @@ def _generate(
     # trees of drafts where the drafter has alternatives and the target verifies them; a choice
     # by the clock is no choice for an answer that must repeat
     chooser = (TreeChooser(trees) if drafter is not None and drafter.drafts_trees and trees != "off"
-               and not target.tree_note() and (trees == "on" or not repeatable) else None)
+               and not target.tree_note() and (trees == "on" or not must_repeat) else None)
     if drafter is not None:
         drafter.start(prompt_ids, params.seed, reuse=reuse_cache, should_stop=should_stop)
         controller.new_answer(drafter.acceptance_follows_text)  # what this text is, not the last one

@@ -609,16 +609,18 @@ class TorchBackend(ModelBackend):
 
     @torch.inference_mode()
     def draft(self, ids: Sequence[int], k: int, params: SamplingParams,
-              should_stop: Callable[[], bool] | None = None):
+              should_stop: Callable[[], bool] | None = None, runner_up: bool = False):
+        """k drafts after `ids`: (ids, p, probs, ids on the device), and with `runner_up` each
+        step's most likely other token too (a tree's alternatives)."""
         x = self._ids(ids)
-        steps = DraftSteps(params, self._generator)
+        steps = DraftSteps(params, self._generator, runner_up)
         for i in range(k):
             if should_stop is not None and should_stop():  # Stop is honoured between draft steps
                 break
             token = steps.pick(self._forward(x, 1)[-1])
             if i < k - 1:
                 x = token.view(1, 1)  # stays on the device: no sync inside the loop
-        return steps.result()
+        return (*steps.result(), steps.runner_ups()) if runner_up else steps.result()
 
     @torch.inference_mode()
     def verify(self, ids: Sequence[int], proposal, params: SamplingParams) -> Verdict:

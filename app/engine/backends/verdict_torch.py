@@ -36,9 +36,11 @@ class DraftSteps:
     from the transformed distribution, whose row goes to the Leviathan/Chen rule. `result()` is
     what ModelBackend.draft returns, with one transfer to Python."""
 
-    def __init__(self, params: SamplingParams, generator: torch.Generator):
+    def __init__(self, params: SamplingParams, generator: torch.Generator, runner_up: bool = False):
         self.params, self.generator = params, generator
         self.tokens, self.p_of, self.rows = [], [], []
+        # with `runner_up`: each step's most likely other token (a tree's alternative, tree.py)
+        self.second: list[torch.Tensor] | None = [] if runner_up else None
 
     def pick(self, logits: torch.Tensor) -> torch.Tensor:
         """The token after `logits` (V,), as a 0-d tensor on the device."""
@@ -53,7 +55,14 @@ class DraftSteps:
             self.rows.append(probs)
         self.tokens.append(token)
         self.p_of.append(p)
+        if self.second is not None:  # the best of the rest: the top two, less the token taken
+            top = torch.topk(logits, 2).indices
+            self.second.append(torch.where(top[0] == token, top[1], top[0]))
         return token
+
+    def runner_ups(self) -> tuple[int, ...]:
+        """Each step's most likely other token (after `result()`, which already synced)."""
+        return tuple(int(t) for t in torch.stack(self.second).tolist()) if self.second else ()
 
     def result(self):
         if not self.tokens:

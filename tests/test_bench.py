@@ -16,7 +16,7 @@ from app.bench.anchors_llamacpp import LOOKUP, PLAIN, missing_reason  # noqa: E4
 LLAMACPP_METHODS = set() if missing_reason() else {PLAIN, LOOKUP}
 TORCH_METHODS = {"target alone", "transformers plain", "transformers prompt lookup", "transformers assisted",
                  "tandem adaptive", "tandem adaptive, model only", "tandem adaptive, prompt lookup only",
-                 "tandem k=2", "tandem k=4", "tandem k=6"}
+                 "tandem adaptive, chains", "tandem adaptive, trees", "tandem k=2", "tandem k=4", "tandem k=6"}
 
 
 def test_expected_tokens_and_the_bound():

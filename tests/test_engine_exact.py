@@ -75,8 +75,9 @@ def test_acceptance_tracks_how_alike_the_draft_is(torch_models):
     assert rates["draft"] < 0.3 < rates["near"] < 1.0, rates
 
 
+@pytest.mark.parametrize("trees", ["off", "on"])
 @pytest.mark.parametrize("lookup", [False, True], ids=["model", "lookup-then-model"])
-def test_caches_hold_exactly_the_committed_tokens(torch_models, tiny_pair, lookup):
+def test_caches_hold_exactly_the_committed_tokens(torch_models, tiny_pair, lookup, trees):
     target, draft = torch_models["target"], torch_models["near"]
     fresh = load_backend(tiny_pair["target"], "torch")
     fresh_draft = load_backend(tiny_pair["near"], "torch")
@@ -84,13 +85,16 @@ def test_caches_hold_exactly_the_committed_tokens(torch_models, tiny_pair, looku
     drafter = LookupThenModelDrafter(ModelDrafter(draft), min_tokens=1) if lookup else ModelDrafter(draft)
     committed = list(prompt)
     seen_partial = False
-    sources = set()
-    for event in generate(target, _decode, prompt, drafter=drafter, draft_tokens=5, max_tokens=N):
+    sources, tree_rounds = set(), 0
+    for event in generate(target, _decode, prompt, drafter=drafter, draft_tokens=5, max_tokens=N, trees=trees):
         if not isinstance(event, Round):
             continue
         sources.add(event.source)
+        tree_rounds += event.tree is not None
         committed.extend(event.emitted)
-        seen_partial |= 0 < event.accepted < len(event.drafted)
+        # (a tree's round shows its walked path and the first guess it rejected: any rejection counts)
+        rejected = event.accepted < len(event.drafted)
+        seen_partial |= rejected and (event.accepted > 0 or trees == "on")
         # the target holds all but the pending token, the draft a prefix of the committed
         assert target.cache_len == len(committed) - 1
         assert draft.cache_len <= len(committed) - 1
@@ -103,6 +107,7 @@ def test_caches_hold_exactly_the_committed_tokens(torch_models, tiny_pair, looku
             want = ref.forward_last(committed)
             assert (got - want).abs().max() < 1e-4
     assert seen_partial  # the check covered rounds that rejected some drafts
+    assert (tree_rounds > 0) == (trees == "on")  # ... and with trees, rounds that verified trees (app/engine/tree.py)
     # the combined drafter's model really lagged behind lookup rounds and caught up
     assert sources - {""} == ({"lookup", "model"} if lookup else {"model"})
 
@@ -180,7 +185,7 @@ def test_context_limit_is_a_clear_finish(torch_models):
 def test_events_carry_the_round(torch_models):
     target = torch_models["target"]
     events = list(generate(target, _decode, PROMPTS[0], drafter=ModelDrafter(torch_models["near"]),
-                           draft_tokens=4, max_tokens=N))
+                           draft_tokens=4, max_tokens=N, trees="off"))  # (tree rounds: test_tree_rounds.py)
     rounds = [e for e in events if isinstance(e, Round) and e.drafted]
     done = events[-1]
     assert isinstance(done, Finished)

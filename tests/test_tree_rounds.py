@@ -236,12 +236,15 @@ def test_draft_steps_name_each_steps_runner_up():
     steps = DraftSteps(GREEDY, torch.Generator().manual_seed(0), runner_up=True)
     steps.pick(logits)
     steps.result()
-    assert steps.runner_ups() == (2,)
+    second, p = steps.runner_ups()
+    assert second == (2,) and p[0] == pytest.approx(float(torch.softmax(logits, -1)[2]))
     sampled = DraftSteps(SamplingParams(temperature=5.0), torch.Generator().manual_seed(1), runner_up=True)
     tokens = [int(sampled.pick(logits)) for _ in range(40)]
     sampled.result()
-    assert all(second == (2 if token == 1 else 1) for token, second in zip(tokens, sampled.runner_ups(), strict=True))
-    assert DraftSteps(GREEDY, torch.Generator()).runner_ups() == ()
+    seconds, ps = sampled.runner_ups()
+    assert all(second == (2 if token == 1 else 1) for token, second in zip(tokens, seconds, strict=True))
+    assert all(0 < q < 1 for q in ps)
+    assert DraftSteps(GREEDY, torch.Generator()).runner_ups() == ((), ())
 
 
 @pytest.fixture
@@ -279,3 +282,17 @@ def test_a_draft_models_trees_at_temperature_0_write_the_target_alone(target, ne
     tokens, rounds = _answer(target, near_drafter, n=60, trees="on")
     assert tokens == alone
     assert any(r.tree is not None and r.source == "model" for r in rounds)
+
+
+def test_a_tree_rounds_event_carries_its_shown_drafts_probabilities(target, near_drafter):
+    """A tree round's event is shaped as a chain's: p and q of each shown draft (the walked path,
+    then the first guess it rejected), probabilities all, the accepted prefix emitted as drafted."""
+    events = [e for e in generate(target, lambda ids: "", PROMPT, drafter=near_drafter, draft_tokens=4,
+                                  max_tokens=60, params=GREEDY, trees="on") if isinstance(e, Round)]
+    trees = [e for e in events if e.tree is not None]
+    assert trees
+    for r in trees:
+        assert len(r.draft_p) == len(r.target_q) == len(r.drafted) <= r.k + 1
+        assert all(0.0 <= v <= 1.0 for v in r.draft_p + r.target_q)
+        assert r.emitted[:r.accepted] == r.drafted[:r.accepted] and len(r.emitted) == r.accepted + 1
+    assert any(p < 1.0 for r in trees for p in r.draft_p)  # the model's own, not lookup's 1.0

@@ -43,6 +43,7 @@ class Proposal:
     # (and the first child where it stopped) and `tree` what was verified.
     tree: Any = None
     branches: int = 1  # the paths the drafter offered (a chain: 1), whether or not a tree was verified
+    tree_p: tuple[float, ...] = ()  # the draft's probability of each node of `tree` (as `p` of `ids`)
 
 
 @dataclass(frozen=True)
@@ -178,13 +179,15 @@ class ModelDrafter(Drafter):
         start = time.perf_counter()
         self._mark = self.backend.checkpoint()
         catch_up = list(committed[self.backend.cache_len :])
-        ids, p, probs, ids_array, second = self.backend.draft(catch_up, k, params, should_stop, runner_up=True)
+        ids, p, probs, ids_array, (second, second_p) = self.backend.draft(catch_up, k, params, should_stop,
+                                                                          runner_up=True)
         self._chain = (len(committed), ids)
         unsure = sorted((q, i) for i, q in enumerate(p) if q < UNSURE and second[i] != ids[i])[:max(width - 1, 0)]
-        paths = [ids, *(ids[:i] + (second[i],) for _, i in sorted(unsure, key=lambda qi: qi[1]))]
+        at = sorted(i for _, i in unsure)
+        paths = [ids, *(ids[:i] + (second[i],) for i in at)]
         tree = TokenTree.from_paths(paths) if len(paths) > 1 else None
         return Proposal(ids, p, probs, ids_array, time.perf_counter() - start, "model", len(catch_up), tree=tree,
-                        branches=len(paths))
+                        branches=len(paths), tree_p=(*p, *(second_p[i] for i in at)) if tree else ())
 
     @property
     def drafts_trees(self) -> bool:
@@ -260,7 +263,7 @@ class PromptLookupDrafter(Drafter):
         paths = [paths[0], *(path[:ALTERNATIVE_TOKENS] for path in paths[1:])]
         tree = TokenTree.from_paths(paths)
         return Proposal(paths[0], (1.0,) * len(paths[0]), seconds=time.perf_counter() - start, source="lookup",
-                        tree=None if tree.is_chain else tree, branches=len(paths))
+                        tree=None if tree.is_chain else tree, branches=len(paths), tree_p=(1.0,) * len(tree))
 
     @property
     def drafts_trees(self) -> bool:

@@ -169,11 +169,13 @@ def verify_tree_round(target: ModelBackend, committed: Sequence[int], proposal: 
                            f"new positions, not the {kept} kept")
     walked = tuple(tree.tokens[i] for i in verdict.path)
     first = tree.first_child(verdict.path[-1] if verdict.path else ROOT)
-    ids = walked if first is None else (*walked, tree.tokens[first])
+    nodes = (*verdict.path, *(() if first is None else (first,)))
+    ids = tuple(tree.tokens[n] for n in nodes)
     chain = len(proposal.ids)  # the first path, nodes 0.. in the trie's order
     on_chain = next((i for i, node in enumerate(verdict.path) if node != i), len(verdict.path))
-    shown = replace(proposal, ids=ids, p=(1.0,) * len(ids), probs=None, ids_array=None)
-    return shown, Verified(Verdict(len(walked), verdict.token, ()), seconds, 0.0, 0, chain=(chain, on_chain))
+    p = tuple(proposal.tree_p[n] for n in nodes) if len(proposal.tree_p) == len(tree) else (1.0,) * len(ids)
+    shown = replace(proposal, ids=ids, p=p, probs=None, ids_array=None)
+    return shown, Verified(Verdict(len(walked), verdict.token, verdict.q), seconds, 0.0, 0, chain=(chain, on_chain))
 
 
 def _tree_fits(tree, stop_ids: frozenset[int], vocab_limit: int) -> bool:

@@ -102,6 +102,9 @@ class TokenTree:
 class TreeVerdict:
     path: tuple[int, ...]  # the accepted nodes, root's child first
     token: int  # the target's own token after them
+    # the target's probability (temperature 1, for display) of each node of the path and of the
+    # first child where the walk stopped, when the backend gives it
+    q: tuple[float, ...] = ()
 
     def emitted(self, tree: TokenTree) -> list[int]:
         return [tree.tokens[i] for i in self.path] + [self.token]

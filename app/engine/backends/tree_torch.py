@@ -88,4 +88,12 @@ def verify_tree(backend, ids: Sequence[int], tree: TokenTree, params: SamplingPa
 
     verdict = walk(tree, choose)
     keep_path(backend, pending, verdict.path, before)
-    return verdict
+    # the target's q of each token the round shows: the path, then the first guess where it stopped
+    first = tree.first_child(verdict.path[-1] if verdict.path else ROOT)
+    shown = [*verdict.path, *(() if first is None else (first,))]
+    if not shown:
+        return verdict
+    rows = torch.tensor([pending - 1 if tree.parents[n] == ROOT else pending + tree.parents[n] for n in shown])
+    tokens = torch.tensor([tree.tokens[n] for n in shown])
+    q = torch.softmax(logits[rows.to(logits.device)], -1).gather(1, tokens.to(logits.device).view(-1, 1))[:, 0]
+    return TreeVerdict(verdict.path, verdict.token, tuple(q.tolist()))

@@ -57,12 +57,17 @@ class DraftSteps:
         self.p_of.append(p)
         if self.second is not None:  # the best of the rest: the top two, less the token taken
             top = torch.topk(logits, 2).indices
-            self.second.append(torch.where(top[0] == token, top[1], top[0]))
+            other = torch.where(top[0] == token, top[1], top[0])
+            dist = torch.softmax(logits, -1) if self.params.greedy else self.rows[-1]
+            self.second.append(torch.stack([other.to(dist.dtype), dist.gather(0, other.view(1))[0]]))
         return token
 
-    def runner_ups(self) -> tuple[int, ...]:
-        """Each step's most likely other token (after `result()`, which already synced)."""
-        return tuple(int(t) for t in torch.stack(self.second).tolist()) if self.second else ()
+    def runner_ups(self) -> tuple[tuple[int, ...], tuple[float, ...]]:
+        """Each step's most likely other token and its probability (as `p` is the taken one's)."""
+        if not self.second:
+            return (), ()
+        pairs = torch.stack(self.second).double().tolist()
+        return tuple(int(t) for t, _ in pairs), tuple(q for _, q in pairs)
 
     def result(self):
         if not self.tokens:

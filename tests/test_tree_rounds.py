@@ -296,3 +296,14 @@ def test_a_tree_rounds_event_carries_its_shown_drafts_probabilities(target, near
         assert all(0.0 <= v <= 1.0 for v in r.draft_p + r.target_q)
         assert r.emitted[:r.accepted] == r.drafted[:r.accepted] and len(r.emitted) == r.accepted + 1
     assert any(p < 1.0 for r in trees for p in r.draft_p)  # the model's own, not lookup's 1.0
+
+
+def test_a_tree_round_teaches_adaptive_k_its_chains_acceptance_and_its_pass_at_its_width():
+    from app.engine.adaptive import CostModel
+
+    costs = CostModel()
+    costs.record_round(4, 2, 0.004, 0.050, width=9)  # a chain of 4 (2 taken along it), a pass of 8 nodes
+    assert costs.t_verify == {9: 0.050} and costs.reach_w[:4] == [1.0, 1.0, 1.0, 0.0]
+    assert costs.accept_w[:3] == [1.0, 1.0, 0.0]
+    costs.record_round(4, 4, 0.004, 0.030)
+    assert costs.t_verify[5] == 0.030

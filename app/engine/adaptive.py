@@ -53,9 +53,11 @@ class CostModel:
 
     # --- measurements ---------------------------------------------------------------------
     def record_round(self, drafted: int, accepted: int, draft_s: float | None, verify_s: float | None,
-                     read: int = 0) -> None:
+                     read: int = 0, width: int | None = None) -> None:
         """One verified round; `read`: committed tokens the drafter read before drafting (in draft_s).
-        Timings of None (a round that captured a graph): its acceptance counts, its costs do not."""
+        Timings of None (a round that captured a graph): its acceptance counts, its costs do not.
+        `width`: the pass's, where it was not drafted + 1 (a tree's round: its chain's acceptance,
+        and the pass that read every node)."""
         for i in range(self.max_k):
             self.accept_w[i] *= DECAY
             self.reach_w[i] *= DECAY
@@ -80,7 +82,7 @@ class CostModel:
                 self.t_draft_steady = True
             elif self.t_draft is None:
                 self.t_draft = cost
-        self.record_verify(drafted + 1, verify_s)
+        self.record_verify(width or drafted + 1, verify_s)
 
     def forget_acceptance(self) -> None:
         """Drop what was measured of acceptance (the costs stay: they are the machine's)."""
@@ -250,9 +252,9 @@ class DraftLengthController:
             return True
         return self.costs.expected_tokens(k) / (self.costs.draft_cost(k) + t_plain) > 1.02 / t_plain
 
-    def record_round(self, drafted, accepted, draft_s, verify_s, read: int = 0) -> None:
+    def record_round(self, drafted, accepted, draft_s, verify_s, read: int = 0, width: int | None = None) -> None:
         backlog = drafted and not self.costs.steady(drafted, read)  # judged before this round counts
-        self.costs.record_round(drafted, accepted, draft_s, verify_s, read)
+        self.costs.record_round(drafted, accepted, draft_s, verify_s, read, width)
         self._again = drafted if backlog and not self.costs.t_draft_steady else None
 
     def record_plain(self, seconds: float) -> None:

@@ -112,7 +112,7 @@ class Verified:
     replayed: int
     state: TargetState | None = None  # the committed positions' hidden states, when asked for
     # a tree's round: (the chain's drafts, how many of them the walked path took): what adaptive k
-    # learns from it (the pass's time is not a chain's of any width, so it is not recorded)
+    # learns from it, with the pass's time at its own width (every node's)
     chain: tuple[int, int] | None = None
 
 
@@ -379,8 +379,12 @@ def _generate(
                      if repeatable
                      else (proposal.seconds, verify_s + rollback_s) if one_time_work(target, drafter) == work
                      else (None, None))  # a graph captured in this round: its acceptance counts, its time not
-            if verified.chain is not None:  # a tree: what its chain would have taken, without a time
-                control.record_round(*verified.chain, None, None, proposal.read)
+            if verified.chain is not None:  # a tree: what its chain would have taken, and its pass's width
+                drafted_chain, on_chain = verified.chain
+                tree_costs = ((NominalCosts.draft(drafted_chain, proposal.source, control.costs.per_pass),
+                               NominalCosts.verify(len(proposal.tree) + 1)) if repeatable else costs)
+                control.record_round(drafted_chain, on_chain, *tree_costs, proposal.read,
+                                     width=len(proposal.tree) + 1)
             else:
                 control.record_round(n, accepted, *costs, proposal.read)
             if chooser is not None and proposal.branches > 1:

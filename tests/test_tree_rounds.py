@@ -42,22 +42,28 @@ def test_lookup_trees_start_with_the_chain_and_keep_alternatives_short():
     assert single.tree is None and single.branches == 1 and single.ids == (1, 2, 0, 8)
 
 
-def test_the_chooser_tries_both_then_takes_the_faster_and_probes_the_other():
+def test_the_chooser_prices_a_tree_with_the_measured_pass_and_what_trees_won():
+    """The first TRIES trees are verified (to measure what they win); then a tree is verified
+    where its expected tokens per second beat the chain's by MARGIN, with the pass costs adaptive k
+    measured by width; a declined tree is verified anyway every PROBE rounds."""
+    from app.engine.adaptive import CostModel
+
+    costs = CostModel()
+    for width, seconds in ((5, 0.010), (9, 0.014), (13, 0.018)):  # 1 ms a node
+        costs.record_verify(width, seconds)
     chooser = TreeChooser()
-    picks = []
-    for _ in range(2 * TRIES):
-        pick = chooser.use_tree()
-        picks.append(pick)
-        chooser.record(pick, 3 if pick else 2, 0.01)  # trees: 300 tok/s, chains 200
-    assert picks.count(True) == picks.count(False) == TRIES
-    steady = [chooser.use_tree() for _ in range(PROBE)]
-    assert steady[:-1] == [True] * (PROBE - 1) and steady[-1] is False  # the chain probed once
-    slow = TreeChooser()
-    for pick in [slow.use_tree() for _ in range(2 * TRIES)]:
-        slow.record(pick, 2, 0.01 * (1 + MARGIN / 2) if pick else 0.01)  # trees barely slower: no
-    assert not any(slow.use_tree() for _ in range(PROBE - 1))
-    assert "x the chain" in chooser.summary()
-    assert TreeChooser("on").use_tree() and not TreeChooser("off").use_tree()
+    assert all(chooser.use_tree(costs, 4, 12) for _ in range(TRIES))
+    for _ in range(TRIES):
+        chooser.record(0)  # the walk never left the chain
+    picks = [chooser.use_tree(costs, 4, 12) for _ in range(PROBE)]
+    assert picks[:-1] == [False] * (PROBE - 1) and picks[-1] is True  # declined, then probed
+    for _ in range(20):
+        chooser.record(2)  # the alternatives won two tokens a tree: now worth 8 more nodes
+    assert chooser.use_tree(costs, 4, 12)
+    expected = costs.expected_tokens(4)
+    priced = (expected + chooser.extra) / 0.018 / (expected / 0.010)
+    assert priced > 1 + MARGIN and "trees verified" in chooser.summary()
+    assert TreeChooser("on").use_tree(costs, 4, 12) and not TreeChooser("off").use_tree(costs, 4, 12)
     with pytest.raises(ValueError, match="auto, on, off"):
         TreeChooser("sometimes")
 

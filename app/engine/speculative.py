@@ -187,17 +187,18 @@ def _tree_fits(tree, stop_ids: frozenset[int], vocab_limit: int) -> bool:
 def speculative_round(target: ModelBackend, drafter: Drafter, committed: list[int], k: int,
                       params: SamplingParams, stop_ids: frozenset[int] = frozenset(),
                       should_stop: Callable[[], bool] = lambda: False, trees: TreeChooser | None = None,
-                      ) -> tuple[Proposal, Verified | None]:
+                      costs=None) -> tuple[Proposal, Verified | None]:
     """Draft up to k tokens and verify them. None: the drafter proposed nothing, or Stop was
     pressed while it drafted (then nothing is verified). With `trees`, the drafter is asked for
-    alternatives, and the chooser says whether the round verifies them or the chain alone."""
+    alternatives, and the chooser says, with the source's `costs`, whether the round verifies
+    them or the chain alone."""
     proposal, verified = NO_PROPOSAL, None
     try:
         if trees is not None:
             proposal = drafter.propose_tree(committed, k, WIDTH, params, should_stop)
             fits = proposal.tree is not None and len(committed) + len(proposal.tree) <= target.context_length
             if proposal.tree is not None and not (fits and _tree_fits(proposal.tree, stop_ids, target.vocab_limit)
-                                                  and trees.use_tree()):
+                                                  and trees.use_tree(costs, len(proposal.ids), len(proposal.tree))):
                 proposal = replace(proposal, tree=None)
         else:
             proposal = drafter.propose(committed, k, params, should_stop)
@@ -368,7 +369,7 @@ def _generate(
         work = one_time_work(target, drafter)
         if k:
             proposal, verified = speculative_round(target, drafter, committed, k, params, stop_ids, should_stop,
-                                                   chooser)
+                                                   chooser, control.costs)
         verdict = verified.verdict if verified is not None else None
         if verified is not None:
             verify_s, rollback_s, replayed = verified.seconds, verified.rollback_s, verified.replayed
@@ -387,8 +388,8 @@ def _generate(
                                      width=len(proposal.tree) + 1)
             else:
                 control.record_round(n, accepted, *costs, proposal.read)
-            if chooser is not None and proposal.branches > 1:
-                chooser.record(proposal.tree is not None, len(emitted), proposal.seconds + verify_s + rollback_s)
+            if chooser is not None and verified.chain is not None:  # what the alternatives won
+                chooser.record(accepted - verified.chain[1])
         elif should_stop():  # Stop pressed while drafting: nothing was verified
             answer.finish = "cancelled"
             break

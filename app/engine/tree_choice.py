@@ -1,15 +1,25 @@
-"""Whether a round verifies the drafter's tree of alternatives or only its chain (issue 48), by
-measured speed, never assumed.
+"""Whether a round verifies the drafter's tree of alternatives or only its chain (issue 48), from
+measured costs, never assumed.
 
 A tree widens the verify pass to win tokens where the first guess is wrong and another branch is
 right. What that costs depends on the machine (on a 2-core CPU each extra node costs 0.2-0.3 of a
 one-token pass; on a GPU next to nothing) and what it wins on the text (prompt lookup's other
 matches were right after a wrong first guess 6-17% of the time on the demo's suite, docs/trees.md).
-So where the drafter had alternatives, the chooser measures both: tokens emitted per second of the
-round (drafting, the pass, the rollback), with the tree and with the chain alone, weighted toward
-recent rounds as adaptive k's costs are. It tries each TRIES times first, then takes the tree only
-where it measured faster by MARGIN, and tries the other again every PROBE rounds: a tree cannot
-keep an answer slower than its chain for long, and one that starts paying is found.
+So the chooser prices each tree before it is verified, with what adaptive k has measured
+(app/engine/adaptive.py's CostModel: the chain's acceptance by position and the pass's cost by
+width, tree passes included at their own width), and what tree rounds have measured of the
+alternatives: the tokens a tree round emitted beyond what its chain would have (0 where the walk
+stayed on the chain), weighted toward recent rounds. A tree is verified where
+
+    (E[chain] + extra) / (draft + t_verify(nodes + 1))  >  (1 + MARGIN) E[chain] / (draft + t_verify(k + 1)),
+
+the expected tokens per second of the round with and without its alternatives. The first TRIES
+rounds that offer a tree verify it, to measure `extra`, and a tree declined is verified anyway
+every PROBE rounds so that the measurement follows the text: that bounds what trying costs.
+
+(A first version timed whole rounds, tree against chain, and took the faster: rounds differ far
+more by what the text lets a drafter guess than by the tree, and on the demo with a 4-bit copy of
+itself as the draft it measured 0.89x the chain's speed.)
 
 Its choice follows the clock, so a seeded answer sampled above temperature 0 (which must repeat)
 never uses it (app/engine/speculative.py); at temperature 0 a tree changes no token, only the
@@ -18,52 +28,56 @@ time.
 
 from __future__ import annotations
 
-TRIES = 3  # rounds of each kind before the measurements decide
-MARGIN = 0.03  # how much faster the tree must have measured (its rounds cost more to try)
-PROBE = 16  # rounds on the winner between tries of the other
-WEIGHT = 0.25  # of a new round in the running rate
+TRIES = 3  # tree rounds verified before the prices decide
+MARGIN = 0.03  # how much faster the tree must be priced (the price is an estimate)
+PROBE = 16  # declined trees between two verified anyway
+WEIGHT = 0.2  # of a new round in the running figure of extra tokens
 WIDTH = 3  # branches a tree holds: the chain and up to two alternatives
 ALTERNATIVE_TOKENS = 4  # the longest alternative branch (they are seldom right, and each node costs)
 MODES = ("auto", "on", "off")
 
 
 class TreeChooser:
-    """`use_tree()` before a round where the drafter offered alternatives, `record()` after it."""
+    """`use_tree(...)` before a round whose drafter offered alternatives, `record(...)` after a
+    round that verified them."""
 
     def __init__(self, mode: str = "auto"):
         if mode not in MODES:
             raise ValueError(f"trees must be one of {', '.join(MODES)}, not {mode!r}")
         self.mode = mode
-        self.rate: dict[bool, float | None] = {True: None, False: None}  # tokens/s, tree and chain
-        self.rounds = {True: 0, False: 0}
+        self.extra: float | None = None  # tokens a tree round emitted beyond its chain (running)
+        self.trees = self.declined = 0
         self._since_probe = 0
 
-    def use_tree(self) -> bool:
+    def use_tree(self, costs, chain: int, nodes: int) -> bool:
+        """Whether to verify a tree of `nodes` nodes whose chain holds `chain` drafts, priced with
+        `costs` (the drafting source's adaptive.CostModel)."""
         if self.mode != "auto":
             return self.mode == "on"
-        if min(self.rounds.values()) < TRIES:  # alternate until each kind has its tries
-            return self.rounds[True] <= self.rounds[False]
-        tree, chain = self.rate[True], self.rate[False]
-        best = tree is not None and chain is not None and tree > chain * (1 + MARGIN)
+        if self.trees < TRIES or self.extra is None:
+            return True
+        tree_v, chain_v = costs.verify_cost(nodes + 1), costs.verify_cost(chain + 1)
+        if tree_v is None or chain_v is None:
+            return True  # nothing measured to price it with: try it
+        draft = costs.draft_cost(chain)
+        expected = costs.expected_tokens(chain)
+        if (expected + self.extra) / (draft + tree_v) > (1 + MARGIN) * expected / (draft + chain_v):
+            return True
+        self.declined += 1
         self._since_probe += 1
         if self._since_probe >= PROBE:
             self._since_probe = 0
-            return not best
-        return best
+            return True
+        return False
 
-    def record(self, tree: bool, tokens: int, seconds: float) -> None:
-        """A round where alternatives were offered: `tree` whether they were verified, `tokens`
-        emitted in `seconds` (the round's drafting, pass and rollback)."""
-        if seconds <= 0:
-            return
-        rate = tokens / seconds
-        old = self.rate[tree]
-        self.rate[tree] = rate if old is None else (1 - WEIGHT) * old + WEIGHT * rate
-        self.rounds[tree] += 1
+    def record(self, extra: int) -> None:
+        """A round that verified a tree emitted `extra` tokens beyond what its chain would have."""
+        self.trees += 1
+        self.extra = extra if self.extra is None else (1 - WEIGHT) * self.extra + WEIGHT * extra
 
     def summary(self) -> str:
-        """"trees 1.12x the chain (14 and 40 rounds)": what it measured, for the stats line."""
-        tree, chain = self.rate[True], self.rate[False]
-        if tree is None or chain is None:
+        """"18 trees verified, 40 declined; 0.21 tokens a tree beyond its chain": for the notes."""
+        if not self.trees:
             return ""
-        return f"trees {tree / chain:.2f}x the chain ({self.rounds[True]} and {self.rounds[False]} rounds)"
+        return (f"{self.trees} trees verified, {self.declined} declined; {self.extra:.2f} tokens a tree "
+                "beyond its chain")

@@ -150,8 +150,8 @@ def test_proposals_say_what_they_read_first(target, tiny_pair, monkeypatch):
         lookup = _Scripted(PROMPT, plain, right=True, every=5, source="lookup")
         drafter = LookupThenModelDrafter(draft, lookup=lookup, min_tokens=3) if with_lookup else draft
         reads, record = [], DraftLengthController.record_round  # what the loop hands each source's controller
-        monkeypatch.setattr(DraftLengthController, "record_round", lambda self, *args, record=record, reads=reads: (
-            reads.append(args[4]), record(self, *args)))
+        monkeypatch.setattr(DraftLengthController, "record_round", lambda self, *args, record=record, reads=reads,
+                            **kwargs: (reads.append(args[4]), record(self, *args, **kwargs)))
         controller = DraftLengthController(fixed_k=3)
         rounds = [e for e in generate(target, _decode, PROMPT, drafter=drafter, max_tokens=N, controller=controller)
                   if isinstance(e, Round) and e.drafted]

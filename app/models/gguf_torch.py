@@ -483,12 +483,12 @@ def load_gguf_model(folder: Path, gguf_path: Path, dtype: torch.dtype = torch.fl
     if tied and not isinstance(model.get_output_embeddings(), ScreenedHead):
         model.tie_weights()
     _rebuild_meta_buffers(model)
-    if device.type != "cpu":
-        model.to(device)  # what was built on the CPU: RoPE's tables (every weight is there already)
     missing = [n for n, p in [*model.named_parameters(), *model.named_buffers()] if p.is_meta]
     if missing:
         raise ModelFileError(f"{gguf_path.name}: the GGUF lacks weights the {config.model_type} model needs: "
                              f"{', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}.")
+    if device.type != "cpu":  # (after the check: a weight left on meta cannot be moved)
+        model.to(device)  # what was built on the CPU: RoPE's tables (every weight is there already)
     if report.skipped:
         log.info("%s: tensors without a place in the model: %s", gguf_path.name, ", ".join(report.skipped))
     report.weights_bytes = sum(t.numel() * t.element_size() for t in {id(t): t for t in

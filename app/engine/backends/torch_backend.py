@@ -342,6 +342,11 @@ class TorchBackend(ModelBackend):
                 f"Loading a GGUF at its own precisions runs on the CPU or an NVIDIA GPU; on {self._device.type} "
                 "choose float16 or bfloat16 instead.")
         gpu_layers = self._gguf_gpu_layers()
+        if self._device.type == "cuda" and torch.cuda.get_device_capability(self._device) < (8, 0):
+            # tinygemm's CUDA kernels are built for Ampere and later only (int4mm.cu: __CUDA_ARCH__ >= 800)
+            raise ModelFileError(
+                "Loading a GGUF at its own precisions on an NVIDIA GPU needs an Ampere card or later "
+                "(RTX 30xx, A100 or newer); on this GPU choose float16 instead.")
         if not gpu_layers:
             from app.models import int4_cpu_torch
 

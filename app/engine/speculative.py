@@ -167,7 +167,6 @@ def verify_tree_round(target: ModelBackend, committed: Sequence[int], proposal: 
     if target.cache_len != mark.length + kept:  # never decode on after rejected drafts: say so loudly
         raise RuntimeError(f"after a tree's verdict the target's cache holds {target.cache_len - mark.length} "
                            f"new positions, not the {kept} kept")
-    walked = tuple(tree.tokens[i] for i in verdict.path)
     first = tree.first_child(verdict.path[-1] if verdict.path else ROOT)
     nodes = (*verdict.path, *(() if first is None else (first,)))
     ids = tuple(tree.tokens[n] for n in nodes)
@@ -175,7 +174,8 @@ def verify_tree_round(target: ModelBackend, committed: Sequence[int], proposal: 
     on_chain = next((i for i, node in enumerate(verdict.path) if node != i), len(verdict.path))
     p = tuple(proposal.tree_p[n] for n in nodes) if len(proposal.tree_p) == len(tree) else (1.0,) * len(ids)
     shown = replace(proposal, ids=ids, p=p, probs=None, ids_array=None)
-    return shown, Verified(Verdict(len(walked), verdict.token, verdict.q), seconds, 0.0, 0, chain=(chain, on_chain))
+    taken = Verdict(len(verdict.path), verdict.token, verdict.q)
+    return shown, Verified(taken, seconds, 0.0, 0, chain=(chain, on_chain))
 
 
 def _tree_fits(tree, stop_ids: frozenset[int], vocab_limit: int) -> bool:

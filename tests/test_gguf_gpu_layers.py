@@ -92,6 +92,31 @@ def test_a_k_quant_mix_loads_into_the_gpu_modules_and_the_memory_check_counts_th
         report.weights_bytes - rope
 
 
+def test_an_untied_files_4_bit_embedding_is_counted_as_the_bfloat16_table_a_gpu_loads(tmp_path):
+    """An untied Q4_K_M keeps its token embedding Q4_K (the head is Q6_K): on a GPU that is a dense
+    bfloat16 table, not tinygemm's int4, and the memory check and `models info` count it so (an
+    8B's would be counted 0.7 GB short otherwise)."""
+    from app.bench.gguf_model_files import LlamaShape, write_random_llama
+    from app.models.gguf_check_torch import gpu_line
+    from app.models.gguf_import import import_gguf, inspect_gguf
+    from app.models.gguf_torch import DENSE_BYTES, INT4_BYTES, loaded_bytes
+
+    shape = LlamaShape("tiny", hidden=256, layers=2, heads=4, kv_heads=2, head_dim=64, intermediate=512, tied=False)
+    types = write_random_llama(tmp_path / "m.gguf", shape, "Q4_K_M", np.random.default_rng(4), tokenizer=VOCAB)
+    assert types["token_embd.weight"] == "Q4_K" and types["output.weight"] == "Q6_K"
+    folder = import_gguf(tmp_path / "m.gguf", tmp_path / "import", mlx_variants=())["hf"]
+    model, report = _load(folder)
+    assert type(model.model.embed_tokens) is torch.nn.Embedding
+    assert model.model.embed_tokens.weight.dtype == torch.bfloat16
+    info = inspect_gguf(tmp_path / "m.gguf")
+    size = loaded_bytes(info.elements, info.embedding, info.head, info.head_rows, device="cuda")
+    rope = sum(b.numel() * b.element_size() for b in model.model.rotary_emb.buffers())
+    assert size == report.weights_bytes - rope
+    table = 64 * 256  # the vocabulary times the hidden size
+    assert size - loaded_bytes(info.elements, device="cuda") == table * (DENSE_BYTES - INT4_BYTES)
+    assert f"on an NVIDIA GPU: {size / 1e6:.1f} MB in the GPU's memory" in gpu_line(info)
+
+
 def test_the_gpu_modules_hold_the_files_weights_within_bfloat16_rounding(k_mix):
     """Through the kernel on the identity: each 4-bit weight is (q - 8) * scale + zero with the
     file's codes and its scale and zero rounded to bfloat16 (then the product's output rounded);

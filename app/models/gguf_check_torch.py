@@ -84,7 +84,7 @@ def gpu_line(info) -> str:
              "their scales and zeros in bfloat16"] if four else []
     if rest:
         parts.append(f"{', '.join(rest)} in bfloat16 (the embedding and the head included)")
-    return (f"on an NVIDIA GPU: {_size(loaded_bytes(info.elements, device='cuda'))} in the GPU's memory; "
+    return (f"on an NVIDIA GPU: {_size(loaded_bytes(info.elements, info.embedding, info.head, device='cuda'))} in the GPU's memory; "
             + "; ".join(parts))
 
 

@@ -55,10 +55,13 @@ def loaded_bytes(elements: dict[str, int], float_elements: dict[str, int] | None
     the embedding, which then gets the screen. What the memory check must count, not float32.
     `kernel`: whether Tandem's CPU kernel holds the linear layers (None: whether it runs here).
     On a GPU (`device` "cuda") the 4-bit types are tinygemm's int4 and every other tensor, the
-    embedding and the head too, is bfloat16 in the GPU's memory."""
-    if device != "cpu":
-        return int(sum(n * (INT4_BYTES if kind in INT4_TYPES else DENSE_BYTES) for kind, n in elements.items()))
+    embedding and the head too, is bfloat16 in the GPU's memory (whatever their type in the file: a
+    Q4_K token embedding is a bfloat16 table there, not int4)."""
     float_elements, head_elements = float_elements or {}, head_elements or {}
+    if device != "cpu":
+        dense = {kind: min(n, float_elements.get(kind, 0) + head_elements.get(kind, 0)) for kind, n in elements.items()}
+        return int(sum((n - dense[kind]) * (INT4_BYTES if kind in INT4_TYPES else DENSE_BYTES)
+                       + dense[kind] * DENSE_BYTES for kind, n in elements.items()))
     kernel = on_kernel() if kernel is None else kernel
     total = 0.0
     for kind, n in elements.items():

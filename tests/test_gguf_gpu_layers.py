@@ -205,7 +205,7 @@ def test_a_gguf_on_the_gpu_modules_speculates_what_it_writes_alone(k_mix, monkey
 
 def test_the_runner_plans_a_gpu_load_at_the_gpu_size(k_mix, monkeypatch):
     """The memory check of a GGUF headed for a GPU counts bfloat16 and tinygemm's bytes, not the
-    CPU kernel's, and the load's line says what runs."""
+    CPU kernel's, and a bfloat16 KV cache."""
     from app.load_plan import gguf_loaded_bytes
 
     folder, _, _ = k_mix
@@ -214,6 +214,15 @@ def test_the_runner_plans_a_gpu_load_at_the_gpu_size(k_mix, monkeypatch):
     model, report = _load(folder)
     rope = sum(b.numel() * b.element_size() for b in model.model.rotary_emb.buffers())
     assert on_gpu == report.weights_bytes - rope and on_gpu != on_cpu
+    # and its KV cache in the GPU's bfloat16 (2 bytes a number), where the CPU's is float32
+    import json
+
+    from app.models.memory import estimate, kv_bytes_per_token
+
+    config = json.loads((folder / "config.json").read_text())
+    assert estimate("target", config, 0, "torch", "cuda:0", "gguf", on_gpu).kv_per_token == \
+        kv_bytes_per_token(config, 2)
+    assert estimate("target", config, 0, "torch", "cpu", "gguf", on_cpu).kv_per_token == kv_bytes_per_token(config, 4)
 
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")

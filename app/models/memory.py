@@ -106,7 +106,9 @@ def estimate(name: str, config: dict, file_bytes: int, backend: str, device: str
     weights = file_bytes
     if loaded_bytes is not None:
         weights = loaded_bytes
-        dtype = "float32"  # the KV cache of a GGUF loaded at its own precisions (app/models/gguf_torch.py)
+        # the KV cache of a GGUF loaded at its own precisions (app/models/gguf_torch.py): float32 on
+        # the CPU, bfloat16 on an NVIDIA GPU (the dtype the GPU path loads it in)
+        dtype = "bfloat16" if device.startswith("cuda") else "float32"
     elif dtype.startswith("int4"):
         weights = int(file_bytes / DTYPE_BYTES.get(stored, 2) * 2 * INT4_OF_FLOAT16)
     elif dtype in DTYPE_BYTES and stored in DTYPE_BYTES:

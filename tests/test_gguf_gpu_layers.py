@@ -117,6 +117,18 @@ def test_an_untied_files_4_bit_embedding_is_counted_as_the_bfloat16_table_a_gpu_
     assert f"on an NVIDIA GPU: {size / 1e6:.1f} MB in the GPU's memory" in gpu_line(info)
 
 
+def test_a_file_without_4_bit_tensors_is_said_to_run_in_bfloat16_on_a_gpu(tmp_path):
+    """A Q8_0 file on a GPU is dense bfloat16 throughout: its short words say so, not float32."""
+    from app.bench.gguf_model_files import LlamaShape, write_random_llama
+    from app.models.gguf_import import import_gguf
+
+    shape = LlamaShape("tiny", hidden=256, layers=1, heads=4, kv_heads=2, head_dim=64, intermediate=512, tied=True)
+    write_random_llama(tmp_path / "m.gguf", shape, "Q8_0", np.random.default_rng(5), tokenizer=VOCAB)
+    model, report = _load(import_gguf(tmp_path / "m.gguf", tmp_path / "import", mlx_variants=())["hf"])
+    assert report.short() == "bfloat16 from a GGUF", report.describe()
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+
+
 def test_the_gpu_modules_hold_the_files_weights_within_bfloat16_rounding(k_mix):
     """Through the kernel on the identity: each 4-bit weight is (q - 8) * scale + zero with the
     file's codes and its scale and zero rounded to bfloat16 (then the product's output rounded);

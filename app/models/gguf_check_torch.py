@@ -84,8 +84,8 @@ def gpu_line(info) -> str:
              "their scales and zeros in bfloat16"] if four else []
     if rest:
         parts.append(f"{', '.join(rest)} in bfloat16 (the embedding and the head included)")
-    return (f"on an NVIDIA GPU: {_size(loaded_bytes(info.elements, info.embedding, info.head, device='cuda'))} in the GPU's memory; "
-            + "; ".join(parts))
+    size = loaded_bytes(info.elements, info.embedding, info.head, device="cuda")
+    return f"on an NVIDIA GPU: {_size(size)} in the GPU's memory; " + "; ".join(parts)
 
 
 def quantization_error(gguf_path: Path) -> dict[str, dict]:

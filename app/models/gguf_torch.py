@@ -90,7 +90,10 @@ class GGUFLoadReport:
         """A user's words: "4-bit GGUF" where the linear layers stayed 4-bit."""
         if any("int4" in what for what in self.classes):
             return "4-bit GGUF"
-        return "8-bit GGUF" if any("int8" in what for what in self.classes) else "float32 from a GGUF"
+        if any("int8" in what for what in self.classes):
+            return "8-bit GGUF"
+        # on a GPU every tensor that is not 4-bit is bfloat16 (a Q8_0 file there, for one)
+        return "bfloat16 from a GGUF" if any("bfloat16" in what for what in self.classes) else "float32 from a GGUF"
 
     def describe(self) -> str:
         """"int4 g32 from Q4_1 x210; float32 from F32 x61, Q8_0 x1": what runs, from what."""

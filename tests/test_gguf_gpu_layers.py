@@ -115,6 +115,7 @@ def test_an_untied_files_4_bit_embedding_is_counted_as_the_bfloat16_table_a_gpu_
     table = 64 * 256  # the vocabulary times the hidden size
     assert size - loaded_bytes(info.elements, device="cuda") == table * (DENSE_BYTES - INT4_BYTES)
     assert f"on an NVIDIA GPU: {size / 1e6:.1f} MB in the GPU's memory" in gpu_line(info)
+    assert gpu_line(info).endswith("; the token embedding in bfloat16")
 
 
 def test_a_file_without_4_bit_tensors_is_said_to_run_in_bfloat16_on_a_gpu(tmp_path):

@@ -84,7 +84,9 @@ def gpu_line(info) -> str:
              "their scales and zeros in bfloat16"] if four else []
     if rest:
         parts.append(f"{', '.join(rest)} in bfloat16 (the embedding and the head included)")
-    size = loaded_bytes(info.elements, info.embedding, info.head, device="cuda")
+    if four and any(kind in INT4_TYPES for kind in info.embedding or {}):  # a table, never tinygemm's
+        parts.append("the token embedding in bfloat16")
+    size = loaded_bytes(info.elements, info.embedding, device="cuda")
     return f"on an NVIDIA GPU: {_size(size)} in the GPU's memory; " + "; ".join(parts)
 
 

@@ -54,14 +54,16 @@ def loaded_bytes(elements: dict[str, int], float_elements: dict[str, int] | None
     screen; its rescored rows are read from the file). Without a head tensor the head is tied to
     the embedding, which then gets the screen. What the memory check must count, not float32.
     `kernel`: whether Tandem's CPU kernel holds the linear layers (None: whether it runs here).
-    On a GPU (`device` "cuda") the 4-bit types are tinygemm's int4 and every other tensor, the
-    embedding and the head too, is bfloat16 in the GPU's memory (whatever their type in the file: a
-    Q4_K token embedding is a bfloat16 table there, not int4)."""
+    On a GPU (`device` "cuda") the 4-bit types are tinygemm's int4 and every other tensor is
+    bfloat16 in the GPU's memory, as is the token embedding whatever its type in the file (a
+    table: a Q4_K embedding is not int4 there; load_gguf_model packs 4-bit linear layers only)."""
     float_elements, head_elements = float_elements or {}, head_elements or {}
     if device != "cpu":
-        dense = {kind: min(n, float_elements.get(kind, 0) + head_elements.get(kind, 0)) for kind, n in elements.items()}
-        return int(sum((n - dense[kind]) * (INT4_BYTES if kind in INT4_TYPES else DENSE_BYTES)
-                       + dense[kind] * DENSE_BYTES for kind, n in elements.items()))
+        total = 0.0
+        for kind, n in elements.items():
+            table = min(n, float_elements.get(kind, 0))  # the embedding
+            total += (n - table) * (INT4_BYTES if kind in INT4_TYPES else DENSE_BYTES) + table * DENSE_BYTES
+        return int(total)
     kernel = on_kernel() if kernel is None else kernel
     total = 0.0
     for kind, n in elements.items():

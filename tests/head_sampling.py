@@ -14,7 +14,10 @@ from app.engine.sampling import SamplingParams
 from app.engine.speculative import generate
 
 
-def check_sampling_keeps_the_target(folder, target, drafter, prompt, vocab: int, answers: int, seed: int = 11):
+def check_sampling_keeps_the_target(folder, target, drafter, prompt, vocab: int, answers: int, seed: int = 11,
+                                    trees: str = "auto") -> int:
+    """-> the rounds that verified a tree (`trees="on"`: the drafter's trees, each verified by the
+    target's own draws along it, tree_torch.verify_tree)."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -23,11 +26,12 @@ def check_sampling_keeps_the_target(folder, target, drafter, prompt, vocab: int,
     params = SamplingParams(temperature=1.0, seed=seed)
     model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
     exact = exact_marginals(model, prompt, params, depth=3, vocab=vocab)
-    counts, drafted, accepted = np.zeros((3, vocab)), 0, 0
+    counts, drafted, accepted, tree_rounds = np.zeros((3, vocab)), 0, 0, 0
     for i in range(answers):
         seeded = replace(params, seed=params.seed * 100_003 + i)
         events = list(generate(target, lambda ids: "", prompt, drafter=drafter, max_tokens=3, draft_tokens=2,
-                               params=seeded))
+                               params=seeded, trees=trees))
+        tree_rounds += sum(1 for e in events if isinstance(e, Round) and e.tree is not None)
         stats = events[-1].stats
         drafted, accepted = drafted + stats.drafted, accepted + stats.accepted
         for position, t in enumerate(t for e in events if isinstance(e, Round) for t in e.emitted):
@@ -38,3 +42,4 @@ def check_sampling_keeps_the_target(folder, target, drafter, prompt, vocab: int,
     assert 0.2 < accepted / drafted < 0.98, (accepted, drafted)
     for position in (1, 2):
         assert _p_value(counts[position], exact[position]) > ALPHA / 2, position
+    return tree_rounds

@@ -172,7 +172,11 @@ def test_the_mlx_head_computes_what_the_torch_head_computes(head, tiny_pair):
     assert np.abs(ours - theirs).max() < 1e-4
 
 
-def test_an_aligned_head_keeps_the_targets_distribution_at_temperature_1(head, tiny_pair, prompts):
+@pytest.mark.parametrize("trees", ["off", "on"])
+def test_an_aligned_head_keeps_the_targets_distribution_at_temperature_1(head, tiny_pair, prompts, trees):
+    """Tokens 2 and 3 keep the target's marginals (chi-square against the exact enumeration):
+    chains under the Leviathan/Chen rule, and trees of the head's runner-ups, walked by the
+    target's own draws (tree_torch.verify_tree)."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -184,14 +188,17 @@ def test_an_aligned_head_keeps_the_targets_distribution_at_temperature_1(head, t
     exact = exact_marginals(model, prompt, params, depth=3, vocab=1024)
     target = load_backend(tiny_pair["target"], "torch")
     drafter = load_head_drafter(target, head[0].folder)
-    counts, drafted, accepted = np.zeros((3, 1024)), 0, 0
+    counts, drafted, accepted, tree_rounds = np.zeros((3, 1024)), 0, 0, 0
     for i in range(1000):
-        tokens, stats = _run(target, prompt, drafter, max_tokens=3, draft_tokens=2,
-                             params=replace(params, seed=params.seed * 100_003 + i))
-        drafted, accepted = drafted + stats.drafted, accepted + stats.accepted
+        events = list(generate(target, lambda ids: "", prompt, drafter=drafter, max_tokens=3, draft_tokens=2,
+                               params=replace(params, seed=params.seed * 100_003 + i), trees=trees))
+        tokens = [t for e in events if isinstance(e, Round) for t in e.emitted]
+        tree_rounds += sum(1 for e in events if isinstance(e, Round) and e.tree is not None)
+        drafted, accepted = drafted + events[-1].stats.drafted, accepted + events[-1].stats.accepted
         for position, t in enumerate(tokens):
             counts[position, t] += 1
     assert 0.05 < accepted / drafted < 0.98, (accepted, drafted)  # both verdicts occurred
+    assert (tree_rounds > 300) if trees == "on" else tree_rounds == 0, tree_rounds
     for position in (1, 2):
         assert _p_value(counts[position], exact[position]) > ALPHA / 2, position
 
@@ -459,3 +466,16 @@ def test_the_conversations_tokens_follow_the_conversation_as_the_app_decodes_it(
     known = drafter.head.subset.known
     assert not set(marker) & known  # another conversation: its tokens, not A's
     assert fixed | set(prompts[1][1:]) <= known <= fixed | set(prompts[1]) | set(other)
+
+
+def test_an_aligned_heads_trees_keep_the_answer_and_hand_it_the_kept_paths_states(head, tiny_pair, prompts):
+    """Trees from an aligned head (its runner-ups where it was unsure; tests/head_trees.py): the
+    target's answer at temperature 0, some rounds taken off the chain, and every state handed over
+    the one a prefill computes at that position."""
+    from tests.head_trees import check_head_trees
+
+    target = load_backend(tiny_pair["target"], "torch")
+    drafter = load_head_drafter(target, head[0].folder)
+    assert drafter.drafts_trees and target.tree_note() == ""
+    run = check_head_trees(target, load_backend(tiny_pair["target"], "torch"), drafter, prompts)
+    assert run.trees >= 4 and run.off_chain >= 1 and run.states > 40, run

@@ -55,8 +55,9 @@ def heads(tmp_path_factory):
             "dflash": (root / "llama-dflash", lambda target: load_dflash_drafter(target, dflash))}
 
 
-def _rounds(target, drafter, prompt, **options) -> list[tuple]:
-    events = generate(target, lambda ids: "", prompt, drafter=drafter, **options)
+def _rounds(target, drafter, prompt, trees="off", **options) -> list[tuple]:
+    """Chains unless `trees` says otherwise ("auto" would choose by the clock, and runs must repeat)."""
+    events = generate(target, lambda ids: "", prompt, drafter=drafter, trees=trees, **options)
     return [(e.drafted, e.accepted, e.emitted) for e in events if isinstance(e, Round)]
 
 
@@ -84,7 +85,9 @@ def _session(target, drafter) -> list[list[tuple]]:
         seen.append(_rounds(target, drafter, PERIODIC, max_tokens=16, draft_tokens=3))
     finally:
         target.vocab_limit = limit
-    seen.append(_rounds(target, drafter, LONG, max_tokens=120, draft_tokens=4))  # across length buckets
+    for prompt in (PERIODIC, OTHER):  # a head's trees: its runner-ups drafted with its passes too
+        seen.append(_rounds(target, drafter, prompt, max_tokens=24, draft_tokens=4, trees="on"))
+    seen.append(_rounds(target, drafter, LONG, max_tokens=120, draft_tokens=4))  # across length buckets (last)
     return seen
 
 

@@ -142,6 +142,49 @@ def test_the_cache_keeps_the_pending_tokens_and_the_accepted_path_only(target, t
     torch.testing.assert_close(after, want, atol=1e-4, rtol=1e-4)
 
 
+def _step_states(backend, tokens):
+    """The inner states a one-token step hands over for each of `tokens`, read one at a time
+    after the prompt (the cache is left as it was found: empty)."""
+    backend.reset()
+    backend.prefill(PROMPT[:-2])
+    rows = []
+    for token in tokens:
+        backend.forward_last([token])
+        rows.append(backend.last_hidden()[-1].clone())
+    backend.reset()
+    return torch.stack(rows)
+
+
+@pytest.mark.parametrize("which,layers", [("target", ()), ("compiled_target", ()), ("compiled_target", (0, 2))])
+def test_the_kept_paths_inner_states_are_handed_over_as_one_token_steps_give_them(which, layers, request):
+    """A drafter that reads the target's states (an MTP layer, an aligned head; EAGLE-3's three
+    layers) is handed, after a tree's verdict, the pending tokens' and the kept path's rows in the
+    cache's order, whichever branch the walk took: on the compiled call the same bits as one-token
+    steps along that path (the final norm's output); on the PyTorch body, and for inner layers,
+    which run on it, the same within float32's rounding."""
+    from app.engine.backends.tree_torch import keep_path, tree_logits
+
+    backend = request.getfixturevalue(which)
+    tree = TokenTree.from_paths(BRANCHY)
+    node = tree.children(tree.children(tree.children(tree.children(ROOT)[11])[12])[19])[20]
+    assert backend.capture_hidden(True, layers) == ""
+    try:
+        backend.reset()
+        backend.prefill(PROMPT[:-2])
+        tree_logits(backend, PROMPT[-2:], tree)
+        keep_path(backend, 2, tree.path(node), len(PROMPT) - 2)
+        kept = backend.last_hidden().clone()
+        want = _step_states(backend, [*PROMPT[-2:], 11, 12, 19, 20])
+    finally:
+        backend.capture_hidden(False)
+    width = backend.model.config.hidden_size * max(len(layers), 1)
+    assert kept.shape == want.shape == (6, width)
+    if which == "compiled_target" and not layers:
+        assert torch.equal(kept, want)
+    else:
+        torch.testing.assert_close(kept, want, atol=1e-4, rtol=1e-4)
+
+
 def _greedy(backend, n):
     backend.reset()
     out, ids = [], PROMPT

@@ -63,6 +63,24 @@ class TargetState:
 UNSURE = 0.5  # a draft token this likely or less gets its runner-up beside it in a tree (docs/trees.md)
 
 
+def runner_up_tree(ids: tuple[int, ...], p: tuple[float, ...], second: tuple[int, ...],
+                   second_p: tuple[float, ...], width: int):
+    """A drafted chain with, at its least sure positions (the draft's own probability under
+    UNSURE: EAGLE-2's confidence rule, Li et al. 2024), the runner-up token as a leaf beside the
+    draft there: up to width - 1 of them. Leaves only: below an alternative the draft has read
+    nothing to draft from. -> (the TokenTree, or None where no position was unsure; the branches;
+    each node's draft probability)."""
+    from app.engine.tree import TokenTree
+
+    unsure = sorted((q, i) for i, q in enumerate(p[:len(second)])
+                    if q < UNSURE and second[i] != ids[i] and second_p[i] > 0)[:max(width - 1, 0)]
+    at = sorted(i for _, i in unsure)
+    if not at:
+        return None, 1, ()
+    paths = [ids, *(ids[:i] + (second[i],) for i in at)]
+    return TokenTree.from_paths(paths), len(paths), (*p, *(second_p[i] for i in at))
+
+
 def draft_seed(seed: int | None) -> int | None:
     """The draft's own seed, derived from the user's: a seeded answer repeats, yet the draft's
     stream never mirrors the target's (None: each backend draws its own from the OS)."""
@@ -169,11 +187,7 @@ class ModelDrafter(Drafter):
 
     def propose_tree(self, committed: Sequence[int], k: int, width: int, params: SamplingParams,
                      should_stop: Callable[[], bool] | None = None) -> Proposal:
-        """The chain, and at its least sure positions (the draft's own probability under UNSURE,
-        EAGLE-2's confidence rule, Li et al. 2024) its runner-up token as a leaf: up to width - 1
-        of them. Leaves only: below an alternative the draft has read nothing to draft from."""
-        from app.engine.tree import TokenTree
-
+        """The chain, and its runner-up tokens as leaves where it was unsure (runner_up_tree)."""
         if not self.drafts_trees:
             return self.propose(committed, k, params, should_stop)
         start = time.perf_counter()
@@ -182,12 +196,9 @@ class ModelDrafter(Drafter):
         ids, p, probs, ids_array, (second, second_p) = self.backend.draft(catch_up, k, params, should_stop,
                                                                           runner_up=True)
         self._chain = (len(committed), ids)
-        unsure = sorted((q, i) for i, q in enumerate(p) if q < UNSURE and second[i] != ids[i])[:max(width - 1, 0)]
-        at = sorted(i for _, i in unsure)
-        paths = [ids, *(ids[:i] + (second[i],) for i in at)]
-        tree = TokenTree.from_paths(paths) if len(paths) > 1 else None
+        tree, branches, tree_p = runner_up_tree(ids, p, second, second_p, width)
         return Proposal(ids, p, probs, ids_array, time.perf_counter() - start, "model", len(catch_up), tree=tree,
-                        branches=len(paths), tree_p=(*p, *(second_p[i] for i in at)) if tree else ())
+                        branches=branches, tree_p=tree_p)
 
     @property
     def drafts_trees(self) -> bool:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from app.engine.backends.base import ModelBackend
-from app.engine.drafters import Drafter, Proposal, TargetState, draft_seed
+from app.engine.drafters import Drafter, Proposal, TargetState, draft_seed, runner_up_tree
 from app.engine.sampling import SamplingParams
 from app.models.errors import ModelFileError
 from app.models.draft_heads import no_mtp_reason
@@ -41,7 +41,9 @@ class MTPHead(Protocol):
     def seed(self, seed: int | None) -> None: ...
 
     def draft(self, tokens: Sequence[int], rows: Any, k: int, params: SamplingParams,
-              should_stop: Callable[[], bool] | None = None): ...
+              should_stop: Callable[[], bool] | None = None, runner_up: bool = False):
+        """What backend.draft returns (with `runner_up`, each step's runner-up too: a head whose
+        class says `runner_ups = True`)."""
 
     def concat(self, rows: Any, more: Any) -> Any:
         """Rows of hidden states one after the other, on the head's array library."""
@@ -133,6 +135,23 @@ class MTPDrafter(Drafter):
 
     def propose(self, committed: Sequence[int], k: int, params: SamplingParams,
                 should_stop: Callable[[], bool] | None = None) -> Proposal:
+        return self._propose(committed, k, params, should_stop)
+
+    def propose_tree(self, committed: Sequence[int], k: int, width: int, params: SamplingParams,
+                     should_stop: Callable[[], bool] | None = None) -> Proposal:
+        """The chain, and its runner-up tokens as leaves where the layer was unsure
+        (drafters.runner_up_tree): the target's pass hands back the states of the path it keeps,
+        whichever branch that is, so the layer reads on from there as after a chain."""
+        if not self.drafts_trees:
+            return self.propose(committed, k, params, should_stop)
+        return self._propose(committed, k, params, should_stop, width)
+
+    @property
+    def drafts_trees(self) -> bool:
+        return getattr(self.head, "runner_ups", False)  # a head whose steps name their runner-ups
+
+    def _propose(self, committed: Sequence[int], k: int, params: SamplingParams,
+                 should_stop: Callable[[], bool] | None, width: int = 1) -> Proposal:
         started = time.perf_counter()
         pending = len(committed) - 1  # the position of the token the target has not read yet
         unread = 0 if self._rows is None else self._rows.shape[0]
@@ -141,10 +160,17 @@ class MTPDrafter(Drafter):
             # engine then takes a plain step, whose pass hands the state over)
             return Proposal((), (), seconds=time.perf_counter() - started)
         tokens = list(committed[self._next + 1 : pending + 1])
-        ids, p, probs, ids_array = self.head.draft(tokens, self._rows, k, params, should_stop)
+        if width > 1:
+            ids, p, probs, ids_array, (second, second_p) = self.head.draft(tokens, self._rows, k, params, should_stop,
+                                                                           runner_up=True)
+            tree, branches, tree_p = runner_up_tree(ids, p, second, second_p, width)
+        else:
+            ids, p, probs, ids_array = self.head.draft(tokens, self._rows, k, params, should_stop)
+            tree, branches, tree_p = None, 1, ()
         self._pairs.extend(tokens)
         self._rows = None
-        return Proposal(ids, p, probs, ids_array, time.perf_counter() - started, self.source, len(tokens))
+        return Proposal(ids, p, probs, ids_array, time.perf_counter() - started, self.source, len(tokens),
+                        tree=tree, branches=branches, tree_p=tree_p)
 
 
 def load_mtp_drafter(target: ModelBackend) -> MTPDrafter:

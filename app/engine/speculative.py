@@ -148,11 +148,12 @@ def verify_round(target: ModelBackend, committed: Sequence[int], proposal: Propo
 
 
 def verify_tree_round(target: ModelBackend, committed: Sequence[int], proposal: Proposal,
-                      params: SamplingParams) -> tuple[Proposal, Verified]:
+                      params: SamplingParams, want_state: bool = False) -> tuple[Proposal, Verified]:
     """One target pass over the pending token and the tree of `proposal` (app/engine/tree.py):
-    the cache keeps the committed tokens and the walked path, in order. Returns the proposal as
-    the round shows it, a chain: the walked path, then the drafter's first guess where the walk
-    stopped (the rejected draft); its `tree` stays for the panel and the trace."""
+    the cache keeps the committed tokens and the walked path, in order, and so do the hidden
+    states handed over with `want_state`. Returns the proposal as the round shows it, a chain:
+    the walked path, then the drafter's first guess where the walk stopped (the rejected draft);
+    its `tree` stays for the panel and the trace."""
     start = time.perf_counter()
     mark = target.checkpoint()
     catch_up = list(committed[mark.length:])
@@ -175,7 +176,8 @@ def verify_tree_round(target: ModelBackend, committed: Sequence[int], proposal: 
     p = tuple(proposal.tree_p[n] for n in nodes) if len(proposal.tree_p) == len(tree) else (1.0,) * len(ids)
     shown = replace(proposal, ids=ids, p=p, probs=None, ids_array=None)
     taken = Verdict(len(verdict.path), verdict.token, verdict.q)
-    return shown, Verified(taken, seconds, 0.0, 0, chain=(chain, on_chain))
+    state = TargetState(target.last_hidden()[:kept], mark.length, target) if want_state else None
+    return shown, Verified(taken, seconds, 0.0, 0, state, chain=(chain, on_chain))
 
 
 def _tree_fits(tree, stop_ids: frozenset[int], vocab_limit: int) -> bool:
@@ -203,7 +205,8 @@ def speculative_round(target: ModelBackend, drafter: Drafter, committed: list[in
         else:
             proposal = drafter.propose(committed, k, params, should_stop)
         if proposal.tree is not None and not should_stop():
-            proposal, verified = verify_tree_round(target, committed, proposal, params)
+            proposal, verified = verify_tree_round(target, committed, proposal, params,
+                                                   drafter.wants_target_state)
             return proposal, verified
         proposal = cut_proposal(proposal, proposal_end(proposal, stop_ids, target.vocab_limit))
         if proposal.ids and not should_stop():

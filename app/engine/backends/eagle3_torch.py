@@ -135,6 +135,8 @@ class TorchEagle3Head(CachedHead):
     own output instead (EAGLE-3's test-time rule, the state before the final norm unless its
     config says norm_output)."""
 
+    runner_ups = True  # its draft names each step's runner-up (a tree's leaves, MTPDrafter.propose_tree)
+
     def __init__(self, target: TorchBackend, head: Eagle3Head):
         text_model = getattr(target.model, "model", None)
         if text_model is None or not hasattr(text_model, "embed_tokens"):
@@ -203,23 +205,25 @@ class TorchEagle3Head(CachedHead):
 
     @torch.inference_mode()
     def draft(self, tokens: Sequence[int], rows: torch.Tensor, k: int, params: SamplingParams,
-              should_stop: Callable[[], bool] | None = None):
+              should_stop: Callable[[], bool] | None = None, runner_up: bool = False):
         """Read `tokens` beside `rows` (the target's layers' states of the positions before each,
         side by side), then draft k tokens, each step reading the last draft beside the head's own
-        output. The cache keeps the read pairs and all steps but the last."""
+        output. The cache keeps the read pairs and all steps but the last (`runner_up`: as
+        TorchMTPHead.draft)."""
         dtype = self.modules.fc.weight.dtype
         ids = torch.tensor([list(tokens)], dtype=torch.long, device=self.device)
         fused = self.modules.fuse(rows.view(1, *rows.shape[-2:]).to(dtype))
         last, logits = self._step(ids, fused)
         state = self.modules.norm if self.spec.flags.get("norm_output") else (lambda out: out)
-        chained = self._greedy_chain(last, logits, k, params, state, should_stop)
+        # (a tree's draft goes step by step: each step names its runner-up)
+        chained = None if runner_up else self._greedy_chain(last, logits, k, params, state, should_stop)
         if chained is not None:
             return chained
-        steps = DraftSteps(params, self._generator)
+        steps = DraftSteps(params, self._generator, runner_up)
         for i in range(k):
             if should_stop is not None and should_stop():
                 break
             token = steps.pick(logits)
             if i < k - 1:
                 last, logits = self._step(token.view(1, 1), state(last))
-        return steps.result()
+        return (*steps.result(), steps.runner_ups()) if runner_up else steps.result()

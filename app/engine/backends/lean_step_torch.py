@@ -344,29 +344,40 @@ class LeanStep:
         return logits, (normed if hidden else None)
 
     def forward_tree(self, ids: torch.Tensor, kv: StaticKV, positions: torch.Tensor, mask: torch.Tensor | None,
-                     parent) -> torch.Tensor:
+                     parent, hidden: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """A token tree's pass (app/engine/tree.py): ids (1, n) written at kv.length.. in the pass's
-        order, each at the RoPE position in `positions` (n,), attending where `mask` (n,
-        kv.length + n) is True -> logits (n, V). `parent` (n,): each token's parent in the pass,
-        what the compiled call takes instead of the mask (each node then bit for bit a one-token
-        step along its path: kernels_numba._attend_tree); None for a chain (a causal pass). The
-        mask is the PyTorch body's only: None where the compiled call runs."""
+        order, each at the RoPE position in `positions` (n,) -> logits (n, V), and with `hidden`
+        each token's state as `forward` hands it over (the final norm's output, or the `aux`
+        layers' side by side). With `mask` (n, kv.length + n, True where a row may look) the
+        PyTorch body runs; without it the compiled call, which takes `parent` (n,: each token's
+        parent in the pass; None for a chain, a causal pass) and gives each node, bit for bit, a
+        one-token step along its path (kernels_numba._attend_tree). The compiled call hands over
+        the final norm's output only: a pass that wants `aux` states comes with a mask."""
         if self.glue.fused:
             raise NotImplementedError("a tree's pass runs on the eager glue")
         n, start = ids.shape[1], kv.length
         end = start + n
         kv.reserve(end)
         self.rope_tables(int(positions.max()) + 1)
-        if self.native is not None:
-            x = self.embed(ids)[0].to(self.dtype)
+        x = self.embed(ids)[0].to(self.dtype)
+        if mask is None:
+            if self.native is None or (hidden and self.aux):
+                raise ValueError("this tree's pass needs its mask: it runs on the PyTorch body")
             normed = self.native(x, kv.store, start, self._cos.index_select(0, positions),
                                  self._sin.index_select(0, positions), parent)
-            return self.head(normed)
+            return self.head(normed), (normed if hidden else None)
         rope = self.glue.rope_inputs(self._cos.index_select(0, positions), self._sin.index_select(0, positions))
         if self.grouped:
             mask = _mask_bias(mask, self.heads // self.kv_heads, self.dtype)
-        x = self.embed(ids)[0].to(self.dtype)
-        return self.head(self.body(x, kv.store, rope, mask, start, end, None))
+        states: dict[int, torch.Tensor] | None = {} if hidden and self.aux else None
+        normed = self.body(x, kv.store, rope, mask, start, end, None, states)
+        if states is not None:
+            return self.head(normed), torch.cat([states[i] for i in self.aux], -1)
+        return self.head(normed), (normed if hidden else None)
+
+    def takes_tree_natively(self, hidden: bool) -> bool:
+        """Whether a tree's pass runs on the compiled call (no mask): not for `aux` states."""
+        return self.native is not None and not self.glue.fused and not (hidden and self.aux)
 
     def body(self, x: torch.Tensor, store: torch.Tensor, rope, mask: torch.Tensor | None,
              start: int, end: int, positions: torch.Tensor | None,

@@ -91,6 +91,8 @@ class TorchMTPHead(CachedHead):
     target's hidden state at position i. With `vocab` (token ids), it drafts from those tokens only
     where the target's head allows taking its rows (SubsetHead), else from the whole vocabulary."""
 
+    runner_ups = True  # its draft names each step's runner-up (a tree's leaves, MTPDrafter.propose_tree)
+
     def __init__(self, target: TorchBackend, weights: MTPWeights, vocab: Sequence[int] | None = None):
         text_model = getattr(target.model, "model", None)
         if text_model is None or not hasattr(text_model, "rotary_emb") or not hasattr(text_model, "layers"):
@@ -170,10 +172,11 @@ class TorchMTPHead(CachedHead):
 
     @torch.inference_mode()
     def draft(self, tokens: Sequence[int], rows: torch.Tensor, k: int, params: SamplingParams,
-              should_stop: Callable[[], bool] | None = None):
+              should_stop: Callable[[], bool] | None = None, runner_up: bool = False):
         """Read `tokens` beside `rows` (the target's hidden states of the positions before each),
         then draft k tokens, each step reading the last draft beside the layer's own output. The
-        cache keeps the read pairs and all steps but the last. Returns what backend.draft returns."""
+        cache keeps the read pairs and all steps but the last. Returns what backend.draft returns
+        (with `runner_up`, each step's runner-up token and its probability too)."""
         ids = torch.tensor([list(tokens)], dtype=torch.long, device=self.device)
         head, limit = self.target.model.get_output_embeddings(), self.target.vocab_limit
         if self.subset is not None:
@@ -181,14 +184,15 @@ class TorchMTPHead(CachedHead):
                 self.subset = SubsetHead(head, self.vocab, limit)
             self.subset.add(tokens)  # every committed token passes here once: the conversation's
         last, logits = self._step(ids, rows.view(1, *rows.shape[-2:]))
-        chained = self._greedy_chain(last, logits, k, params, lambda out: out, should_stop)
+        # (a tree's draft goes step by step: each step names its runner-up)
+        chained = None if runner_up else self._greedy_chain(last, logits, k, params, lambda out: out, should_stop)
         if chained is not None:
             return chained
-        steps = DraftSteps(params, self._generator)
+        steps = DraftSteps(params, self._generator, runner_up)
         for i in range(k):
             if should_stop is not None and should_stop():
                 break
             token = steps.pick(logits)
             if i < k - 1:
                 last, logits = self._step(token.view(1, 1), last)
-        return steps.result()
+        return (*steps.result(), steps.runner_ups()) if runner_up else steps.result()

@@ -601,8 +601,8 @@ class TorchBackend(ModelBackend):
             return "trees of drafts are verified on the lean step, which this model does not run"
         if self._device.type != "cpu":
             return "trees of drafts are verified on the CPU only so far (not in CUDA graphs)"
-        if not isinstance(self.cache, StaticKV) or self._want_hidden:
-            return "this pass keeps inner states for a drafter, which trees do not hand over"
+        if not isinstance(self.cache, StaticKV):
+            return "trees of drafts are verified on the lean step's own KV cache, which this model does not use"
         if self._lean.glue.fused:
             return "trees of drafts are verified with the eager glue, not torch.compile's fused one"
         return ""

@@ -8,7 +8,9 @@ the rest dropped (StaticKV.keep).
 
 It runs on the lean step: on the compiled CPU call (kernels_numba._attend_tree), where each node
 is bit for bit a one-token step along its path, and on the PyTorch body with an ancestor mask.
-Not yet on the CUDA graphs, transformers' forward or MLX.
+Not yet on the CUDA graphs, transformers' forward or MLX. A drafter that reads the target's
+inner states (an MTP layer, an aligned head, EAGLE-3) is handed the kept rows' states, in the
+order the cache keeps them, as after a chain's pass.
 """
 
 from __future__ import annotations
@@ -47,28 +49,39 @@ def tree_mask(pending: int, start: int, tree: TokenTree, device: torch.device) -
 def tree_logits(backend, ids: Sequence[int], tree: TokenTree) -> torch.Tensor:
     """One pass over `ids` and then `tree`'s nodes -> logits (len(ids) + len(tree), V'): row
     len(ids) - 1 predicts the root's children, row len(ids) + i node i's. All of the pass stays
-    in the cache until `keep_path`."""
+    in the cache until `keep_path`. Where the backend hands inner states to a drafter, every
+    row's state is held until `keep_path` keeps the kept ones'."""
     if not ids:
         raise ValueError("a tree's pass needs its root: the last token emitted, not yet read")
     lean = backend._lean
-    if lean is None or not isinstance(backend.cache, StaticKV) or backend._want_hidden:
-        raise NotImplementedError("trees are verified on the lean step's eager passes, without inner states")
+    if lean is None or not isinstance(backend.cache, StaticKV):
+        raise NotImplementedError("trees are verified on the lean step's eager passes")
     start, pending = backend.cache.length, len(ids)
+    if backend.cache.fixed:  # a buffer the graphs use, allocated once for the whole context
+        backend.cache.reserve(start + pending + len(tree), planned=backend._planned())
+    hidden = backend._want_hidden
     positions = tree_positions(pending, start, tree, backend._device)
-    mask = tree_mask(pending, start, tree, backend._device) if lean.native is None else None
+    native = lean.takes_tree_natively(hidden)
+    mask = None if native else tree_mask(pending, start, tree, backend._device)
     # a chain is the causal pass the compiled call takes as it is (the same bits, without the gathers)
     parent = None if tree.is_chain else ([t - 1 for t in range(pending)]
                                          + [pending + p if p != ROOT else pending - 1 for p in tree.parents])
-    logits = lean.forward_tree(backend._ids([*ids, *tree.tokens]), backend.cache, positions, mask, parent)
+    logits, states = lean.forward_tree(backend._ids([*ids, *tree.tokens]), backend.cache, positions, mask, parent,
+                                       hidden)
     backend.cache.appended(len(ids) + len(tree))
+    backend._hidden = None if states is None else states[None]
     return logits[:, : backend.vocab_limit].float()
 
 
 @torch.inference_mode()  # the buffer is an inference tensor (allocated inside a pass)
 def keep_path(backend, pending: int, path: Sequence[int], length_before: int) -> None:
-    """After `tree_logits`: the pending tokens and the accepted nodes `path` stay, in order."""
+    """After `tree_logits`: the pending tokens and the accepted nodes `path` stay, in order, in
+    the cache and in the inner states the drafter is handed (`last_hidden`)."""
     first = length_before + pending
     backend.cache.keep(first, [first + node for node in path])
+    if backend._hidden is not None:
+        rows = torch.tensor([*range(pending), *(pending + node for node in path)], device=backend._hidden.device)
+        backend._hidden = backend._hidden.index_select(1, rows)
 
 
 @torch.inference_mode()

@@ -1,0 +1,69 @@
+"""The check every draft head that reads the target's states shares when it drafts trees (an
+aligned head, EAGLE-3; app/engine/mtp.py's propose_tree): at temperature 0 the answer is the
+target's alone; tree rounds put the head's runner-ups beside its drafts; and every state the
+target's passes hand the head (after a chain's verdict or a tree's, whichever branch the walk
+took) is the state a fresh prefill of the committed tokens computes at those positions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from app.engine.events import Round
+from app.engine.sampling import SamplingParams
+from app.engine.speculative import generate
+
+
+@dataclass
+class TreeRun:
+    trees: int = 0  # tree rounds the head drafted
+    off_chain: int = 0  # of them, rounds whose walk took a runner-up (the chain's draft was wrong there)
+    states: int = 0  # hidden-state rows the head was handed, each checked
+
+
+def check_head_trees(target, fresh, drafter, prompts, max_tokens: int = 24, k: int = 4) -> TreeRun:
+    handed: list[tuple[int, torch.Tensor]] = []
+    take = drafter._take
+
+    def recording(committed, state):
+        handed.append((state.start, state.hidden.detach().clone()))
+        take(committed, state)
+
+    drafter._take = recording
+    run = TreeRun()
+    try:
+        for prompt in prompts:
+            fresh.reset()
+            plain = [t for e in generate(fresh, lambda ids: "", prompt, max_tokens=max_tokens)
+                     if isinstance(e, Round) for t in e.emitted]
+            handed.clear()
+            rounds = [e for e in generate(target, lambda ids: "", prompt, drafter=drafter, max_tokens=max_tokens,
+                                          draft_tokens=k, trees="on", params=SamplingParams(temperature=0.0))
+                      if isinstance(e, Round)]
+            tokens = [t for r in rounds for t in r.emitted]
+            assert tokens == plain, "a head's trees changed the target's answer"
+            for r in rounds:
+                if r.tree is None:
+                    continue
+                run.trees += 1
+                # the chain is the tree's first path: nodes 0, 1, ... each the child of the one before
+                n = next((i for i, parent in enumerate(r.tree.parents) if parent != i - 1), len(r.tree))
+                chain = r.tree.tokens[:n]
+                run.off_chain += tuple(r.drafted[:r.accepted]) != tuple(chain[:r.accepted])
+            # every row handed over, against one prefill of the whole answer (its states at every position)
+            assert fresh.capture_hidden(True, drafter.target_layers) == ""
+            try:
+                fresh.reset()
+                fresh.prefill([*prompt, *tokens[:-1]])
+                whole = fresh.last_hidden().detach().clone()
+            finally:
+                fresh.capture_hidden(False)
+                fresh.reset()
+            for start, rows in handed:
+                torch.testing.assert_close(rows.float(), whole[start:start + rows.shape[0]].float(),
+                                           atol=2e-4, rtol=2e-4)
+                run.states += rows.shape[0]
+    finally:
+        del drafter._take
+    return run

@@ -67,7 +67,8 @@ def _rate(target, drafter, k=BLOCK_SIZE - 1) -> tuple[float, float]:
     """(accepted per drafted token, tokens per round) over the two periodic prompts."""
     drafted = accepted = rounds = tokens = 0
     for prompt in (PERIODIC, SECOND):
-        _, stats = _run(target, prompt, drafter, draft_tokens=k)
+        # chains: the drafter's own blocks (a tree's runner-ups would hide a wrong state)
+        _, stats = _run(target, prompt, drafter, draft_tokens=k, trees="off")
         drafted, accepted = drafted + stats.drafted, accepted + stats.accepted
         rounds, tokens = rounds + stats.rounds, tokens + stats.decode_tokens
     return accepted / drafted, tokens / rounds
@@ -178,6 +179,39 @@ def test_dflash_speculative_sampling_matches_the_target(trained):
     target = load_backend(trained[0], "torch")
     check_sampling_keeps_the_target(trained[0], target, load_dflash_drafter(target, trained[1]), PERIODIC[:6],
                                     VOCAB, answers=1000)
+
+
+def test_a_blocks_tree_keeps_the_answer_with_one_token_leaves_and_hands_over_the_kept_paths_states(
+        trained, monkeypatch):
+    """The block as the trunk and, where the drafter was unsure, that position's runner-up as a leaf
+    one token deep (tests/head_trees.py): the target's answer at temperature 0, and each state
+    handed over the one a prefill computes there."""
+    import app.engine.speculative as speculative
+    from app.engine.drafters import UNSURE
+    from tests.head_trees import check_head_trees
+
+    target = load_backend(trained[0], "torch")
+    drafter = load_dflash_drafter(target, trained[1])
+    assert drafter.drafts_trees and target.tree_note() == ""
+    proposed, verify = [], speculative.verify_tree_round
+
+    def keep(target_, committed, proposal, params, want_state=False):
+        proposed.append(proposal)
+        return verify(target_, committed, proposal, params, want_state)
+
+    monkeypatch.setattr(speculative, "verify_tree_round", keep)
+    # prompts where the drafter, unsure, had the target's token as its runner-up (random ones, seeds 4, 5, 8)
+    unsure = [[1, 10, 12, 6, 15, 18, 7, 5], [1, 22, 11, 14, 23, 19, 3, 17], [1, 10, 14, 15, 7, 9, 4, 5]]
+    run = check_head_trees(target, load_backend(trained[0], "torch"), drafter, [PERIODIC, *unsure],
+                           max_tokens=N, k=BLOCK_SIZE - 1)
+    assert run.trees >= 4 and run.off_chain >= 1 and run.states > 40, run
+    # the shape: the trunk is the block; each leaf sits beside a draft the drafter was unsure of
+    for proposal in proposed:
+        chain, tree = proposal.ids, proposal.tree
+        assert tree.tokens[:len(chain)] == chain and tree.parents[:len(chain)] == tuple(range(-1, len(chain) - 1))
+        leaves = range(len(chain), len(tree))
+        assert leaves and all(tree.parents[n] == tree.depths[n] - 1 and proposal.p[tree.depths[n]] < UNSURE
+                              and not tree.children(n) for n in leaves)
 
 
 # --- the reference: z-lab's own model code, run here only as a test ------------------------------

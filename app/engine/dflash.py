@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from app.engine.backends.base import ModelBackend
-from app.engine.drafters import Drafter, Proposal, TargetState, draft_seed
+from app.engine.drafters import Drafter, Proposal, TargetState, draft_seed, runner_up_tree
 from app.engine.sampling import SamplingParams
 
 
@@ -38,7 +38,9 @@ class BlockHead(Protocol):
     def concat(self, rows: Any, more: Any) -> Any: ...
 
     def draft(self, anchor: int, rows: Any, start: int, k: int, params: SamplingParams,
-              should_stop: Callable[[], bool] | None = None): ...
+              should_stop: Callable[[], bool] | None = None, runner_up: bool = False):
+        """(ids, p, probs, ids array), and with `runner_up` each position's runner-up (token, p)
+        too: a block whose class says `runner_ups = True`."""
 
 
 class DFlashDrafter(Drafter):
@@ -116,6 +118,24 @@ class DFlashDrafter(Drafter):
 
     def propose(self, committed: Sequence[int], k: int, params: SamplingParams,
                 should_stop: Callable[[], bool] | None = None) -> Proposal:
+        return self._propose(committed, k, params, should_stop)
+
+    def propose_tree(self, committed: Sequence[int], k: int, width: int, params: SamplingParams,
+                     should_stop: Callable[[], bool] | None = None) -> Proposal:
+        """The block as the trunk, and beside each draft it was unsure of, that position's runner-up
+        as a leaf (drafters.runner_up_tree). One token deep, as issue 48 has it: a block position
+        is drafted from the anchor and the mask alone, never from the tokens before it in the
+        block, so nothing below an alternative was drafted for it."""
+        if not self.drafts_trees:
+            return self.propose(committed, k, params, should_stop)
+        return self._propose(committed, k, params, should_stop, width)
+
+    @property
+    def drafts_trees(self) -> bool:
+        return getattr(self.block, "runner_ups", False)
+
+    def _propose(self, committed: Sequence[int], k: int, params: SamplingParams,
+                 should_stop: Callable[[], bool] | None, width: int = 1) -> Proposal:
         started = time.perf_counter()
         anchor = len(committed) - 1  # the last committed token: the target has not read it yet
         unread = 0 if self._rows is None else self._rows.shape[0]
@@ -123,10 +143,17 @@ class DFlashDrafter(Drafter):
             # no context for the positions before the anchor: nothing to draft from (the engine
             # then takes a plain step, whose pass hands the state over)
             return Proposal((), (), seconds=time.perf_counter() - started)
-        ids, p, probs, ids_array = self.block.draft(committed[-1], self._rows, self._next, k, params, should_stop)
+        tree, branches, tree_p = None, 1, ()
+        if width > 1:
+            ids, p, probs, ids_array, (second, second_p) = self.block.draft(
+                committed[-1], self._rows, self._next, k, params, should_stop, runner_up=True)
+            tree, branches, tree_p = runner_up_tree(ids, p, second, second_p, width)
+        else:
+            ids, p, probs, ids_array = self.block.draft(committed[-1], self._rows, self._next, k, params, should_stop)
         self._read.extend(committed[self._next : anchor])
         self._rows = None
-        return Proposal(ids, p, probs, ids_array, time.perf_counter() - started, "dflash", unread)
+        return Proposal(ids, p, probs, ids_array, time.perf_counter() - started, "dflash", unread,
+                        tree=tree, branches=branches, tree_p=tree_p)
 
 
 def load_dflash_drafter(target: ModelBackend, head) -> DFlashDrafter:

@@ -103,6 +103,8 @@ class TorchDFlashBlock(CachedHead):
     """The drafter with its KV cache of context features (one entry per committed position it has
     read; a block's own entries go after each pass), drafting a block per call."""
 
+    runner_ups = True  # its draft names each position's runner-up (DFlashDrafter.propose_tree)
+
     def __init__(self, target: TorchBackend, head: DFlashHead):
         text_model = getattr(target.model, "model", None)
         if text_model is None or not hasattr(text_model, "embed_tokens"):
@@ -171,19 +173,19 @@ class TorchDFlashBlock(CachedHead):
 
     @torch.inference_mode()
     def draft(self, anchor: int, rows: torch.Tensor | None, start: int, k: int, params: SamplingParams,
-              should_stop: Callable[[], bool] | None = None):
+              should_stop: Callable[[], bool] | None = None, runner_up: bool = False):
         """One block after `anchor`: up to k drafts (at most block_size - 1), each picked from its
         own position's distribution (the draft never conditions on its own picks, so each row is
-        the distribution its token came from, as the Leviathan/Chen rule needs)."""
+        the distribution its token came from, as the Leviathan/Chen rule needs). With `runner_up`
+        each position's most likely other token too (a tree's one-token leaves)."""
         n = min(k, self.spec.block_size - 1)
         if self.graph_mode:
             logits = self._block_logits(anchor, rows, start)[:n]
         else:
             logits = self._logits(self.block(anchor, rows, start)[1 : 1 + n])
-        steps = DraftSteps(params, self._generator)
-        if n <= 0 or (should_stop is not None and should_stop()):
-            return steps.result()
-        for row in logits:
-            steps.pick(row)
-        return steps.result()
+        steps = DraftSteps(params, self._generator, runner_up)
+        if n > 0 and not (should_stop is not None and should_stop()):
+            for row in logits:
+                steps.pick(row)
+        return (*steps.result(), steps.runner_ups()) if runner_up else steps.result()
 

@@ -30,7 +30,7 @@ import time
 def trim_only_rollback():
     """The rollback as it was before the cache protocol: trims, no checkpoints."""
     from app.engine import drafters, speculative
-    from app.engine.speculative import Verified
+    from app.engine.verified import Verified
 
     def verify_round(target, committed, proposal, params, want_state=False):
         base = target.cache_len

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from app.engine.drafters import PromptLookupDrafter, Proposal
-from app.engine.events import Round
+from app.engine.events import Finished, Round
 from app.engine.lookup import LookupIndex
 from app.engine.sampling import SamplingParams
 from app.engine.speculative import generate
@@ -62,7 +62,8 @@ def test_the_chooser_prices_a_tree_with_the_measured_pass_and_what_trees_won():
     assert chooser.use_tree(costs, 4, 12)
     expected = costs.expected_tokens(4)
     priced = (expected + chooser.extra) / 0.018 / (expected / 0.010)
-    assert priced > 1 + MARGIN and "trees verified" in chooser.summary()
+    assert priced > 1 + MARGIN
+    assert chooser.trees == TRIES + 20 and chooser.declined == PROBE - 1  # verified and recorded; declined
     assert TreeChooser("on").use_tree(costs, 4, 12) and not TreeChooser("off").use_tree(costs, 4, 12)
     with pytest.raises(ValueError, match="auto, on, off"):
         TreeChooser("sometimes")
@@ -114,6 +115,20 @@ def test_a_round_takes_the_second_branch_where_the_first_is_wrong(target):
     assert round_.accepted == 3 and round_.drafted[:3] == right and round_.emitted == (*right, alone[8])
     assert len(round_.tree) == 7  # 4 + 3 nodes: the branches share no prefix
     assert target.cache_len == len(PROMPT) + len(alone) - 1  # every committed token but the pending one
+
+
+def test_the_answers_stats_count_the_trees_and_what_they_won_beyond_their_chains(target):
+    alone, _ = _answer(target)
+    at = len(PROMPT) + 5
+    drafter = ScriptedTree(at, tuple(alone[5:8]), ((alone[5] + 1) % 64, 1, 2, 3))
+    stats = [e for e in generate(target, lambda ids: "", PROMPT, drafter=drafter, max_tokens=24, params=GREEDY,
+                                 trees="on") if isinstance(e, Finished)][0].stats
+    # one tree: its chain's first draft was wrong, the second branch gave three drafts
+    assert (stats.trees, stats.tree_gain, stats.trees_declined) == (1, 3, 0)
+    assert "1 trees verified (+3 tokens beyond their chains)" in stats.summary()
+    chains = [e for e in generate(target, lambda ids: "", PROMPT, drafter=drafter, max_tokens=24, params=GREEDY,
+                                  trees="off") if isinstance(e, Finished)][0].stats
+    assert chains.trees == 0 and "trees" not in chains.summary()
 
 
 def test_trees_off_or_a_target_without_them_verify_chains(target, monkeypatch):

@@ -65,6 +65,12 @@ class GenerationStats:
     reused_tokens: int = 0
     rollback_s: float = 0.0  # both caches' checkpoints and rewinds, all rounds (Round.rollback_s)
     replayed: int = 0  # committed tokens passes read again after recurrent state went back
+    # trees of drafts (app/engine/tree_choice.py): rounds that verified one, trees the chooser
+    # priced slower than their chain and declined, and the tokens tree rounds emitted beyond what
+    # their chains would have
+    trees: int = 0
+    trees_declined: int = 0
+    tree_gain: int = 0
 
     @classmethod
     def nothing_written(cls, prompt_tokens: int = 0, prefill_s: float = 0.0) -> GenerationStats:
@@ -93,6 +99,9 @@ class GenerationStats:
             line += f", {self.rounds} target passes ({self.tokens_per_round:.2f} tokens/pass)"
         if self.drafted:
             line += f", acceptance {self.acceptance_rate:.0%} ({self.accepted}/{self.drafted})"
+        if self.trees or self.trees_declined:
+            line += (f", {self.trees} trees verified ({self.tree_gain:+d} tokens beyond their chains)"
+                     f"{f', {self.trees_declined} declined' if self.trees_declined else ''}")
         return line + f", finish: {self.finish_reason}"
 
 

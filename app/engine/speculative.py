@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from app.engine.adaptive import MAX_DRAFT, DraftLengthController, NominalCosts
-from app.engine.backends.base import ModelBackend, Verdict
+from app.engine.backends.base import ModelBackend
 from app.engine.drafters import Drafter, Proposal, TargetState
 from app.engine.events import (EmptyPromptError, Finished, GenerationStats, Notice, PrefillProgress,
                                PromptTooLongError, Round)
@@ -26,8 +26,9 @@ from app.engine.output import AnswerStream
 from app.engine.prefill import chunk_count, chunks, prefill_steps, split_last
 from app.engine.reuse import remember, start_cache
 from app.engine.sampling import SamplingParams
-from app.engine.tree import ROOT
 from app.engine.tree_choice import WIDTH, TreeChooser
+from app.engine.tree_round import tree_fits, verify_tree_round
+from app.engine.verified import Verified
 
 NO_PROPOSAL = Proposal((), ())
 
@@ -99,23 +100,6 @@ def cut_proposal(proposal: Proposal, n: int) -> Proposal:
                    ids_array=None if proposal.ids_array is None else proposal.ids_array[:n])
 
 
-@dataclass(frozen=True)
-class Verified:
-    verdict: Verdict
-    seconds: float  # the target's pass and the decision
-    # the target's checkpoint before the pass and rewind after it, and the drafter's own rollback
-    # (a draft model's trim, or its restore and replay), replays included
-    rollback_s: float
-    # tokens read again to rebuild recurrent state after a rollback (0 on attention-only caches):
-    # passed through the whole model again, or, with layer replay (PyTorch), the tokens whose
-    # recurrent state the recurrent layers alone recomputed from the inputs they recorded
-    replayed: int
-    state: TargetState | None = None  # the committed positions' hidden states, when asked for
-    # a tree's round: (the chain's drafts, how many of them the walked path took): what adaptive k
-    # learns from it, with the pass's time at its own width (every node's)
-    chain: tuple[int, int] | None = None
-
-
 def verify_round(target: ModelBackend, committed: Sequence[int], proposal: Proposal,
                  params: SamplingParams, want_state: bool = False) -> Verified:
     """One target pass over what its cache lacks of `committed` (the pending token) and the
@@ -147,45 +131,6 @@ def verify_round(target: ModelBackend, committed: Sequence[int], proposal: Propo
     return Verified(verdict, rewind_start - passed, (passed - start) + (end - rewind_start), replayed, state)
 
 
-def verify_tree_round(target: ModelBackend, committed: Sequence[int], proposal: Proposal,
-                      params: SamplingParams, want_state: bool = False) -> tuple[Proposal, Verified]:
-    """One target pass over the pending token and the tree of `proposal` (app/engine/tree.py):
-    the cache keeps the committed tokens and the walked path, in order, and so do the hidden
-    states handed over with `want_state`. Returns the proposal as the round shows it, a chain:
-    the walked path, then the drafter's first guess where the walk stopped (the rejected draft);
-    its `tree` stays for the panel and the trace."""
-    start = time.perf_counter()
-    mark = target.checkpoint()
-    catch_up = list(committed[mark.length:])
-    tree = proposal.tree
-    try:
-        verdict = target.verify_tree(catch_up, tree, params)
-    except BaseException:  # the pass may have left every node in the cache
-        target.rewind(mark, mark.length)
-        raise
-    seconds = time.perf_counter() - start
-    kept = len(catch_up) + len(verdict.path)
-    if target.cache_len != mark.length + kept:  # never decode on after rejected drafts: say so loudly
-        raise RuntimeError(f"after a tree's verdict the target's cache holds {target.cache_len - mark.length} "
-                           f"new positions, not the {kept} kept")
-    first = tree.first_child(verdict.path[-1] if verdict.path else ROOT)
-    nodes = (*verdict.path, *(() if first is None else (first,)))
-    ids = tuple(tree.tokens[n] for n in nodes)
-    chain = len(proposal.ids)  # the first path, nodes 0.. in the trie's order
-    on_chain = next((i for i, node in enumerate(verdict.path) if node != i), len(verdict.path))
-    p = tuple(proposal.tree_p[n] for n in nodes) if len(proposal.tree_p) == len(tree) else (1.0,) * len(ids)
-    shown = replace(proposal, ids=ids, p=p, probs=None, ids_array=None)
-    taken = Verdict(len(verdict.path), verdict.token, verdict.q)
-    state = TargetState(target.last_hidden()[:kept], mark.length, target) if want_state else None
-    return shown, Verified(taken, seconds, 0.0, 0, state, chain=(chain, on_chain))
-
-
-def _tree_fits(tree, stop_ids: frozenset[int], vocab_limit: int) -> bool:
-    """Whether a tree can be verified as it is: no node past the answer's end (a stop token) nor
-    outside the target's vocabulary (else its chain alone is, cut as a chain is cut)."""
-    return all(0 <= t < vocab_limit and t not in stop_ids for t in tree.tokens)
-
-
 def speculative_round(target: ModelBackend, drafter: Drafter, committed: list[int], k: int,
                       params: SamplingParams, stop_ids: frozenset[int] = frozenset(),
                       should_stop: Callable[[], bool] = lambda: False, trees: TreeChooser | None = None,
@@ -199,7 +144,7 @@ def speculative_round(target: ModelBackend, drafter: Drafter, committed: list[in
         if trees is not None:
             proposal = drafter.propose_tree(committed, k, WIDTH, params, should_stop)
             fits = proposal.tree is not None and len(committed) + len(proposal.tree) <= target.context_length
-            if proposal.tree is not None and not (fits and _tree_fits(proposal.tree, stop_ids, target.vocab_limit)
+            if proposal.tree is not None and not (fits and tree_fits(proposal.tree, stop_ids, target.vocab_limit)
                                                   and trees.use_tree(costs, len(proposal.ids), len(proposal.tree))):
                 proposal = replace(proposal, tree=None)
         else:
@@ -336,7 +281,7 @@ def _generate(
     kept, text = answer.take((first,))
     yield Round(index=0, drafted=(), accepted=0, emitted=kept, text=text, verify_s=prefill_s)
 
-    rounds = decode_tokens = replayed_total = 0
+    rounds = decode_tokens = replayed_total = tree_gain = 0
     rollback_total = 0.0
     noted = getattr(drafter, "graph_note", "")  # why a draft head runs without CUDA graphs, once said
     # Throughput is wall clock, not the sum of model calls: the loop's own overhead (and the
@@ -393,6 +338,7 @@ def _generate(
                 control.record_round(n, accepted, *costs, proposal.read)
             if chooser is not None and verified.chain is not None:  # what the alternatives won
                 chooser.record(accepted - verified.chain[1])
+                tree_gain += accepted - verified.chain[1]
         elif should_stop():  # Stop pressed while drafting: nothing was verified
             answer.finish = "cancelled"
             break
@@ -439,5 +385,7 @@ def _generate(
         accepted_by_position=tuple(accepted_at), drafted_by_position=tuple(drafted_at),
         reached_by_position=tuple(reached_at), reused_tokens=reused,
         rollback_s=rollback_total, replayed=replayed_total,
+        trees=chooser.trees if chooser is not None else 0,
+        trees_declined=chooser.declined if chooser is not None else 0, tree_gain=tree_gain,
     )
     yield Finished(stats=stats, text=answer.text)

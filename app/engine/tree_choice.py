@@ -63,11 +63,11 @@ class TreeChooser:
         expected = costs.expected_tokens(chain)
         if (expected + self.extra) / (draft + tree_v) > (1 + MARGIN) * expected / (draft + chain_v):
             return True
-        self.declined += 1
         self._since_probe += 1
-        if self._since_probe >= PROBE:
+        if self._since_probe >= PROBE:  # verified anyway, to measure: not declined
             self._since_probe = 0
             return True
+        self.declined += 1
         return False
 
     def record(self, extra: int) -> None:

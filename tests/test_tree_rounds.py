@@ -125,7 +125,7 @@ def test_the_answers_stats_count_the_trees_and_what_they_won_beyond_their_chains
                                  trees="on") if isinstance(e, Finished)][0].stats
     # one tree: its chain's first draft was wrong, the second branch gave three drafts
     assert (stats.trees, stats.tree_gain, stats.trees_declined) == (1, 3, 0)
-    assert "1 trees verified (+3 tokens beyond their chains)" in stats.summary()
+    assert "1 tree verified (+3 tokens beyond their chains)" in stats.summary()
     chains = [e for e in generate(target, lambda ids: "", PROMPT, drafter=drafter, max_tokens=24, params=GREEDY,
                                   trees="off") if isinstance(e, Finished)][0].stats
     assert chains.trees == 0 and "trees" not in chains.summary()

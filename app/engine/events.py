@@ -100,7 +100,8 @@ class GenerationStats:
         if self.drafted:
             line += f", acceptance {self.acceptance_rate:.0%} ({self.accepted}/{self.drafted})"
         if self.trees or self.trees_declined:
-            line += (f", {self.trees} trees verified ({self.tree_gain:+d} tokens beyond their chains)"
+            line += (f", {self.trees} tree{'s' if self.trees != 1 else ''} verified "
+                     f"({self.tree_gain:+d} tokens beyond their chains)"
                      f"{f', {self.trees_declined} declined' if self.trees_declined else ''}")
         return line + f", finish: {self.finish_reason}"
 

@@ -48,6 +48,10 @@ def mtp_config(text_config):
     config = copy.deepcopy(text_config)
     config.num_hidden_layers = 1
     config.layer_types = ["full_attention"]
+    if getattr(config, "_attn_implementation", None) is None:
+        # a config read for a GGUF's shell names none: transformers then runs its eager attention
+        # anyway, saying so on stderr at the first draft (in the middle of a CLI's answer)
+        config._attn_implementation = "eager"
     return config
 
 

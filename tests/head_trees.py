@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
+import numpy as np
 
 from app.engine.events import Round
 from app.engine.sampling import SamplingParams
@@ -22,15 +22,26 @@ class TreeRun:
     states: int = 0  # hidden-state rows the head was handed, each checked
 
 
-def check_head_trees(target, fresh, drafter, prompts, max_tokens: int = 24, k: int = 4) -> TreeRun:
-    handed: list[tuple[int, torch.Tensor]] = []
-    take = drafter._take
+def _rows(x) -> np.ndarray:
+    """A backend's rows of states (torch or MLX) as float32 numbers."""
+    if hasattr(x, "detach"):
+        return x.detach().float().cpu().numpy().copy()
+    import mlx.core as mx
+
+    return np.array(x.astype(mx.float32))
+
+
+def check_head_trees(target, fresh, drafter, prompts, max_tokens: int = 24, k: int = 4, reader=None) -> TreeRun:
+    """`reader`: the drafter that reads the states, where `drafter` holds it beside prompt lookup."""
+    reader = reader or drafter
+    handed: list[tuple[int, np.ndarray]] = []
+    take = reader._take
 
     def recording(committed, state):
-        handed.append((state.start, state.hidden.detach().clone()))
+        handed.append((state.start, _rows(state.hidden)))
         take(committed, state)
 
-    drafter._take = recording
+    reader._take = recording
     run = TreeRun()
     try:
         for prompt in prompts:
@@ -56,14 +67,13 @@ def check_head_trees(target, fresh, drafter, prompts, max_tokens: int = 24, k: i
             try:
                 fresh.reset()
                 fresh.prefill([*prompt, *tokens[:-1]])
-                whole = fresh.last_hidden().detach().clone()
+                whole = _rows(fresh.last_hidden())
             finally:
                 fresh.capture_hidden(False)
                 fresh.reset()
             for start, rows in handed:
-                torch.testing.assert_close(rows.float(), whole[start:start + rows.shape[0]].float(),
-                                           atol=2e-4, rtol=2e-4)
+                np.testing.assert_allclose(rows, whole[start:start + rows.shape[0]], atol=2e-4, rtol=2e-4)
                 run.states += rows.shape[0]
     finally:
-        del drafter._take
+        del reader._take
     return run

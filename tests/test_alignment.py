@@ -479,3 +479,37 @@ def test_an_aligned_heads_trees_keep_the_answer_and_hand_it_the_kept_paths_state
     assert drafter.drafts_trees and target.tree_note() == ""
     run = check_head_trees(target, load_backend(tiny_pair["target"], "torch"), drafter, prompts)
     assert run.trees >= 4 and run.off_chain >= 1 and run.states > 40, run
+
+
+def test_an_mlx_target_hands_the_head_the_states_of_a_lookup_trees_kept_path(head, tiny_pair, prompts):
+    """On MLX, beside prompt lookup, a lookup round's tree (first branch wrong, second right) is
+    verified, and the head then reads the states of the branch taken (tests/head_trees.py)."""
+    pytest.importorskip("mlx_lm")
+    from app.engine.drafters import LookupThenModelDrafter
+    from tests.head_trees import check_head_trees
+    from tests.test_tree_rounds import ScriptedLookup
+
+    target, fresh = load_backend(tiny_pair["target"], "mlx"), load_backend(tiny_pair["target"], "mlx")
+    assert target.tree_note() == ""
+    prompt = prompts[0]
+    alone, _ = _run(fresh, prompt)
+    head_drafter = load_head_drafter(target, head[0].folder)
+
+    class FirstChance(ScriptedLookup):  # the first round from 5 tokens into the answer on, whatever k took before
+        def propose(self, committed, k, params, should_stop=None):
+            if self.at is not None and len(committed) >= self.at:
+                pos = len(committed) - len(prompt)  # the answer's index of the token to draft first
+                self.at, self.right = len(committed), tuple(alone[pos:pos + 3])
+                self.wrong = ((self.right[0] + 1) % 1024, 1, 2, 3)
+            return super().propose(committed, k, params, should_stop)
+
+        def propose_tree(self, committed, k, width, params, should_stop=None):
+            proposal = super().propose_tree(committed, k, width, params, should_stop)
+            if proposal.tree is not None:
+                self.at = None  # once
+            return proposal
+
+    lookup = FirstChance(len(prompt) + 5, (), ())
+    drafter = LookupThenModelDrafter(head_drafter, lookup, min_tokens=2)
+    run = check_head_trees(target, fresh, drafter, [prompt], reader=head_drafter)
+    assert run.trees == 1 and run.off_chain == 1 and run.states > 20, run

@@ -84,6 +84,15 @@ class ScriptedTree(PromptLookupDrafter):
         return Proposal(self.wrong, (1.0,) * len(self.wrong), source="lookup", tree=tree, branches=2)
 
 
+class ScriptedLookup(ScriptedTree):
+    """Beside a model (LookupThenModelDrafter), lookup finds its (wrong) chain at `at` only."""
+
+    def propose(self, committed, k, params, should_stop=None):
+        found = len(committed) == self.at
+        return Proposal(self.wrong[:k] if found else (), (1.0,) * (min(k, len(self.wrong)) if found else 0),
+                        source="lookup")
+
+
 def _answer(target, drafter=None, n=24, params=GREEDY, trees="on"):
     events = [e for e in generate(target, lambda ids: "", PROMPT, drafter=drafter, max_tokens=n, params=params,
                                   trees=trees) if isinstance(e, Round)]
@@ -229,12 +238,6 @@ def test_a_draft_model_with_lookup_verifies_lookups_trees_on_its_lookup_rounds(t
     own), and the model's cache, which lags through lookup rounds, keeps drafting right."""
     from app.engine.backends import load_backend
     from app.engine.drafters import LookupThenModelDrafter, ModelDrafter
-
-    class ScriptedLookup(ScriptedTree):  # lookup finds its (wrong) chain at `at` only
-        def propose(self, committed, k, params, should_stop=None):
-            found = len(committed) == self.at
-            return Proposal(self.wrong[:k] if found else (), (1.0,) * (min(k, len(self.wrong)) if found else 0),
-                            source="lookup")
 
     alone, _ = _answer(target, n=40)
     at = len(PROMPT) + 5

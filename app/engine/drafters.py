@@ -202,7 +202,7 @@ class ModelDrafter(Drafter):
 
     @property
     def drafts_trees(self) -> bool:
-        return self.backend.name == "torch"  # its runner-up tokens (verdict_torch.DraftSteps)
+        return self.backend.name in ("torch", "mlx")  # its runner-up tokens (each backend's DraftSteps)
 
     def room(self, committed: Sequence[int]) -> int | None:
         # A draft of k appends the catch-up and k - 1 drafts to the draft's own cache.

@@ -44,9 +44,11 @@ class DraftSteps:
     transformed distribution, whose row goes to the Leviathan/Chen rule; `next_key` draws the
     drafter's own random keys. `result()` is what ModelBackend.draft returns, one transfer."""
 
-    def __init__(self, params: SamplingParams, next_key: Callable[[], mx.array]):
+    def __init__(self, params: SamplingParams, next_key: Callable[[], mx.array], runner_up: bool = False):
         self.params, self.next_key = params, next_key
         self.tokens, self.p_of, self.rows = [], [], []
+        # with `runner_up`: each step's most likely other token (a tree's alternative, tree.py)
+        self.second: list[mx.array] | None = [] if runner_up else None
 
     def pick(self, logits: mx.array) -> mx.array:
         """The token after `logits` (V,), as a 0-d array."""
@@ -60,7 +62,20 @@ class DraftSteps:
             self.rows.append(probs)
         self.tokens.append(token)
         self.p_of.append(p)
+        if self.second is not None:  # the best of the rest: the top two, less the token taken
+            top = mx.argpartition(-logits, 1)[:2]
+            top = mx.where(logits[top[0]] >= logits[top[1]], top, top[::-1])  # (argpartition leaves them unordered)
+            other = mx.where(top[0] == token, top[1], top[0])
+            dist = mx.softmax(logits) if self.params.greedy else self.rows[-1]
+            self.second.append(mx.stack([other.astype(mx.float32), dist[other].astype(mx.float32)]))
         return token
+
+    def runner_ups(self) -> tuple[tuple[int, ...], tuple[float, ...]]:
+        """Each step's most likely other token and its probability (as `p` is the taken one's)."""
+        if not self.second:
+            return (), ()
+        pairs = mx.stack(self.second).tolist()
+        return tuple(int(t) for t, _ in pairs), tuple(q for _, q in pairs)
 
     def result(self):
         if not self.tokens:
@@ -244,6 +259,31 @@ class MLXBackend(ModelBackend):
     def join_hidden(self, parts: list) -> mx.array:
         return mx.concatenate(parts)
 
+    def keep_hidden_rows(self, rows: Sequence[int]) -> None:
+        """After a tree's verdict: the kept states are those of the pass's `rows`, in that order."""
+        inner = self._text_model()
+        norm = getattr(inner, "norm", None)
+        if not isinstance(norm, _KeepsOutput) or norm.last is None:
+            return
+        taken = mx.array(list(rows), dtype=mx.int32)
+        norm.last = mx.take(norm.last, taken, axis=1)
+        norm.entered = mx.take(norm.entered, taken, axis=1)
+        for block in inner.layers:
+            if isinstance(block, _KeepsInput) and block.last is not None:
+                block.last = mx.take(block.last, taken, axis=1)
+
+    def tree_note(self) -> str:
+        from app.engine.backends.tree_mlx import why_not
+
+        return why_not(self)
+
+    def verify_tree(self, ids: Sequence[int], tree, params: SamplingParams):
+        """The target's verdict on a token tree, its cache keeping `ids` and the accepted path
+        (tree_mlx.py)."""
+        from app.engine.backends.tree_mlx import verify_tree
+
+        return verify_tree(self, ids, tree, params)
+
     def _forward(self, ids: mx.array) -> mx.array:
         """Append ids (1, n) to the cache; logits of every new position (n, V') float32."""
         logits = self.model(ids, cache=self.cache.layers)
@@ -276,9 +316,11 @@ class MLXBackend(ModelBackend):
         return int(mx.random.categorical(mx.log(probs_from_logits(logits, params)), key=self._next_key()).item())
 
     def draft(self, ids: Sequence[int], k: int, params: SamplingParams,
-              should_stop: Callable[[], bool] | None = None):
+              should_stop: Callable[[], bool] | None = None, runner_up: bool = False):
+        """k drafts after `ids`: (ids, p, probs, ids array), and with `runner_up` each step's most
+        likely other token too (a tree's alternatives)."""
         x = mx.array([list(ids)])
-        steps = DraftSteps(params, self._next_key)
+        steps = DraftSteps(params, self._next_key, runner_up)
         for i in range(k):
             if should_stop is not None and should_stop():  # Stop is honoured between draft steps
                 break
@@ -286,7 +328,7 @@ class MLXBackend(ModelBackend):
             if i < k - 1:
                 x = token.reshape(1, 1)
                 mx.async_eval(x)  # keep the lazy graph short; no sync to Python
-        return steps.result()
+        return (*steps.result(), steps.runner_ups()) if runner_up else steps.result()
 
     def verify(self, ids: Sequence[int], proposal, params: SamplingParams) -> Verdict:
         k = len(proposal.ids)

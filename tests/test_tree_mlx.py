@@ -1,9 +1,9 @@
 """A token tree verified in one pass of an mlx-lm model (app/engine/backends/tree_mlx.py), on
-MLX's CPU build: each node's logits are a one-token step's along its path (tiny Llama and Qwen3
-models, whose RoPE and mask are stood in for), the cache after a verdict continues as a fresh
-prefill of the kept path would, the states a drafter reads are the kept path's, the engine's tree
-rounds write the target alone at temperature 0, and a model the stand-ins do not cover (or a
-sliding window) says it verifies chains."""
+MLX's CPU build: each node's logits are a one-token step's along its path (tiny Llama, Qwen2 and
+Qwen3 models, whose RoPE and mask are stood in for), the cache after a verdict continues as a
+fresh prefill of the kept path would, the states a drafter reads are the kept path's, the engine's
+tree rounds write the target alone at temperature 0, MLX draft models name their runner-ups, and
+a model the stand-ins do not cover (or a sliding window) says it verifies chains."""
 
 from __future__ import annotations
 
@@ -38,9 +38,27 @@ def qwen3_folder(tmp_path_factory, tiny_pair):
     return folder
 
 
-@pytest.fixture(scope="module", params=["llama", "qwen3"])
-def target(request, tiny_pair, qwen3_folder):
-    folder = tiny_pair["target_mlx"] if request.param == "llama" else qwen3_folder
+@pytest.fixture(scope="module")
+def qwen2_folder(tmp_path_factory, tiny_pair):
+    """A tiny Qwen2 (biases on q, k and v) from transformers' own classes, random weights."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(9)
+    config = Qwen2Config(vocab_size=1024, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                         tie_word_embeddings=True, bos_token_id=1, eos_token_id=2)
+    folder = tmp_path_factory.mktemp("qwen2_mlx") / "qwen2"
+    Qwen2ForCausalLM(config).eval().save_pretrained(folder)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        if (tiny_pair["target"] / name).exists():
+            shutil.copy(tiny_pair["target"] / name, folder / name)
+    return folder
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen2", "qwen3"])
+def target(request, tiny_pair, qwen2_folder, qwen3_folder):
+    folder = {"llama": tiny_pair["target_mlx"], "qwen2": qwen2_folder, "qwen3": qwen3_folder}[request.param]
     backend = load_backend(folder, "mlx", precision="float32")
     assert backend.tree_note() == "", backend.tree_note()
     return backend

@@ -15,10 +15,10 @@ Keys and values are written in the pass's order; after the verdict the accepted 
 into place behind the pending tokens and the rest dropped, in every layer's KVCache, and so are
 the hidden states a drafter reads (`capture_hidden`).
 
-Families covered (their model calls `create_attention_mask(h, cache[0])` from its own module and
-each attention layer `self.rope(x, offset=cache.offset)`; tested: llama, qwen3): FAMILIES. Any
-other family, a sliding window (RotatingKVCache), a quantized KV cache or recurrent layers verify
-chains, and `tree_note` says which.
+Families covered, FAMILIES: their model calls `create_attention_mask(h, cache[0])` from its own
+module and each attention layer `self.rope(x, offset=cache.offset)`; each is tested with a tiny
+model (tests/test_tree_mlx.py). Any other family, a sliding window (RotatingKVCache), a quantized
+KV cache or recurrent layers verify chains, and `tree_note` says which.
 """
 
 from __future__ import annotations

@@ -231,13 +231,20 @@ def test_models_info_says_how_passes_run(tiny_pair, capsys):
     from app.cli import main
 
     assert main(["models", "info", str(tiny_pair["target"])]) == 0
-    assert "passes on PyTorch: the lean step" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "passes on PyTorch: the lean step" in out and "trees of drafts verified on the CPU" in out
     from types import SimpleNamespace
 
     from app.engine.backends.lean_step_torch import passes_words
 
-    words = passes_words(SimpleNamespace(model_type="qwen3_5"))
+    # a hybrid (Qwen3.5: Gated DeltaNet in three layers of four) verifies chains, and says why
+    hybrid = SimpleNamespace(model_type="qwen3_5", text_config=SimpleNamespace(
+        layer_types=["linear_attention", "linear_attention", "linear_attention", "full_attention"]))
+    words = passes_words(hybrid)
     assert words.startswith("passes on PyTorch: transformers' forward (") and "not qwen3_5" in words
+    assert "chains, not trees: its recurrent layers read a pass in order" in words
+    assert "drafts verified as chains (trees are verified on the lean step)" in passes_words(
+        SimpleNamespace(model_type="gemma3"))
 
 
 def test_graphs_off_reaches_the_target_and_its_draft(tiny_pair):

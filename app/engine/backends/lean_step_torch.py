@@ -80,14 +80,31 @@ def why_not_lean(model: torch.nn.Module) -> str:
     return ""
 
 
-def passes_words(config) -> str:
-    """How PyTorch will run a model's passes, for `models info`."""
-    reason = why_not_lean_config(config)
+RECURRENT_LAYERS = ("linear_attention", "mamba", "conv")  # layer types that carry a state along the sequence
+
+
+def tree_words(config, reason: str) -> str:
+    """Whether the target verifies trees of drafts (docs/trees.md), from its config and why the
+    lean step does not run it ("" where it does)."""
+    text = getattr(config, "text_config", None) or config
+    types = getattr(text, "layer_types", None) or ()
+    if any(any(kind in str(t) for kind in RECURRENT_LAYERS) for t in types):
+        return ("drafts verified as chains, not trees: its recurrent layers read a pass in order, so a tree's "
+                "siblings would corrupt each other's state")
     if reason:
-        return f"passes on PyTorch: transformers' forward ({reason})"
+        return "drafts verified as chains (trees are verified on the lean step)"
+    return "trees of drafts verified on the CPU; chains on an NVIDIA GPU (CUDA graphs do not take trees yet)"
+
+
+def passes_words(config) -> str:
+    """How PyTorch will run a model's passes, and whether it verifies trees, for `models info`."""
+    reason = why_not_lean_config(config)
+    trees = tree_words(config, reason)
+    if reason:
+        return f"passes on PyTorch: transformers' forward ({reason}); {trees}"
     return ("passes on PyTorch: the lean step, replayed as CUDA graphs on an NVIDIA GPU; on the CPU, a GGUF "
             "whose projections are all on Tandem's kernel (every common type) runs its decoder layers as one "
-            "compiled call (docs/performance.md)")
+            f"compiled call (docs/performance.md); {trees}")
 
 
 def passes_line(path) -> str:

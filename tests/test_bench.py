@@ -108,8 +108,10 @@ def test_quick_bench_on_mlx_with_mlx_lm_anchors(tiny_pair, tmp_path):
                           "--draft", str(tiny_pair["near_mlx"]), "--backend", "mlx", "--ks", "4")
     assert code == 0
     methods = {m["name"]: m for m in report["methods"]}
+    # an MLX Llama verifies trees (tree_mlx.py): the chains and trees rows run beside adaptive's
     assert set(methods) == {"target alone", "mlx-lm plain", "mlx-lm speculative", "tandem adaptive",
-                            "tandem adaptive, model only", "tandem adaptive, prompt lookup only", "tandem k=4"}
+                            "tandem adaptive, model only", "tandem adaptive, prompt lookup only", "tandem k=4",
+                            "tandem adaptive, chains", "tandem adaptive, trees"}
     assert report["exactness"]["exact"]
     assert 0 < methods["mlx-lm speculative"]["acceptance"] <= 1
     assert methods["tandem k=4"]["anchor"] == "mlx-lm speculative"

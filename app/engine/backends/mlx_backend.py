@@ -15,27 +15,9 @@ from mlx_lm.utils import load_model
 
 from app.engine.backends.base import ModelBackend, Verdict, check_choice, check_layers, entropy_seed
 from app.engine.backends.mlx_cache import MLXCache
+from app.engine.backends.sampling_mlx import probs_from_logits
 from app.engine.sampling import SamplingParams
 from app.models.folder import check_model_folder, context_length_of
-
-
-def probs_from_logits(logits: mx.array, params: SamplingParams) -> mx.array:
-    """Temperature, then top-k, then top-p, over the last axis. (..., V) float32."""
-    logits = logits.astype(mx.float32) / params.temperature
-    vocab = logits.shape[-1]
-    if params.top_k and params.top_k < vocab:
-        kth = mx.sort(logits, axis=-1)[..., vocab - params.top_k : vocab - params.top_k + 1]
-        logits = mx.where(logits < kth, -mx.inf, logits)
-    probs = mx.softmax(logits, axis=-1)
-    if params.top_p < 1.0:
-        order = mx.argsort(-probs, axis=-1)
-        sorted_probs = mx.take_along_axis(probs, order, axis=-1)
-        drop = (mx.cumsum(sorted_probs, axis=-1) - sorted_probs) >= params.top_p
-        drop[..., 0] = False  # the likeliest token always stays (a top-p of 1e-300 rounds to 0)
-        sorted_probs = mx.where(drop, 0.0, sorted_probs)
-        probs = mx.put_along_axis(mx.zeros_like(probs), order, sorted_probs, axis=-1)
-        probs = probs / probs.sum(axis=-1, keepdims=True)
-    return probs
 
 
 class DraftSteps:

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 
 import mlx.core as mx
 
+from app.engine.backends.sampling_mlx import probs_from_logits
 from app.engine.sampling import SamplingParams
 from app.engine.tree import ROOT, TokenTree, TreeVerdict, walk
 
@@ -143,8 +144,6 @@ def keep_path(backend, pending: int, path: Sequence[int], length_before: int) ->
 def verify_tree(backend, ids: Sequence[int], tree: TokenTree, params: SamplingParams) -> TreeVerdict:
     """The walk of app/engine/tree.py over one pass (children taken as deterministic: exact for
     any tree), as tree_torch.verify_tree."""
-    from app.engine.backends.mlx_backend import probs_from_logits
-
     before = backend.cache.length
     logits = tree_logits(backend, ids, tree)
     pending = len(ids)

@@ -144,7 +144,7 @@ def test_an_aligned_head_drafts_and_speculation_stays_exact_at_every_k(head, tin
             seen = vocab | set(prompt)  # the head drafts from its vocabulary and the conversation's tokens alone
             for e in events:
                 if isinstance(e, Round):
-                    assert e.source != "mtp" or set(e.drafted) <= seen, k
+                    assert e.source != "head" or set(e.drafted) <= seen, k
                     seen |= set(e.emitted)
             drafted, accepted = drafted + events[-1].stats.drafted, accepted + events[-1].stats.accepted
     assert drafted > 0 and accepted / drafted > 0.2  # the head drafted, and the target took much of it
@@ -229,7 +229,7 @@ def test_the_runner_pairs_an_aligned_head_by_its_choice_or_dropped_as_a_draft_fo
         plain = list(runner.chat(ChatRequest(ask.messages, max_tokens=24, drafter=NO_DRAFT)))
         tokens = [[t for e in events if isinstance(e, Round) for t in e.emitted] for events in (spec, plain)]
         assert tokens[0] == tokens[1]
-        assert "mtp" in {e.source for e in spec if isinstance(e, Round) and e.drafted}  # the head drafted
+        assert "head" in {e.source for e in spec if isinstance(e, Round) and e.drafted}  # the head drafted
 
 
 def test_the_memory_check_counts_the_rows_the_draft_vocabulary_holds(head, tiny_pair):

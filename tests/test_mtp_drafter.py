@@ -234,13 +234,15 @@ def test_the_side_panels_tooltip_names_each_drafter_by_its_source():
     from ui.panel.rounds_view import round_tip
 
     said = {}
-    for source in ("model", "lookup", "mtp", "assistant"):
+    sources = ("model", "lookup", "mtp", "head", "assistant", "eagle3", "dflash")
+    for source in sources:
         chips = (Chip(5, "a", ACCEPTED, 0.9, 0.8),)
         said[source] = round_tip(RoundTrace(3, 2, source, chips, "a", 0, 0.1, 0.01, 0.02))
     assert "drafted by the model's built-in MTP layer" in said["mtp"]
+    assert "drafted by the aligned draft head" in said["head"]  # an aligned head drafts through the MTP drafter
     assert "drafted by the Gemma 4 assistant" in said["assistant"]
     assert "drafted by prompt lookup" in said["lookup"] and "drafted by the draft model" in said["model"]
-    assert len(set(said.values())) == 4
+    assert len(set(said.values())) == len(sources)
 
 
 def test_a_corrupt_weights_header_is_named_not_a_traceback(tmp_path):

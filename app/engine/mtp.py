@@ -202,10 +202,10 @@ def load_head_drafter(target: ModelBackend, folder) -> MTPDrafter:
     if target.name == "torch":
         from app.engine.backends.mtp_torch import TorchMTPHead
 
-        return MTPDrafter(TorchMTPHead(target, weights, vocab), "aligned draft head")
+        return MTPDrafter(TorchMTPHead(target, weights, vocab), "aligned draft head", "head")
     from app.engine.backends.mtp_mlx import MLXMTPHead
 
-    return MTPDrafter(MLXMTPHead(target, weights, aligned=True, vocab=vocab), "aligned draft head")
+    return MTPDrafter(MLXMTPHead(target, weights, aligned=True, vocab=vocab), "aligned draft head", "head")
 
 
 def load_eagle3_drafter(target: ModelBackend, head) -> MTPDrafter:

@@ -186,6 +186,7 @@ def chip_tip(chip: Chip) -> str:
 
 # Each Proposal's source (app/engine/drafters.py and the drafters beside it) in a user's words
 DRAFTED_BY = {"lookup": "prompt lookup", "model": "the draft model", "mtp": "the model's built-in MTP layer",
+              "head": "the aligned draft head",
               "assistant": "the Gemma 4 assistant", "eagle3": "the EAGLE-3 head",
               "dflash": "the DFlash drafter"}
 

@@ -112,25 +112,10 @@ def test_the_kept_path_continues_as_a_prefill_of_it_would_and_hands_over_its_sta
                                atol=1e-4, rtol=1e-4)
 
 
-def _greedy(backend, n):
-    backend.reset()
-    out, ids = [], PROMPT
-    for _ in range(n):
-        out.append(backend.next_token(ids, GREEDY))
-        ids = [out[-1]]
-    backend.reset()
-    return out
-
-
 def test_at_temperature_0_the_verdict_is_the_longest_path_of_the_targets_own_tokens(target):
-    greedy = _greedy(target, 6)
-    wrong = [(t + 1) % 1000 for t in greedy]
-    tree = TokenTree.from_paths([[wrong[0], greedy[1]], greedy[:1] + wrong[1:3], greedy[:3], greedy[:2] + wrong[2:3]])
-    target.reset()
-    target.prefill(PROMPT[:-1])
-    verdict = target.verify_tree([PROMPT[-1]], tree, GREEDY)
-    assert verdict.emitted(tree) == greedy[:4]
-    assert target.next_token([verdict.token], GREEDY) == greedy[4]
+    from tests.test_tree_verify import check_greedy_verdict
+
+    check_greedy_verdict(target)
 
 
 def test_the_engines_tree_rounds_on_mlx_take_the_right_branch_and_write_the_target_alone(tiny_pair):

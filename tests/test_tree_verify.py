@@ -198,7 +198,12 @@ def _greedy(backend, n):
 
 @pytest.mark.parametrize("which", ["target", "compiled_target"])
 def test_at_temperature_0_the_verdict_is_the_longest_path_of_the_targets_own_tokens(which, request):
-    target = request.getfixturevalue(which)
+    check_greedy_verdict(request.getfixturevalue(which))
+
+
+def check_greedy_verdict(target) -> None:
+    """Decoys beside the target's greedy path: the verdict takes the path, and the next round goes
+    on from it as the target alone would (tests/test_tree_mlx.py runs it on MLX)."""
     greedy = _greedy(target, 6)
     wrong = [(t + 1) % 1000 for t in greedy]
     # decoys beside the greedy path: a wrong first token, a right one then wrong, the right three

@@ -121,3 +121,15 @@ def walk(tree: TokenTree, choose: Callable[[int], int]) -> TreeVerdict:
             return TreeVerdict(tuple(path), token)
         path.append(child)
         node = child
+
+
+def shown_nodes(tree: TokenTree, path: Sequence[int]) -> list[int]:
+    """The nodes a round shows: the walked path, then the drafter's first guess where it stopped."""
+    first = tree.first_child(path[-1] if path else ROOT)
+    return [*path, *(() if first is None else (first,))]
+
+
+def parent_rows(tree: TokenTree, nodes: Sequence[int], pending: int) -> list[int]:
+    """For each node, the row of its tree pass whose logits predicted it: its parent's, or for a
+    child of the root the last pending token's."""
+    return [pending - 1 if tree.parents[n] == ROOT else pending + tree.parents[n] for n in nodes]

@@ -13,7 +13,7 @@ from dataclasses import replace
 from app.engine.backends.base import ModelBackend, Verdict
 from app.engine.drafters import Proposal, TargetState
 from app.engine.sampling import SamplingParams
-from app.engine.tree import ROOT
+from app.engine.tree import shown_nodes
 from app.engine.verified import Verified
 
 
@@ -38,8 +38,7 @@ def verify_tree_round(target: ModelBackend, committed: Sequence[int], proposal: 
     if target.cache_len != mark.length + kept:  # never decode on after rejected drafts: say so loudly
         raise RuntimeError(f"after a tree's verdict the target's cache holds {target.cache_len - mark.length} "
                            f"new positions, not the {kept} kept")
-    first = tree.first_child(verdict.path[-1] if verdict.path else ROOT)
-    nodes = (*verdict.path, *(() if first is None else (first,)))
+    nodes = shown_nodes(tree, verdict.path)
     ids = tuple(tree.tokens[n] for n in nodes)
     chain = len(proposal.ids)  # the first path, nodes 0.. in the trie's order
     on_chain = next((i for i, node in enumerate(verdict.path) if node != i), len(verdict.path))

@@ -30,7 +30,7 @@ import mlx.core as mx
 
 from app.engine.backends.sampling_mlx import probs_from_logits
 from app.engine.sampling import SamplingParams
-from app.engine.tree import ROOT, TokenTree, TreeVerdict, walk
+from app.engine.tree import ROOT, TokenTree, TreeVerdict, parent_rows, shown_nodes, walk
 
 FAMILIES = ("llama", "qwen2", "qwen3")  # mlx-lm's model modules whose passes are stood in for as above
 
@@ -158,11 +158,10 @@ def verify_tree(backend, ids: Sequence[int], tree: TokenTree, params: SamplingPa
 
     verdict = walk(tree, choose)
     keep_path(backend, pending, verdict.path, before)
-    first = tree.first_child(verdict.path[-1] if verdict.path else ROOT)
-    shown = [*verdict.path, *(() if first is None else (first,))]
+    shown = shown_nodes(tree, verdict.path)  # the target's q of each token the round shows
     if not shown:
         return verdict
-    rows = mx.array([pending - 1 if tree.parents[n] == ROOT else pending + tree.parents[n] for n in shown])
+    rows = mx.array(parent_rows(tree, shown, pending))
     tokens = mx.array([tree.tokens[n] for n in shown])
     q = mx.take_along_axis(mx.softmax(logits[rows], axis=-1), tokens[:, None], axis=-1)[:, 0]
     return TreeVerdict(verdict.path, verdict.token, tuple(q.tolist()))

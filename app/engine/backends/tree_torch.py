@@ -22,7 +22,7 @@ import torch
 from app.engine.backends.static_kv_torch import StaticKV
 from app.engine.backends.verdict_torch import probs_from_logits
 from app.engine.sampling import SamplingParams
-from app.engine.tree import ROOT, TokenTree, TreeVerdict, walk
+from app.engine.tree import ROOT, TokenTree, TreeVerdict, parent_rows, shown_nodes, walk
 
 
 def tree_positions(pending: int, start: int, tree: TokenTree, device: torch.device) -> torch.Tensor:
@@ -101,12 +101,10 @@ def verify_tree(backend, ids: Sequence[int], tree: TokenTree, params: SamplingPa
 
     verdict = walk(tree, choose)
     keep_path(backend, pending, verdict.path, before)
-    # the target's q of each token the round shows: the path, then the first guess where it stopped
-    first = tree.first_child(verdict.path[-1] if verdict.path else ROOT)
-    shown = [*verdict.path, *(() if first is None else (first,))]
+    shown = shown_nodes(tree, verdict.path)  # the target's q of each token the round shows
     if not shown:
         return verdict
-    rows = torch.tensor([pending - 1 if tree.parents[n] == ROOT else pending + tree.parents[n] for n in shown])
+    rows = torch.tensor(parent_rows(tree, shown, pending))
     tokens = torch.tensor([tree.tokens[n] for n in shown])
     q = torch.softmax(logits[rows.to(logits.device)], -1).gather(1, tokens.to(logits.device).view(-1, 1))[:, 0]
     return TreeVerdict(verdict.path, verdict.token, tuple(q.tolist()))

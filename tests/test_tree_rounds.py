@@ -12,8 +12,8 @@ from app.engine.events import Finished, Round
 from app.engine.lookup import LookupIndex
 from app.engine.sampling import SamplingParams
 from app.engine.speculative import generate
-from app.engine.tree import TokenTree
-from app.engine.tree_choice import ALTERNATIVE_TOKENS, MARGIN, PROBE, TRIES, TreeChooser
+from app.engine.tree import ROOT, TokenTree
+from app.engine.tree_choice import ALTERNATIVE_TOKENS, PROBE, TRIES, TreeChooser
 
 GREEDY = SamplingParams(temperature=0.0)
 PROMPT = [5, 17, 300, 42, 7, 9, 101, 3, 11, 12]
@@ -42,31 +42,84 @@ def test_lookup_trees_start_with_the_chain_and_keep_alternatives_short():
     assert single.tree is None and single.branches == 1 and single.ids == (1, 2, 0, 8)
 
 
-def test_the_chooser_prices_a_tree_with_the_measured_pass_and_what_trees_won():
-    """The first TRIES trees are verified (to measure what they win); then a tree is verified
-    where its expected tokens per second beat the chain's by MARGIN, with the pass costs adaptive k
-    measured by width; a declined tree is verified anyway every PROBE rounds."""
+def _costs(acceptance=(0.3, 0.95, 0.95, 0.95)):
+    """A CostModel that measured 1 ms a node (10 ms at width 5) and the chain's acceptance by depth."""
     from app.engine.adaptive import CostModel
 
     costs = CostModel()
-    for width, seconds in ((5, 0.010), (9, 0.014), (13, 0.018)):  # 1 ms a node
+    for width, seconds in ((5, 0.010), (9, 0.014), (13, 0.018)):
         costs.record_verify(width, seconds)
+    costs.t_draft = 0.001
+    for i, a in enumerate(acceptance):  # as if measured over many rounds (the prior then hardly counts)
+        costs.reach_w[i], costs.accept_w[i] = 1000.0, 1000.0 * a
+    return costs
+
+
+def _runner_up_proposal():
+    """A chain of 4 with the draft's runner-ups as leaves at depths 0 and 3 (drafters.runner_up_tree)."""
+    from app.engine.drafters import runner_up_tree
+
+    ids, p = (11, 12, 13, 14), (0.3, 0.9, 0.9, 0.4)
+    tree, branches, tree_p = runner_up_tree(ids, p, (21, 22, 23, 24), (0.25, 0.05, 0.05, 0.3), 3)
+    assert [tree.depths[n] for n in range(4, len(tree))] == [0, 3]
+    return Proposal(ids, p, tree=tree, branches=branches, tree_p=tree_p)
+
+
+def test_the_chooser_keeps_the_branches_that_pay_by_depth_and_rank():
+    """After TRIES whole trees, each branch is priced: P(the walk reaches its depth) x P(the chain's
+    draft is wrong there) x the share of its rank's siblings measured right, against what its nodes
+    add to the pass. A leaf where the chain is often wrong pays; one the walk seldom reaches wrong
+    does not; with siblings seldom right none does, and the round verifies its chain."""
+    from app.engine.tree_choice import branches, chain_length
+
+    proposal = _runner_up_proposal()
     chooser = TreeChooser()
-    assert all(chooser.use_tree(costs, 4, 12) for _ in range(TRIES))
-    for _ in range(TRIES):
-        chooser.record(0)  # the walk never left the chain
-    picks = [chooser.use_tree(costs, 4, 12) for _ in range(PROBE)]
-    assert picks[:-1] == [False] * (PROBE - 1) and picks[-1] is True  # declined, then probed
-    for _ in range(20):
-        chooser.record(2)  # the alternatives won two tokens a tree: now worth 8 more nodes
-    assert chooser.use_tree(costs, 4, 12)
-    expected = costs.expected_tokens(4)
-    priced = (expected + chooser.extra) / 0.018 / (expected / 0.010)
-    assert priced > 1 + MARGIN
-    assert chooser.trees == TRIES + 20 and chooser.declined == PROBE - 1  # verified and recorded; declined
-    assert TreeChooser("on").use_tree(costs, 4, 12) and not TreeChooser("off").use_tree(costs, 4, 12)
+    for _ in range(TRIES):  # the first trees are verified whole, to measure
+        assert chooser.choose(_costs(), proposal) is proposal
+        chooser.record(0)
+    for _ in range(40):  # the first sibling at a depth was right 60% of the times the chain was wrong
+        chooser.record(1, proposal.tree, (4,))  # the walk took the leaf at depth 0
+    for _ in range(27):
+        chooser.record(0, proposal.tree, ())  # the chain was wrong at depth 0, the leaf too
+    assert chooser.sibling_share(0) == pytest.approx(41 / 71)
+    shaped = chooser.choose(_costs(), proposal)
+    # depth 0: reached always, the chain wrong 70% of the time: 0.7 x 0.58 = 0.40 tokens for 1 ms
+    # (2.11 tokens in 14 ms become 2.52 in 15: 1.12x); depth 3: reached 0.27, wrong 5%: 0.008 tokens
+    # for 1 ms more, not worth its node
+    assert shaped.tree.tokens == (11, 12, 13, 14, 21) and shaped.tree.parents == (ROOT, 0, 1, 2, ROOT)
+    assert shaped.tree_p == (0.3, 0.9, 0.9, 0.4, 0.25) and shaped.branches == 2
+    assert chain_length(shaped.tree) == 4 and [(d, r) for d, r, _ in branches(shaped.tree)] == [(0, 0)]
+    # the chain right at depth 0 nearly always: the leaf no longer pays either
+    assert chooser.choose(_costs((0.99, 0.95, 0.95, 0.95)), proposal).tree is None
+    assert chooser.declined == 1
+
+
+def test_with_siblings_seldom_right_the_chain_is_verified_and_a_probe_measures_again():
+    proposal = _runner_up_proposal()
+    chooser = TreeChooser()
+    for _ in range(TRIES + 60):
+        chooser.record(0, proposal.tree, ())  # the chain wrong at depth 0, its sibling too
+    assert chooser.sibling_share(0) < 0.02
+    picks = [chooser.choose(_costs(), proposal).tree for _ in range(PROBE)]
+    assert picks[:-1] == [None] * (PROBE - 1) and picks[-1] is proposal.tree  # declined, then probed whole
+    assert chooser.declined == PROBE - 1
+    assert TreeChooser("on").choose(_costs(), proposal) is proposal
+    assert TreeChooser("off").choose(_costs(), proposal).tree is None
     with pytest.raises(ValueError, match="auto, on, off"):
         TreeChooser("sometimes")
+
+
+def test_siblings_are_counted_by_rank_where_the_walk_left_the_chain():
+    from app.engine.tree_choice import branches
+
+    # lookup's trie: the chain 1 2 3, and two alternatives at depth 1 (rank 0: 4 5, rank 1: 6)
+    tree = TokenTree.from_paths([[1, 2, 3], [1, 4, 5], [1, 6]])
+    assert [(d, r, nodes) for d, r, nodes in branches(tree)] == [(1, 0, [3, 4]), (1, 1, [5])]
+    chooser = TreeChooser()
+    chooser.record(2, tree, (0, 5))  # the chain wrong at depth 1, the second alternative right
+    chooser.record(0, tree, (0, 1, 2))  # the chain right at depth 1: its siblings were not tried
+    chooser.record(0, tree, ())  # the chain wrong at depth 0: depth 1 not reached
+    assert chooser.tried == [1.0, 1.0] and chooser.right == [0.0, 1.0] and chooser.trees == 3
 
 
 class ScriptedTree(PromptLookupDrafter):

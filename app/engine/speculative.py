@@ -144,9 +144,10 @@ def speculative_round(target: ModelBackend, drafter: Drafter, committed: list[in
         if trees is not None:
             proposal = drafter.propose_tree(committed, k, WIDTH, params, should_stop)
             fits = proposal.tree is not None and len(committed) + len(proposal.tree) <= target.context_length
-            if proposal.tree is not None and not (fits and tree_fits(proposal.tree, stop_ids, target.vocab_limit)
-                                                  and trees.use_tree(costs, len(proposal.ids), len(proposal.tree))):
-                proposal = replace(proposal, tree=None)
+            if proposal.tree is not None:  # the branches that pay, priced with the source's measurements
+                proposal = (trees.choose(costs, proposal) if fits and tree_fits(proposal.tree, stop_ids,
+                                                                                 target.vocab_limit)
+                            else replace(proposal, tree=None))
         else:
             proposal = drafter.propose(committed, k, params, should_stop)
         if proposal.tree is not None and not should_stop():
@@ -337,7 +338,7 @@ def _generate(
             else:
                 control.record_round(n, accepted, *costs, proposal.read)
             if chooser is not None and verified.chain is not None:  # what the alternatives won
-                chooser.record(accepted - verified.chain[1])
+                chooser.record(accepted - verified.chain[1], proposal.tree, verified.path)
                 tree_gain += accepted - verified.chain[1]
         elif should_stop():  # Stop pressed while drafting: nothing was verified
             answer.finish = "cancelled"

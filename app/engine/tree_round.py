@@ -46,7 +46,7 @@ def verify_tree_round(target: ModelBackend, committed: Sequence[int], proposal: 
     shown = replace(proposal, ids=ids, p=p, probs=None, ids_array=None)
     taken = Verdict(len(verdict.path), verdict.token, verdict.q)
     state = TargetState(target.last_hidden()[:kept], mark.length, target) if want_state else None
-    return shown, Verified(taken, seconds, 0.0, 0, state, chain=(chain, on_chain))
+    return shown, Verified(taken, seconds, 0.0, 0, state, chain=(chain, on_chain), path=verdict.path)
 
 
 def tree_fits(tree, stop_ids: frozenset[int], vocab_limit: int) -> bool:

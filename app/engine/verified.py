@@ -24,3 +24,4 @@ class Verified:
     # a tree's round: (the chain's drafts, how many of them the walked path took): what adaptive k
     # learns from it, with the pass's time at its own width (every node's)
     chain: tuple[int, int] | None = None
+    path: tuple[int, ...] = ()  # a tree's round: the nodes the walk took

@@ -468,16 +468,20 @@ def test_the_conversations_tokens_follow_the_conversation_as_the_app_decodes_it(
     assert fixed | set(prompts[1][1:]) <= known <= fixed | set(prompts[1]) | set(other)
 
 
-def test_an_aligned_heads_trees_keep_the_answer_and_hand_it_the_kept_paths_states(head, tiny_pair, prompts):
-    """Trees from an aligned head (its runner-ups where it was unsure; tests/head_trees.py): the
-    target's answer at temperature 0, some rounds taken off the chain, and every state handed over
-    the one a prefill computes at that position."""
+@pytest.mark.parametrize("backend", ["torch", "mlx"])
+def test_an_aligned_heads_trees_keep_the_answer_and_hand_it_the_kept_paths_states(head, tiny_pair, prompts,
+                                                                                   backend):
+    """Trees from an aligned head (its runner-ups where it was unsure; tests/head_trees.py), on both
+    backends: the target's answer at temperature 0, some rounds taken off the chain, and every
+    state handed over the one a prefill computes at that position."""
     from tests.head_trees import check_head_trees
 
-    target = load_backend(tiny_pair["target"], "torch")
+    if backend == "mlx":
+        pytest.importorskip("mlx_lm")
+    target = load_backend(tiny_pair["target"], backend)
     drafter = load_head_drafter(target, head[0].folder)
     assert drafter.drafts_trees and target.tree_note() == ""
-    run = check_head_trees(target, load_backend(tiny_pair["target"], "torch"), drafter, prompts)
+    run = check_head_trees(target, load_backend(tiny_pair["target"], backend), drafter, prompts)
     assert run.trees >= 4 and run.off_chain >= 1 and run.states > 40, run
 
 

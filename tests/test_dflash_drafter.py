@@ -181,8 +181,9 @@ def test_dflash_speculative_sampling_matches_the_target(trained):
                                     VOCAB, answers=1000)
 
 
+@pytest.mark.parametrize("backend", ["torch", "mlx"])
 def test_a_blocks_tree_keeps_the_answer_with_one_token_leaves_and_hands_over_the_kept_paths_states(
-        trained, monkeypatch):
+        trained, monkeypatch, backend):
     """The block as the trunk and, where the drafter was unsure, that position's runner-up as a leaf
     one token deep (tests/head_trees.py): the target's answer at temperature 0, and each state
     handed over the one a prefill computes there."""
@@ -190,7 +191,9 @@ def test_a_blocks_tree_keeps_the_answer_with_one_token_leaves_and_hands_over_the
     from app.engine.drafters import UNSURE
     from tests.head_trees import check_head_trees
 
-    target = load_backend(trained[0], "torch")
+    if backend == "mlx":
+        pytest.importorskip("mlx_lm")
+    target = load_backend(trained[0], backend)
     drafter = load_dflash_drafter(target, trained[1])
     assert drafter.drafts_trees and target.tree_note() == ""
     proposed, verify = [], speculative.verify_tree_round
@@ -202,7 +205,7 @@ def test_a_blocks_tree_keeps_the_answer_with_one_token_leaves_and_hands_over_the
     monkeypatch.setattr(speculative, "verify_tree_round", keep)
     # prompts where the drafter, unsure, had the target's token as its runner-up (random ones, seeds 4, 5, 8)
     unsure = [[1, 10, 12, 6, 15, 18, 7, 5], [1, 22, 11, 14, 23, 19, 3, 17], [1, 10, 14, 15, 7, 9, 4, 5]]
-    run = check_head_trees(target, load_backend(trained[0], "torch"), drafter, [PERIODIC, *unsure],
+    run = check_head_trees(target, load_backend(trained[0], backend), drafter, [PERIODIC, *unsure],
                            max_tokens=N, k=BLOCK_SIZE - 1)
     assert run.trees >= 4 and run.off_chain >= 1 and run.states > 40, run
     # the shape: the trunk is the block; each leaf sits beside a draft the drafter was unsure of

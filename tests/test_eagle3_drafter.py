@@ -202,18 +202,21 @@ def test_eagle3_speculative_sampling_matches_the_target(trained):
                                     VOCAB, answers=1000)
 
 
-def test_eagle3_trees_keep_the_answer_and_hand_the_head_its_layers_states_of_the_kept_path(trained):
+@pytest.mark.parametrize("backend", ["torch", "mlx"])
+def test_eagle3_trees_keep_the_answer_and_hand_the_head_its_layers_states_of_the_kept_path(trained, backend):
     """Trees from the head's runner-ups (tests/head_trees.py), with the three inner layers' states
-    handed over after each verdict: the target's answer at temperature 0, and each state the one
-    a prefill computes there."""
+    handed over after each verdict, on both backends: the target's answer at temperature 0, and
+    each state the one a prefill computes there."""
     from tests.head_trees import check_head_trees
 
-    target = load_backend(trained[0], "torch")
+    if backend == "mlx":
+        pytest.importorskip("mlx_lm")
+    target = load_backend(trained[0], backend)
     drafter = load_eagle3_drafter(target, trained[1])
     assert drafter.drafts_trees and target.tree_note() == ""
     # prompts where the head, unsure, had the target's token as its runner-up (seeds 1 and 3 of random prompts)
     unsure = [[1, 7, 21, 5, 11, 6, 18, 17], [1, 10, 21, 20, 7, 14, 22, 18]]
-    run = check_head_trees(target, load_backend(trained[0], "torch"), drafter, [PERIODIC, *unsure], max_tokens=N)
+    run = check_head_trees(target, load_backend(trained[0], backend), drafter, [PERIODIC, *unsure], max_tokens=N)
     assert run.trees >= 4 and run.off_chain >= 1 and run.states > 40, run
 
 

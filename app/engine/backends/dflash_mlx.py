@@ -91,6 +91,8 @@ def load_layers(head: DFlashHead, dtype) -> DFlashLayers:
 class MLXDFlashBlock(CachedLayersHead):
     """See TorchDFlashBlock: the drafter with its cache of context features, a block per call."""
 
+    runner_ups = True  # its draft names each step's runner-up (a tree's leaves)
+
     def __init__(self, target: MLXBackend, head: DFlashHead):
         language = getattr(target.model, "language_model", target.model)
         if getattr(language, "model", None) is None or not hasattr(language.model, "embed_tokens"):
@@ -127,14 +129,14 @@ class MLXDFlashBlock(CachedLayersHead):
         return out[0]
 
     def draft(self, anchor: int, rows: mx.array | None, start: int, k: int, params: SamplingParams,
-              should_stop: Callable[[], bool] | None = None):
+              should_stop: Callable[[], bool] | None = None, runner_up: bool = False):
         """See TorchDFlashBlock.draft."""
         out = self.block(anchor, rows, start)
-        steps = DraftSteps(params, self._next_key)
+        steps = DraftSteps(params, self._next_key, runner_up)
         n = min(k, self.spec.block_size - 1)
         if n <= 0 or (should_stop is not None and should_stop()):
-            return steps.result()
+            return (*steps.result(), steps.runner_ups()) if runner_up else steps.result()
         logits = self._logits(out[1 : 1 + n])
         for i in range(n):
             steps.pick(logits[i])
-        return steps.result()
+        return (*steps.result(), steps.runner_ups()) if runner_up else steps.result()

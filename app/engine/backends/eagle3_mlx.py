@@ -108,6 +108,8 @@ def load_layers(head: Eagle3Head, dtype) -> tuple[Eagle3Layers, mx.array]:
 class MLXEagle3Head(CachedLayersHead):
     """See TorchEagle3Head: the head with its own KV caches, read and chained by MTPDrafter."""
 
+    runner_ups = True  # its draft names each step's runner-up (a tree's leaves)
+
     def __init__(self, target: MLXBackend, head: Eagle3Head):
         language = getattr(target.model, "language_model", target.model)
         if getattr(language, "model", None) is None or not hasattr(language.model, "embed_tokens"):
@@ -148,11 +150,11 @@ class MLXEagle3Head(CachedLayersHead):
         return full
 
     def draft(self, tokens: Sequence[int], rows: mx.array, k: int, params: SamplingParams,
-              should_stop: Callable[[], bool] | None = None):
+              should_stop: Callable[[], bool] | None = None, runner_up: bool = False):
         """See TorchEagle3Head.draft."""
         fused = self.layers.fuse(rows.reshape(1, *rows.shape[-2:]).astype(self.layers.fc.weight.dtype))
         last = self._pass(mx.array([list(tokens)]), fused)[:, -1:]
-        steps = DraftSteps(params, self._next_key)
+        steps = DraftSteps(params, self._next_key, runner_up)
         for i in range(k):
             if should_stop is not None and should_stop():
                 break
@@ -161,4 +163,4 @@ class MLXEagle3Head(CachedLayersHead):
                 state = self.layers.norm(last) if self.spec.flags.get("norm_output") else last
                 last = self._pass(token.reshape(1, 1), state)
                 mx.async_eval(last)
-        return steps.result()
+        return (*steps.result(), steps.runner_ups()) if runner_up else steps.result()

@@ -71,6 +71,8 @@ class MLXMTPHead:
     head Tandem trained (app/align/), saved in transformers' conventions for the target's norms.
     With `vocab` (token ids) it drafts from those tokens only (SubsetHead)."""
 
+    runner_ups = True  # its draft names each step's runner-up (a tree's leaves)
+
     def __init__(self, target: MLXBackend, weights: MTPWeights, aligned: bool = False,
                  vocab: Sequence[int] | None = None):
         language = getattr(target.model, "language_model", target.model)
@@ -155,14 +157,14 @@ class MLXMTPHead:
         return self.layer(embeds, hidden.astype(embeds.dtype), self.cache)
 
     def draft(self, tokens: Sequence[int], rows: mx.array, k: int, params: SamplingParams,
-              should_stop: Callable[[], bool] | None = None):
+              should_stop: Callable[[], bool] | None = None, runner_up: bool = False):
         """See TorchMTPHead.draft: read the pairs, then chain k steps on the layer's own output."""
         last = self._pass(mx.array([list(tokens)]), rows.reshape(1, *rows.shape[-2:]))[:, -1:]
         if self.subset is not None:
             if self.subset.limit != self.target.vocab_limit:  # the target's vocab_limit changed
                 self.subset = SubsetHead(self._subset_module(), self.vocab, self.target.vocab_limit)
             self.subset.add(tokens)  # every committed token passes here once: the conversation's
-        steps = DraftSteps(params, self._next_key)
+        steps = DraftSteps(params, self._next_key, runner_up)
         for i in range(k):
             if should_stop is not None and should_stop():
                 break
@@ -170,4 +172,4 @@ class MLXMTPHead:
             if i < k - 1:
                 last = self._pass(token.reshape(1, 1), last)
                 mx.async_eval(last)
-        return steps.result()
+        return (*steps.result(), steps.runner_ups()) if runner_up else steps.result()

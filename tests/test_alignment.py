@@ -513,6 +513,7 @@ def test_an_mlx_target_hands_the_head_the_states_of_a_lookup_trees_kept_path(hea
                 self.at = None  # once
             return proposal
 
+    head_drafter.head.runner_ups = False  # the head's own trees aside: the one tree here is lookup's
     lookup = FirstChance(len(prompt) + 5, (), ())
     drafter = LookupThenModelDrafter(head_drafter, lookup, min_tokens=2)
     run = check_head_trees(target, fresh, drafter, [prompt], reader=head_drafter)

@@ -146,7 +146,7 @@ def cmd_generate(args) -> int:
                               graphs=args.graphs, glue=args.glue).result()
         _progress(f"Loaded {loaded.describe()} in {loaded.load_s:.1f}s")
         request = ChatRequest(tuple(messages), max_tokens=args.max_tokens, params=params,
-                              draft_tokens=args.draft_tokens)
+                              draft_tokens=args.draft_tokens, trees=args.trees)
         handle = service.submit(request, client="cli")
         try:
             midline = False  # answer text written and no line ended since (a server's figures come at the end)
@@ -381,6 +381,10 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--context", type=at_least_one("context token"), default=None, metavar="N", help=CONTEXT_HELP)
     gen.add_argument("--draft-tokens", type=_draft_tokens, default=None, metavar="auto|N",
                      help="draft length: auto (adaptive, the default) or a fixed N")
+    gen.add_argument("--trees", choices=("auto", "on", "off"), default="auto",
+                     help="trees of drafts, verified in one pass (docs/trees.md): auto (the alternatives that "
+                          "measured worth their place in the pass), on (every alternative the drafter has), off "
+                          "(chains)")
     gen.add_argument("--show-rounds", action="store_true",
                      help="print each round's accepted (+) and rejected (-) drafts to stderr")
     gen.add_argument("--prompt", required=True)

@@ -67,6 +67,8 @@ class ChatRequest:
     params: SamplingParams = SamplingParams()
     stop_strings: tuple[str, ...] = ()
     draft_tokens: int | None = None  # None: adaptive
+    # trees of drafts (docs/trees.md): "auto" the branches that pay, "on" every alternative, "off" chains
+    trees: str = "auto"
     # one of REQUEST_CHOICES (app/draft_choice.py): the pair's draft as loaded (a draft model
     # works with prompt lookup), its draft model alone, prompt lookup alone, the target alone
     drafter: DraftChoice = PAIR_DRAFT
@@ -505,7 +507,7 @@ class Runner:
                 drafter=self._drafter_for(request.drafter),
                 stop_ids=self.tokenizer.stop_ids, max_tokens=request.max_tokens,
                 params=request.params, stop_strings=request.stop_strings,
-                draft_tokens=request.draft_tokens, should_stop=lambda: request.cancel.cancelled,
+                draft_tokens=request.draft_tokens, trees=request.trees, should_stop=lambda: request.cancel.cancelled,
                 controller=None if request.draft_tokens else self._controller(request.drafter),
                 reuse_cache=True,  # a follow-up turn prefills only its new tokens
             )

@@ -384,3 +384,18 @@ def test_a_tree_round_teaches_adaptive_k_its_chains_acceptance_and_its_pass_at_i
     assert costs.accept_w[:3] == [1.0, 1.0, 0.0]
     costs.record_round(4, 4, 0.004, 0.030)
     assert costs.t_verify[5] == 0.030
+
+
+def test_the_cli_verifies_trees_or_chains_as_told(tiny_pair, capsys):
+    """`tandem-cli generate --trees on|off`: the draft model's trees verified (the summary counts
+    them), or chains only; the answer the same either way at temperature 0."""
+    from app.cli import main
+
+    model = ["--model", str(tiny_pair["target"]), "--backend", "torch", "--draft", str(tiny_pair["near"]),
+             "--max-tokens", "40", "--draft-tokens", "4", "--prompt", "Hi"]
+    assert main(["generate", *model, "--trees", "on"]) == 0
+    on = capsys.readouterr()
+    assert main(["generate", *model, "--trees", "off"]) == 0
+    off = capsys.readouterr()
+    assert on.out == off.out and on.out.strip()
+    assert " verified (" in on.err.splitlines()[-1] and "tree" not in off.err.splitlines()[-1]

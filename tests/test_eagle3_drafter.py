@@ -170,16 +170,17 @@ def test_the_mlx_port_computes_what_the_pytorch_port_computes(trained):
 
 def test_a_follow_up_turn_keeps_the_heads_cache_as_a_fresh_one_would_build_it(pair, trained):
     target, drafter, fresh = pair
+    # trees "on", not "auto": a choice by the clock could end the two runs' rounds in different places
     target.reset()  # (what earlier tests left in the target's cache is not this conversation's)
-    first, _ = _run(target, PERIODIC, drafter, draft_tokens=2, max_tokens=12, reuse_cache=True)
+    first, _ = _run(target, PERIODIC, drafter, draft_tokens=2, max_tokens=12, reuse_cache=True, trees="on")
     follow = [*PERIODIC, *first, 3, 11, 6, 3, 11]
-    tokens, stats = _run(target, follow, drafter, draft_tokens=2, max_tokens=12, reuse_cache=True)
+    tokens, stats = _run(target, follow, drafter, draft_tokens=2, max_tokens=12, reuse_cache=True, trees="on")
     assert stats.reused_tokens > len(PERIODIC)  # the target kept its cache: the head's must line up
     plain, _ = _run(fresh, follow, max_tokens=12)
     assert tokens == plain
     again = load_eagle3_drafter(fresh, trained[1])
     fresh.reset()
-    _run(fresh, follow, again, draft_tokens=2, max_tokens=12)
+    _run(fresh, follow, again, draft_tokens=2, max_tokens=12, trees="on")
     assert again._pairs == drafter._pairs
     assert np.abs(_keys(drafter.head) - _keys(again.head)).max() < 1e-4
 

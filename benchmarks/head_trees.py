@@ -23,14 +23,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
-def chain_length(tree) -> int:
-    """The tree's first path, the chain: nodes 0, 1, ... each the child of the one before."""
-    return next((i for i, parent in enumerate(tree.parents) if parent != i - 1), len(tree))
-
-
 def leaf_fates(rounds) -> dict[str, int]:
     """Over tree rounds: runner-up leaves offered, reached (the walk followed the chain to their
     depth), reached where the chain's draft was wrong, and taken (the runner-up was right)."""
+    from app.engine.tree import chain_length
+
     fates = {"offered": 0, "reached": 0, "chain wrong": 0, "taken": 0}
     for r in rounds:
         if r.tree is None:

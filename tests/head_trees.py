@@ -13,6 +13,7 @@ import numpy as np
 from app.engine.events import Round
 from app.engine.sampling import SamplingParams
 from app.engine.speculative import generate
+from app.engine.tree import chain_length
 
 
 @dataclass
@@ -58,9 +59,7 @@ def check_head_trees(target, fresh, drafter, prompts, max_tokens: int = 24, k: i
                 if r.tree is None:
                     continue
                 run.trees += 1
-                # the chain is the tree's first path: nodes 0, 1, ... each the child of the one before
-                n = next((i for i, parent in enumerate(r.tree.parents) if parent != i - 1), len(r.tree))
-                chain = r.tree.tokens[:n]
+                chain = r.tree.tokens[:chain_length(r.tree)]  # the tree's first path
                 run.off_chain += tuple(r.drafted[:r.accepted]) != tuple(chain[:r.accepted])
             # every row handed over, against one prefill of the whole answer (its states at every position)
             assert fresh.capture_hidden(True, drafter.target_layers) == ""

@@ -70,7 +70,8 @@ def test_the_chooser_keeps_the_branches_that_pay_by_depth_and_rank():
     draft is wrong there) x the share of its rank's siblings measured right, against what its nodes
     add to the pass. A leaf where the chain is often wrong pays; one the walk seldom reaches wrong
     does not; with siblings seldom right none does, and the round verifies its chain."""
-    from app.engine.tree_choice import branches, chain_length
+    from app.engine.tree import chain_length
+    from app.engine.tree_choice import branches
 
     proposal = _runner_up_proposal()
     chooser = TreeChooser()

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from app.engine.backends.base import ModelBackend
-from app.engine.drafters import Drafter, Proposal, TargetState, draft_seed, runner_up_tree
+from app.engine.drafters import Drafter, Proposal, TargetState, draft_seed, draft_tree
 from app.engine.sampling import SamplingParams
 
 
@@ -143,13 +143,9 @@ class DFlashDrafter(Drafter):
             # no context for the positions before the anchor: nothing to draft from (the engine
             # then takes a plain step, whose pass hands the state over)
             return Proposal((), (), seconds=time.perf_counter() - started)
-        tree, branches, tree_p = None, 1, ()
-        if width > 1:
-            ids, p, probs, ids_array, (second, second_p) = self.block.draft(
-                committed[-1], self._rows, self._next, k, params, should_stop, runner_up=True)
-            tree, branches, tree_p = runner_up_tree(ids, p, second, second_p, width)
-        else:
-            ids, p, probs, ids_array = self.block.draft(committed[-1], self._rows, self._next, k, params, should_stop)
+        (ids, p, probs, ids_array), (tree, branches, tree_p) = draft_tree(
+            lambda runner_up: self.block.draft(committed[-1], self._rows, self._next, k, params, should_stop,
+                                               runner_up=runner_up), width)
         self._read.extend(committed[self._next : anchor])
         self._rows = None
         return Proposal(ids, p, probs, ids_array, time.perf_counter() - started, "dflash", unread,

@@ -81,6 +81,16 @@ def runner_up_tree(ids: tuple[int, ...], p: tuple[float, ...], second: tuple[int
     return TokenTree.from_paths(paths), len(paths), (*p, *(second_p[i] for i in at))
 
 
+def draft_tree(draft: Callable[[bool], tuple], width: int):
+    """`draft(runner_up)` called as a tree needs it: with each step's runner-up where the tree may
+    hold alternatives (width > 1). -> ((ids, p, probs, ids array), (tree, branches, tree_p) as
+    runner_up_tree gives them, or a chain's (None, 1, ()))."""
+    if width <= 1:
+        return draft(False), (None, 1, ())
+    ids, p, probs, ids_array, (second, second_p) = draft(True)
+    return (ids, p, probs, ids_array), runner_up_tree(ids, p, second, second_p, width)
+
+
 def draft_seed(seed: int | None) -> int | None:
     """The draft's own seed, derived from the user's: a seeded answer repeats, yet the draft's
     stream never mirrors the target's (None: each backend draws its own from the OS)."""
@@ -193,10 +203,9 @@ class ModelDrafter(Drafter):
         start = time.perf_counter()
         self._mark = self.backend.checkpoint()
         catch_up = list(committed[self.backend.cache_len :])
-        ids, p, probs, ids_array, (second, second_p) = self.backend.draft(catch_up, k, params, should_stop,
-                                                                          runner_up=True)
+        (ids, p, probs, ids_array), (tree, branches, tree_p) = draft_tree(
+            lambda runner_up: self.backend.draft(catch_up, k, params, should_stop, runner_up=runner_up), width)
         self._chain = (len(committed), ids)
-        tree, branches, tree_p = runner_up_tree(ids, p, second, second_p, width)
         return Proposal(ids, p, probs, ids_array, time.perf_counter() - start, "model", len(catch_up), tree=tree,
                         branches=branches, tree_p=tree_p)
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from app.engine.backends.base import ModelBackend
-from app.engine.drafters import Drafter, Proposal, TargetState, draft_seed, runner_up_tree
+from app.engine.drafters import Drafter, Proposal, TargetState, draft_seed, draft_tree
 from app.engine.sampling import SamplingParams
 from app.models.errors import ModelFileError
 from app.models.draft_heads import no_mtp_reason
@@ -160,13 +160,8 @@ class MTPDrafter(Drafter):
             # engine then takes a plain step, whose pass hands the state over)
             return Proposal((), (), seconds=time.perf_counter() - started)
         tokens = list(committed[self._next + 1 : pending + 1])
-        if width > 1:
-            ids, p, probs, ids_array, (second, second_p) = self.head.draft(tokens, self._rows, k, params, should_stop,
-                                                                           runner_up=True)
-            tree, branches, tree_p = runner_up_tree(ids, p, second, second_p, width)
-        else:
-            ids, p, probs, ids_array = self.head.draft(tokens, self._rows, k, params, should_stop)
-            tree, branches, tree_p = None, 1, ()
+        (ids, p, probs, ids_array), (tree, branches, tree_p) = draft_tree(
+            lambda runner_up: self.head.draft(tokens, self._rows, k, params, should_stop, runner_up=runner_up), width)
         self._pairs.extend(tokens)
         self._rows = None
         return Proposal(ids, p, probs, ids_array, time.perf_counter() - started, self.source, len(tokens),

@@ -14,7 +14,8 @@ target's own choice given the accepted prefix, whatever the tree held. (For chil
 from a draft distribution, SpecInfer's rule and recursive rejection sampling accept more; they
 are not used here, since no drafter here samples its children.)
 
-Array-free: the backends turn `visible` and `depths` into their mask and positions.
+The pass's mask is built here once, as NumPy (`attention_mask`); the backends turn it and `depths`
+into their own arrays and positions.
 """
 
 from __future__ import annotations
@@ -133,3 +134,29 @@ def parent_rows(tree: TokenTree, nodes: Sequence[int], pending: int) -> list[int
     """For each node, the row of its tree pass whose logits predicted it: its parent's, or for a
     child of the root the last pending token's."""
     return [pending - 1 if tree.parents[n] == ROOT else pending + tree.parents[n] for n in nodes]
+
+
+def attention_mask(pending: int, start: int, tree: TokenTree):
+    """The mask of a pass that reads `pending` tokens causally after `start` cached ones, then
+    `tree`'s nodes: (n, start + n) bool, True where a row may look (the context, the pending tokens
+    causally, and each node its ancestors and itself)."""
+    import numpy as np
+
+    n = pending + len(tree)
+    mask = np.zeros((n, start + n), bool)
+    mask[:, :start] = True
+    mask[:pending, start:start + pending] = np.tril(np.ones((pending, pending), bool))
+    mask[pending:, start:start + pending] = True
+    for i, seen in enumerate(tree.visible):
+        mask[pending + i, [start + pending + j for j in seen]] = True
+    return mask
+
+
+def chain_length(tree: TokenTree) -> int:
+    """The tree's first path, the drafter's chain: nodes 0, 1, ... each the child of the one before."""
+    return next((i for i, parent in enumerate(tree.parents) if parent != i - 1), len(tree))
+
+
+def on_chain(path: Sequence[int]) -> int:
+    """How far a walked path followed the chain (node i at depth i) before it left it or stopped."""
+    return next((i for i, node in enumerate(path) if node != i), len(path))

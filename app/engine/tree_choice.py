@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from app.engine.tree import ROOT, TokenTree
+from app.engine.tree import ROOT, TokenTree, chain_length, on_chain
 
 TRIES = 3  # tree rounds verified whole before the prices decide
 MARGIN = 0.03  # how much faster each branch must make the round (the price is an estimate)
@@ -50,11 +50,6 @@ MODES = ("auto", "on", "off")
 # a sibling's share of right answers where the chain was wrong, before any is measured: 1 in 4
 PRIOR_RIGHT, PRIOR_TRIED = 1.0, 4.0
 RANKS = WIDTH - 1  # siblings counted by rank: the first alternative at a depth, the second
-
-
-def chain_length(tree: TokenTree) -> int:
-    """The tree's first path, the chain: nodes 0, 1, ... each the child of the one before."""
-    return next((i for i, parent in enumerate(tree.parents) if parent != i - 1), len(tree))
 
 
 def branches(tree: TokenTree) -> list[tuple[int, int, list[int]]]:
@@ -148,8 +143,7 @@ class TreeChooser:
         self.trees += 1
         if tree is None:
             return
-        n = chain_length(tree)
-        followed = next((i for i, node in enumerate(path) if node >= n or node != i), len(path))
+        followed = on_chain(path)
         for depth, rank, nodes in branches(tree):
             if depth != followed:
                 continue  # not reached, or reached where the chain's draft was right

@@ -13,7 +13,7 @@ from dataclasses import replace
 from app.engine.backends.base import ModelBackend, Verdict
 from app.engine.drafters import Proposal, TargetState
 from app.engine.sampling import SamplingParams
-from app.engine.tree import shown_nodes
+from app.engine.tree import on_chain, shown_nodes
 from app.engine.verified import Verified
 
 
@@ -41,12 +41,12 @@ def verify_tree_round(target: ModelBackend, committed: Sequence[int], proposal: 
     nodes = shown_nodes(tree, verdict.path)
     ids = tuple(tree.tokens[n] for n in nodes)
     chain = len(proposal.ids)  # the first path, nodes 0.. in the trie's order
-    on_chain = next((i for i, node in enumerate(verdict.path) if node != i), len(verdict.path))
+    followed = on_chain(verdict.path)
     p = tuple(proposal.tree_p[n] for n in nodes) if len(proposal.tree_p) == len(tree) else (1.0,) * len(ids)
     shown = replace(proposal, ids=ids, p=p, probs=None, ids_array=None)
     taken = Verdict(len(verdict.path), verdict.token, verdict.q)
     state = TargetState(target.last_hidden()[:kept], mark.length, target) if want_state else None
-    return shown, Verified(taken, seconds, 0.0, 0, state, chain=(chain, on_chain), path=verdict.path)
+    return shown, Verified(taken, seconds, 0.0, 0, state, chain=(chain, followed), path=verdict.path)
 
 
 def tree_fits(tree, stop_ids: frozenset[int], vocab_limit: int) -> bool:

@@ -135,8 +135,8 @@ class MLXDFlashBlock(CachedLayersHead):
         steps = DraftSteps(params, self._next_key, runner_up)
         n = min(k, self.spec.block_size - 1)
         if n <= 0 or (should_stop is not None and should_stop()):
-            return (*steps.result(), steps.runner_ups()) if runner_up else steps.result()
+            return steps.drafted()
         logits = self._logits(out[1 : 1 + n])
         for i in range(n):
             steps.pick(logits[i])
-        return (*steps.result(), steps.runner_ups()) if runner_up else steps.result()
+        return steps.drafted()

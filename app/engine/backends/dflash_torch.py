@@ -187,5 +187,5 @@ class TorchDFlashBlock(CachedHead):
         if n > 0 and not (should_stop is not None and should_stop()):
             for row in logits:
                 steps.pick(row)
-        return (*steps.result(), steps.runner_ups()) if runner_up else steps.result()
+        return steps.drafted()
 

@@ -163,4 +163,4 @@ class MLXEagle3Head(CachedLayersHead):
                 state = self.layers.norm(last) if self.spec.flags.get("norm_output") else last
                 last = self._pass(token.reshape(1, 1), state)
                 mx.async_eval(last)
-        return (*steps.result(), steps.runner_ups()) if runner_up else steps.result()
+        return steps.drafted()

@@ -226,4 +226,4 @@ class TorchEagle3Head(CachedHead):
             token = steps.pick(logits)
             if i < k - 1:
                 last, logits = self._step(token.view(1, 1), state(last))
-        return (*steps.result(), steps.runner_ups()) if runner_up else steps.result()
+        return steps.drafted()

@@ -59,6 +59,11 @@ class DraftSteps:
         pairs = mx.stack(self.second).tolist()
         return tuple(int(t) for t, _ in pairs), tuple(q for _, q in pairs)
 
+    def drafted(self):
+        """What ModelBackend.draft returns: `result()`, and where runner-ups were asked for, each
+        step's runner-up too (`runner_ups()`)."""
+        return (*self.result(), self.runner_ups()) if self.second is not None else self.result()
+
     def result(self):
         if not self.tokens:
             return (), (), None, None
@@ -310,7 +315,7 @@ class MLXBackend(ModelBackend):
             if i < k - 1:
                 x = token.reshape(1, 1)
                 mx.async_eval(x)  # keep the lazy graph short; no sync to Python
-        return (*steps.result(), steps.runner_ups()) if runner_up else steps.result()
+        return steps.drafted()
 
     def verify(self, ids: Sequence[int], proposal, params: SamplingParams) -> Verdict:
         k = len(proposal.ids)

@@ -172,4 +172,4 @@ class MLXMTPHead:
             if i < k - 1:
                 last = self._pass(token.reshape(1, 1), last)
                 mx.async_eval(last)
-        return (*steps.result(), steps.runner_ups()) if runner_up else steps.result()
+        return steps.drafted()

@@ -199,4 +199,4 @@ class TorchMTPHead(CachedHead):
             token = steps.pick(logits)
             if i < k - 1:
                 last, logits = self._step(token.view(1, 1), last)
-        return (*steps.result(), steps.runner_ups()) if runner_up else steps.result()
+        return steps.drafted()

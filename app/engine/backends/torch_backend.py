@@ -627,7 +627,7 @@ class TorchBackend(ModelBackend):
             token = steps.pick(self._forward(x, 1)[-1])
             if i < k - 1:
                 x = token.view(1, 1)  # stays on the device: no sync inside the loop
-        return (*steps.result(), steps.runner_ups()) if runner_up else steps.result()
+        return steps.drafted()
 
     @torch.inference_mode()
     def verify(self, ids: Sequence[int], proposal, params: SamplingParams) -> Verdict:

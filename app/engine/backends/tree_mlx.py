@@ -30,7 +30,7 @@ import mlx.core as mx
 
 from app.engine.backends.sampling_mlx import probs_from_logits
 from app.engine.sampling import SamplingParams
-from app.engine.tree import ROOT, TokenTree, TreeVerdict, parent_rows, shown_nodes, walk
+from app.engine.tree import ROOT, TokenTree, TreeVerdict, attention_mask, parent_rows, shown_nodes, walk
 
 FAMILIES = ("llama", "qwen2", "qwen3")  # mlx-lm's model modules whose passes are stood in for as above
 
@@ -78,21 +78,6 @@ class _TreeRope:
         return mx.take(mx.concatenate(parts, axis=2), self.inverse, axis=2)
 
 
-def tree_mask(pending: int, start: int, tree: TokenTree) -> mx.array:
-    """(n, start + n) bool, True where a row may look: the context, the pending tokens causally,
-    and each node its ancestors and itself."""
-    import numpy as np
-
-    n = pending + len(tree)
-    mask = np.zeros((n, start + n), bool)
-    mask[:, :start] = True
-    mask[:pending, start:start + pending] = np.tril(np.ones((pending, pending), bool))
-    mask[pending:, start:start + pending] = True
-    for i, seen in enumerate(tree.visible):
-        mask[pending + i, [start + pending + j for j in seen]] = True
-    return mx.array(mask)
-
-
 def _attention_layers(backend) -> list:
     return [layer.self_attn for layer in backend._text_model().layers]
 
@@ -108,7 +93,7 @@ def tree_logits(backend, ids: Sequence[int], tree: TokenTree) -> mx.array:
         raise NotImplementedError(why)
     start, pending = backend.cache.length, len(ids)
     module = sys.modules[type(backend._text_model()).__module__]
-    mask = tree_mask(pending, start, tree)
+    mask = mx.array(attention_mask(pending, start, tree))
     attention = _attention_layers(backend)
     ropes = [layer.rope for layer in attention]
     own_mask = module.create_attention_mask

@@ -22,7 +22,7 @@ import torch
 from app.engine.backends.static_kv_torch import StaticKV
 from app.engine.backends.verdict_torch import probs_from_logits
 from app.engine.sampling import SamplingParams
-from app.engine.tree import ROOT, TokenTree, TreeVerdict, parent_rows, shown_nodes, walk
+from app.engine.tree import ROOT, TokenTree, TreeVerdict, attention_mask, parent_rows, shown_nodes, walk
 
 
 def tree_positions(pending: int, start: int, tree: TokenTree, device: torch.device) -> torch.Tensor:
@@ -30,19 +30,6 @@ def tree_positions(pending: int, start: int, tree: TokenTree, device: torch.devi
     ones, then `tree`'s nodes, each at its depth below the last pending token."""
     positions = list(range(start, start + pending)) + [start + pending + d for d in tree.depths]
     return torch.tensor(positions, device=device)
-
-
-def tree_mask(pending: int, start: int, tree: TokenTree, device: torch.device) -> torch.Tensor:
-    """The same pass's attention mask (n, start + n), True where a row may look: the PyTorch
-    body's (the compiled call takes each token's parent instead)."""
-    n = pending + len(tree)
-    mask = torch.zeros(n, start + n, dtype=torch.bool)
-    mask[:, :start] = True
-    mask[:pending, start:start + pending] = torch.ones(pending, pending, dtype=torch.bool).tril()
-    mask[pending:, start:start + pending] = True
-    for i, seen in enumerate(tree.visible):
-        mask[pending + i, [start + pending + j for j in seen]] = True
-    return mask.to(device)
 
 
 @torch.inference_mode()
@@ -62,7 +49,8 @@ def tree_logits(backend, ids: Sequence[int], tree: TokenTree) -> torch.Tensor:
     hidden = backend._want_hidden
     positions = tree_positions(pending, start, tree, backend._device)
     native = lean.takes_tree_natively(hidden)
-    mask = None if native else tree_mask(pending, start, tree, backend._device)
+    # the PyTorch body's mask (n, start + n); the compiled call takes each token's parent instead
+    mask = None if native else torch.from_numpy(attention_mask(pending, start, tree)).to(backend._device)
     # a chain is the causal pass the compiled call takes as it is (the same bits, without the gathers)
     parent = None if tree.is_chain else ([t - 1 for t in range(pending)]
                                          + [pending + p if p != ROOT else pending - 1 for p in tree.parents])

@@ -69,6 +69,11 @@ class DraftSteps:
         pairs = torch.stack(self.second).double().tolist()
         return tuple(int(t) for t, _ in pairs), tuple(q for _, q in pairs)
 
+    def drafted(self):
+        """What ModelBackend.draft returns: `result()`, and where runner-ups were asked for, each
+        step's runner-up too (`runner_ups()`)."""
+        return (*self.result(), self.runner_ups()) if self.second is not None else self.result()
+
     def result(self):
         if not self.tokens:
             return (), (), None, None

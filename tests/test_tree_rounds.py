@@ -400,3 +400,13 @@ def test_the_cli_verifies_trees_or_chains_as_told(tiny_pair, capsys):
     off = capsys.readouterr()
     assert on.out == off.out and on.out.strip()
     assert " verified (" in on.err.splitlines()[-1] and "tree" not in off.err.splitlines()[-1]
+
+
+def test_a_bad_trees_value_is_refused_in_words_before_anything_loads(capsys):
+    from app.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["generate", "--model", "demo", "--trees", "sometimes", "--prompt", "Hi"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "--trees: invalid choice: 'sometimes'" in err and "Traceback" not in err
+    assert "Loaded" not in err

@@ -194,5 +194,6 @@ def test_a_copy_task_drafts_the_same_whatever_the_answer_before_it(target):
         drafted(after_general, right=False)
     copies = [drafted(after_general, right=True) for _ in range(2)]
     reference = drafted(after_copy, right=True)
-    # the timing of this machine moves k by a token or two, never whether it drafts
-    assert min(copies) >= N // 2 and min(copies) >= 0.8 * reference, (copies, reference)
+    # the timing of this machine moves k, and so the accepted count, by up to a quarter (a CI run
+    # saw 83 against 110); never whether it drafts: the bug drafted almost nothing after the chats
+    assert min(copies) >= N // 2 and min(copies) >= 0.6 * reference, (copies, reference)

@@ -111,6 +111,8 @@ class LoadedModel:
     remote_model: str = ""
     remote_switch: bool = False  # a request may turn the server's speculation off (another Tandem)
     remote_shows: str = ""  # what the panel shows of the server's speculation
+    # why this target verifies chains of drafts only (its backend's tree_note), "" where it takes trees
+    trees_note: str = ""
 
     @property
     def name(self) -> str:
@@ -260,7 +262,8 @@ class Runner:
                                   time.perf_counter() - start, choice, notice, draft_bytes,
                                   target.device_note,
                                   "switch" if tokenizer.thinking_switch else "always" if tokenizer.thinks else "",
-                                  own, draft_dtype, head_passes(drafter, target.device))
+                                  own, draft_dtype, head_passes(drafter, target.device),
+                                  trees_note=target.tree_note())
         return self.loaded
 
     def _load_remote(self, spec: RemoteSpec, context: int | None, progress, start: float) -> LoadedModel:
@@ -280,7 +283,10 @@ class Runner:
         self.loaded = LoadedModel(Path(remote.model.id), "remote", remote.endpoint.origin, remote.engine, "remote",
                                   asked, 0, time.perf_counter() - start, NO_DRAFT, own_context=own,
                                   remote=remote.endpoint.origin, remote_model=remote.model.id,
-                                  remote_switch=remote.can_choose_draft(), remote_shows=remote.shows())
+                                  remote_switch=remote.can_choose_draft(), remote_shows=remote.shows(),
+                                  # another Tandem takes the chat's choice (its own target may verify chains)
+                                  trees_note="" if remote.can_choose_draft() else
+                                  f"{remote.engine} speculates as it was started")
         progress(f"Connected: {remote.describe()}.")
         return self.loaded
 

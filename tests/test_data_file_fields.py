@@ -180,7 +180,7 @@ def test_a_plain_model_named_as_the_aligned_head_is_refused_in_words_and_auto_ke
 
 # A chat's settings (the history keeps them per chat, as JSON)
 
-SETTING_FIELDS = ["temperature", "top_p", "top_k", "max_tokens", "draft_tokens", "drafter", "thinking"]
+SETTING_FIELDS = ["temperature", "top_p", "top_k", "max_tokens", "draft_tokens", "drafter", "thinking", "trees"]
 
 
 @FAST
@@ -194,6 +194,7 @@ def test_a_chat_setting_of_a_wrong_type_falls_back_to_its_default_and_is_named(f
     assert type(read.top_k) is int and 0 <= read.top_k <= MAX_COUNT
     assert all(type(v) in (int, float) and math.isfinite(v) for v in (read.temperature, read.top_p))
     assert type(read.thinking) is bool and read.drafter in REQUEST_CHOICES
+    assert read.trees in ("auto", "on", "off")  # the drawer's list has no other item
     assert refused in ([], [field])
     if refused:
         assert getattr(read, field) == getattr(base, field)

@@ -122,6 +122,7 @@ def test_the_model_is_an_id_clients_expect_and_its_shown_name_is_accepted(servic
     ("FIELD top_k -2", 400, "top_k", "greater than or equal to -1"),
     ("FIELD tandem {\"draft\": \"bogus\"}", 400, "tandem.draft", "must be one of 'pair', 'model', 'ngram', 'none'"),
     ("FIELD tandem {\"draft_tokens\": 0}", 400, "tandem.draft_tokens", "greater than or equal to 1"),
+    ("FIELD tandem {\"trees\": \"sometimes\"}", 400, "tandem.trees", "'auto', 'on' or 'off'"),
 ])
 def test_each_bad_request_gets_its_status_and_openais_error_object(service, server, body, status, param, words):
     if body == "TOO_LONG":

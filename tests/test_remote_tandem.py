@@ -97,6 +97,19 @@ def test_a_request_may_turn_the_servers_speculation_off_and_time_its_target_alon
     assert 0 < seconds < 5 and context > 8
 
 
+def test_a_chats_trees_choice_reaches_the_server_as_its_own_request(remote):
+    """The window's "Draft trees" on a remote Tandem: sent in the `tandem` field, read by the
+    server into the request its engine runs; "auto" is the server's default and is not sent."""
+    from app.server.requests import ChatBody
+
+    runner, loaded = remote
+    assert loaded.trees_note == ""  # another Tandem takes the choice
+    for mode in ("on", "off", "auto"):
+        path, body = runner.remote.body(ChatRequest(QUESTION, max_tokens=4, trees=mode))
+        assert path == "/chat/completions" and ("trees" in body["tandem"]) == (mode != "auto")
+        assert ChatBody.model_validate(body).to_request(512, with_tools=False).trees == mode
+
+
 def test_the_server_going_away_mid_chat_is_an_error_that_keeps_the_answer_so_far(tiny_pair):
     runner = Runner()
     runner.load(tiny_pair["target"], "torch", progress=lambda message: None)

@@ -294,6 +294,33 @@ def test_settings_belong_to_each_chat(window, qtbot):
     assert window.settings_drawer.values().draft_tokens == 4
 
 
+def test_the_trees_setting_reaches_the_engine_and_the_answer_stays_the_targets(window, qtbot):
+    """Issue 48: the drawer's "Draft trees" decides whether prompt lookup's other matches are
+    checked in the same pass. The demo editing code, 4 drafts a round (fixed, so that both answers
+    draft alike), gets a tree within 48 tokens with them on (and under "auto", which verifies its
+    first trees whole); off, every round is a chain, and the answer is the same text either way."""
+    import json
+
+    from app.chat.trace import round_from_row
+
+    text = next(p["user"] for p in json.loads((Path(__file__).parents[1] / "benchmarks" / "suite.json")
+                                              .read_text())["prompts"] if p["name"] == "code-edit")
+    drawer = window.settings_drawer
+    assert drawer.trees.isEnabled()  # the demo's reference folder runs on the lean step, which takes trees
+    answers = {}
+    for choice, mode in (("Off: chains only", "off"), ("Always", "on")):
+        window.new_chat()  # the same question in a chat of its own
+        drawer.max_tokens.setValue(48)
+        drawer.draft_tokens.setValue(4)
+        drawer.trees.setCurrentIndex(drawer.trees.findText(choice))
+        answered(window, qtbot, lambda: window.send(text))
+        answer = stored(window)[-1]
+        answers[mode] = (answer.content, [round_from_row(row).branches for row in answer.trace["rounds"]])
+        assert answer.settings["trees"] == mode
+    assert answers["on"][0] == answers["off"][0]
+    assert any(answers["on"][1]) and not any(answers["off"][1])
+
+
 def test_the_server_switch_serves_the_pair_and_the_panel_shows_its_traffic(window, qtbot):
     import threading
 

@@ -231,6 +231,29 @@ def test_the_settings_drawer_shows_and_reports_settings(qtbot):
     assert blocker.args[0] == "Be brief."
     drawer.set_pair_draft("prompt lookup")
     assert drawer.drafter.itemText(0) == "The pair's draft (prompt lookup)"
+    assert drawer.trees.currentText() == "Auto: where they pay" and drawer.trees.isEnabled()
+    with qtbot.waitSignal(drawer.settings_changed) as blocker:
+        drawer.trees.setCurrentIndex(drawer.trees.findText("Off: chains only"))
+    assert blocker.args[0].trees == "off"
+    drawer.set_values(ChatSettings(trees="on"), "")
+    assert drawer.trees.currentText() == "Always" and drawer.values().trees == "on"
+
+
+def test_the_trees_box_says_why_a_target_checks_chains_and_keeps_the_chats_choice(qtbot):
+    from ui.chat.settings_drawer import SettingsDrawer
+
+    drawer = SettingsDrawer()
+    qtbot.addWidget(drawer)
+    drawer.set_values(ChatSettings(trees="on"), "")
+    drawer.set_trees_note("trees of drafts are verified on the CPU only so far (not in CUDA graphs)")
+    assert not drawer.trees.isEnabled()
+    tip = " ".join(drawer.trees.toolTip().split())  # wrapped for the screen
+    assert "one guess per position" in tip and "(not in CUDA graphs)" in tip
+    assert drawer.values().trees == "on"  # kept for a target that takes trees
+    drawer.set_trees_note("")
+    assert drawer.trees.isEnabled() and "second guesses" in " ".join(drawer.trees.toolTip().split())
+    with pytest.raises(ValueError, match="trees must be one of auto, on, off"):
+        ChatSettings(trees="sometimes")
 
 
 # The window without a model

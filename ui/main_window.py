@@ -551,6 +551,7 @@ class MainWindow(QMainWindow):
         self.status.show_loaded(info)
         self.settings_drawer.set_pair_draft(info.draft_words()[0], info.draft.kind)
         self.settings_drawer.set_thinking_switch(info.reasoning)
+        self.settings_drawer.set_trees_note(info.trees_note)
         self.composer.set_ready(True)
         self.composer.set_loading(False)
         self.chat_view.set_demo(is_demo_folder(Path(info.folder)))

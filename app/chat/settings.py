@@ -11,6 +11,7 @@ from dataclasses import dataclass, fields, replace
 
 from app.draft_choice import PAIR_DRAFT, REQUEST_CHOICES, DraftChoice
 from app.engine.sampling import SamplingParams
+from app.engine.tree_choice import MODES as TREE_MODES
 
 MAX_DRAFT_TOKENS = 32
 MAX_COUNT = 2**31 - 1  # the most a 32-bit count holds: the settings drawer's spin boxes raise beyond it
@@ -27,6 +28,8 @@ class ChatSettings:
     # a reasoning model's thinking block, where its template has a switch (Qwen3.x); others
     # think always or never, whatever this says
     thinking: bool = True
+    # trees of drafts (docs/trees.md): "auto" the branches that pay, "on" every alternative, "off" chains
+    trees: str = "auto"
 
     def __post_init__(self):
         # Types are checked, not only ranges: these come back from the history as JSON, where a
@@ -38,6 +41,8 @@ class ChatSettings:
             raise ValueError(f"draft tokens must be auto or 1 to {MAX_DRAFT_TOKENS}, got {self.draft_tokens!r}")
         if not isinstance(self.thinking, bool):
             raise ValueError(f"thinking must be true or false, got {self.thinking!r}")
+        if self.trees not in TREE_MODES:
+            raise ValueError(f"trees must be one of {', '.join(TREE_MODES)}, got {self.trees!r}")
         if self.drafter not in REQUEST_CHOICES:
             raise ValueError(f"drafter must be one of {', '.join(map(str, REQUEST_CHOICES))}, got “{self.drafter}”")
         for name in ("temperature", "top_p"):

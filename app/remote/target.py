@@ -91,6 +91,8 @@ class RemoteTarget:
             body["tandem"] = {"draft": str(request.drafter)}
             if request.draft_tokens:
                 body["tandem"]["draft_tokens"] = request.draft_tokens
+            if request.trees != "auto":
+                body["tandem"]["trees"] = request.trees
         if request.prompt is not None:
             body["prompt"] = request.prompt
             return "/completions", body

@@ -135,6 +135,8 @@ class TandemFields(_Part):
 
     draft: str = str(PAIR_DRAFT)
     draft_tokens: int | None = Field(None, ge=1, le=32)  # a fixed draft length (None: adaptive)
+    # trees of drafts (docs/trees.md): "auto" the branches that pay, "on" every alternative, "off" chains
+    trees: Literal["auto", "on", "off"] = "auto"
 
     @field_validator("draft")
     @classmethod
@@ -206,8 +208,9 @@ class _Body(_Part):
                                 seed=self.seed)
         drafter = self.tandem.choice() if self.tandem is not None else PAIR_DRAFT
         draft_tokens = self.tandem.draft_tokens if self.tandem is not None else None
+        trees = self.tandem.trees if self.tandem is not None else "auto"
         return ChatRequest(max_tokens=min(self.max_tokens or DEFAULT_MAX_TOKENS, context), params=params,
-                           drafter=drafter, draft_tokens=draft_tokens,
+                           drafter=drafter, draft_tokens=draft_tokens, trees=trees,
                            stop_strings=tuple(self.stop), fit=False,
                            conversation=f"server {self.user}" if self.user else "server", **fields)
 

@@ -184,7 +184,7 @@ class ChatController(QObject):
     def _request(self, history: list[dict]) -> ChatRequest:
         s = self.settings
         return ChatRequest(tuple(history), max_tokens=s.max_tokens, params=s.sampling(),
-                           draft_tokens=s.draft_tokens, drafter=s.drafter, thinking=s.thinking,
+                           draft_tokens=s.draft_tokens, trees=s.trees, drafter=s.drafter, thinking=s.thinking,
                            conversation=f"chat {self.current.id}" if self.current is not None else "")
 
     # Opening chats

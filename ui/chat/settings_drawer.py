@@ -14,7 +14,7 @@ from PySide6.QtCore import QSize, QTimer, Signal
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout, QFrame, QGridLayout, QHBoxLayout,
                                QLabel, QPlainTextEdit, QPushButton, QSpinBox, QWidget)
 
-from app.chat.settings import MAX_DRAFT_TOKENS, ChatSettings
+from app.chat.settings import MAX_DRAFT_TOKENS, TREE_MODES, ChatSettings
 from app.draft_choice import NO_DRAFT, PAIR_DRAFT, PAIR_MODEL_ONLY, PROMPT_LOOKUP, REQUEST_CHOICES, DraftKind
 from ui.tips import wrap_tip
 
@@ -26,6 +26,7 @@ DRAFTER_ITEMS = {PAIR_DRAFT: "The pair's draft", PAIR_MODEL_ONLY: "Draft model o
 # LookupThenModelDrafter): only there does "Draft model only" differ from the pair's draft. A pair
 # drafting by prompt lookup or not at all has no model to leave alone, and a Gemma 4 assistant
 # drafts without lookup already.
+TREE_ITEMS = {"auto": "Auto: where they pay", "on": "Always", "off": "Off: chains only"}  # one per TREE_MODES
 MODEL_BESIDE_LOOKUP = frozenset({DraftKind.MODEL, DraftKind.SELF, DraftKind.MTP, DraftKind.HEAD, DraftKind.EAGLE3,
                                  DraftKind.DFLASH})
 
@@ -44,6 +45,10 @@ TIPS = {
                     "accepts; a fixed number is for experiments.",
     "drafter": "Where the proposed tokens come from. The target checks every one of them, so the answer "
                "is the same either way; only the speed differs.",
+    "trees": "Where the drafter has second guesses (another place the prompt repeats, a draft's runner-up "
+             "where it is unsure), the target can check them beside the first guess in the same pass and keep "
+             "whichever it agrees with. Auto adds a branch only where measuring says it pays on this machine; "
+             "the answer is the same either way.",
     "thinking": "Reasoning models (Qwen3 and others whose template has the switch) write their thinking first, "
                 "folded above the answer. Off, they answer at once: faster, often less careful.",
 }
@@ -79,6 +84,9 @@ class SettingsDrawer(QFrame):
         self.drafter.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.drafter.setMinimumContentsLength(DRAFTER_MIN_CHARS)
         self.set_pair_draft("the pair's draft")  # and no "Draft model only" until a pair with a model loads
+        self.trees = QComboBox()  # one item per TREE_MODES, in its order
+        self.trees.addItems([TREE_ITEMS[mode] for mode in TREE_MODES])
+        self._trees_note = ""  # why the loaded target verifies chains only (set_trees_note)
         self.thinking = QCheckBox("Think before answering")
         self.thinking.setEnabled(False)  # until a model whose template has the switch is loaded
         self._reasoning = ""  # the loaded model's: "switch", "always" or "" (set_thinking_switch)
@@ -96,6 +104,7 @@ class SettingsDrawer(QFrame):
             widget.valueChanged.connect(self._edited)
         self.drafter.currentIndexChanged.connect(self._edited)
         self.drafter.currentIndexChanged.connect(self._show_drafter_tip)
+        self.trees.currentIndexChanged.connect(self._edited)
         self.thinking.toggled.connect(self._thinking_toggled)
         self.thinking.toggled.connect(self._edited)
         self._layout()
@@ -113,7 +122,8 @@ class SettingsDrawer(QFrame):
             form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
         rows = [(left, "Temperature", self.temperature, "temperature"), (left, "Top-p", self.top_p, "top_p"),
                 (left, "Top-k", self.top_k, "top_k"), (right, "Max new tokens", self.max_tokens, "max_tokens"),
-                (right, "Draft tokens", self.draft_tokens, "draft_tokens"), (right, "Drafter", self.drafter, "drafter")]
+                (right, "Draft tokens", self.draft_tokens, "draft_tokens"), (right, "Drafter", self.drafter, "drafter"),
+                (right, "Draft trees", self.trees, "trees")]
         for form, text, widget, key in rows:
             label = QLabel(text)
             label.setToolTip(wrap_tip(TIPS[key]))
@@ -212,6 +222,15 @@ class SettingsDrawer(QFrame):
                                           "This model always thinks before it answers: its template has no switch"
                                           if reasoning == "always" else "This model does not think before answering"))
 
+    def set_trees_note(self, note: str) -> None:
+        """The loaded target's reason for verifying chains only ("" where it verifies trees): the
+        box is then greyed, its tooltip says why, and the chat's own choice is kept for a target
+        that takes trees."""
+        self._trees_note = note
+        self.trees.setEnabled(not note)
+        tip = TIPS["trees"] if not note else f"This model checks one guess per position here: {note}."
+        self.trees.setToolTip(wrap_tip(tip))
+
     def _show_thinking(self) -> None:
         shown = {"switch": self._wanted_thinking, "always": True}.get(self._reasoning, False)
         quiet, self._quiet = getattr(self, "_quiet", False), True
@@ -226,6 +245,7 @@ class SettingsDrawer(QFrame):
             temperature=round(self.temperature.value(), 2), top_p=round(self.top_p.value(), 2),
             top_k=self.top_k.value(), max_tokens=self.max_tokens.value(),
             draft_tokens=draft_tokens or None, drafter=REQUEST_CHOICES[max(0, self.drafter.currentIndex())],
+            trees=TREE_MODES[max(0, self.trees.currentIndex())],
             thinking=self.thinking.isChecked() if self._reasoning == "switch" else self._wanted_thinking,
         )
 
@@ -239,6 +259,7 @@ class SettingsDrawer(QFrame):
             self.max_tokens.setValue(settings.max_tokens)
             self.draft_tokens.setValue(settings.draft_tokens or 0)
             self.drafter.setCurrentIndex(REQUEST_CHOICES.index(settings.drafter))
+            self.trees.setCurrentIndex(TREE_MODES.index(settings.trees))
             self._wanted_thinking = settings.thinking
             self._show_thinking()
             if self.system_prompt.toPlainText() != system_prompt:

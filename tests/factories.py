@@ -258,6 +258,23 @@ def tiny_qwen3(seed: int, vocab: int = TINY_VOCAB, hidden: int = 128, layers: in
     return _scaled(Qwen3ForCausalLM(config).eval())
 
 
+def tiny_family(kind: str, seed: int, vocab: int = TINY_VOCAB, hidden: int = 64, layers: int = 2):
+    """A tiny random model of a family the lean step does not cover, so that transformers' own
+    forward runs it: "gemma" (GeLU MLP, a scaled embedding), "phi3" (fused qkv and gate/up
+    projections), "gemma2" (sliding-window layers beside global ones, soft-capped logits)."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM, GemmaConfig, GemmaForCausalLM, Phi3Config, Phi3ForCausalLM
+
+    torch.manual_seed(seed)
+    common = dict(vocab_size=vocab, hidden_size=hidden, intermediate_size=hidden * 2, num_hidden_layers=layers,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                  bos_token_id=1, eos_token_id=2, pad_token_id=2)
+    config, cls = {"gemma": (lambda: GemmaConfig(head_dim=16, **common), GemmaForCausalLM),
+                   "phi3": (lambda: Phi3Config(**common), Phi3ForCausalLM),
+                   "gemma2": (lambda: Gemma2Config(head_dim=16, sliding_window=8, **common), Gemma2ForCausalLM),
+                   }[kind]
+    return _scaled(cls(config()).eval())
+
+
 def _scaled(model, factor: float = 4.0):
     """`model` with its matrices scaled up from the init, so greedy choices are not near-ties."""
     with torch.no_grad():

@@ -243,8 +243,9 @@ def test_models_info_says_how_passes_run(tiny_pair, capsys):
     words = passes_words(hybrid)
     assert words.startswith("passes on PyTorch: transformers' forward (") and "not qwen3_5" in words
     assert "chains, not trees: its recurrent layers read a pass in order" in words
-    assert "drafts verified as chains (trees are verified on the lean step)" in passes_words(
-        SimpleNamespace(model_type="gemma3"))
+    assert "trees of drafts verified through transformers' forward" in passes_words(SimpleNamespace(model_type="phi3"))
+    gemma3 = SimpleNamespace(model_type="gemma3", layer_types=["sliding_attention"] * 5 + ["full_attention"])
+    assert "chains, not trees: its sliding-window layers" in passes_words(gemma3)
 
 
 def test_graphs_off_reaches_the_target_and_its_draft(tiny_pair):

@@ -162,10 +162,22 @@ def target(tiny_pair):
     return backend
 
 
-def test_a_round_takes_the_second_branch_where_the_first_is_wrong(target):
+@pytest.fixture(scope="module")
+def transformers_target(tiny_pair):
+    """The same tiny Llama through transformers' own forward and cache (tree_torch.py's 4-D mask)."""
+    from app.engine.backends.torch_backend import TorchBackend
+
+    backend = TorchBackend(tiny_pair["target"], device="cpu", precision="float32", step="transformers")
+    assert backend.tree_note() == ""
+    return backend
+
+
+@pytest.mark.parametrize("which", ["target", "transformers_target"])
+def test_a_round_takes_the_second_branch_where_the_first_is_wrong(which, request):
     """At temperature 0 the walk follows the target's argmax into whichever child carries it: the
     round emits three drafts from the second branch and the target's own token, the round shows
     the walked path and the first guess it rejected, and the answer is the target's alone."""
+    target = request.getfixturevalue(which)
     alone, _ = _answer(target)
     at = len(PROMPT) + 5
     right = tuple(alone[5:8])

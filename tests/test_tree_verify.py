@@ -47,6 +47,57 @@ def target(tiny_pair):
     return backend
 
 
+@pytest.fixture
+def transformers_target(tiny_pair):
+    """The same tiny Llama through transformers' own forward and cache (a 4-D mask, position ids)."""
+    from app.engine.backends.torch_backend import TorchBackend
+
+    backend = TorchBackend(tiny_pair["target"], device="cpu", precision="float32", step="transformers")
+    assert backend.step == "transformers" and backend.tree_note() == ""
+    return backend
+
+
+@pytest.fixture(scope="module")
+def families(tmp_path_factory) -> dict:
+    """Folders of tiny Gemma, Phi-3 and Gemma 2 models (transformers' forward runs them)."""
+    from tests.factories import tiny_family
+
+    root = tmp_path_factory.mktemp("families")
+    for kind in ("gemma", "phi3", "gemma2"):
+        tiny_family(kind, seed=5).save_pretrained(root / kind)
+    return {kind: root / kind for kind in ("gemma", "phi3", "gemma2")}
+
+
+def _family(families, kind):
+    from app.engine.backends.torch_backend import TorchBackend
+
+    backend = TorchBackend(families[kind], device="cpu", precision="float32")
+    assert backend.step == "transformers" and backend.tree_note() == ""
+    return backend
+
+
+@pytest.fixture
+def gemma(families):
+    return _family(families, "gemma")
+
+
+@pytest.fixture
+def phi3(families):
+    return _family(families, "phi3")
+
+
+def test_sliding_window_and_recurrent_targets_say_why_they_verify_chains(families, tmp_path):
+    """Through transformers' forward: a sliding window's layer keeps its last positions only, and a
+    recurrent layer reads a pass in order (siblings would corrupt each other's state)."""
+    from app.engine.backends.torch_backend import TorchBackend
+    from tests.factories import save_qwen35, tiny_qwen35
+
+    sliding = TorchBackend(families["gemma2"], device="cpu", precision="float32")
+    assert "sliding window" in sliding.tree_note()
+    hybrid = TorchBackend(save_qwen35(tiny_qwen35(3), tmp_path / "hybrid"), device="cpu", precision="float32")
+    assert "recurrent layers read a pass in order" in hybrid.tree_note()
+
+
 @pytest.fixture(scope="module")
 def compiled_target(tmp_path_factory, tiny_fields):
     """A tiny Llama GGUF whose decoder layers run as one compiled call on Tandem's CPU kernel."""
@@ -109,9 +160,11 @@ def _step_logits(backend, tokens):
     return backend.forward_last([tokens[-1]])
 
 
-def test_each_nodes_logits_are_a_one_token_steps_along_its_path(target):
+@pytest.mark.parametrize("which", ["target", "transformers_target", "gemma", "phi3"])
+def test_each_nodes_logits_are_a_one_token_steps_along_its_path(which, request):
     from app.engine.backends.tree_torch import tree_logits
 
+    target = request.getfixturevalue(which)
     tree = TokenTree.from_paths([[11, 12, 13], [11, 14], [15, 16], [11, 12, 17]])
     target.reset()
     target.prefill(PROMPT[:-2])
@@ -123,10 +176,11 @@ def test_each_nodes_logits_are_a_one_token_steps_along_its_path(target):
         torch.testing.assert_close(logits[2 + node], _step_logits(target, path), atol=1e-4, rtol=1e-4)
 
 
-def test_the_cache_keeps_the_pending_tokens_and_the_accepted_path_only(target, tiny_pair):
-    from app.engine.backends.torch_backend import TorchBackend
+@pytest.mark.parametrize("which", ["target", "transformers_target", "phi3"])
+def test_the_cache_keeps_the_pending_tokens_and_the_accepted_path_only(which, request):
     from app.engine.backends.tree_torch import keep_path, tree_logits
 
+    target = request.getfixturevalue(which)
     tree = TokenTree.from_paths([[11, 12, 13], [11, 14, 18], [15, 16]])
     target.reset()
     target.prefill(PROMPT[:-1])
@@ -137,8 +191,9 @@ def test_the_cache_keeps_the_pending_tokens_and_the_accepted_path_only(target, t
     keep_path(target, 1, path, len(PROMPT) - 1)
     assert target.cache.length == len(PROMPT) + 3
     after = target.forward_last([21])
-    fresh = TorchBackend(tiny_pair["target"], device="cpu", precision="float32")
-    want = fresh.forward_last([*PROMPT, 11, 14, 18, 21])
+    assert target.cache.length == len(PROMPT) + 4
+    target.reset()
+    want = target.forward_last([*PROMPT, 11, 14, 18, 21])  # a fresh prefill of the prompt and the path
     torch.testing.assert_close(after, want, atol=1e-4, rtol=1e-4)
 
 
@@ -155,7 +210,8 @@ def _step_states(backend, tokens):
     return torch.stack(rows)
 
 
-@pytest.mark.parametrize("which,layers", [("target", ()), ("compiled_target", ()), ("compiled_target", (0, 2))])
+@pytest.mark.parametrize("which,layers", [("target", ()), ("compiled_target", ()), ("compiled_target", (0, 2)),
+                                          ("transformers_target", ()), ("transformers_target", (0, 2))])
 def test_the_kept_paths_inner_states_are_handed_over_as_one_token_steps_give_them(which, layers, request):
     """A drafter that reads the target's states (an MTP layer, an aligned head; EAGLE-3's three
     layers) is handed, after a tree's verdict, the pending tokens' and the kept path's rows in the
@@ -196,7 +252,7 @@ def _greedy(backend, n):
     return out
 
 
-@pytest.mark.parametrize("which", ["target", "compiled_target"])
+@pytest.mark.parametrize("which", ["target", "compiled_target", "transformers_target", "gemma"])
 def test_at_temperature_0_the_verdict_is_the_longest_path_of_the_targets_own_tokens(which, request):
     check_greedy_verdict(request.getfixturevalue(which))
 

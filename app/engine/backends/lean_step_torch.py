@@ -91,8 +91,13 @@ def tree_words(config, reason: str) -> str:
     if any(any(kind in str(t) for kind in RECURRENT_LAYERS) for t in types):
         return ("drafts verified as chains, not trees: its recurrent layers read a pass in order, so a tree's "
                 "siblings would corrupt each other's state")
+    sliding = any("sliding" in str(t) for t in types) or (
+        not types and getattr(text, "sliding_window", None) and getattr(text, "use_sliding_window", True))
+    if sliding:
+        return ("drafts verified as chains, not trees: its sliding-window layers keep their last positions only "
+                "(docs/trees.md)")
     if reason:
-        return "drafts verified as chains (trees are verified on the lean step)"
+        return "trees of drafts verified through transformers' forward (a custom attention mask)"
     return "trees of drafts verified on the CPU; chains on an NVIDIA GPU (CUDA graphs do not take trees yet)"
 
 

@@ -598,7 +598,9 @@ class TorchBackend(ModelBackend):
         from app.engine.backends.static_kv_torch import StaticKV
 
         if self._lean is None:
-            return "trees of drafts are verified on the lean step, which this model does not run"
+            from app.engine.backends.tree_torch import transformers_tree_note
+
+            return transformers_tree_note(self)
         if self._device.type != "cpu":
             return "trees of drafts are verified on the CPU only so far (not in CUDA graphs)"
         if not isinstance(self.cache, StaticKV):

@@ -8,9 +8,13 @@ the rest dropped (StaticKV.keep).
 
 It runs on the lean step: on the compiled CPU call (kernels_numba._attend_tree), where each node
 is bit for bit a one-token step along its path, and on the PyTorch body with an ancestor mask.
-Not yet on the CUDA graphs, transformers' forward or MLX. A drafter that reads the target's
-inner states (an MTP layer, an aligned head, EAGLE-3) is handed the kept rows' states, in the
-order the cache keeps them, as after a chain's pass.
+It runs on transformers' forward too (the families the lean step does not cover), which takes
+the same mask as a custom 4-D attention mask (0 where a row may look, the dtype's least value
+elsewhere; transformers' masking_utils returns a 4-D mask as it is) and each token's RoPE position
+as `position_ids`; its cache's plain attention layers keep the path the same way (`_keep_layers`).
+Not yet on the CUDA graphs (MLX: tree_mlx.py). A drafter that reads the target's inner states (an
+MTP layer, an aligned head, EAGLE-3) is handed the kept rows' states, in the order the cache keeps
+them, as after a chain's pass.
 """
 
 from __future__ import annotations
@@ -41,7 +45,9 @@ def tree_logits(backend, ids: Sequence[int], tree: TokenTree) -> torch.Tensor:
     if not ids:
         raise ValueError("a tree's pass needs its root: the last token emitted, not yet read")
     lean = backend._lean
-    if lean is None or not isinstance(backend.cache, StaticKV):
+    if lean is None:
+        return _transformers_tree_logits(backend, ids, tree)
+    if not isinstance(backend.cache, StaticKV):
         raise NotImplementedError("trees are verified on the lean step's eager passes")
     start, pending = backend.cache.length, len(ids)
     if backend.cache.fixed:  # a buffer the graphs use, allocated once for the whole context
@@ -61,15 +67,52 @@ def tree_logits(backend, ids: Sequence[int], tree: TokenTree) -> torch.Tensor:
     return logits[:, : backend.vocab_limit].float()
 
 
+def _transformers_tree_logits(backend, ids: Sequence[int], tree: TokenTree) -> torch.Tensor:
+    """tree_logits through transformers' forward (the backend's tree_note has checked that its
+    cache holds plain attention layers only)."""
+    cache, device = backend.cache, backend._device
+    start, pending = cache.length, len(ids)
+    allowed = torch.from_numpy(attention_mask(pending, start, tree)).to(device)
+    dtype = backend.model.dtype
+    # additive, as eager attention adds it and SDPA takes a float mask; one batch, one head axis
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill_(~allowed, torch.finfo(dtype).min)
+    n = pending + len(tree)
+    out = backend.model(input_ids=backend._ids([*ids, *tree.tokens]), attention_mask=mask[None, None],
+                        position_ids=tree_positions(pending, start, tree, device)[None], cache=cache.store,
+                        use_cache=True, logits_to_keep=n)
+    cache.appended(n)
+    return out.logits[0, :, : backend.vocab_limit].float()
+
+
+def _keep_layers(cache, first: int, rows: list[int]) -> None:
+    """The positions `rows` (ascending, all at or after `first`) moved to `first`, `first + 1`,
+    ... in every layer of a transformers cache (plain attention layers: `transformers_tree_note`),
+    the rest after them dropped."""
+    if rows:
+        index = None
+        for layer in cache.store.layers:
+            if index is None:
+                index = torch.tensor(rows, device=layer.keys.device)
+            # gathered first (a copy), then written: a row may move onto one not yet read
+            layer.keys[..., first:first + len(rows), :] = layer.keys.index_select(-2, index)
+            layer.values[..., first:first + len(rows), :] = layer.values.index_select(-2, index)
+    cache.trim(first + len(rows))
+
+
 @torch.inference_mode()  # the buffer is an inference tensor (allocated inside a pass)
 def keep_path(backend, pending: int, path: Sequence[int], length_before: int) -> None:
     """After `tree_logits`: the pending tokens and the accepted nodes `path` stay, in order, in
     the cache and in the inner states the drafter is handed (`last_hidden`)."""
     first = length_before + pending
-    backend.cache.keep(first, [first + node for node in path])
+    if isinstance(backend.cache, StaticKV):
+        backend.cache.keep(first, [first + node for node in path])
+    else:
+        _keep_layers(backend.cache, first, [first + node for node in path])
+    rows = [*range(pending), *(pending + node for node in path)]
     if backend._hidden is not None:
-        rows = torch.tensor([*range(pending), *(pending + node for node in path)], device=backend._hidden.device)
-        backend._hidden = backend._hidden.index_select(1, rows)
+        backend._hidden = backend._hidden[:, rows]
+    for index, states in backend._layer_rows.items():  # transformers' forward: each asked layer's, (1, n, H)
+        backend._layer_rows[index] = states[:, rows]
 
 
 @torch.inference_mode()
@@ -96,3 +139,26 @@ def verify_tree(backend, ids: Sequence[int], tree: TokenTree, params: SamplingPa
     tokens = torch.tensor([tree.tokens[n] for n in shown])
     q = torch.softmax(logits[rows.to(logits.device)], -1).gather(1, tokens.to(logits.device).view(-1, 1))[:, 0]
     return TreeVerdict(verdict.path, verdict.token, tuple(q.tolist()))
+
+
+def transformers_tree_note(backend) -> str:
+    """"" where transformers' forward verifies trees for `backend`, else why it verifies chains."""
+    from transformers.cache_utils import DynamicLayer
+
+    from app.engine.backends.kv_cache_torch import BlockGrownLayer
+    from app.engine.backends.torch_cache import TorchCache
+    from app.models.attention_torch import NAME as TANDEM_SDPA
+
+    if backend.compiled:
+        return "trees of drafts are verified without torch.compile's compiled layers"
+    cache = backend.cache
+    if not isinstance(cache, TorchCache):
+        return "trees of drafts are verified on transformers' own cache, which this model does not use"
+    if cache.recurrent:
+        return "its recurrent layers read a pass in order, so a tree's siblings would corrupt each other's state"
+    if any(type(layer) not in (DynamicLayer, BlockGrownLayer) for layer in cache.store.layers):
+        return "layers that keep a sliding window (or another cache of their own) verify chains of drafts"
+    attention = getattr(backend.model.config, "_attn_implementation", None)
+    if attention not in ("sdpa", "eager", TANDEM_SDPA):  # those that take a float mask as it is
+        return f"trees of drafts need a custom attention mask, which {attention} attention does not take"
+    return ""

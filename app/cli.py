@@ -233,6 +233,7 @@ def cmd_models_info(args) -> int:
         print(f"{path.name}: {config.get('model_type', '?')}, {stored} safetensors, {check_weights(path) / 1e6:.1f} MB "
               "of weights; PyTorch loads them as stored (or at --precision)")
         print(_passes_line(path))
+        _print_mlx_trees(config.get("model_type", "?"))
         _print_plan(path)
         return 0
     for line in info_lines(path):
@@ -242,15 +243,27 @@ def cmd_models_info(args) -> int:
     from app.engine.backends import default_backend
 
     if default_backend() == "mlx":  # a Mac opens the file on MLX: what each type becomes there (gguf_mlx.py)
+        from app.models.gguf_import import inspect_gguf
         from app.models.gguf_mlx import mlx_info_lines
 
         for line in mlx_info_lines(path, check=args.check):
             print(line)
+        _print_mlx_trees(inspect_gguf(path).architecture)
     if args.check:
         folder = resolve_model(path, "torch", progress=_progress)
         for line in check_lines(path, folder):
             print(line)
     return 0
+
+
+def _print_mlx_trees(model_type: str) -> None:
+    """On a Mac (MLX the default backend): whether the model verifies trees of drafts there."""
+    from app.engine.backends import default_backend
+
+    if default_backend() == "mlx":
+        from app.engine.backends.tree_mlx import tree_words
+
+        print(tree_words(model_type))
 
 
 def _print_plan(path) -> None:

@@ -259,20 +259,63 @@ def tiny_qwen3(seed: int, vocab: int = TINY_VOCAB, hidden: int = 128, layers: in
 
 
 def tiny_family(kind: str, seed: int, vocab: int = TINY_VOCAB, hidden: int = 64, layers: int = 2):
-    """A tiny random model of a family the lean step does not cover, so that transformers' own
-    forward runs it: "gemma" (GeLU MLP, a scaled embedding), "phi3" (fused qkv and gate/up
-    projections), "gemma2" (sliding-window layers beside global ones, soft-capped logits)."""
-    from transformers import Gemma2Config, Gemma2ForCausalLM, GemmaConfig, GemmaForCausalLM, Phi3Config, Phi3ForCausalLM
+    """A tiny random model of `kind` (FAMILY_CLASSES) from transformers' own classes: families the
+    PyTorch lean step does not cover, so transformers' forward runs them, and mlx-lm's families
+    for tests/test_tree_mlx.py."""
+    import transformers
 
     torch.manual_seed(seed)
     common = dict(vocab_size=vocab, hidden_size=hidden, intermediate_size=hidden * 2, num_hidden_layers=layers,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
                   bos_token_id=1, eos_token_id=2, pad_token_id=2)
-    config, cls = {"gemma": (lambda: GemmaConfig(head_dim=16, **common), GemmaForCausalLM),
-                   "phi3": (lambda: Phi3Config(**common), Phi3ForCausalLM),
-                   "gemma2": (lambda: Gemma2Config(head_dim=16, sliding_window=8, **common), Gemma2ForCausalLM),
-                   }[kind]
-    return _scaled(cls(config()).eval())
+    config_name, model_name, extra = FAMILY_CLASSES[kind]
+    config = getattr(transformers, config_name)(**common, **extra)
+    return _scaled(getattr(transformers, model_name)(config).eval())
+
+
+MOE = dict(num_experts_per_tok=2)
+# kind: (config class, model class, its own fields). gemma: GeLU MLP, a scaled embedding; phi3:
+# fused qkv and gate/up; gemma2: sliding-window layers beside global ones, soft-capped logits;
+# cohere: a parallel block, LayerNorm, scaled logits; stablelm: RoPE on a quarter of each head;
+# glm4: RoPE on half; granite: scaled residuals and logits; the MoE families: experts routed per token
+FAMILY_CLASSES = {
+    "gemma": ("GemmaConfig", "GemmaForCausalLM", dict(head_dim=16)),
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", dict(head_dim=16, sliding_window=8)),
+    "phi3": ("Phi3Config", "Phi3ForCausalLM", {}),
+    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", {}),
+    "granite": ("GraniteConfig", "GraniteForCausalLM", dict(residual_multiplier=0.5, logits_scaling=2.0)),
+    "starcoder2": ("Starcoder2Config", "Starcoder2ForCausalLM", {}),
+    "cohere": ("CohereConfig", "CohereForCausalLM", {}),
+    "stablelm": ("StableLmConfig", "StableLmForCausalLM", dict(partial_rotary_factor=0.25)),
+    "glm4": ("Glm4Config", "Glm4ForCausalLM", dict(head_dim=16)),
+    "helium": ("HeliumConfig", "HeliumForCausalLM", dict(head_dim=16)),
+    "ernie4_5": ("Ernie4_5Config", "Ernie4_5ForCausalLM", dict(head_dim=16)),
+    "seed_oss": ("SeedOssConfig", "SeedOssForCausalLM", dict(head_dim=16)),
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM", dict(num_local_experts=4, **MOE)),
+    "qwen2_moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM",
+                  dict(num_experts=4, moe_intermediate_size=32, shared_expert_intermediate_size=32, **MOE)),
+    "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM",
+                  dict(num_experts=4, moe_intermediate_size=32, head_dim=16, **MOE)),
+}
+
+
+def save_for_mlx(model, folder: Path) -> Path:
+    """`model` saved as a Hugging Face folder that mlx-lm loads: transformers 5 writes RoPE's
+    theta (and a partial rotary factor) under `rope_parameters`, and Qwen's expert count as
+    `num_local_experts`, where the hub's configs, written by earlier versions, have `rope_theta`
+    and `num_experts` at the top level, which mlx-lm's model arguments read."""
+    import json
+
+    model.save_pretrained(folder)
+    path = folder / "config.json"
+    config = json.loads(path.read_text())
+    rope = config.get("rope_parameters") or {}
+    config.setdefault("rope_theta", rope.get("rope_theta", 10000.0))
+    config.setdefault("partial_rotary_factor", rope.get("partial_rotary_factor", 1.0))
+    if config["model_type"] in ("qwen2_moe", "qwen3_moe") and "num_local_experts" in config:
+        config.setdefault("num_experts", config["num_local_experts"])  # transformers 5's name for it
+    path.write_text(json.dumps(config, indent=2))
+    return folder
 
 
 def _scaled(model, factor: float = 4.0):

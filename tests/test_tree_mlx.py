@@ -87,6 +87,54 @@ def test_each_nodes_logits_are_a_one_token_steps_along_its_path(target):
         np.testing.assert_allclose(logits[2 + node], _step(target, path), atol=1e-4, rtol=1e-4, err_msg=str(node))
 
 
+OTHER_FAMILIES = ("cohere", "ernie4_5", "gemma", "gemma2", "glm4", "granite", "helium", "mixtral", "olmo2", "phi3",
+                  "qwen2_moe", "qwen3_moe", "seed_oss", "stablelm", "starcoder2")
+
+
+def test_every_family_named_is_tested():
+    from app.engine.backends.tree_mlx import FAMILIES
+
+    assert set(FAMILIES) == {"llama", "qwen2", "qwen3", *OTHER_FAMILIES}
+
+
+@pytest.mark.parametrize("kind", OTHER_FAMILIES)
+def test_each_familys_nodes_are_one_token_steps_along_their_paths(kind, tmp_path):
+    """mlx-lm's other families, each a tiny model from transformers' classes (tests/factories.py
+    says what each one's layers do differently): the stand-ins give every node exactly what a
+    one-token step along its path gives it."""
+    from app.engine.backends.tree_mlx import _family, tree_logits
+    from tests.factories import save_for_mlx, tiny_family
+
+    target = load_backend(save_for_mlx(tiny_family(kind, seed=3), tmp_path / kind), "mlx", precision="float32")
+    assert _family(target) == kind and target.tree_note() == ""
+    tree = TokenTree.from_paths(BRANCHY)
+    target.reset()
+    target.prefill(PROMPT[:-2])
+    logits = np.array(tree_logits(target, PROMPT[-2:], tree))
+    for node in range(len(tree)):
+        path = [*PROMPT[-2:], *(tree.tokens[i] for i in tree.path(node))]
+        np.testing.assert_allclose(logits[2 + node], _step(target, path), atol=1e-5, rtol=1e-5, err_msg=str(node))
+
+
+def test_models_info_on_a_mac_says_whether_the_family_verifies_trees_on_mlx(tmp_path, capsys, monkeypatch):
+    from app.cli import main
+    from app.engine import backends
+    from tests.factories import save_for_mlx, tiny_family
+
+    gemma = tmp_path / "gemma"
+    save_for_mlx(tiny_family("gemma", seed=3), gemma)
+    assert main(["models", "info", str(gemma)]) == 0
+    assert "on MLX" not in capsys.readouterr().out  # PyTorch's machine: its own lines only
+    monkeypatch.setattr(backends, "default_backend", lambda: "mlx")
+    assert main(["models", "info", str(gemma)]) == 0
+    assert "on MLX: trees of drafts verified (mlx-lm's gemma model" in capsys.readouterr().out
+    from app.engine.backends.tree_mlx import tree_words
+
+    assert "(mlx-lm's llama model" in tree_words("mistral")  # mlx-lm loads Mistral's configs as Llama's
+    assert "on MLX: drafts verified as chains" in tree_words("gemma3_text") and "not gemma3_text" in tree_words(
+        "gemma3_text")
+
+
 def test_the_kept_path_continues_as_a_prefill_of_it_would_and_hands_over_its_states(target):
     from app.engine.backends.tree_mlx import keep_path, tree_logits
 

@@ -16,9 +16,11 @@ into place behind the pending tokens and the rest dropped, in every layer's KVCa
 the hidden states a drafter reads (`capture_hidden`).
 
 Families covered, FAMILIES: their model calls `create_attention_mask(h, cache[0])` from its own
-module and each attention layer `self.rope(x, offset=cache.offset)`; each is tested with a tiny
-model (tests/test_tree_mlx.py). Any other family, a sliding window (RotatingKVCache), a quantized
-KV cache or recurrent layers verify chains, and `tree_note` says which.
+module and each attention layer `self.rope(x, offset=cache.offset)` (RoPE on part of a head, as
+StableLM and GLM-4 do, included: the layer's own module does it); each is tested with a tiny
+model (tests/test_tree_mlx.py). mlx-lm's Gemma 2 attends globally in every layer, and the tree
+keeps to what its one-token steps do. Any other family, a sliding window (RotatingKVCache), a
+quantized KV cache or recurrent layers verify chains, and `tree_note` says which.
 """
 
 from __future__ import annotations
@@ -32,7 +34,22 @@ from app.engine.backends.sampling_mlx import probs_from_logits
 from app.engine.sampling import SamplingParams
 from app.engine.tree import ROOT, TokenTree, TreeVerdict, attention_mask, parent_rows, shown_nodes, walk
 
-FAMILIES = ("llama", "qwen2", "qwen3")  # mlx-lm's model modules whose passes are stood in for as above
+# mlx-lm's model modules whose passes are stood in for as above, each tested with a tiny model
+# (mistral's configs load as llama)
+FAMILIES = ("cohere", "ernie4_5", "gemma", "gemma2", "glm4", "granite", "helium", "llama", "mixtral", "olmo2",
+            "phi3", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "seed_oss", "stablelm", "starcoder2")
+
+
+def tree_words(model_type: str) -> str:
+    """Whether a model of `model_type` verifies trees of drafts on MLX, from its config alone
+    (`tandem-cli models info` on a Mac; a loaded model's `tree_note` also sees its cache)."""
+    from mlx_lm.utils import MODEL_REMAPPING
+
+    family = MODEL_REMAPPING.get(model_type, model_type)
+    if family in FAMILIES:
+        return (f"on MLX: trees of drafts verified (mlx-lm's {family} model, its RoPE and mask stood in for; a "
+                "sliding-window or quantized KV cache verifies chains)")
+    return f"on MLX: drafts verified as chains (trees on mlx-lm's {', '.join(FAMILIES)} models; not {family})"
 
 
 def _family(backend) -> str:

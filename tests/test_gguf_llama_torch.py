@@ -127,6 +127,23 @@ def test_tensor_names_are_transformers_own(llama_q4, qwen3_q4):
         assert "blk.1.ffn_down.weight" in own.tensor_names(mine, architecture)
 
 
+@pytest.mark.parametrize("architecture", ["llama", "qwen3"])
+def test_tensor_names_of_many_layers_are_gguf_tables_own(llama_q4, qwen3_q4, architecture):
+    """tensor_names reads gguf's table of one block and moves its names to each layer's index:
+    the same names as gguf's table of all the layers, for layers 10 and up too."""
+    folder = {"llama": llama_q4, "qwen3": qwen3_q4}[architecture]
+    config = dict(own.read_config(folder), num_hidden_layers=12)
+    mine, _ = own.build(config)
+    arch = next(key for key, value in gguf.MODEL_ARCH_NAMES.items() if value == architecture)
+    table = gguf.get_tensor_name_map(arch, 12)
+    want = {}
+    for name, _ in mine.named_parameters():
+        base, _, suffix = name.rpartition(".")
+        if (found := table.get_name(base)) is not None:
+            want[f"{found}.{suffix}"] = name
+    assert own.tensor_names(mine, architecture) == want and "blk.11.attn_q.weight" in want
+
+
 LOAD_SCRIPT = """
 import json, sys
 from app.draft_choice import PROMPT_LOOKUP

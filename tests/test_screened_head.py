@@ -67,6 +67,34 @@ def test_either_screen_keeps_the_float32_argmax_among_few_rows(kernel):
         assert torch.equal(alone, screen[:5])
 
 
+def test_the_compiled_fill_writes_pytorchs_codes_and_scales_bit_for_bit():
+    """ScreenedHead.fill's one compiled pass a row (repack_numba.screen_rows) against its PyTorch
+    ops: the same int8 codes and bfloat16 scales, bit for bit, on rows that round at exact halves,
+    a zero row, a row of one tiny value and rows spanning magnitudes; the norms within float32's
+    rounding of the sums (the bound's SLACK covers that)."""
+    from app.models import int4_cpu_torch
+
+    if int4_cpu_torch.why_not_available():
+        pytest.skip(f"the kernel does not run here: {int4_cpu_torch.why_not_available()}")
+    g = torch.Generator().manual_seed(3)
+    rows = torch.randn(300, 96, generator=g) * torch.logspace(-6, 3, 300)[:, None]
+    rows[0] = 0.0
+    rows[1] = 0.0
+    rows[1, 7] = 1e-35
+    rows[2, :6] = torch.tensor([127.0, 0.5, 1.5, -2.5, 63.5, -0.5])  # scale 1: codes at exact halves
+    rows[2, 6:] = 0.25
+    compiled, reference = (ScreenedHead.empty(300, 96, lambda r: r) for _ in range(2))
+    compiled.fill(0, rows[:150])
+    compiled.fill(150, rows[150:])
+    reference._fill_compiled = lambda *args: False  # PyTorch's ops
+    reference.fill(0, rows)
+    assert torch.equal(compiled.codes, reference.codes)
+    assert torch.equal(compiled.scales.view(torch.int16), reference.scales.view(torch.int16))
+    assert compiled.codes[2, :6].tolist() == [127, 0, 2, -2, 64, 0]  # rint: halves to even
+    for name in ("error_norm", "screen_norm"):
+        torch.testing.assert_close(getattr(compiled, name), getattr(reference, name), rtol=1e-5, atol=1e-30)
+
+
 def test_the_screen_rescores_few_rows_and_never_misses_the_argmax():
     """On states drawn at random the bound keeps a handful of rows per position, and always the
     float32 argmax among them (a bound set to zero would miss it: see the test above)."""

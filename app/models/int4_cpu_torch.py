@@ -279,6 +279,13 @@ def float_rows(kind: str, raw: np.ndarray, cols: int) -> np.ndarray | None:
     return out
 
 
+def screen_rows(rows: np.ndarray, codes: np.ndarray, scale_bits: np.ndarray, error_norm: np.ndarray,
+                screen_norm: np.ndarray) -> None:
+    """The screened head's int8 screen of float32 rows, compiled (repack_numba.screen_rows); the
+    outputs are views of the head's buffers, written in place."""
+    _repacker().screen_rows(rows, codes, scale_bits, error_norm, screen_norm)
+
+
 def _halves_hold_minus_8d(raw: np.ndarray) -> bool:
     """Whether every Q4_0 block's offset -8 d is a finite half (d finite, |8 d| <= 65504): then
     the compiled copy writes the same half the reference route keeps."""

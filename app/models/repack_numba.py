@@ -26,7 +26,7 @@ from numba import njit, prange, types
 from numba.extending import intrinsic
 
 from app.models import numba_cache
-from app.models.kernels_numba import _half
+from app.models.kernels_numba import _float_of_bits, _half
 
 CHUNK = 64
 QUAD = 4
@@ -274,3 +274,49 @@ def rows_q4_1(raw, out):  # pragma: no cover - compiled
 @njit(**_OPTS)
 def rows_q4_0(raw, out):  # pragma: no cover - compiled
     nibble_rows(raw, out, 18)
+
+
+@intrinsic
+def _bits_of_float(typingctx, value):
+    """A float32's 32 bits as an int32."""
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(32))
+    return types.int32(types.float32), codegen
+
+
+@njit(fastmath=True, **_OPTS)
+def _sum_squares(v):  # pragma: no cover - compiled
+    """Σ v², in any order (fastmath: vectorized); a norm under the bound's SLACK."""
+    total = np.float32(0.0)
+    for j in range(v.shape[0]):
+        total += v[j] * v[j]
+    return total
+
+
+@njit(parallel=True, **_OPTS)
+def screen_rows(rows, codes, scale_bits, error_norm, screen_norm):  # pragma: no cover - compiled
+    """The screened head's int8 screen of float32 rows (n, D), rows in parallel: ScreenedHead.fill's
+    arithmetic (scale = bfloat16(max|w| / 127), codes = rint(w / scale), each an exact float32
+    operation in any order), the same codes and scales bit for bit; the two norms summed in
+    float32 in whatever order vectorizes (ScreenedHead's bound has SLACK under it for that)."""
+    n, dim = rows.shape
+    for i in prange(n):
+        row = rows[i]
+        amax = np.float32(0.0)
+        for j in range(dim):
+            amax = max(amax, abs(row[j]))
+        amax = max(amax, np.float32(1e-30)) / np.float32(127.0)
+        # float32 -> bfloat16, to nearest even (PyTorch's conversion); the top 16 bits kept
+        bits = np.int64(_bits_of_float(amax))  # positive and finite: below 2**31
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+        scale_bits[i] = np.uint16(bits)
+        scale = _float_of_bits(np.int32(bits << 16))
+        screen = np.empty(dim, np.float32)
+        error = np.empty(dim, np.float32)
+        for j in range(dim):
+            q = min(max(np.rint(row[j] / scale), np.float32(-127.0)), np.float32(127.0))
+            codes[i, j] = np.int8(q)
+            screen[j] = q * scale
+            error[j] = row[j] - screen[j]
+        error_norm[i] = np.sqrt(_sum_squares(error))
+        screen_norm[i] = np.sqrt(_sum_squares(screen))

@@ -67,9 +67,13 @@ class ScreenedHead(torch.nn.Module):
 
     @torch.no_grad()
     def fill(self, start: int, rows: torch.Tensor) -> None:
-        """Rows start.. of the screen, from their float32 weights."""
+        """Rows start.. of the screen, from their float32 weights: one compiled pass a row where
+        Tandem's CPU kernel runs (repack_numba.screen_rows: the same codes and scales, a quarter
+        of a second of the demo's load and most of a second of a 1B model's), else PyTorch's ops."""
         end = start + rows.shape[0]
         self._compiled = None  # its scales are read again at the next pass
+        if self._fill_compiled(start, end, rows):
+            return
         scale = (rows.abs().amax(dim=1).clamp(min=1e-30) / 127.0).to(torch.bfloat16)
         codes = torch.round(rows / scale.float()[:, None]).clamp(-127, 127)
         screen = codes * scale.float()[:, None]
@@ -77,6 +81,18 @@ class ScreenedHead(torch.nn.Module):
         self.scales[start:end] = scale
         self.error_norm[start:end] = (rows - screen).norm(dim=1)
         self.screen_norm[start:end] = screen.norm(dim=1)
+
+    def _fill_compiled(self, start: int, end: int, rows: torch.Tensor) -> bool:
+        if rows.device.type != "cpu" or rows.dtype != torch.float32 or self.codes.device.type != "cpu":
+            return False
+        from app.models.int4_cpu_torch import compiled, screen_rows
+
+        if compiled() is None:
+            return False
+        screen_rows(rows.contiguous().numpy(), self.codes[start:end].numpy(),
+                    self.scales[start:end].view(torch.int16).numpy().view(np.uint16),
+                    self.error_norm[start:end].numpy(), self.screen_norm[start:end].numpy())
+        return True
 
     @property
     def weight(self) -> torch.Tensor:

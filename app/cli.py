@@ -244,16 +244,22 @@ def cmd_models_info(args) -> int:
 
     if default_backend() == "mlx":  # a Mac opens the file on MLX: what each type becomes there (gguf_mlx.py)
         from app.models.gguf_import import inspect_gguf
-        from app.models.gguf_mlx import mlx_info_lines
+        from app.models.gguf_mlx import mlx_info_lines, unsupported_reason
 
         for line in mlx_info_lines(path, check=args.check):
             print(line)
-        _print_mlx_trees(inspect_gguf(path).architecture)
+        architecture = inspect_gguf(path).architecture
+        if unsupported_reason(architecture, path) is None:  # (else its lines above say it does not convert)
+            # transformers' reader names the model type otherwise for these (modeling_gguf_pytorch_utils)
+            _print_mlx_trees(GGUF_MODEL_TYPES.get(architecture, architecture))
     if args.check:
         folder = resolve_model(path, "torch", progress=_progress)
         for line in check_lines(path, folder):
             print(line)
     return 0
+
+
+GGUF_MODEL_TYPES = {"qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe", "command-r": "cohere"}
 
 
 def _print_mlx_trees(model_type: str) -> None:

@@ -245,7 +245,7 @@ def test_models_info_says_how_passes_run(tiny_pair, capsys):
     assert "chains, not trees: its recurrent layers read a pass in order" in words
     assert "trees of drafts verified through transformers' forward" in passes_words(SimpleNamespace(model_type="phi3"))
     gemma3 = SimpleNamespace(model_type="gemma3", layer_types=["sliding_attention"] * 5 + ["full_attention"])
-    assert "chains, not trees: its sliding-window layers" in passes_words(gemma3)
+    assert "chains, not trees: its sliding-window (or chunked) layers" in passes_words(gemma3)
 
 
 def test_graphs_off_reaches_the_target_and_its_draft(tiny_pair):

@@ -83,6 +83,8 @@ def test_the_compiled_fill_writes_pytorchs_codes_and_scales_bit_for_bit():
     rows[1, 7] = 1e-35
     rows[2, :6] = torch.tensor([127.0, 0.5, 1.5, -2.5, 63.5, -0.5])  # scale 1: codes at exact halves
     rows[2, 6:] = 0.25
+    rows[3] = 0.5
+    rows[3, 0] = 127.49609375  # max / 127 = 1 + 2**-8, half way between two bfloat16s: to even, 1.0
     compiled, reference = (ScreenedHead.empty(300, 96, lambda r: r) for _ in range(2))
     compiled.fill(0, rows[:150])
     compiled.fill(150, rows[150:])
@@ -91,6 +93,7 @@ def test_the_compiled_fill_writes_pytorchs_codes_and_scales_bit_for_bit():
     assert torch.equal(compiled.codes, reference.codes)
     assert torch.equal(compiled.scales.view(torch.int16), reference.scales.view(torch.int16))
     assert compiled.codes[2, :6].tolist() == [127, 0, 2, -2, 64, 0]  # rint: halves to even
+    assert compiled.scales[3].item() == 1.0
     for name in ("error_norm", "screen_norm"):
         torch.testing.assert_close(getattr(compiled, name), getattr(reference, name), rtol=1e-5, atol=1e-30)
 

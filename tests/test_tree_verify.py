@@ -98,6 +98,19 @@ def test_sliding_window_and_recurrent_targets_say_why_they_verify_chains(familie
     assert "recurrent layers read a pass in order" in hybrid.tree_note()
 
 
+def test_alibi_models_verify_chains(tmp_path):
+    """Bloom biases attention by where a key sits in the pass and reads the mask as (batch, length):
+    positions by depth cannot reach it, so it verifies chains."""
+    from transformers import BloomConfig, BloomForCausalLM
+
+    from app.engine.backends.torch_backend import TorchBackend
+
+    torch.manual_seed(0)
+    BloomForCausalLM(BloomConfig(vocab_size=1024, hidden_size=64, n_layer=2, n_head=4)).save_pretrained(tmp_path / "b")
+    bloom = TorchBackend(tmp_path / "b", device="cpu", precision="float32")
+    assert bloom.step == "transformers" and "rotary positions taken from position ids" in bloom.tree_note()
+
+
 @pytest.fixture(scope="module")
 def compiled_target(tmp_path_factory, tiny_fields):
     """A tiny Llama GGUF whose decoder layers run as one compiled call on Tandem's CPU kernel."""

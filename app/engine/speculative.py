@@ -140,6 +140,8 @@ def speculative_round(target: ModelBackend, drafter: Drafter, committed: list[in
     alternatives, and the chooser says, with the source's `costs`, whether the round verifies
     them or the chain alone."""
     proposal, verified = NO_PROPOSAL, None
+    if trees is not None and trees.failed:
+        trees = None
     try:
         if trees is not None:
             proposal = drafter.propose_tree(committed, k, WIDTH, params, should_stop)
@@ -151,9 +153,15 @@ def speculative_round(target: ModelBackend, drafter: Drafter, committed: list[in
         else:
             proposal = drafter.propose(committed, k, params, should_stop)
         if proposal.tree is not None and not should_stop():
-            proposal, verified = verify_tree_round(target, committed, proposal, params,
-                                                   drafter.wants_target_state)
-            return proposal, verified
+            try:
+                proposal, verified = verify_tree_round(target, committed, proposal, params,
+                                                       drafter.wants_target_state)
+                return proposal, verified
+            except Exception as exc:  # noqa: BLE001 - the cache is as it was (verify_tree_round rewound it)
+                # a forward that refuses a tree's mask or positions: the chain, as tree_note's
+                # refusals would have had it, and chains for the rest of the answer
+                trees.failed = " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
+                proposal = replace(proposal, tree=None)
         proposal = cut_proposal(proposal, proposal_end(proposal, stop_ids, target.vocab_limit))
         if proposal.ids and not should_stop():
             verified = verify_round(target, committed, proposal, params, drafter.wants_target_state)
@@ -288,10 +296,14 @@ def _generate(
     # Throughput is wall clock, not the sum of model calls: the loop's own overhead (and the
     # consumer's, between yields) is part of what a user waits for.
     decode_start = time.perf_counter()
+    said_failed = False
     while answer.finish is None:
         if should_stop():
             answer.finish = "cancelled"
             break
+        if chooser is not None and chooser.failed and not said_failed:  # said between rounds, once
+            said_failed = True
+            yield Notice(f"Verifying chains of drafts from here: a tree's pass failed ({chooser.failed}).")
         room = target.context_length - len(committed)  # positions a verify pass may still use
         if room <= 0:
             answer.finish = "context"

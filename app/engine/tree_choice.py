@@ -85,6 +85,7 @@ class TreeChooser:
         self.right = [0.0] * RANKS  # by rank: siblings that were the target's token where the chain was wrong
         self.tried = [0.0] * RANKS  # by rank: siblings the walk reached where the chain was wrong
         self._since_probe = 0
+        self.failed = ""  # why a tree's pass failed: the answer verifies chains from then on
 
     def sibling_share(self, rank: int) -> float:
         """s_r: how often a sibling of this rank was right where the chain was wrong (with the prior)."""

@@ -85,6 +85,9 @@ class ScreenedHead(torch.nn.Module):
     def _fill_compiled(self, start: int, end: int, rows: torch.Tensor) -> bool:
         if rows.device.type != "cpu" or rows.dtype != torch.float32 or self.codes.device.type != "cpu":
             return False
+        rows = rows.detach()
+        if not bool(torch.isfinite(rows).all()):  # NaN and inf as PyTorch's ops carry them (max skips NaN there)
+            return False
         from app.models.int4_cpu_torch import compiled, screen_rows
 
         if compiled() is None:

@@ -91,11 +91,15 @@ def tree_words(config, reason: str) -> str:
     if any(any(kind in str(t) for kind in RECURRENT_LAYERS) for t in types):
         return ("drafts verified as chains, not trees: its recurrent layers read a pass in order, so a tree's "
                 "siblings would corrupt each other's state")
-    sliding = any("sliding" in str(t) for t in types) or (
-        not types and getattr(text, "sliding_window", None) and getattr(text, "use_sliding_window", True))
+    # layers that keep a window or a chunk of the past (Gemma 2/3's sliding, Llama 4's chunked), or
+    # share another layer's cache: transformers' cache for them takes no tree (tree_torch.py)
+    kind = getattr(text, "model_type", "")
+    sliding = any(any(word in str(t) for word in ("sliding", "chunked", "dummy")) for t in types) or (
+        not types and getattr(text, "sliding_window", None)
+        and getattr(text, "use_sliding_window", kind == "mistral"))
     if sliding:
-        return ("drafts verified as chains, not trees: its sliding-window layers keep their last positions only "
-                "(docs/trees.md)")
+        return ("drafts verified as chains, not trees: its sliding-window (or chunked) layers keep part of the past "
+                "only (docs/trees.md)")
     if reason:
         return "trees of drafts verified through transformers' forward (a custom attention mask)"
     return "trees of drafts verified on the CPU; chains on an NVIDIA GPU (CUDA graphs do not take trees yet)"

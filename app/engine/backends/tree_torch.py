@@ -73,7 +73,9 @@ def _transformers_tree_logits(backend, ids: Sequence[int], tree: TokenTree) -> t
     cache, device = backend.cache, backend._device
     start, pending = cache.length, len(ids)
     allowed = torch.from_numpy(attention_mask(pending, start, tree)).to(device)
-    dtype = backend.model.dtype
+    # the activations' dtype, as transformers' own masks take (SDPA wants a float mask in the query's)
+    embeddings = backend.model.get_input_embeddings()
+    dtype = getattr(getattr(embeddings, "weight", None), "dtype", None) or backend.model.dtype
     # additive, as eager attention adds it and SDPA takes a float mask; one batch, one head axis
     mask = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill_(~allowed, torch.finfo(dtype).min)
     n = pending + len(tree)
@@ -158,7 +160,15 @@ def transformers_tree_note(backend) -> str:
         return "its recurrent layers read a pass in order, so a tree's siblings would corrupt each other's state"
     if any(type(layer) not in (DynamicLayer, BlockGrownLayer) for layer in cache.store.layers):
         return "layers that keep a sliding window (or another cache of their own) verify chains of drafts"
-    attention = getattr(backend.model.config, "_attn_implementation", None)
+    config = backend.model.config
+    inner = getattr(backend.model, "model", None)
+    # positions by depth reach attention only through RoPE computed from position_ids; ALiBi
+    # (Bloom, MPT, Falcon's alibi) biases by where a key sits in the pass, and Bloom and Falcon
+    # read the mask as (batch, length): a tree's nodes would be biased wrongly or refused
+    if getattr(config, "alibi", False) or getattr(inner, "rotary_emb", None) is None:
+        return ("trees of drafts need rotary positions taken from position ids, which this model's attention "
+                "does not use")
+    attention = getattr(config, "_attn_implementation", None)
     if attention not in ("sdpa", "eager", TANDEM_SDPA):  # those that take a float mask as it is
         return f"trees of drafts need a custom attention mask, which {attention} attention does not take"
     return ""

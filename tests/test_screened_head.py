@@ -96,6 +96,13 @@ def test_the_compiled_fill_writes_pytorchs_codes_and_scales_bit_for_bit():
     assert compiled.scales[3].item() == 1.0
     for name in ("error_norm", "screen_norm"):
         torch.testing.assert_close(getattr(compiled, name), getattr(reference, name), rtol=1e-5, atol=1e-30)
+    # a damaged row (NaN, an infinity) is filled as PyTorch's ops fill it: the compiled max would skip a NaN
+    rows[4, 5], rows[7, 0], rows[9, 1] = float("nan"), float("inf"), -float("inf")
+    compiled.fill(0, rows)
+    reference.fill(0, rows)
+    assert torch.equal(compiled.codes, reference.codes)
+    assert torch.equal(compiled.scales.view(torch.int16), reference.scales.view(torch.int16))
+    assert torch.equal(compiled.error_norm.isnan(), reference.error_norm.isnan())
 
 
 def test_the_screen_rescores_few_rows_and_never_misses_the_argmax():

@@ -85,17 +85,16 @@ class ScreenedHead(torch.nn.Module):
     def _fill_compiled(self, start: int, end: int, rows: torch.Tensor) -> bool:
         if rows.device.type != "cpu" or rows.dtype != torch.float32 or self.codes.device.type != "cpu":
             return False
-        rows = rows.detach()
-        if not bool(torch.isfinite(rows).all()):  # NaN and inf as PyTorch's ops carry them (max skips NaN there)
-            return False
         from app.models.int4_cpu_torch import compiled, screen_rows
 
         if compiled() is None:
             return False
-        screen_rows(rows.contiguous().numpy(), self.codes[start:end].numpy(),
-                    self.scales[start:end].view(torch.int16).numpy().view(np.uint16),
-                    self.error_norm[start:end].numpy(), self.screen_norm[start:end].numpy())
-        return True
+        errors, norms = self.error_norm[start:end].numpy(), self.screen_norm[start:end].numpy()
+        screen_rows(rows.detach().contiguous().numpy(), self.codes[start:end].numpy(),
+                    self.scales[start:end].view(torch.int16).numpy().view(np.uint16), errors, norms)
+        # a NaN or an infinity in a row makes its norms NaN: such rows as PyTorch's ops carry them
+        # (the compiled max skips a NaN where torch.amax keeps it)
+        return bool(np.isfinite(errors).all() and np.isfinite(norms).all())
 
     @property
     def weight(self) -> torch.Tensor:

@@ -68,8 +68,8 @@ class ScreenedHead(torch.nn.Module):
     @torch.no_grad()
     def fill(self, start: int, rows: torch.Tensor) -> None:
         """Rows start.. of the screen, from their float32 weights: one compiled pass a row where
-        Tandem's CPU kernel runs (repack_numba.screen_rows: the same codes and scales, a quarter
-        of a second of the demo's load and most of a second of a 1B model's), else PyTorch's ops."""
+        Tandem's CPU kernel runs (repack_numba.screen_rows: the same codes and scales; docs/gguf.md
+        has its timings), else PyTorch's ops."""
         end = start + rows.shape[0]
         self._compiled = None  # its scales are read again at the next pass
         if self._fill_compiled(start, end, rows):

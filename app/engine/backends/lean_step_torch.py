@@ -48,13 +48,19 @@ def why_not_lean_config(config) -> str:
     if getattr(config, "pretraining_tp", 1) not in (1, None):
         return f"{kind}: pretraining_tp > 1"
     types = set(getattr(config, "layer_types", None) or ("full_attention",))
-    if types != {"full_attention"} or (getattr(config, "sliding_window", None) and
-                                       getattr(config, "use_sliding_window", kind == "mistral")):
+    if types != {"full_attention"} or _window_set(config):
         return f"{kind}: sliding-window layers"
     rope = (getattr(config, "rope_parameters", None) or {}).get("rope_type", "default")
     if rope not in FIXED_ROPE:
         return f"{kind}: {rope} rope changes with the length"
     return ""
+
+
+def _window_set(config) -> bool:
+    """A config without layer types that still slides a window (Mistral's: on unless turned off;
+    Qwen2's and others': only where `use_sliding_window` says so)."""
+    kind = getattr(config, "model_type", "")
+    return bool(getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", kind == "mistral"))
 
 
 def why_not_lean(model: torch.nn.Module) -> str:
@@ -93,10 +99,8 @@ def tree_words(config, reason: str) -> str:
                 "siblings would corrupt each other's state")
     # layers that keep a window or a chunk of the past (Gemma 2/3's sliding, Llama 4's chunked), or
     # share another layer's cache: transformers' cache for them takes no tree (tree_torch.py)
-    kind = getattr(text, "model_type", "")
     sliding = any(any(word in str(t) for word in ("sliding", "chunked", "dummy")) for t in types) or (
-        not types and getattr(text, "sliding_window", None)
-        and getattr(text, "use_sliding_window", kind == "mistral"))
+        not types and _window_set(text))
     if sliding:
         return ("drafts verified as chains, not trees: its sliding-window (or chunked) layers keep part of the past "
                 "only (docs/trees.md)")

@@ -91,10 +91,8 @@ def _keep_layers(cache, first: int, rows: list[int]) -> None:
     ... in every layer of a transformers cache (plain attention layers: `transformers_tree_note`),
     the rest after them dropped."""
     if rows:
-        index = None
+        index = torch.tensor(rows, device=cache.store.layers[0].keys.device)
         for layer in cache.store.layers:
-            if index is None:
-                index = torch.tensor(rows, device=layer.keys.device)
             # gathered first (a copy), then written: a row may move onto one not yet read
             layer.keys[..., first:first + len(rows), :] = layer.keys.index_select(-2, index)
             layer.values[..., first:first + len(rows), :] = layer.values.index_select(-2, index)

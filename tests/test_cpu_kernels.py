@@ -13,7 +13,7 @@ from app.draft_choice import NO_DRAFT, PROMPT_LOOKUP
 from app.models import int4_cpu_torch
 from app.bench.random_gguf import random_blocks
 from app.models.gguf_blocks import int4_groups
-from app.models.gguf_codes import KERNEL_TYPES, NIBBLES32, CodeGroups, code_groups
+from app.models.gguf_codes import KERNEL_TYPES, NIBBLES32, CodeGroups, Factors, code_groups
 from app.models.int4_cpu_torch import CHUNK, CodeBlocks
 from tests.test_gguf_own_precision import SUITE, _random_blocks, _speculative_answers
 
@@ -68,7 +68,7 @@ def test_the_kernel_holds_and_multiplies_the_files_weights(kind):
     assert np.abs(swapped.matmul(x) - expected).max() > 0.1 * np.abs(expected).max()
 
 
-@pytest.mark.parametrize("kind", ["Q4_1", "Q8_0", "Q6_K", "Q5_K"])
+@pytest.mark.parametrize("kind", ["Q4_1", "Q8_0", "Q6_K", "Q5_K", "Q5_0"])
 def test_every_width_gives_each_token_the_bits_one_token_gives(kind):
     """Batch invariance: a verify pass of n tokens and n one-token steps agree bit for bit, through
     every register tile (up to 6 tokens, any mix of them up to 17) and the one-token step that
@@ -81,6 +81,42 @@ def test_every_width_gives_each_token_the_bits_one_token_gives(kind):
     assert np.abs(alone - expected).max() <= 1e-5 * np.abs(expected).max()  # the step itself is right
     for width in range(1, 18):
         np.testing.assert_array_equal(blocks.matmul(np.ascontiguousarray(x[:width])), alone[:width])
+
+
+@pytest.mark.parametrize("kind", ["Q5_0", "Q5_1", "Q5_K", "Q6_K"])
+def test_five_and_six_bit_codes_are_held_at_the_files_size_and_their_extremes_multiply_exactly(kind):
+    """The 5- and 6-bit types keep their codes packed as the file has them (0.625 and 0.75 bytes a
+    weight, not a byte), planes that unpack to the very codes; and the integer sums at their
+    extremes (every stored code at 0 or at its top, activations of +-127, where a 16-bit partial
+    sum comes closest to its limit) come out exact: the kernel's sum of code x 127 over the row."""
+    from app.models.gguf_codes import BIAS_OF, GROUP_OF, KIND_OF
+    from app.models.int4_cpu_torch import PLANE_BITS, pack_planes, unpack_planes
+
+    kind_code, cols = KIND_OF[kind], 512
+    bits, length, bias = 4 + PLANE_BITS[kind_code], GROUP_OF[kind_code], BIAS_OF[kind]
+    stored = np.random.default_rng(4).integers(0, 1 << bits, (3, 7, length), dtype=np.uint8)
+    packed = pack_planes(stored, PLANE_BITS[kind_code])
+    assert packed.shape == (3, 7, length * bits // 8)
+    np.testing.assert_array_equal(unpack_planes(packed, PLANE_BITS[kind_code]), stored)
+    blocks, _ = _blocks_of(kind, 2 * CHUNK, cols, seed=3)
+    assert blocks.codes.nbytes == 2 * CHUNK * cols * bits // 8
+    for top in (0, (1 << bits) - 1):
+        codes = np.full((CHUNK, cols), top - bias, np.int8)
+        ones = np.ones((CHUNK, cols // length), np.float32)
+        weight = CodeBlocks(CHUNK, cols, [(CHUNK, kind)])
+        if kind in ("Q5_K", "Q6_K"):  # two levels: d = 1 per 256 weights, sc = 1 (and m = 0)
+            levels = 2 if kind == "Q5_K" else 1
+            supers = np.zeros((CHUNK, cols // 256, levels), np.float32)
+            supers[..., 0] = 1
+            smalls = np.zeros((CHUNK, cols // length, levels), np.int8)
+            smalls[..., 0] = 1
+            groups = CodeGroups(kind_code, codes, ones, -0 * ones if levels == 2 else None, Factors(supers, smalls))
+        else:
+            groups = CodeGroups(kind_code, codes, ones, 0 * ones if kind == "Q5_1" else None)
+        weight.fill(0, groups)
+        for sign in (1, -1):
+            got = weight.matmul(np.full((3, cols), sign * 127, np.float32))
+            assert np.all(got == sign * 127 * cols * (top - bias)), (top, sign, got[0, :4])
 
 
 def test_each_tokens_activations_are_quantized_alone_as_written_in_numpy():
@@ -99,7 +135,7 @@ def test_each_tokens_activations_are_quantized_alone_as_written_in_numpy():
     x[2, 32:64] *= 1e30
     x[3, 5], x[4, 40] = np.nan, np.inf
     reference_q, reference_d = int4_cpu_torch.quantized_activations(x)
-    xq, dx, sx32, sx16 = compiled.activations(x)
+    xq, dx, sx32, sx16, xs32, xs16 = compiled.activations(x)
     np.testing.assert_array_equal(xq, reference_q)
     np.testing.assert_array_equal(dx, reference_d)  # NaN where a block holds a NaN or an infinity
     assert np.isnan(dx[3, 0]) and np.isnan(dx[4, 1]) and np.isfinite(dx[3, 1:]).all() and dx[1, 0] == dx[1, 1] == 0
@@ -110,6 +146,10 @@ def test_each_tokens_activations_are_quantized_alone_as_written_in_numpy():
     np.testing.assert_array_equal(sx32, (dx * blocks.sum(axis=2)).astype(np.float32))
     np.testing.assert_array_equal(sx16[:, 0::2], (dx * blocks[..., :16].sum(axis=2)).astype(np.float32))
     np.testing.assert_array_equal(sx16[:, 1::2], (dx * blocks[..., 16:].sum(axis=2)).astype(np.float32))
+    # the integer sums the packed codes' bias takes away
+    np.testing.assert_array_equal(xs32, blocks.sum(axis=2))
+    np.testing.assert_array_equal(xs16[:, 0::2], blocks[..., :16].sum(axis=2))
+    np.testing.assert_array_equal(xs16[:, 1::2], blocks[..., 16:].sum(axis=2))
     fine = np.isfinite(dx) & (dx > 0)
     assert np.abs(x.reshape(6, 3, 32)[dx == 0]).max() < 4e-37  # only the zero and the tiny block
     moved = np.abs(blocks * dx[..., None] - x.reshape(6, 3, 32))[fine]
@@ -128,7 +168,7 @@ from tests.test_cpu_kernels import _blocks_of
 from app.models import int4_cpu_torch, int8_tiles_numba
 assert not int8_tiles_numba.AVX2
 x = np.random.default_rng(7).standard_normal((7, 256)).astype(np.float32)
-kinds = ("Q4_K", "Q8_0", "Q6_K")
+kinds = ("Q4_K", "Q8_0", "Q6_K", "Q5_0")
 np.save(sys.argv[1], np.stack([_blocks_of(kind, 2 * 64, 256, seed=11)[0].matmul(x) for kind in kinds]))
 """
 
@@ -151,7 +191,8 @@ def test_the_portable_build_of_the_products_gives_the_same_bits(tmp_path):
     subprocess.run([sys.executable, "-c", _PORTABLE_RUN.format(root=root), str(tmp_path / "out.npy")], env=env,
                    check=True, timeout=600)
     x = np.random.default_rng(7).standard_normal((7, 256)).astype(np.float32)
-    here = np.stack([_blocks_of(kind, 2 * CHUNK, 256, seed=11)[0].matmul(x) for kind in ("Q4_K", "Q8_0", "Q6_K")])
+    kinds = ("Q4_K", "Q8_0", "Q6_K", "Q5_0")
+    here = np.stack([_blocks_of(kind, 2 * CHUNK, 256, seed=11)[0].matmul(x) for kind in kinds])
     np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), here)
 
 

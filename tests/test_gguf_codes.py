@@ -10,6 +10,9 @@ from gguf.quants import dequantize, quantize
 
 from app.bench.random_gguf import BLOCK, SCALE_FIELDS, random_blocks
 from app.models.gguf_codes import (
+    BIAS_OF,
+    BITS5_32,
+    BITS6_16,
     BYTES16,
     BYTES32,
     GROUP_OF,
@@ -44,8 +47,15 @@ def test_type_tables_match_ggml():
                             "IQ4_NL", "IQ4_XS")
     assert set(KIND_OF) == set(KERNEL_TYPES) == set(SCALE_FIELDS)
     assert {k for k, v in KIND_OF.items() if v == NIBBLES32} == {"Q4_0", "Q4_1", "Q4_K"}
-    assert {k for k, v in KIND_OF.items() if v == BYTES16} == {"Q2_K", "Q3_K", "Q6_K"}
-    assert GROUP_OF == {NIBBLES32: 32, BYTES32: 32, BYTES16: 16}
+    assert {k for k, v in KIND_OF.items() if v == BITS5_32} == {"Q5_0", "Q5_1", "Q5_K"}
+    assert {k for k, v in KIND_OF.items() if v == BITS6_16} == {"Q6_K"}
+    assert {k for k, v in KIND_OF.items() if v == BYTES16} == {"Q2_K", "Q3_K"}
+    assert GROUP_OF == {NIBBLES32: 32, BYTES32: 32, BYTES16: 16, BITS5_32: 32, BITS6_16: 16}
+    # a packed type's codes plus its bias are its unsigned 5- or 6-bit q (CODE_RANGE's low end)
+    assert {k: v for k, v in BIAS_OF.items() if v} == {"Q5_0": 16, "Q6_K": 32}
+    for kind in ("Q5_0", "Q5_1", "Q5_K", "Q6_K"):
+        low, high = CODE_RANGE[kind]
+        assert low + BIAS_OF[kind] == 0 and high + BIAS_OF[kind] == (31 if KIND_OF[kind] == BITS5_32 else 63)
     for name, size in BLOCK.items():
         assert size == GGML_QUANT_SIZES[GGMLQuantizationType[name]], name
 

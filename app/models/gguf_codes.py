@@ -14,11 +14,19 @@ offset is the float32 value gguf then adds, or the negation of the one it subtra
 a - b as a + (-b), so that is the same rounding). Where gguf computes d * (q - c), the code is the
 signed q - c and there is no offset; Q4_0 is the one exception (see its comment).
 
-Three code kinds, so that the kernel needs three inner loops only:
+Five code kinds, each an inner loop of the kernel, so that codes are held at about the file's size:
 
-- NIBBLES32: uint8 codes in 0..15, groups of 32 (Q4_0, Q4_1, Q4_K): the kernel can keep them packed.
-- BYTES32: int8 codes, groups of 32 (Q5_0, Q5_1, Q8_0, Q5_K, IQ4_NL, IQ4_XS).
-- BYTES16: int8 codes, groups of 16 (Q2_K, Q3_K, Q6_K).
+- NIBBLES32: uint8 codes in 0..15, groups of 32 (Q4_0, Q4_1, Q4_K): kept packed, two a byte.
+- BITS5_32: 5-bit codes, groups of 32 (Q5_0, Q5_1, Q5_K): kept as the file has them, a nibble
+  plane and a plane of fifth bits (0.625 bytes a weight, not 1).
+- BITS6_16: 6-bit codes, groups of 16 (Q6_K): a nibble plane and a plane of bit pairs (0.75).
+- BYTES32: int8 codes, groups of 32 (Q8_0, IQ4_NL, IQ4_XS).
+- BYTES16: int8 codes, groups of 16 (Q2_K, Q3_K).
+
+A code is the integer gguf multiplies the scale by, signed where gguf subtracts a constant (Q5_0's
+q - 16, Q6_K's q - 32). The packed kinds hold such a code as the unsigned q and the kernel
+subtracts BIAS_OF times the activations' integer sum, which gives the same integer dot product
+(int8_tiles_numba.py).
 
 Decoding is vectorized numpy over whole blocks (no per-block Python), and what it keeps is small:
 one byte per weight plus float32 per group. Call it on row slices of a large tensor.
@@ -30,8 +38,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-NIBBLES32, BYTES32, BYTES16 = 0, 1, 2
-GROUP_OF = {NIBBLES32: 32, BYTES32: 32, BYTES16: 16}
+NIBBLES32, BYTES32, BYTES16, BITS5_32, BITS6_16 = 0, 1, 2, 3, 4
+GROUP_OF = {NIBBLES32: 32, BYTES32: 32, BYTES16: 16, BITS5_32: 32, BITS6_16: 16}
+# the bits a code of each packed kind holds, as an unsigned integer (the rest: NIBBLES32 4, bytes 8)
+CODE_BITS = {NIBBLES32: 4, BYTES32: 8, BYTES16: 8, BITS5_32: 5, BITS6_16: 6}
 
 QK_K = 256  # weights per K-quant (and IQ4_XS) super-block
 
@@ -39,19 +49,22 @@ QK_K = 256  # weights per K-quant (and IQ4_XS) super-block
 _TYPES: dict[str, tuple[int, int, int]] = {
     "Q4_0": (32, 18, NIBBLES32),
     "Q4_1": (32, 20, NIBBLES32),
-    "Q5_0": (32, 22, BYTES32),
-    "Q5_1": (32, 24, BYTES32),
+    "Q5_0": (32, 22, BITS5_32),
+    "Q5_1": (32, 24, BITS5_32),
     "Q8_0": (32, 34, BYTES32),
     "Q2_K": (QK_K, 84, BYTES16),
     "Q3_K": (QK_K, 110, BYTES16),
     "Q4_K": (QK_K, 144, NIBBLES32),
-    "Q5_K": (QK_K, 176, BYTES32),
-    "Q6_K": (QK_K, 210, BYTES16),
+    "Q5_K": (QK_K, 176, BITS5_32),
+    "Q6_K": (QK_K, 210, BITS6_16),
     "IQ4_NL": (32, 18, BYTES32),
     "IQ4_XS": (QK_K, 136, BYTES32),
 }
 KERNEL_TYPES: tuple[str, ...] = tuple(_TYPES)
 KIND_OF: dict[str, int] = {name: kind for name, (_, _, kind) in _TYPES.items()}
+# what a packed kind's stored (unsigned) code exceeds the code by, per type: the constant gguf
+# subtracts (stored q, code q - 16 or q - 32); 0 for every other type
+BIAS_OF: dict[str, int] = {name: {"Q5_0": 16, "Q6_K": 32}.get(name, 0) for name in _TYPES}
 # the types whose weights have an offset (w = scale * code + offset); the rest are w = scale * code
 OFFSET_TYPES: tuple[str, ...] = ("Q4_0", "Q4_1", "Q5_1", "Q2_K", "Q4_K", "Q5_K")
 # the types whose scales come in two levels (Factors): an fp16 per 256 weights times an integer per group
@@ -76,7 +89,7 @@ class CodeGroups(NamedTuple):
     """One tensor (or row slice) as kernel parameters: w = fl32(scale * code) + offset per group."""
 
     kind: int
-    codes: np.ndarray  # (rows, cols): uint8 for NIBBLES32, int8 otherwise
+    codes: np.ndarray  # (rows, cols): uint8 for NIBBLES32, int8 otherwise (Q5_1's, Q5_K's 0..31)
     scale: np.ndarray  # (rows, cols // group) float32
     offset: np.ndarray | None  # (rows, cols // group) float32, or None where the type has no offset
     factors: Factors | None = None  # the K-quants' and IQ4_XS's two-level scales
@@ -168,12 +181,12 @@ def _q5(b: np.ndarray, at: int) -> np.ndarray:
 
 
 def _q5_0(b: np.ndarray):
-    # gguf: d * (q - 16), q in 0..31. Kernel: BYTES32 code q - 16 (int8), scale d, no offset.
+    # gguf: d * (q - 16), q in 0..31. Kernel: BITS5_32 code q - 16 (int8), scale d, no offset.
     return (_q5(b, 2).astype(np.int8) - np.int8(16)), _f16(b, 0)[:, None], None
 
 
 def _q5_1(b: np.ndarray):
-    # gguf: d * q + m, q in 0..31. Kernel: BYTES32 code q (int8), scale d, offset m.
+    # gguf: d * q + m, q in 0..31. Kernel: BITS5_32 code q (int8), scale d, offset m.
     return _q5(b, 4).astype(np.int8), _f16(b, 0)[:, None], _f16(b, 2)[:, None]
 
 
@@ -219,7 +232,7 @@ def _q4_k(b: np.ndarray):
 
 
 def _q5_k(b: np.ndarray):
-    # gguf: fl(d * sc) * q - fl(dmin * m), q in 0..31 (its 5th bit from qh). Kernel: BYTES32 code q (int8),
+    # gguf: fl(d * sc) * q - fl(dmin * m), q in 0..31 (its 5th bit from qh). Kernel: BITS5_32 code q (int8),
     # scale fl(d * sc), offset -fl(dmin * m).
     n = b.shape[0]
     sc, mn = _k_scale_min(b[:, 4:16])
@@ -230,7 +243,7 @@ def _q5_k(b: np.ndarray):
 
 
 def _q6_k(b: np.ndarray):
-    # gguf: fl(d * sc) * (q - 32), sc int8 per group of 16, q in 0..63. Kernel: BYTES16 code q - 32 (int8),
+    # gguf: fl(d * sc) * (q - 32), sc int8 per group of 16, q in 0..63. Kernel: BITS6_16 code q - 32 (int8),
     # scale fl(d * sc) (exact), no offset. Not d * fl(sc * (q - 32)): that regrouping rounds differently.
     n = b.shape[0]
     ql, qh, scales = b[:, :128], b[:, 128:192], b[:, 192:208]

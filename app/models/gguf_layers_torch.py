@@ -26,9 +26,12 @@ INT8_TOLERANCE = 6e-3
 
 def kernel_bytes(kind: str) -> float:
     """Bytes per weight of a `kind` tensor on Tandem's CPU kernel (int4_cpu_torch.CodeBlocks): the
-    codes (4 bits, or a byte), and the file's scales as it holds them: an fp16 scale (and offset)
-    per group, or for the super-block types an integer per group and an fp16 per 256 weights."""
-    code = 0.5 if KIND_OF[kind] == 0 else 1.0
+    codes (4, 5 or 6 bits packed, or a byte), and the file's scales as it holds them: an fp16 scale
+    (and offset) per group, or for the super-block types an integer per group and an fp16 per 256
+    weights."""
+    from app.models.int4_cpu_torch import STORED
+
+    code = STORED[KIND_OF[kind]] / GROUP_OF[KIND_OF[kind]]
     levels = 2 if kind in OFFSET_TYPES else 1
     if kind in FACTORED_TYPES:  # an integer per group, an fp16 per 256 weights (each for d, and dmin)
         return code + levels / GROUP_OF[KIND_OF[kind]] + 2 * levels / 256

@@ -107,7 +107,8 @@ class GGUFLoadReport:
         return described + (f"; {self.fused} fused q/k/v and gate/up matmuls" if self.fused else "")
 
 
-CODE_WORDS = {0: "int4 g32", 1: "int8 g32", 2: "int8 g16"}  # each gguf_codes kind, as the load line says it
+# each gguf_codes kind, as the load line says it
+CODE_WORDS = {0: "int4 g32", 1: "int8 g32", 2: "int8 g16", 3: "int5 g32", 4: "int6 g16"}
 
 
 def _codes_fit(module: torch.nn.Module, kind: str) -> bool:

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.models.gguf_codes import BLOCK_SIZES, FACTORED_TYPES, GROUP_OF, KIND_OF, OFFSET_TYPES
+from app.models.gguf_codes import BIAS_OF, BLOCK_SIZES, FACTORED_TYPES, GROUP_OF, KIND_OF, OFFSET_TYPES
 
 log = logging.getLogger(__name__)
 
@@ -313,9 +313,47 @@ def _repacker():
     return importlib.import_module("app.models.repack_numba")
 
 
-# code bytes a row of a group takes, by kind (kernels_numba's NIBBLES32, BYTES32, BYTES16)
-STORED = {0: HALF, 1: GROUP, 2: HALF}
+# code bytes a row of a group takes, by kind (kernels_numba's NIBBLES32, BYTES32, BYTES16, BITS5_32,
+# BITS6_16): packed nibbles, then for 5 and 6 bits a 4-byte word of the codes' high bits
+STORED = {0: HALF, 1: GROUP, 2: HALF, 3: HALF + QUAD, 4: HALF // 2 + QUAD}
+PLANE_BITS = {3: 1, 4: 2}  # the high bits a packed kind keeps beside a code's nibble
 SUPER = 256  # weights a K-quant super-block holds (its fp16 d and dmin)
+
+
+def pack_planes(codes: np.ndarray, plane_bits: int) -> np.ndarray:
+    """Unsigned codes (..., length) of 4 + plane_bits bits (length 32 for 5-bit, 16 for 6-bit) ->
+    their stored bytes (..., length / 2 + 4): byte j of the nibbles holds weight j (low nibble) and
+    weight j + length / 2 (high); then a word of the high bits, whose byte i holds, for nibble quad
+    q (weights 4q + i and length / 2 + 4q + i), the first's high bits at bit plane_bits * q and the
+    second's at 4 + plane_bits * q. The kernel's tiles take a quad's high bits with one shift and
+    one mask for all its lanes (int8_tiles_numba._top_bits)."""
+    half = codes.shape[-1] // 2
+    nibbles = (codes[..., :half] & 15) | ((codes[..., half:] & 15) << 4)
+    top = codes >> 4
+    word = np.zeros((*codes.shape[:-1], QUAD), np.uint8)
+    for q in range(half // QUAD):
+        for i in range(QUAD):
+            word[..., i] |= top[..., 4 * q + i] << (plane_bits * q)
+            word[..., i] |= top[..., half + 4 * q + i] << (4 + plane_bits * q)
+    return np.concatenate([nibbles, word], axis=-1).astype(np.uint8)
+
+
+def unpack_planes(stored: np.ndarray, plane_bits: int) -> np.ndarray:
+    """pack_planes' inverse: stored bytes (..., length / 2 + 4) -> the unsigned codes (..., length)."""
+    half = stored.shape[-1] - QUAD
+    nibbles, word = stored[..., :half], stored[..., half:]
+    mask = (1 << plane_bits) - 1
+    low, high = (nibbles & 15).astype(np.uint8), (nibbles >> 4).astype(np.uint8)
+    for q in range(half // QUAD):
+        for i in range(QUAD):
+            low[..., 4 * q + i] |= ((word[..., i] >> (plane_bits * q)) & mask) << 4
+            high[..., 4 * q + i] |= ((word[..., i] >> (4 + plane_bits * q)) & mask) << 4
+    return np.concatenate([low, high], axis=-1)
+
+
+def meta_bias(meta: np.ndarray, chunk: int) -> int:
+    """What chunk `chunk`'s stored codes exceed its codes by (kernels_numba's BIAS column)."""
+    return int(meta[chunk, 6])
 
 
 class CodeBlocks:
@@ -347,7 +385,7 @@ class CodeBlocks:
                 merged[-1][0] += n
             else:
                 merged.append([n, name])
-        self.meta = np.zeros((-(-rows // CHUNK), 6), np.int64)  # the last chunk's missing rows stay zero
+        self.meta = np.zeros((-(-rows // CHUNK), 7), np.int64)  # the last chunk's missing rows stay zero
         at = dict(codes=0, scales=0, offsets=0, small=0, supers=0)
         chunk = 0
         for i, (n, name) in enumerate(merged):
@@ -360,11 +398,13 @@ class CodeBlocks:
             groups, levels = cols // length, 2 if has_offset else 1
             for _ in range(-(-n // CHUNK)):
                 if factored:  # offsets: a flag only (0), the values come from supers and small
-                    self.meta[chunk] = (at["codes"], -1, 0 if has_offset else -1, kind, at["small"], at["supers"])
+                    self.meta[chunk] = (at["codes"], -1, 0 if has_offset else -1, kind, at["small"], at["supers"],
+                                        BIAS_OF[name])
                     at["small"] += groups * levels * CHUNK
                     at["supers"] += cols // SUPER * levels * CHUNK
                 else:
-                    self.meta[chunk] = (at["codes"], at["scales"], at["offsets"] if has_offset else -1, kind, -1, -1)
+                    self.meta[chunk] = (at["codes"], at["scales"], at["offsets"] if has_offset else -1, kind, -1, -1,
+                                        BIAS_OF[name])
                     at["scales"] += groups * CHUNK
                     at["offsets"] += groups * CHUNK if has_offset else 0
                 at["codes"] += groups * STORED[kind] * CHUNK
@@ -406,9 +446,15 @@ class CodeBlocks:
             raise ValueError(f"rows {start}..{start + n} were planned for other codes than these")
         whole, ngroups = count * CHUNK, self.cols // length
         grouped = np.zeros((whole, ngroups, length), np.uint8)
-        grouped[:n] = groups.codes.reshape(n, ngroups, length).view(np.uint8)
-        if kind == 0:  # byte j holds weight j (low nibble) and weight j + 16 (high)
+        if kind in PLANE_BITS:  # stored unsigned: the code plus the type's bias
+            bias = int(meta[0, 6])
+            grouped[:n] = self._unsigned(groups.codes.reshape(n, ngroups, length), bias, 4 + PLANE_BITS[kind])
+            grouped = pack_planes(grouped, PLANE_BITS[kind])
+        elif kind == 0:  # byte j holds weight j (low nibble) and weight j + 16 (high)
+            grouped[:n] = groups.codes.reshape(n, ngroups, length).view(np.uint8)
             grouped = grouped[..., :HALF] | (grouped[..., HALF:] << 4)
+        else:
+            grouped[:n] = groups.codes.reshape(n, ngroups, length).view(np.uint8)
         stored = grouped.reshape(count, CHUNK, ngroups, -1, QUAD).transpose(0, 2, 3, 1, 4)  # [quad][row][4]
         at = int(meta[0, 0])
         self.codes[at:at + stored.size] = stored.reshape(-1)
@@ -457,6 +503,14 @@ class CodeBlocks:
             copy(raw, self.codes, self.scale, offset, codes_at, int(meta[0, 1]), offset_at)
         return True
 
+    @staticmethod
+    def _unsigned(codes: np.ndarray, bias: int, bits: int) -> np.ndarray:
+        """Codes plus `bias` as unsigned `bits`-bit integers; ValueError for a code that is not one."""
+        stored = codes.astype(np.int16) + bias
+        if stored.size and (stored.min() < 0 or stored.max() >= 1 << bits):
+            raise ValueError(f"codes {int(codes.min())}..{int(codes.max())} are not {bits}-bit codes less {bias}")
+        return stored.astype(np.uint8)
+
     def _store(self, name: str, at: int, values: np.ndarray) -> None:
         held = getattr(self, name)
         if held.dtype == np.uint16:
@@ -483,12 +537,15 @@ class CodeBlocks:
         widen = lambda a: (a.view(np.float16) if a.dtype == np.uint16 else a).astype(np.float32)  # noqa: E731
         scale, offset, supers = widen(self.scale), widen(self.offset), widen(self.supers)
         out = np.empty((self.meta.shape[0] * CHUNK, self.cols), np.float32)
-        for ch, (codes_at, scales_at, offsets_at, kind, small_at, supers_at) in enumerate(self.meta.tolist()):
+        for ch, (codes_at, scales_at, offsets_at, kind, small_at, supers_at, _) in enumerate(self.meta.tolist()):
             length = GROUP_OF[kind]
             ngroups = self.cols // length
             raw = self.codes[codes_at:codes_at + ngroups * STORED[kind] * CHUNK].reshape(
                 ngroups, STORED[kind] // QUAD, CHUNK, QUAD).transpose(0, 1, 3, 2).reshape(ngroups, STORED[kind], CHUNK)
-            if kind == 0:
+            if kind in PLANE_BITS:
+                q = unpack_planes(raw.transpose(0, 2, 1), PLANE_BITS[kind]).transpose(0, 2, 1).astype(np.float32)
+                q -= meta_bias(self.meta, ch)
+            elif kind == 0:
                 q = np.concatenate([raw & 0x0F, raw >> 4], axis=1).astype(np.float32)
             else:
                 q = raw.view(np.int8).astype(np.float32)

@@ -141,32 +141,76 @@ def _load(builder, pointer, index, vector_type, align):
     return builder.load(builder.bitcast(_at(builder, pointer, index), vector_type.as_pointer()), align=align)
 
 
-def _make_tile(tokens: int, vectors: int, nibbles: bool, length: int):
+# The code kinds a tile reads (gguf_codes' NIBBLES32, BYTES32 / BYTES16, BITS5_32, BITS6_16)
+NIBBLE_CODES, BYTE_CODES, FIVE_BITS, SIX_BITS = "nibbles", "bytes", "five", "six"
+
+
+def _byte_shift(builder, vector, bits):
+    """Each byte of `vector` shifted left by `bits` (right where negative); bits shifted out are lost."""
+    if bits > 0:
+        return builder.shl(vector, ir.Constant(BYTES, [bits] * 32))
+    if bits < 0:
+        return builder.lshr(vector, ir.Constant(BYTES, [-bits] * 32))
+    return vector
+
+
+def _top_bits(builder, plane, quad, mode):
+    """The high bits of the codes of nibble quad `quad`, in place (bit 4, or bits 4-5) for the low
+    nibbles' weights and for the high nibbles', from the group's plane of high bits (a 32-bit word
+    a row, int4_cpu_torch.CodeBlocks says how it is packed)."""
+    if mode == FIVE_BITS:  # byte i: bit q = weight 4q+i's fifth bit, bit 4+q = weight 16+4q+i's
+        mask, low_shift, high_shift = 0x10, 4 - quad, -quad
+    else:  # six: byte i: bits 2q, 2q+1 = weight 4q+i's top pair, bits 4+2q, 5+2q = weight 8+4q+i's
+        mask, low_shift, high_shift = 0x30, 4 - 2 * quad, -2 * quad
+    keep = ir.Constant(BYTES, [mask] * 32)
+    return (builder.and_(_byte_shift(builder, plane, low_shift), keep),
+            builder.and_(_byte_shift(builder, plane, high_shift), keep))
+
+
+def _make_tile(tokens: int, vectors: int, mode: str, length: int):
     """The tile of `tokens` x `vectors` * 8 rows over one group of `length` weights (32, or 16 for
     the K-quants' sub-blocks of 16) and its epilogue:
     acc[t, r] += fmuladd(scale[r] * dx[t], float(sum_j code[r, j] xq[t, j]), offset[r] * sx[t]).
+
+    mode: how the group's codes are stored: NIBBLE_CODES (4-bit, two a byte: weight j and j + 16),
+    BYTE_CODES (int8), FIVE_BITS or SIX_BITS (5- or 6-bit unsigned codes: nibbles as NIBBLE_CODES, weight j and
+    j + length / 2 in a byte, then one more quad of high bits; the stored code is the code plus
+    `bias`, so the integer sum subtracts bias times the activations' integer sum over the group:
+    sum_j (q_j - bias) x_j = sum_j q_j x_j - bias sum_j x_j, the same integer).
 
     Arguments are addresses (an array's .ctypes.data plus the byte offset) and strides:
     codes: the group's quads from the tile's first row; xq: the tile's first token's int8
     activations at the group's first column, xq_stride bytes a token; acc (tokens, 64) float32 from
     the tile's first token and row; scale, offset: float32 from the tile's first row; dx: the tile's
     first token's activation scale for the group, dx_stride floats a token; sx: its quantized
-    activations' sum over the group, sx_stride floats a token."""
-    quads = length // QUAD // (2 if nibbles else 1)  # loads a row vector takes: 4 (nibbles), 8 or 4
+    activations' sum over the group, sx_stride floats a token; xs: that sum as the integer (int32),
+    xs_stride int32 a token; bias: as above (FIVE_BITS and SIX_BITS only)."""
+    packed = mode in (NIBBLE_CODES, FIVE_BITS, SIX_BITS)
+    nibble_quads = length // QUAD // 2
+    quads = nibble_quads if mode == NIBBLE_CODES else nibble_quads + 1 if packed else length // QUAD  # loads a vector
+    half = length // 2  # packed: the high nibble's weight is the low one's + half
+    # quads summed in 16 bits before widening, so that no sum leaves int16: a quad adds 4 products
+    # per lane, each |code| x 127 at most: 4-bit 4 quads (30,480), 5-bit 2 (31,496), 6-bit 1 (32,004)
+    per_widen = {NIBBLE_CODES: 4, FIVE_BITS: 2, SIX_BITS: 1}.get(mode, 1)
 
     @intrinsic
-    def tile(typingctx, codes, xq, xq_stride, acc, scale, offset, dx, dx_stride, sx, sx_stride):
-        signature = types.void(*(types.int64,) * 10)
+    def tile(typingctx, codes, xq, xq_stride, acc, scale, offset, dx, dx_stride, sx, sx_stride, xs, xs_stride,
+             bias):
+        signature = types.void(*(types.int64,) * 13)
 
         def codegen(context, builder, sig, args):
-            codes_p, xq_p, xq_stride_v, acc_p, scale_p, offset_p, dx_p, dx_stride_v, sx_p, sx_stride_v = args
+            (codes_p, xq_p, xq_stride_v, acc_p, scale_p, offset_p, dx_p, dx_stride_v, sx_p, sx_stride_v, xs_p,
+             xs_stride_v, bias_v) = args
             code_b = _pointer(builder, codes_p, I8)
             xq_b = _pointer(builder, xq_p, I8)
             acc_f, scale_f, offset_f, dx_f, sx_f = (_pointer(builder, p, F32)
                                                     for p in (acc_p, scale_p, offset_p, dx_p, sx_p))
             token_at = [_at(builder, xq_b, builder.mul(xq_stride_v, ir.Constant(I64, t))) for t in range(tokens)]
-            words = [[None] * vectors for _ in range(tokens)]  # 4-bit codes: 16-bit sums over the group
-            sums = [[None] * vectors for _ in range(tokens)]  # int8 codes: 32-bit sums
+            words = [[None] * vectors for _ in range(tokens)]  # packed codes: 16-bit sums of a few quads
+            sums = [[None] * vectors for _ in range(tokens)]  # 32-bit sums
+
+            def add_sum(t, v, value):
+                sums[t][v] = value if sums[t][v] is None else builder.add(sums[t][v], value)
 
             def broadcast(t, column):
                 word = builder.load(builder.bitcast(_at(builder, token_at[t], column), I32.as_pointer()), align=1)
@@ -179,32 +223,46 @@ def _make_tile(tokens: int, vectors: int, nibbles: bool, length: int):
                 if line % (QUAD * CHUNK) < vectors * QUAD * LANES:  # this tile's rows of each quad
                     builder.call(prefetch, [_at(builder, code_b, PREFETCH + line), ir.Constant(I32, 0),
                                             ir.Constant(I32, 3), ir.Constant(I32, 1)])
-            for q in range(quads):
+            planes = None
+            if mode in (FIVE_BITS, SIX_BITS):  # the group's high bits: the quad after its nibbles, a word a row
+                planes = [_load(builder, code_b, nibble_quads * QUAD * CHUNK + v * QUAD * LANES, BYTES, 1)
+                          for v in range(vectors)]
+            for q in range(nibble_quads if packed else quads):
                 loaded = [_load(builder, code_b, q * QUAD * CHUNK + v * QUAD * LANES, BYTES, 1) for v in range(vectors)]
-                if nibbles:  # low nibbles: weights 4q..4q+3, high: 16+4q..; both unsigned bytes
+                if packed:  # low nibbles: weights 4q..4q+3, high: half+4q..; both unsigned bytes
                     low = [builder.and_(w, ir.Constant(BYTES, [15] * 32)) for w in loaded]
                     high = [builder.lshr(w, ir.Constant(BYTES, [4] * 32)) for w in loaded]
+                    if planes is not None:
+                        for v in range(vectors):
+                            top_low, top_high = _top_bits(builder, planes[v], q, mode)
+                            low[v], high[v] = builder.or_(low[v], top_low), builder.or_(high[v], top_high)
                     for t in range(tokens):
-                        x_low, x_high = broadcast(t, QUAD * q), broadcast(t, 16 + QUAD * q)
+                        x_low, x_high = broadcast(t, QUAD * q), broadcast(t, half + QUAD * q)
                         for v in range(vectors):
                             both = builder.add(_maddubs(builder, low[v], x_low), _maddubs(builder, high[v], x_high))
                             words[t][v] = both if words[t][v] is None else builder.add(words[t][v], both)
+                            if (q + 1) % per_widen == 0 or q == nibble_quads - 1:
+                                add_sum(t, v, _widen_pairs(builder, words[t][v]))
+                                words[t][v] = None
                 else:
                     magnitude = [_magnitude(builder, w) for w in loaded]
                     for t in range(tokens):
                         x = broadcast(t, QUAD * q)
                         for v in range(vectors):
                             signed = _signed_by(builder, x, loaded[v])
-                            pair = _widen_pairs(builder, _maddubs(builder, magnitude[v], signed))
-                            sums[t][v] = pair if sums[t][v] is None else builder.add(sums[t][v], pair)
+                            add_sum(t, v, _widen_pairs(builder, _maddubs(builder, magnitude[v], signed)))
             fmuladd = _declared(builder.module, "llvm.fmuladd.v8f32", FLOATS, [FLOATS] * 3)
             for t in range(tokens):
                 dx_t = _splat(builder, builder.load(_at(builder, dx_f, builder.mul(dx_stride_v, ir.Constant(I64, t))),
                                                     align=4), FLOATS)
                 sx_t = _splat(builder, builder.load(_at(builder, sx_f, builder.mul(sx_stride_v, ir.Constant(I64, t))),
                                                     align=4), FLOATS)
+                if planes is not None:  # the stored codes' excess: bias x the group's integer sum
+                    xs_t = builder.load(_at(builder, _pointer(builder, xs_p, I32),
+                                            builder.mul(xs_stride_v, ir.Constant(I64, t))), align=4)
+                    excess = _splat(builder, builder.mul(builder.trunc(bias_v, I32), xs_t), SUMS)
                 for v in range(vectors):
-                    total = _widen_pairs(builder, words[t][v]) if nibbles else sums[t][v]
+                    total = sums[t][v] if planes is None else builder.sub(sums[t][v], excess)
                     scaled = builder.fmul(_load(builder, scale_f, v * LANES, FLOATS, 4), dx_t)
                     shifted = builder.fmul(_load(builder, offset_f, v * LANES, FLOATS, 4), sx_t)
                     share = builder.call(fmuladd, [scaled, builder.sitofp(total, FLOATS), shifted])
@@ -217,7 +275,9 @@ def _make_tile(tokens: int, vectors: int, nibbles: bool, length: int):
     return tile
 
 
-# by code kind (kernels_numba's NIBBLES32, BYTES32, BYTES16), then tokens 1..6
-NIBBLE_TILES = {t: _make_tile(t, v, True, 32) for t, v in TILES.items()}
-BYTE_TILES = {t: _make_tile(t, v, False, 32) for t, v in TILES.items()}
-BYTE16_TILES = {t: _make_tile(t, v, False, 16) for t, v in TILES.items()}
+# by code kind (kernels_numba's NIBBLES32, BYTES32, BYTES16, BITS5_32, BITS6_16), then tokens 1..6
+NIBBLE_TILES = {t: _make_tile(t, v, NIBBLE_CODES, 32) for t, v in TILES.items()}
+BYTE_TILES = {t: _make_tile(t, v, BYTE_CODES, 32) for t, v in TILES.items()}
+BYTE16_TILES = {t: _make_tile(t, v, BYTE_CODES, 16) for t, v in TILES.items()}
+FIVE_TILES = {t: _make_tile(t, v, FIVE_BITS, 32) for t, v in TILES.items()}
+SIX_TILES = {t: _make_tile(t, v, SIX_BITS, 16) for t, v in TILES.items()}

@@ -26,7 +26,7 @@ from numba import njit, prange, types  # noqa: F401 - prange is read by the para
 from numba.extending import intrinsic, overload
 
 from app.models import numba_cache
-from app.models.int8_tiles_numba import BYTE16_TILES, BYTE_TILES, NIBBLE_TILES, TILE_VECTORS
+from app.models.int8_tiles_numba import BYTE16_TILES, BYTE_TILES, FIVE_TILES, NIBBLE_TILES, SIX_TILES, TILE_VECTORS
 from app.models.kernel_tiles_numba import (CODE_DOT_TILES, DOT_ROWS, FLOAT_DOT_TILES, ONE_CODE_DOT, ONE_FLOAT_DOT,
                                           SUM_TILES)
 
@@ -65,12 +65,13 @@ def _widen(value):
 
 
 # The kinds of codes a chunk of 64 rows holds (gguf_codes.py: which GGUF type is which)
-NIBBLES32, BYTES32, BYTES16 = 0, 1, 2
+NIBBLES32, BYTES32, BYTES16, BITS5_32, BITS6_16 = 0, 1, 2, 3, 4
 # meta's columns, a row per chunk: where its codes start (bytes), its scales and offsets (elements;
 # offsets -1 where the chunk has none: w = scale * code), its kind, and for two-level scales (the
 # K-quants': scale = d * sc, offset = -(dmin * m)) where its integers sc (and m) and its halves d
-# (and dmin) start (-1 for one level; then OFFSETS_AT is only a flag, 0 for an offset)
-CODES_AT, SCALES_AT, OFFSETS_AT, KIND, SMALL_AT, SUPERS_AT = 0, 1, 2, 3, 4, 5
+# (and dmin) start (-1 for one level; then OFFSETS_AT is only a flag, 0 for an offset); and what
+# its stored codes exceed the codes by (gguf_codes.BIAS_OF: Q5_0's 16, Q6_K's 32)
+CODES_AT, SCALES_AT, OFFSETS_AT, KIND, SMALL_AT, SUPERS_AT, BIAS = 0, 1, 2, 3, 4, 5, 6
 SUPER = 256
 
 
@@ -78,10 +79,11 @@ ACT_BLOCK = 32  # activations quantized to int8 per token and per 32 columns, ea
 
 
 @njit(**_OPTS)
-def quantize_activations(x, xq, dx, sx32, sx16):  # pragma: no cover - compiled
+def quantize_activations(x, xq, dx, sx32, sx16, xs32, xs16):  # pragma: no cover - compiled
     """Each token's row of x (tokens, cols) alone, per block of 32 columns: dx = max|x| / 127,
     xq = rint(x * (1 / dx)) as int8 (so |xq| <= 127), and the quantized activations summed per
-    group of 32 and of 16, times dx (sx32, sx16: the offsets' share). A block with a NaN or an
+    group of 32 and of 16, times dx (sx32, sx16: the offsets' share) and as integers (xs32, xs16:
+    what the packed codes' bias takes away). A block with a NaN or an
     infinity gets dx NaN (the products it enters are NaN, as in float32) and codes 0; one so small
     that 1 / dx overflows (max|x| under ~4e-37) is taken as zeros (dx 0, codes 0). The same
     operations as int4_cpu_torch.quantized_activations, bit for bit."""
@@ -111,18 +113,23 @@ def quantize_activations(x, xq, dx, sx32, sx16):  # pragma: no cover - compiled
             sx32[t, b] = d * np.float32(low + high)
             sx16[t, 2 * b] = d * np.float32(low)
             sx16[t, 2 * b + 1] = d * np.float32(high)
+            xs32[t, b] = low + high
+            xs16[t, 2 * b] = low
+            xs16[t, 2 * b + 1] = high
 
 
 @njit(**_OPTS)
 def activations(x):  # pragma: no cover - compiled
-    """x quantized for the products: (xq, dx, sx32, sx16) (quantize_activations)."""
+    """x quantized for the products: (xq, dx, sx32, sx16, xs32, xs16) (quantize_activations)."""
     tokens, cols = x.shape
     xq = np.empty((tokens, cols), np.int8)
     dx = np.empty((tokens, cols // ACT_BLOCK), np.float32)
     sx32 = np.empty((tokens, cols // GROUP), np.float32)
     sx16 = np.empty((tokens, cols // HALF), np.float32)
-    quantize_activations(x, xq, dx, sx32, sx16)
-    return xq, dx, sx32, sx16
+    xs32 = np.empty((tokens, cols // GROUP), np.int32)
+    xs16 = np.empty((tokens, cols // HALF), np.int32)
+    quantize_activations(x, xq, dx, sx32, sx16, xs32, xs16)
+    return xq, dx, sx32, sx16, xs32, xs16
 
 
 @njit(**_OPTS)
@@ -140,6 +147,8 @@ def part_product(codes, scale, offset, small, supers, meta, acts, out, part, par
 _N1, _N2, _N3, _N4, _N5, _N6 = (NIBBLE_TILES[t] for t in range(1, 7))
 _B1, _B2, _B3, _B4, _B5, _B6 = (BYTE_TILES[t] for t in range(1, 7))
 _P1, _P2, _P3, _P4, _P5, _P6 = (BYTE16_TILES[t] for t in range(1, 7))
+_V1, _V2, _V3, _V4, _V5, _V6 = (FIVE_TILES[t] for t in range(1, 7))
+_X1, _X2, _X3, _X4, _X5, _X6 = (SIX_TILES[t] for t in range(1, 7))
 _D1, _D2, _D3, _D4, _D5, _D6 = (CODE_DOT_TILES[t] for t in range(1, 7))
 _F1, _F2, _F3, _F4, _F5, _F6 = (FLOAT_DOT_TILES[t] for t in range(1, 7))
 _S1, _S2, _S3, _S4, _S5, _S6 = (SUM_TILES[t] for t in range(1, 7))
@@ -161,6 +170,32 @@ def _tile(args, size, kind):  # pragma: no cover - compiled
             _N5(*args)
         else:
             _N6(*args)
+    elif kind == BITS5_32:
+        if size == 1:
+            _V1(*args)
+        elif size == 2:
+            _V2(*args)
+        elif size == 3:
+            _V3(*args)
+        elif size == 4:
+            _V4(*args)
+        elif size == 5:
+            _V5(*args)
+        else:
+            _V6(*args)
+    elif kind == BITS6_16:
+        if size == 1:
+            _X1(*args)
+        elif size == 2:
+            _X2(*args)
+        elif size == 3:
+            _X3(*args)
+        elif size == 4:
+            _X4(*args)
+        elif size == 5:
+            _X5(*args)
+        else:
+            _X6(*args)
     elif kind == BYTES32:
         if size == 1:
             _B1(*args)
@@ -197,17 +232,29 @@ def chunk_product(codes, scale, offset, small, supers, meta, acts, out, ch, acc,
     register tiles of up to 6 tokens (int8_tiles_numba.py) take its integer dot products with the
     tokens' int8 activations and add the group's share to `acc`, each token's the same operations
     in every tile."""
-    xq, dx, sx32, sx16 = acts
+    xq, dx, sx32, sx16, xs32, xs16 = acts
     kind = meta[ch, KIND]
-    length = HALF if kind == BYTES16 else GROUP
-    stored = HALF if kind == NIBBLES32 else length  # code bytes a row of a group takes
+    length = HALF if kind == BYTES16 or kind == BITS6_16 else GROUP
+    # code bytes a row of a group takes: packed nibbles, then for 5 and 6 bits a word of high bits
+    if kind == NIBBLES32:
+        stored = HALF
+    elif kind == BITS5_32:
+        stored = HALF + 4
+    elif kind == BITS6_16:
+        stored = HALF // 2 + 4
+    else:
+        stored = length
     tokens, groups = xq.shape[0], xq.shape[1] // length
-    sx = sx16 if kind == BYTES16 else sx32
+    sx = sx16 if length == HALF else sx32
+    xs = xs16 if length == HALF else xs32
+    bias = meta[ch, BIAS]
     per_block = ACT_BLOCK // length  # groups an activation block spans
     sb, ob = scratch[0], scratch[1]
     acc[:] = 0
     xq_stride, dx_stride, sx_stride = xq.strides[0], dx.strides[0] // 4, sx.strides[0] // 4
+    xs_stride = xs.strides[0] // 4
     xq_at, dx_at, sx_at, acc_at = xq.ctypes.data, dx.ctypes.data, sx.ctypes.data, acc.ctypes.data
+    xs_at = xs.ctypes.data
     sb_at, ob_at = sb.ctypes.data, ob.ctypes.data
     codes_at = codes.ctypes.data + meta[ch, CODES_AT]
     scales_at, offsets_at = meta[ch, SCALES_AT], meta[ch, OFFSETS_AT]
@@ -248,7 +295,8 @@ def chunk_product(codes, scale, offset, small, supers, meta, acts, out, ch, acc,
                 _tile((group_at + r4, xq_at + t * xq_stride + b * length, xq_stride,
                        acc_at + 4 * t * CHUNK + r4, sb_at + r4, ob_at + r4,
                        dx_at + 4 * (t * dx_stride + b // per_block), dx_stride,
-                       sx_at + 4 * (t * sx_stride + b), sx_stride), size, kind)
+                       sx_at + 4 * (t * sx_stride + b), sx_stride, xs_at + 4 * (t * xs_stride + b), xs_stride,
+                       bias), size, kind)
             t += size
     rows = out.shape[1]
     for t in range(tokens):

@@ -56,17 +56,33 @@ def _scale_min_k4(b, gg):  # pragma: no cover - compiled
     return sc, m
 
 
+@njit(inline="always")
+def _put_planes(codes, out, u, length, plane_bits):  # pragma: no cover - compiled
+    """A row's group of unsigned 5- or 6-bit codes u[:length] stored from `out` as
+    int4_cpu_torch.pack_planes lays them: the nibbles of weights j and j + length / 2 in byte j,
+    then a word whose byte i holds quad q's high bits at plane_bits * q and 4 + plane_bits * q."""
+    half = length // 2
+    for j in range(half):
+        codes[out + _quad(j)] = (u[j] & 15) | ((u[j + half] & 15) << 4)
+    for i in range(QUAD):
+        word = 0
+        for q in range(half // QUAD):
+            word |= ((u[4 * q + i] >> 4) << (plane_bits * q)) | ((u[half + 4 * q + i] >> 4) << (4 + plane_bits * q))
+        codes[out + _quad(half + i)] = word
+
+
 @njit(parallel=True, **_OPTS)
 def k_quant(raw, codes, small, supers, codes_at, small_at, supers_at, block, qs_at):  # pragma: no cover - compiled
     """Q4_K (block 144: d, dmin, 12 bytes of sc/m, 128 of nibbles at 16) or Q5_K (block 176: the
     same, with 32 bytes of fifth bits at 16 and the nibbles at 48). Q4_K's codes stay nibbles, two
-    to a byte (weight j and j + 16 of a group); Q5_K's are bytes."""
+    to a byte (weight j and j + 16 of a group); Q5_K's are 5-bit codes in their two planes."""
     five = qs_at == 48
     n, nsuper = raw.shape[0], raw.shape[1] // block
     ngroups = nsuper * 8
-    per_group = 32 if five else 16
+    per_group = 20 if five else 16
     for i in prange(n):
         c, r = i // CHUNK, i % CHUNK
+        u = np.empty(32, np.uint8)
         for sb in range(nsuper):
             b = raw[i, sb * block:(sb + 1) * block]
             for level in range(2):
@@ -80,7 +96,8 @@ def k_quant(raw, codes, small, supers, codes_at, small_at, supers_at, block, qs_
                 out = codes_at + (c * ngroups + g) * per_group * CHUNK + QUAD * r
                 if five:
                     for j in range(32):
-                        codes[out + _quad(j)] = ((b[base + j] >> shift) & 15) | (((b[16 + j] >> gg) & 1) << 4)
+                        u[j] = ((b[base + j] >> shift) & 15) | (((b[16 + j] >> gg) & 1) << 4)
+                    _put_planes(codes, out, u, 32, 1)
                 else:
                     for jj in range(16):
                         low = (b[base + jj] >> shift) & 15
@@ -88,30 +105,29 @@ def k_quant(raw, codes, small, supers, codes_at, small_at, supers_at, block, qs_
                         codes[out + _quad(jj)] = low | (high << 4)
 
 
-
-
 @njit(parallel=True, **_OPTS)
 def q6_k(raw, codes, small, supers, codes_at, small_at, supers_at):  # pragma: no cover - compiled
     """raw (n, row bytes) of Q6_K blocks (210 bytes: 128 of low nibbles, 64 of high pairs, 16 int8
-    scales, d). Codes q - 32 as int8 bytes, groups of 16."""
+    scales, d). Codes q (q - 32 plus the bias 32) in their two planes, groups of 16."""
     n = raw.shape[0]
     nsuper = raw.shape[1] // 210
     ngroups = nsuper * 16
     for i in prange(n):
         c, r = i // CHUNK, i % CHUNK
+        u = np.empty(16, np.uint8)
         for sb in range(nsuper):
             b = raw[i, sb * 210:(sb + 1) * 210]
             supers[supers_at + (c * nsuper + sb) * CHUNK + r] = _half_bits(b, 208)
             for gi in range(16):
                 g = sb * 16 + gi
                 small[small_at + (c * ngroups + g) * CHUNK + r] = b[192 + gi]  # int8's bits
-                out = codes_at + (c * ngroups + g) * 16 * CHUNK + QUAD * r
                 for j in range(16):
                     w = gi * 16 + j
                     half, rest = w // 128, w % 128
                     low = (b[half * 64 + rest % 64] >> (4 * (rest // 64))) & 15
                     high = (b[128 + half * 32 + rest % 32] >> (2 * (rest // 32))) & 3
-                    codes[out + _quad(j)] = ((low | (high << 4)) - 32) & 255
+                    u[j] = low | (high << 4)
+                _put_planes(codes, codes_at + (c * ngroups + g) * 12 * CHUNK + QUAD * r, u, 16, 2)
 
 
 @intrinsic

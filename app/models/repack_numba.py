@@ -9,7 +9,8 @@ bit (tests/test_repack.py compares every array): the codes are the same integers
 are the file's own fp16 fields copied as bits, where the reference converts them to float32 and
 back (exact for every finite half).
 
-Types: Q4_K and Q6_K (every K-quant preset's bulk), Q5_K (Q5_K_M's), Q8_0, and Q4_1 (the demo).
+Types: Q4_K and Q6_K (every K-quant preset's bulk), Q5_K (Q5_K_M's), Q5_0 and Q5_1 (where a row is
+not whole blocks of 256, K-quant presets fall back on them), Q8_0, Q4_1 (the demo) and Q4_0.
 Others go the reference route.
 
 The layout written (CodeBlocks): within a chunk of 64 rows, group by group, the code bytes in
@@ -165,6 +166,33 @@ def plain(raw, codes, scale, offset, codes_at, scale_at, offset_at, block, code_
 
 
 
+@njit(parallel=True, **_OPTS)
+def five_plain(raw, codes, scale, offset, codes_at, scale_at, offset_at, block):  # pragma: no cover - compiled
+    """Q5_0 (22 bytes: d, 4 bytes qh, 16 of nibbles) or Q5_1 (24 bytes: d, m, qh, nibbles). The
+    nibble bytes are already the kernel's (low nibble weight j, high j + 16); the fifth bits (qh's
+    bit j for weight j) are re-laid into the plane's word (pack_planes). The fp16 fields as bits."""
+    n = raw.shape[0]
+    ngroups = raw.shape[1] // block
+    first = block - 20  # the fields before qh: d, or d and m
+    for i in prange(n):
+        c, r = i // CHUNK, i % CHUNK
+        for g in range(ngroups):
+            at = g * block
+            scale[scale_at + (c * ngroups + g) * CHUNK + r] = raw[i, at] | (np.uint16(raw[i, at + 1]) << 8)
+            if first == 4:
+                offset[offset_at + (c * ngroups + g) * CHUNK + r] = raw[i, at + 2] | (np.uint16(raw[i, at + 3]) << 8)
+            qh = np.uint32(raw[i, at + first]) | (np.uint32(raw[i, at + first + 1]) << 8) | \
+                (np.uint32(raw[i, at + first + 2]) << 16) | (np.uint32(raw[i, at + first + 3]) << 24)
+            out = codes_at + (c * ngroups + g) * 20 * CHUNK + QUAD * r
+            for j in range(16):
+                codes[out + _quad(j)] = raw[i, at + first + 4 + j]
+            for k in range(QUAD):
+                word = 0
+                for q in range(4):
+                    word |= (((qh >> (4 * q + k)) & 1) << q) | (((qh >> (16 + 4 * q + k)) & 1) << (4 + q))
+                codes[out + _quad(16 + k)] = word
+
+
 # --- Rows as float32, by gguf's own arithmetic (gguf.quants' dequantize_blocks, operation for
 # operation, in float32: each product rounded, then the offset subtracted or added; no fused
 # multiply-add, as numpy has none). For what reads a tensor's rows as numbers: the output head's
@@ -240,6 +268,30 @@ def nibble_rows(raw, out, block):  # pragma: no cover - compiled
                         out[i, g * 32 + 16 * half + j] = d * np.float32(q) + m
                     else:
                         out[i, g * 32 + 16 * half + j] = d * np.float32(np.int8(q) - 8)
+
+
+@njit(parallel=True, **_OPTS)
+def five_rows(raw, out, block):  # pragma: no cover - compiled
+    """Q5_0's rows (block 22): d * (q - 16); Q5_1's (block 24): fl(d * q) + m; q's fifth bit is
+    qh's bit j for weight j, its nibble as Q4's."""
+    n, ngroups = raw.shape[0], raw.shape[1] // block
+    first = block - 20
+    for i in prange(n):
+        for g in range(ngroups):
+            at = g * block
+            d = _half(np.uint16(raw[i, at] | (np.uint16(raw[i, at + 1]) << 8)))
+            m = _half(np.uint16(raw[i, at + 2] | (np.uint16(raw[i, at + 3]) << 8))) if first == 4 else np.float32(0)
+            qh = np.uint32(raw[i, at + first]) | (np.uint32(raw[i, at + first + 1]) << 8) | \
+                (np.uint32(raw[i, at + first + 2]) << 16) | (np.uint32(raw[i, at + first + 3]) << 24)
+            for j in range(16):
+                byte = raw[i, at + first + 4 + j]
+                for half in range(2):
+                    w = 16 * half + j
+                    q = np.int32((byte >> (4 * half)) & 15) | np.int32(((qh >> w) & 1) << 4)
+                    if first == 4:
+                        out[i, g * 32 + w] = d * np.float32(q) + m
+                    else:
+                        out[i, g * 32 + w] = d * np.float32(q - 16)
 
 
 # Each type's entry point calls a shared body with its block layout as constants: Numba links the
@@ -336,3 +388,23 @@ def screen_rows(rows, codes, scale_bits, error_norm, screen_norm):  # pragma: no
             error[j] = row[j] - screen[j]
         error_norm[i] = np.sqrt(_sum_squares(error))
         screen_norm[i] = np.sqrt(_sum_squares(screen))
+
+
+@njit(**_OPTS)
+def q5_0(raw, codes, scale, offset, codes_at, scale_at, offset_at):  # pragma: no cover - compiled
+    five_plain(raw, codes, scale, offset, codes_at, scale_at, offset_at, 22)
+
+
+@njit(**_OPTS)
+def q5_1(raw, codes, scale, offset, codes_at, scale_at, offset_at):  # pragma: no cover - compiled
+    five_plain(raw, codes, scale, offset, codes_at, scale_at, offset_at, 24)
+
+
+@njit(**_OPTS)
+def rows_q5_0(raw, out):  # pragma: no cover - compiled
+    five_rows(raw, out, 22)
+
+
+@njit(**_OPTS)
+def rows_q5_1(raw, out):  # pragma: no cover - compiled
+    five_rows(raw, out, 24)

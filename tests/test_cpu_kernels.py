@@ -68,7 +68,7 @@ def test_the_kernel_holds_and_multiplies_the_files_weights(kind):
     assert np.abs(swapped.matmul(x) - expected).max() > 0.1 * np.abs(expected).max()
 
 
-@pytest.mark.parametrize("kind", ["Q4_1", "Q8_0", "Q6_K", "Q5_K", "Q5_0"])
+@pytest.mark.parametrize("kind", ["Q4_1", "Q8_0", "Q6_K", "Q5_K", "Q5_0", "IQ4_XS"])
 def test_every_width_gives_each_token_the_bits_one_token_gives(kind):
     """Batch invariance: a verify pass of n tokens and n one-token steps agree bit for bit, through
     every register tile (up to 6 tokens, any mix of them up to 17) and the one-token step that
@@ -117,6 +117,36 @@ def test_five_and_six_bit_codes_are_held_at_the_files_size_and_their_extremes_mu
         for sign in (1, -1):
             got = weight.matmul(np.full((3, cols), sign * 127, np.float32))
             assert np.all(got == sign * 127 * cols * (top - bias)), (top, sign, got[0, :4])
+
+
+@pytest.mark.parametrize("kind", ["IQ4_NL", "IQ4_XS"])
+def test_iq4_indices_are_held_as_the_file_holds_them_and_every_grid_value_multiplies_exactly(kind):
+    """IQ4's 4-bit indices stay packed two a byte (0.5 bytes a weight, where their int8 grid values
+    took 1), each looked up in the kernel: a row of each grid value times activations of +-127
+    gives exactly 127 x 32 x the value (the largest pairs, 2 x 127 x 127, come close to int16's
+    limit), and a value off the grid is refused."""
+    from app.models.gguf_codes import GROUP_OF, IQ4_KVALUES, KIND_OF
+
+    blocks, _ = _blocks_of(kind, 2 * CHUNK, 512, seed=3)
+    assert blocks.codes.nbytes == 2 * CHUNK * 512 // 2
+    kind_code, cols = KIND_OF[kind], 32 * 16
+    codes = np.repeat(IQ4_KVALUES, 32)[None, :].repeat(CHUNK, axis=0)  # group g: grid value g
+    ones = np.ones((CHUNK, cols // GROUP_OF[kind_code]), np.float32)
+    factors = None
+    if kind == "IQ4_XS":  # d = 1 per 256 weights, ls - 32 = 1 per group
+        factors = Factors(np.ones((CHUNK, cols // 256, 1), np.float32), np.ones((CHUNK, cols // 32, 1), np.int8))
+    weight = CodeBlocks(CHUNK, cols, [(CHUNK, kind)])
+    weight.fill(0, CodeGroups(kind_code, codes, ones, None, factors))
+    for sign in (1, -1):
+        x = np.zeros((2, cols), np.float32)
+        for g in range(16):  # one group's activations at a time: the product is that value's
+            x[:] = 0
+            x[:, 32 * g:32 * (g + 1)] = sign * 127
+            assert np.all(weight.matmul(x) == sign * 127 * 32 * int(IQ4_KVALUES[g])), (g, sign)
+    off = codes.copy()
+    off[0, 0] = 0  # not a grid value
+    with pytest.raises(ValueError, match="grid"):
+        CodeBlocks(CHUNK, cols, [(CHUNK, kind)]).fill(0, CodeGroups(kind_code, off, ones, None, factors))
 
 
 def test_each_tokens_activations_are_quantized_alone_as_written_in_numpy():
@@ -168,7 +198,7 @@ from tests.test_cpu_kernels import _blocks_of
 from app.models import int4_cpu_torch, int8_tiles_numba
 assert not int8_tiles_numba.AVX2
 x = np.random.default_rng(7).standard_normal((7, 256)).astype(np.float32)
-kinds = ("Q4_K", "Q8_0", "Q6_K", "Q5_0")
+kinds = ("Q4_K", "Q8_0", "Q6_K", "Q5_0", "IQ4_NL")
 np.save(sys.argv[1], np.stack([_blocks_of(kind, 2 * 64, 256, seed=11)[0].matmul(x) for kind in kinds]))
 """
 
@@ -191,7 +221,7 @@ def test_the_portable_build_of_the_products_gives_the_same_bits(tmp_path):
     subprocess.run([sys.executable, "-c", _PORTABLE_RUN.format(root=root), str(tmp_path / "out.npy")], env=env,
                    check=True, timeout=600)
     x = np.random.default_rng(7).standard_normal((7, 256)).astype(np.float32)
-    kinds = ("Q4_K", "Q8_0", "Q6_K", "Q5_0")
+    kinds = ("Q4_K", "Q8_0", "Q6_K", "Q5_0", "IQ4_NL")
     here = np.stack([_blocks_of(kind, 2 * CHUNK, 256, seed=11)[0].matmul(x) for kind in kinds])
     np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), here)
 

@@ -14,6 +14,7 @@ from app.models.gguf_codes import (
     BITS5_32,
     BITS6_16,
     BYTES16,
+    GRID32,
     BYTES32,
     GROUP_OF,
     KERNEL_TYPES,
@@ -50,7 +51,8 @@ def test_type_tables_match_ggml():
     assert {k for k, v in KIND_OF.items() if v == BITS5_32} == {"Q5_0", "Q5_1", "Q5_K"}
     assert {k for k, v in KIND_OF.items() if v == BITS6_16} == {"Q6_K"}
     assert {k for k, v in KIND_OF.items() if v == BYTES16} == {"Q2_K", "Q3_K"}
-    assert GROUP_OF == {NIBBLES32: 32, BYTES32: 32, BYTES16: 16, BITS5_32: 32, BITS6_16: 16}
+    assert {k for k, v in KIND_OF.items() if v == GRID32} == {"IQ4_NL", "IQ4_XS"}
+    assert GROUP_OF == {NIBBLES32: 32, BYTES32: 32, BYTES16: 16, BITS5_32: 32, BITS6_16: 16, GRID32: 32}
     # a packed type's codes plus its bias are its unsigned 5- or 6-bit q (CODE_RANGE's low end)
     assert {k: v for k, v in BIAS_OF.items() if v} == {"Q5_0": 16, "Q6_K": 32}
     for kind in ("Q5_0", "Q5_1", "Q5_K", "Q6_K"):

@@ -20,7 +20,9 @@ Five code kinds, each an inner loop of the kernel, so that codes are held at abo
 - BITS5_32: 5-bit codes, groups of 32 (Q5_0, Q5_1, Q5_K): kept as the file has them, a nibble
   plane and a plane of fifth bits (0.625 bytes a weight, not 1).
 - BITS6_16: 6-bit codes, groups of 16 (Q6_K): a nibble plane and a plane of bit pairs (0.75).
-- BYTES32: int8 codes, groups of 32 (Q8_0, IQ4_NL, IQ4_XS).
+- GRID32: 4-bit indices into IQ4's non-linear grid, groups of 32 (IQ4_NL, IQ4_XS): kept packed
+  as NIBBLES32, each looked up in the kernel (the code is the grid's int8 value).
+- BYTES32: int8 codes, groups of 32 (Q8_0).
 - BYTES16: int8 codes, groups of 16 (Q2_K, Q3_K).
 
 A code is the integer gguf multiplies the scale by, signed where gguf subtracts a constant (Q5_0's
@@ -38,10 +40,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-NIBBLES32, BYTES32, BYTES16, BITS5_32, BITS6_16 = 0, 1, 2, 3, 4
-GROUP_OF = {NIBBLES32: 32, BYTES32: 32, BYTES16: 16, BITS5_32: 32, BITS6_16: 16}
-# the bits a code of each packed kind holds, as an unsigned integer (the rest: NIBBLES32 4, bytes 8)
-CODE_BITS = {NIBBLES32: 4, BYTES32: 8, BYTES16: 8, BITS5_32: 5, BITS6_16: 6}
+NIBBLES32, BYTES32, BYTES16, BITS5_32, BITS6_16, GRID32 = 0, 1, 2, 3, 4, 5
+GROUP_OF = {NIBBLES32: 32, BYTES32: 32, BYTES16: 16, BITS5_32: 32, BITS6_16: 16, GRID32: 32}
 
 QK_K = 256  # weights per K-quant (and IQ4_XS) super-block
 
@@ -57,8 +57,8 @@ _TYPES: dict[str, tuple[int, int, int]] = {
     "Q4_K": (QK_K, 144, NIBBLES32),
     "Q5_K": (QK_K, 176, BITS5_32),
     "Q6_K": (QK_K, 210, BITS6_16),
-    "IQ4_NL": (32, 18, BYTES32),
-    "IQ4_XS": (QK_K, 136, BYTES32),
+    "IQ4_NL": (32, 18, GRID32),
+    "IQ4_XS": (QK_K, 136, GRID32),
 }
 KERNEL_TYPES: tuple[str, ...] = tuple(_TYPES)
 KIND_OF: dict[str, int] = {name: kind for name, (_, _, kind) in _TYPES.items()}
@@ -255,13 +255,13 @@ def _q6_k(b: np.ndarray):
 
 
 def _iq4_nl(b: np.ndarray):
-    # gguf: d * kvalues[q], q a 4-bit index. Kernel: BYTES32 code kvalues[q] (int8), scale d, no offset.
+    # gguf: d * kvalues[q], q a 4-bit index. Kernel: GRID32 code kvalues[q] (int8), scale d, no offset.
     return IQ4_KVALUES[_nibbles(b[:, 2:18])], _f16(b, 0)[:, None], None
 
 
 def _iq4_xs(b: np.ndarray):
     # gguf: fl(d * (ls - 32)) * kvalues[q], ls 6-bit per group of 32 (low 4 bits in scales_l, high 2 in
-    # scales_h). Kernel: BYTES32 code kvalues[q] (int8), scale fl(d * (ls - 32)) (exact), no offset.
+    # scales_h). Kernel: GRID32 code kvalues[q] (int8), scale fl(d * (ls - 32)) (exact), no offset.
     n = b.shape[0]
     low = _shifts(b[:, 4:8], (0, 4), 0x0F).transpose(0, 2, 1).reshape(n, 8)  # group 2 i + s: byte i >> 4 s
     high = _shifts(b[:, 2:4], (0, 2, 4, 6), 0x03).transpose(0, 2, 1).reshape(n, 8)  # group j: uint16 >> 2 j

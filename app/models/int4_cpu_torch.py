@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.models.gguf_codes import BIAS_OF, BLOCK_SIZES, FACTORED_TYPES, GROUP_OF, KIND_OF, OFFSET_TYPES
+from app.models.gguf_codes import BIAS_OF, BLOCK_SIZES, FACTORED_TYPES, GROUP_OF, IQ4_KVALUES, KIND_OF, OFFSET_TYPES
 
 log = logging.getLogger(__name__)
 
@@ -265,7 +265,7 @@ def quantized_activations(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 # GGUF types whose bytes repack_numba copies straight into the layout: its function for the copy,
 # and for the rows as float32
 REPACKED = {"Q4_K": "q4_k", "Q5_K": "q5_k", "Q6_K": "q6_k", "Q8_0": "q8_0", "Q4_1": "q4_1", "Q4_0": "q4_0",
-            "Q5_0": "q5_0", "Q5_1": "q5_1"}
+            "Q5_0": "q5_0", "Q5_1": "q5_1", "IQ4_NL": "iq4_nl", "IQ4_XS": "iq4_xs"}
 ROWS = {kind: f"rows_{name}" for kind, name in REPACKED.items()}
 
 
@@ -315,8 +315,9 @@ def _repacker():
 
 
 # code bytes a row of a group takes, by kind (kernels_numba's NIBBLES32, BYTES32, BYTES16, BITS5_32,
-# BITS6_16): packed nibbles, then for 5 and 6 bits a 4-byte word of the codes' high bits
-STORED = {0: HALF, 1: GROUP, 2: HALF, 3: HALF + QUAD, 4: HALF // 2 + QUAD}
+# BITS6_16, GRID32): packed nibbles, then for 5 and 6 bits a 4-byte word of the codes' high bits
+STORED = {0: HALF, 1: GROUP, 2: HALF, 3: HALF + QUAD, 4: HALF // 2 + QUAD, 5: HALF}
+GRID_KIND = 5  # gguf_codes.GRID32: nibbles that index IQ4's grid
 PLANE_BITS = {3: 1, 4: 2}  # the high bits a packed kind keeps beside a code's nibble
 SUPER = 256  # weights a K-quant super-block holds (its fp16 d and dmin)
 
@@ -350,6 +351,14 @@ def unpack_planes(stored: np.ndarray, plane_bits: int) -> np.ndarray:
             low[..., 4 * q + i] |= ((word[..., i] >> (plane_bits * q)) & mask) << 4
             high[..., 4 * q + i] |= ((word[..., i] >> (4 + plane_bits * q)) & mask) << 4
     return np.concatenate([low, high], axis=-1)
+
+
+def grid_indices(values: np.ndarray) -> np.ndarray:
+    """IQ4's grid values (int8) -> their indices 0..15; ValueError for a value not on the grid."""
+    found = np.minimum(np.searchsorted(IQ4_KVALUES, values.astype(np.int8)), 15)  # the grid ascends
+    if values.size and not np.array_equal(IQ4_KVALUES[found], values.astype(np.int8)):
+        raise ValueError("codes that are not values of IQ4's grid")
+    return found.astype(np.uint8)
 
 
 def meta_bias(meta: np.ndarray, chunk: int) -> int:
@@ -451,8 +460,9 @@ class CodeBlocks:
             bias = int(meta[0, 6])
             grouped[:n] = self._unsigned(groups.codes.reshape(n, ngroups, length), bias, 4 + PLANE_BITS[kind])
             grouped = pack_planes(grouped, PLANE_BITS[kind])
-        elif kind == 0:  # byte j holds weight j (low nibble) and weight j + 16 (high)
-            grouped[:n] = groups.codes.reshape(n, ngroups, length).view(np.uint8)
+        elif kind in (0, GRID_KIND):  # byte j holds weight j (low nibble) and weight j + 16 (high)
+            codes = groups.codes.reshape(n, ngroups, length)
+            grouped[:n] = grid_indices(codes) if kind == GRID_KIND else codes.view(np.uint8)
             grouped = grouped[..., :HALF] | (grouped[..., HALF:] << 4)
         else:
             grouped[:n] = groups.codes.reshape(n, ngroups, length).view(np.uint8)
@@ -546,8 +556,9 @@ class CodeBlocks:
             if kind in PLANE_BITS:
                 q = unpack_planes(raw.transpose(0, 2, 1), PLANE_BITS[kind]).transpose(0, 2, 1).astype(np.float32)
                 q -= meta_bias(self.meta, ch)
-            elif kind == 0:
-                q = np.concatenate([raw & 0x0F, raw >> 4], axis=1).astype(np.float32)
+            elif kind in (0, GRID_KIND):
+                q = np.concatenate([raw & 0x0F, raw >> 4], axis=1)
+                q = (IQ4_KVALUES[q] if kind == GRID_KIND else q).astype(np.float32)
             else:
                 q = raw.view(np.int8).astype(np.float32)
             if small_at >= 0:  # two levels: d per super-block times sc per group, (dmin times m)

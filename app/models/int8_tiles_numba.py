@@ -35,6 +35,8 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
+from app.models.gguf_codes import IQ4_KVALUES
+
 CHUNK = 64  # rows a chunk holds
 LANES = 8  # rows a vector holds (one 32-bit sum per row)
 QUAD = 4  # consecutive code bytes of a row side by side
@@ -142,7 +144,23 @@ def _load(builder, pointer, index, vector_type, align):
 
 
 # The code kinds a tile reads (gguf_codes' NIBBLES32, BYTES32 / BYTES16, BITS5_32, BITS6_16)
-NIBBLE_CODES, BYTE_CODES, FIVE_BITS, SIX_BITS = "nibbles", "bytes", "five", "six"
+NIBBLE_CODES, BYTE_CODES, FIVE_BITS, SIX_BITS, GRID_CODES = "nibbles", "bytes", "five", "six", "grid"
+# IQ4_NL's and IQ4_XS's non-linear grid (ggml's kvalues_iq4nl): a GRID_CODES nibble is an index into it
+GRID = tuple(int(v) for v in IQ4_KVALUES)
+
+
+def _grid_values(builder, indices):
+    """GRID[i] for 32 indices 0..15 (bytes): one pshufb from the table in both 128-bit lanes, or
+    the same values chosen by compares where the CPU has no AVX2."""
+    if AVX2:
+        table = ir.Constant(BYTES, [v & 255 for v in GRID] * 2)
+        return builder.call(_declared(builder.module, "llvm.x86.avx2.pshuf.b", BYTES, [BYTES, BYTES]),
+                            [table, indices])
+    values = ir.Constant(BYTES, [GRID[0] & 255] * 32)
+    for k in range(1, 16):
+        hit = builder.icmp_unsigned("==", indices, ir.Constant(BYTES, [k] * 32))
+        values = builder.select(hit, ir.Constant(BYTES, [GRID[k] & 255] * 32), values)
+    return values
 
 
 def _byte_shift(builder, vector, bits):
@@ -173,10 +191,11 @@ def _make_tile(tokens: int, vectors: int, mode: str, length: int):
     acc[t, r] += fmuladd(scale[r] * dx[t], float(sum_j code[r, j] xq[t, j]), offset[r] * sx[t]).
 
     mode: how the group's codes are stored: NIBBLE_CODES (4-bit, two a byte: weight j and j + 16),
-    BYTE_CODES (int8), FIVE_BITS or SIX_BITS (5- or 6-bit unsigned codes: nibbles as NIBBLE_CODES, weight j and
-    j + length / 2 in a byte, then one more quad of high bits; the stored code is the code plus
-    `bias`, so the integer sum subtracts bias times the activations' integer sum over the group:
-    sum_j (q_j - bias) x_j = sum_j q_j x_j - bias sum_j x_j, the same integer).
+    GRID_CODES (4-bit indices into GRID, packed as NIBBLE_CODES: each looked up, then multiplied
+    as int8 codes), BYTE_CODES (int8), FIVE_BITS or SIX_BITS (5- or 6-bit unsigned codes: nibbles
+    as NIBBLE_CODES, weight j and j + length / 2 in a byte, then one more quad of high bits; the
+    stored code is the code plus `bias`, so the integer sum subtracts bias times the activations'
+    integer sum over the group: sum_j (q_j - bias) x_j = sum_j q_j x_j - bias sum_j x_j, the same integer).
 
     Arguments are addresses (an array's .ctypes.data plus the byte offset) and strides:
     codes: the group's quads from the tile's first row; xq: the tile's first token's int8
@@ -187,7 +206,8 @@ def _make_tile(tokens: int, vectors: int, mode: str, length: int):
     xs_stride int32 a token; bias: as above (FIVE_BITS and SIX_BITS only)."""
     packed = mode in (NIBBLE_CODES, FIVE_BITS, SIX_BITS)
     nibble_quads = length // QUAD // 2
-    quads = nibble_quads if mode == NIBBLE_CODES else nibble_quads + 1 if packed else length // QUAD  # loads a vector
+    # loads a row vector takes over the group
+    quads = nibble_quads if mode in (NIBBLE_CODES, GRID_CODES) else nibble_quads + 1 if packed else length // QUAD
     half = length // 2  # packed: the high nibble's weight is the low one's + half
     # quads summed in 16 bits before widening, so that no sum leaves int16: a quad adds 4 products
     # per lane, each |code| x 127 at most: 4-bit 4 quads (30,480), 5-bit 2 (31,496), 6-bit 1 (32,004)
@@ -244,6 +264,17 @@ def _make_tile(tokens: int, vectors: int, mode: str, length: int):
                             if (q + 1) % per_widen == 0 or q == nibble_quads - 1:
                                 add_sum(t, v, _widen_pairs(builder, words[t][v]))
                                 words[t][v] = None
+                elif mode == GRID_CODES:  # each nibble's grid value, then as int8 codes (two sums: each
+                    # pmaddubsw's pairs reach 2 x 127 x 127, so the halves are widened apart)
+                    halves = [(_grid_values(builder, builder.and_(w, ir.Constant(BYTES, [15] * 32))),
+                               _grid_values(builder, builder.lshr(w, ir.Constant(BYTES, [4] * 32)))) for w in loaded]
+                    magnitudes = [(_magnitude(builder, a), _magnitude(builder, b)) for a, b in halves]
+                    for t in range(tokens):
+                        x_low, x_high = broadcast(t, QUAD * q), broadcast(t, half + QUAD * q)
+                        for v in range(vectors):
+                            low = _maddubs(builder, magnitudes[v][0], _signed_by(builder, x_low, halves[v][0]))
+                            high = _maddubs(builder, magnitudes[v][1], _signed_by(builder, x_high, halves[v][1]))
+                            add_sum(t, v, builder.add(_widen_pairs(builder, low), _widen_pairs(builder, high)))
                 else:
                     magnitude = [_magnitude(builder, w) for w in loaded]
                     for t in range(tokens):
@@ -275,9 +306,10 @@ def _make_tile(tokens: int, vectors: int, mode: str, length: int):
     return tile
 
 
-# by code kind (kernels_numba's NIBBLES32, BYTES32, BYTES16, BITS5_32, BITS6_16), then tokens 1..6
+# by code kind (kernels_numba's NIBBLES32, BYTES32, BYTES16, BITS5_32, BITS6_16, GRID32), then tokens 1..6
 NIBBLE_TILES = {t: _make_tile(t, v, NIBBLE_CODES, 32) for t, v in TILES.items()}
 BYTE_TILES = {t: _make_tile(t, v, BYTE_CODES, 32) for t, v in TILES.items()}
 BYTE16_TILES = {t: _make_tile(t, v, BYTE_CODES, 16) for t, v in TILES.items()}
 FIVE_TILES = {t: _make_tile(t, v, FIVE_BITS, 32) for t, v in TILES.items()}
 SIX_TILES = {t: _make_tile(t, v, SIX_BITS, 16) for t, v in TILES.items()}
+GRID_TILES = {t: _make_tile(t, v, GRID_CODES, 32) for t, v in TILES.items()}

@@ -26,7 +26,8 @@ from numba import njit, prange, types  # noqa: F401 - prange is read by the para
 from numba.extending import intrinsic, overload
 
 from app.models import numba_cache
-from app.models.int8_tiles_numba import BYTE16_TILES, BYTE_TILES, FIVE_TILES, NIBBLE_TILES, SIX_TILES, TILE_VECTORS
+from app.models.int8_tiles_numba import (BYTE16_TILES, BYTE_TILES, FIVE_TILES, GRID_TILES, NIBBLE_TILES, SIX_TILES,
+                                         TILE_VECTORS)
 from app.models.kernel_tiles_numba import (CODE_DOT_TILES, DOT_ROWS, FLOAT_DOT_TILES, ONE_CODE_DOT, ONE_FLOAT_DOT,
                                           SUM_TILES)
 
@@ -65,7 +66,7 @@ def _widen(value):
 
 
 # The kinds of codes a chunk of 64 rows holds (gguf_codes.py: which GGUF type is which)
-NIBBLES32, BYTES32, BYTES16, BITS5_32, BITS6_16 = 0, 1, 2, 3, 4
+NIBBLES32, BYTES32, BYTES16, BITS5_32, BITS6_16, GRID32 = 0, 1, 2, 3, 4, 5
 # meta's columns, a row per chunk: where its codes start (bytes), its scales and offsets (elements;
 # offsets -1 where the chunk has none: w = scale * code), its kind, and for two-level scales (the
 # K-quants': scale = d * sc, offset = -(dmin * m)) where its integers sc (and m) and its halves d
@@ -149,6 +150,7 @@ _B1, _B2, _B3, _B4, _B5, _B6 = (BYTE_TILES[t] for t in range(1, 7))
 _P1, _P2, _P3, _P4, _P5, _P6 = (BYTE16_TILES[t] for t in range(1, 7))
 _V1, _V2, _V3, _V4, _V5, _V6 = (FIVE_TILES[t] for t in range(1, 7))
 _X1, _X2, _X3, _X4, _X5, _X6 = (SIX_TILES[t] for t in range(1, 7))
+_G1, _G2, _G3, _G4, _G5, _G6 = (GRID_TILES[t] for t in range(1, 7))
 _D1, _D2, _D3, _D4, _D5, _D6 = (CODE_DOT_TILES[t] for t in range(1, 7))
 _F1, _F2, _F3, _F4, _F5, _F6 = (FLOAT_DOT_TILES[t] for t in range(1, 7))
 _S1, _S2, _S3, _S4, _S5, _S6 = (SUM_TILES[t] for t in range(1, 7))
@@ -170,6 +172,19 @@ def _tile(args, size, kind):  # pragma: no cover - compiled
             _N5(*args)
         else:
             _N6(*args)
+    elif kind == GRID32:
+        if size == 1:
+            _G1(*args)
+        elif size == 2:
+            _G2(*args)
+        elif size == 3:
+            _G3(*args)
+        elif size == 4:
+            _G4(*args)
+        elif size == 5:
+            _G5(*args)
+        else:
+            _G6(*args)
     elif kind == BITS5_32:
         if size == 1:
             _V1(*args)
@@ -236,7 +251,7 @@ def chunk_product(codes, scale, offset, small, supers, meta, acts, out, ch, acc,
     kind = meta[ch, KIND]
     length = HALF if kind == BYTES16 or kind == BITS6_16 else GROUP
     # code bytes a row of a group takes: packed nibbles, then for 5 and 6 bits a word of high bits
-    if kind == NIBBLES32:
+    if kind == NIBBLES32 or kind == GRID32:
         stored = HALF
     elif kind == BITS5_32:
         stored = HALF + 4

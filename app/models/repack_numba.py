@@ -10,7 +10,8 @@ are the file's own fp16 fields copied as bits, where the reference converts them
 back (exact for every finite half).
 
 Types: Q4_K and Q6_K (every K-quant preset's bulk), Q5_K (Q5_K_M's), Q5_0 and Q5_1 (where a row is
-not whole blocks of 256, K-quant presets fall back on them), Q8_0, Q4_1 (the demo) and Q4_0.
+not whole blocks of 256, K-quant presets fall back on them), Q8_0, Q4_1 (the demo), Q4_0, IQ4_XS and
+IQ4_NL.
 Others go the reference route.
 
 The layout written (CodeBlocks): within a chunk of 64 rows, group by group, the code bytes in
@@ -27,6 +28,7 @@ from numba import njit, prange, types
 from numba.extending import intrinsic
 
 from app.models import numba_cache
+from app.models.gguf_codes import IQ4_KVALUES
 from app.models.kernels_numba import _float_of_bits, _half
 
 CHUNK = 64
@@ -191,6 +193,45 @@ def five_plain(raw, codes, scale, offset, codes_at, scale_at, offset_at, block):
                 for q in range(4):
                     word |= (((qh >> (4 * q + k)) & 1) << q) | (((qh >> (16 + 4 * q + k)) & 1) << (4 + q))
                 codes[out + _quad(16 + k)] = word
+
+
+@njit(parallel=True, **_OPTS)
+def iq4_nl(raw, codes, scale, offset, codes_at, scale_at, offset_at):  # pragma: no cover - compiled
+    """IQ4_NL (18 bytes: d, 16 bytes of grid indices, low nibble weight j, high j + 16): the
+    indices are the kernel's as they are (GRID32), d copied as bits; no offset."""
+    n = raw.shape[0]
+    ngroups = raw.shape[1] // 18
+    for i in prange(n):
+        c, r = i // CHUNK, i % CHUNK
+        for g in range(ngroups):
+            at = g * 18
+            scale[scale_at + (c * ngroups + g) * CHUNK + r] = raw[i, at] | (np.uint16(raw[i, at + 1]) << 8)
+            out = codes_at + (c * ngroups + g) * 16 * CHUNK + QUAD * r
+            for j in range(16):
+                codes[out + _quad(j)] = raw[i, at + 2 + j]
+
+
+@njit(parallel=True, **_OPTS)
+def iq4_xs(raw, codes, small, supers, codes_at, small_at, supers_at):  # pragma: no cover - compiled
+    """IQ4_XS (136 bytes: d, scales_h (uint16), scales_l (4 bytes), 128 bytes of grid indices, 16
+    a group of 32 as IQ4_NL's): ls - 32 per group as the integer scale (6 bits: low 4 from
+    scales_l, high 2 from scales_h), d as the super-block's half; the indices as they are."""
+    n = raw.shape[0]
+    nsuper = raw.shape[1] // 136
+    ngroups = nsuper * 8
+    for i in prange(n):
+        c, r = i // CHUNK, i % CHUNK
+        for sb in range(nsuper):
+            b = raw[i, sb * 136:(sb + 1) * 136]
+            supers[supers_at + (c * nsuper + sb) * CHUNK + r] = _half_bits(b, 0)
+            high_bits = np.int32(b[2]) | (np.int32(b[3]) << 8)
+            for gg in range(8):
+                g = sb * 8 + gg
+                ls = ((np.int32(b[4 + gg // 2]) >> (4 * (gg % 2))) & 15) | (((high_bits >> (2 * gg)) & 3) << 4)
+                small[small_at + (c * ngroups + g) * CHUNK + r] = ls - 32  # an int8's bits
+                out = codes_at + (c * ngroups + g) * 16 * CHUNK + QUAD * r
+                for j in range(16):
+                    codes[out + _quad(j)] = b[8 + 16 * gg + j]
 
 
 # --- Rows as float32, by gguf's own arithmetic (gguf.quants' dequantize_blocks, operation for
@@ -408,3 +449,37 @@ def rows_q5_0(raw, out):  # pragma: no cover - compiled
 @njit(**_OPTS)
 def rows_q5_1(raw, out):  # pragma: no cover - compiled
     five_rows(raw, out, 24)
+
+
+_GRID = IQ4_KVALUES.astype(np.float32)  # IQ4's grid (ggml's kvalues_iq4nl), for the rows below
+
+
+@njit(parallel=True, **_OPTS)
+def rows_iq4_nl(raw, out):  # pragma: no cover - compiled
+    """IQ4_NL's rows: d * kvalues[q]."""
+    n, ngroups = raw.shape[0], raw.shape[1] // 18
+    for i in prange(n):
+        for g in range(ngroups):
+            d = _half(np.uint16(raw[i, g * 18] | (np.uint16(raw[i, g * 18 + 1]) << 8)))
+            for j in range(16):
+                byte = raw[i, g * 18 + 2 + j]
+                out[i, g * 32 + j] = d * _GRID[byte & 15]
+                out[i, g * 32 + 16 + j] = d * _GRID[byte >> 4]
+
+
+@njit(parallel=True, **_OPTS)
+def rows_iq4_xs(raw, out):  # pragma: no cover - compiled
+    """IQ4_XS's rows: fl(d * (ls - 32)) * kvalues[q]."""
+    n, nsuper = raw.shape[0], raw.shape[1] // 136
+    for i in prange(n):
+        for sb in range(nsuper):
+            b = raw[i, sb * 136:(sb + 1) * 136]
+            d = _half(np.uint16(_half_bits(b, 0)))
+            high_bits = np.int32(b[2]) | (np.int32(b[3]) << 8)
+            for gg in range(8):
+                ls = ((np.int32(b[4 + gg // 2]) >> (4 * (gg % 2))) & 15) | (((high_bits >> (2 * gg)) & 3) << 4)
+                scale = d * np.float32(ls - 32)
+                for j in range(16):
+                    byte = b[8 + 16 * gg + j]
+                    out[i, sb * 256 + gg * 32 + j] = scale * _GRID[byte & 15]
+                    out[i, sb * 256 + gg * 32 + 16 + j] = scale * _GRID[byte >> 4]

@@ -150,17 +150,10 @@ GRID = tuple(int(v) for v in IQ4_KVALUES)
 
 
 def _grid_values(builder, indices):
-    """GRID[i] for 32 indices 0..15 (bytes): one pshufb from the table in both 128-bit lanes, or
-    the same values chosen by compares where the CPU has no AVX2."""
-    if AVX2:
-        table = ir.Constant(BYTES, [v & 255 for v in GRID] * 2)
-        return builder.call(_declared(builder.module, "llvm.x86.avx2.pshuf.b", BYTES, [BYTES, BYTES]),
-                            [table, indices])
-    values = ir.Constant(BYTES, [GRID[0] & 255] * 32)
-    for k in range(1, 16):
-        hit = builder.icmp_unsigned("==", indices, ir.Constant(BYTES, [k] * 32))
-        values = builder.select(hit, ir.Constant(BYTES, [GRID[k] & 255] * 32), values)
-    return values
+    """GRID[i] for 32 indices 0..15 (bytes): one pshufb from the table in both 128-bit lanes (AVX2
+    builds only: without it kernels_numba looks the values up before the tiles)."""
+    table = ir.Constant(BYTES, [v & 255 for v in GRID] * 2)
+    return builder.call(_declared(builder.module, "llvm.x86.avx2.pshuf.b", BYTES, [BYTES, BYTES]), [table, indices])
 
 
 def _byte_shift(builder, vector, bits):
@@ -192,7 +185,7 @@ def _make_tile(tokens: int, vectors: int, mode: str, length: int):
 
     mode: how the group's codes are stored: NIBBLE_CODES (4-bit, two a byte: weight j and j + 16),
     GRID_CODES (4-bit indices into GRID, packed as NIBBLE_CODES: each looked up, then multiplied
-    as int8 codes), BYTE_CODES (int8), FIVE_BITS or SIX_BITS (5- or 6-bit unsigned codes: nibbles
+    as int8 codes; AVX2 builds only), BYTE_CODES (int8), FIVE_BITS or SIX_BITS (5- or 6-bit unsigned codes: nibbles
     as NIBBLE_CODES, weight j and j + length / 2 in a byte, then one more quad of high bits; the
     stored code is the code plus `bias`, so the integer sum subtracts bias times the activations'
     integer sum over the group: sum_j (q_j - bias) x_j = sum_j q_j x_j - bias sum_j x_j, the same integer).
@@ -312,4 +305,6 @@ BYTE_TILES = {t: _make_tile(t, v, BYTE_CODES, 32) for t, v in TILES.items()}
 BYTE16_TILES = {t: _make_tile(t, v, BYTE_CODES, 16) for t, v in TILES.items()}
 FIVE_TILES = {t: _make_tile(t, v, FIVE_BITS, 32) for t, v in TILES.items()}
 SIX_TILES = {t: _make_tile(t, v, SIX_BITS, 16) for t, v in TILES.items()}
-GRID_TILES = {t: _make_tile(t, v, GRID_CODES, 32) for t, v in TILES.items()}
+# (a build without AVX2 has no pshufb: kernels_numba lays the grid's values out as int8 codes and
+# runs BYTE_TILES, where a lookup made of compares doubled the build's compile time, 65 to 140 s)
+GRID_TILES = {t: _make_tile(t, v, GRID_CODES, 32) for t, v in TILES.items()} if AVX2 else BYTE_TILES

@@ -26,12 +26,13 @@ from numba import njit, prange, types  # noqa: F401 - prange is read by the para
 from numba.extending import intrinsic, overload
 
 from app.models import numba_cache
-from app.models.int8_tiles_numba import (BYTE16_TILES, BYTE_TILES, FIVE_TILES, GRID_TILES, NIBBLE_TILES, SIX_TILES,
-                                         TILE_VECTORS)
+from app.models.int8_tiles_numba import (AVX2, BYTE16_TILES, BYTE_TILES, FIVE_TILES, GRID, GRID_TILES, NIBBLE_TILES,
+                                         SIX_TILES, TILE_VECTORS)
 from app.models.kernel_tiles_numba import (CODE_DOT_TILES, DOT_ROWS, FLOAT_DOT_TILES, ONE_CODE_DOT, ONE_FLOAT_DOT,
                                           SUM_TILES)
 
 CHUNK = 64
+QUAD_BYTES = 4  # a row's consecutive code bytes side by side (int8_tiles_numba.QUAD)
 GROUP = 32
 HALF = GROUP // 2
 
@@ -141,8 +142,9 @@ def part_product(codes, scale, offset, small, supers, meta, acts, out, part, par
     first, last = part * chunks // parts, (part + 1) * chunks // parts
     acc = np.empty((tokens, CHUNK), np.float32)
     scratch = np.empty((2, CHUNK), np.float32)
+    values = np.empty(0 if AVX2 else GROUP * CHUNK, np.int8)
     for ch in range(first, last):
-        chunk_product(codes, scale, offset, small, supers, meta, acts, out, ch, acc, scratch)
+        chunk_product(codes, scale, offset, small, supers, meta, acts, out, ch, acc, scratch, values)
 
 
 _N1, _N2, _N3, _N4, _N5, _N6 = (NIBBLE_TILES[t] for t in range(1, 7))
@@ -239,14 +241,15 @@ def _tile(args, size, kind):  # pragma: no cover - compiled
 
 
 @njit(**_OPTS)
-def chunk_product(codes, scale, offset, small, supers, meta, acts, out, ch, acc,
-                  scratch):  # pragma: no cover - compiled
+def chunk_product(codes, scale, offset, small, supers, meta, acts, out, ch, acc, scratch,
+                  values):  # pragma: no cover - compiled
     """Rows ch * CHUNK.. of out (tokens, rows) = x (tokens, cols) @ the weight's rows, transposed.
 
     Group by group: the group's scales and offsets for the chunk's 64 rows into `scratch`, then
     register tiles of up to 6 tokens (int8_tiles_numba.py) take its integer dot products with the
     tokens' int8 activations and add the group's share to `acc`, each token's the same operations
-    in every tile."""
+    in every tile. values: where a build without AVX2 lays a group's IQ4 grid values out as int8
+    codes (CHUNK x 32 bytes; empty with AVX2, whose tiles look them up in registers)."""
     xq, dx, sx32, sx16, xs32, xs16 = acts
     kind = meta[ch, KIND]
     length = HALF if kind == BYTES16 or kind == BITS6_16 else GROUP
@@ -300,6 +303,10 @@ def chunk_product(codes, scale, offset, small, supers, meta, acts, out, ch, acc,
                 for r in range(CHUNK):
                     ob[r] = widen(row[r])
         group_at = codes_at + b * stored * CHUNK
+        tile_kind = kind
+        if not AVX2 and kind == GRID32:  # no pshufb: the group's grid values as int8 codes, BYTES32's layout
+            _grid_values(codes, group_at - codes.ctypes.data, values)
+            group_at, tile_kind = values.ctypes.data, BYTES32
         t = 0
         while t < tokens:
             left = tokens - t
@@ -311,13 +318,29 @@ def chunk_product(codes, scale, offset, small, supers, meta, acts, out, ch, acc,
                        acc_at + 4 * t * CHUNK + r4, sb_at + r4, ob_at + r4,
                        dx_at + 4 * (t * dx_stride + b // per_block), dx_stride,
                        sx_at + 4 * (t * sx_stride + b), sx_stride, xs_at + 4 * (t * xs_stride + b), xs_stride,
-                       bias), size, kind)
+                       bias), size, tile_kind)
             t += size
     rows = out.shape[1]
     for t in range(tokens):
         for r in range(CHUNK):
             if ch * CHUNK + r < rows:
                 out[t, ch * CHUNK + r] = acc[t, r]
+
+
+_GRID_VALUES = np.array(GRID, np.int8)
+
+
+@njit(**_OPTS)
+def _grid_values(codes, at, values):  # pragma: no cover - compiled
+    """A GRID32 group's codes from byte `at` (quads of nibbles: byte i of quad q holds the indices of
+    weights 4q+i and 16+4q+i) -> `values` in BYTES32's layout (quad q: weights 4q..4q+3), IQ4's
+    grid values: the same int8 codes a BYTES32 chunk of the values would hold."""
+    quad = QUAD_BYTES * CHUNK
+    for q in range(4):
+        for k in range(quad):
+            byte = codes[at + q * quad + k]
+            values[q * quad + k] = _GRID_VALUES[byte & 15]
+            values[(4 + q) * quad + k] = _GRID_VALUES[byte >> 4]
 
 
 @njit(parallel=True, **_OPTS)

@@ -385,6 +385,26 @@ def rows_q4_0(raw, out):  # pragma: no cover - compiled
     nibble_rows(raw, out, 18)
 
 
+@njit(**_OPTS)
+def q5_0(raw, codes, scale, offset, codes_at, scale_at, offset_at):  # pragma: no cover - compiled
+    five_plain(raw, codes, scale, offset, codes_at, scale_at, offset_at, 22)
+
+
+@njit(**_OPTS)
+def q5_1(raw, codes, scale, offset, codes_at, scale_at, offset_at):  # pragma: no cover - compiled
+    five_plain(raw, codes, scale, offset, codes_at, scale_at, offset_at, 24)
+
+
+@njit(**_OPTS)
+def rows_q5_0(raw, out):  # pragma: no cover - compiled
+    five_rows(raw, out, 22)
+
+
+@njit(**_OPTS)
+def rows_q5_1(raw, out):  # pragma: no cover - compiled
+    five_rows(raw, out, 24)
+
+
 @intrinsic
 def _bits_of_float(typingctx, value):
     """A float32's 32 bits as an int32."""
@@ -429,26 +449,6 @@ def screen_rows(rows, codes, scale_bits, error_norm, screen_norm):  # pragma: no
             error[j] = row[j] - screen[j]
         error_norm[i] = np.sqrt(_sum_squares(error))
         screen_norm[i] = np.sqrt(_sum_squares(screen))
-
-
-@njit(**_OPTS)
-def q5_0(raw, codes, scale, offset, codes_at, scale_at, offset_at):  # pragma: no cover - compiled
-    five_plain(raw, codes, scale, offset, codes_at, scale_at, offset_at, 22)
-
-
-@njit(**_OPTS)
-def q5_1(raw, codes, scale, offset, codes_at, scale_at, offset_at):  # pragma: no cover - compiled
-    five_plain(raw, codes, scale, offset, codes_at, scale_at, offset_at, 24)
-
-
-@njit(**_OPTS)
-def rows_q5_0(raw, out):  # pragma: no cover - compiled
-    five_rows(raw, out, 22)
-
-
-@njit(**_OPTS)
-def rows_q5_1(raw, out):  # pragma: no cover - compiled
-    five_rows(raw, out, 24)
 
 
 _GRID = IQ4_KVALUES.astype(np.float32)  # IQ4's grid (ggml's kvalues_iq4nl), for the rows below

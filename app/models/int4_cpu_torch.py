@@ -40,7 +40,8 @@ from pathlib import Path
 
 import numpy as np
 
-from app.models.gguf_codes import BIAS_OF, BLOCK_SIZES, FACTORED_TYPES, GROUP_OF, IQ4_KVALUES, KIND_OF, OFFSET_TYPES
+from app.models.gguf_codes import (BIAS_OF, BITS5_32, BITS6_16, BLOCK_SIZES, BYTES16, BYTES32, FACTORED_TYPES, GRID32,
+                                   GROUP_OF, IQ4_KVALUES, KIND_OF, NIBBLES32, OFFSET_TYPES)
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +90,9 @@ def _sources_version() -> str:
     leave kernels_numba's cached code stale. A folder per version of both keeps them together."""
     here = Path(__file__).resolve().parent
     digest = hashlib.sha256()
-    for name in ("kernels_numba.py", "kernel_tiles_numba.py", "int8_tiles_numba.py", "repack_numba.py"):
+    # (gguf_codes.py: the IQ4 grid the compiled tiles and copies hold)
+    sources = ("kernels_numba.py", "kernel_tiles_numba.py", "int8_tiles_numba.py", "repack_numba.py", "gguf_codes.py")
+    for name in sources:
         try:
             digest.update((here / name).read_bytes())
         except OSError:  # a frozen bundle without sources: its entries are stamped by its executable
@@ -314,11 +317,11 @@ def _repacker():
     return importlib.import_module("app.models.repack_numba")
 
 
-# code bytes a row of a group takes, by kind (kernels_numba's NIBBLES32, BYTES32, BYTES16, BITS5_32,
-# BITS6_16, GRID32): packed nibbles, then for 5 and 6 bits a 4-byte word of the codes' high bits
-STORED = {0: HALF, 1: GROUP, 2: HALF, 3: HALF + QUAD, 4: HALF // 2 + QUAD, 5: HALF}
-GRID_KIND = 5  # gguf_codes.GRID32: nibbles that index IQ4's grid
-PLANE_BITS = {3: 1, 4: 2}  # the high bits a packed kind keeps beside a code's nibble
+# code bytes a row of a group takes, by kind: packed nibbles, then for 5 and 6 bits a 4-byte word of
+# the codes' high bits (kernels_numba's STORED)
+STORED = {NIBBLES32: HALF, BYTES32: GROUP, BYTES16: HALF, BITS5_32: HALF + QUAD, BITS6_16: HALF // 2 + QUAD,
+          GRID32: HALF}
+PLANE_BITS = {BITS5_32: 1, BITS6_16: 2}  # the high bits a packed kind keeps beside a code's nibble
 SUPER = 256  # weights a K-quant super-block holds (its fp16 d and dmin)
 
 
@@ -359,11 +362,6 @@ def grid_indices(values: np.ndarray) -> np.ndarray:
     if values.size and not np.array_equal(IQ4_KVALUES[found], values.astype(np.int8)):
         raise ValueError("codes that are not values of IQ4's grid")
     return found.astype(np.uint8)
-
-
-def meta_bias(meta: np.ndarray, chunk: int) -> int:
-    """What chunk `chunk`'s stored codes exceed its codes by (kernels_numba's BIAS column)."""
-    return int(meta[chunk, 6])
 
 
 class CodeBlocks:
@@ -460,9 +458,9 @@ class CodeBlocks:
             bias = int(meta[0, 6])
             grouped[:n] = self._unsigned(groups.codes.reshape(n, ngroups, length), bias, 4 + PLANE_BITS[kind])
             grouped = pack_planes(grouped, PLANE_BITS[kind])
-        elif kind in (0, GRID_KIND):  # byte j holds weight j (low nibble) and weight j + 16 (high)
+        elif kind in (NIBBLES32, GRID32):  # byte j holds weight j (low nibble) and weight j + 16 (high)
             codes = groups.codes.reshape(n, ngroups, length)
-            grouped[:n] = grid_indices(codes) if kind == GRID_KIND else codes.view(np.uint8)
+            grouped[:n] = grid_indices(codes) if kind == GRID32 else codes.view(np.uint8)
             grouped = grouped[..., :HALF] | (grouped[..., HALF:] << 4)
         else:
             grouped[:n] = groups.codes.reshape(n, ngroups, length).view(np.uint8)
@@ -548,17 +546,17 @@ class CodeBlocks:
         widen = lambda a: (a.view(np.float16) if a.dtype == np.uint16 else a).astype(np.float32)  # noqa: E731
         scale, offset, supers = widen(self.scale), widen(self.offset), widen(self.supers)
         out = np.empty((self.meta.shape[0] * CHUNK, self.cols), np.float32)
-        for ch, (codes_at, scales_at, offsets_at, kind, small_at, supers_at, _) in enumerate(self.meta.tolist()):
+        for ch, (codes_at, scales_at, offsets_at, kind, small_at, supers_at, bias) in enumerate(self.meta.tolist()):
             length = GROUP_OF[kind]
             ngroups = self.cols // length
             raw = self.codes[codes_at:codes_at + ngroups * STORED[kind] * CHUNK].reshape(
                 ngroups, STORED[kind] // QUAD, CHUNK, QUAD).transpose(0, 1, 3, 2).reshape(ngroups, STORED[kind], CHUNK)
             if kind in PLANE_BITS:
                 q = unpack_planes(raw.transpose(0, 2, 1), PLANE_BITS[kind]).transpose(0, 2, 1).astype(np.float32)
-                q -= meta_bias(self.meta, ch)
-            elif kind in (0, GRID_KIND):
+                q -= bias
+            elif kind in (NIBBLES32, GRID32):
                 q = np.concatenate([raw & 0x0F, raw >> 4], axis=1)
-                q = (IQ4_KVALUES[q] if kind == GRID_KIND else q).astype(np.float32)
+                q = (IQ4_KVALUES[q] if kind == GRID32 else q).astype(np.float32)
             else:
                 q = raw.view(np.int8).astype(np.float32)
             if small_at >= 0:  # two levels: d per super-block times sc per group, (dmin times m)

@@ -143,7 +143,7 @@ def _load(builder, pointer, index, vector_type, align):
     return builder.load(builder.bitcast(_at(builder, pointer, index), vector_type.as_pointer()), align=align)
 
 
-# The code kinds a tile reads (gguf_codes' NIBBLES32, BYTES32 / BYTES16, BITS5_32, BITS6_16)
+# The code kinds a tile reads (gguf_codes' NIBBLES32, BYTES32 / BYTES16, BITS5_32, BITS6_16, GRID32)
 NIBBLE_CODES, BYTE_CODES, FIVE_BITS, SIX_BITS, GRID_CODES = "nibbles", "bytes", "five", "six", "grid"
 # IQ4_NL's and IQ4_XS's non-linear grid (ggml's kvalues_iq4nl): a GRID_CODES nibble is an index into it
 GRID = tuple(int(v) for v in IQ4_KVALUES)
@@ -199,8 +199,8 @@ def _make_tile(tokens: int, vectors: int, mode: str, length: int):
     xs_stride int32 a token; bias: as above (FIVE_BITS and SIX_BITS only)."""
     packed = mode in (NIBBLE_CODES, FIVE_BITS, SIX_BITS)
     nibble_quads = length // QUAD // 2
-    # loads a row vector takes over the group
-    quads = nibble_quads if mode in (NIBBLE_CODES, GRID_CODES) else nibble_quads + 1 if packed else length // QUAD
+    code_quads = length // QUAD if mode == BYTE_CODES else nibble_quads  # the loads of codes a row vector takes
+    quads = code_quads + (1 if mode in (FIVE_BITS, SIX_BITS) else 0)  # and of the high bits: the group's whole
     half = length // 2  # packed: the high nibble's weight is the low one's + half
     # quads summed in 16 bits before widening, so that no sum leaves int16: a quad adds 4 products
     # per lane, each |code| x 127 at most: 4-bit 4 quads (30,480), 5-bit 2 (31,496), 6-bit 1 (32,004)
@@ -240,7 +240,7 @@ def _make_tile(tokens: int, vectors: int, mode: str, length: int):
             if mode in (FIVE_BITS, SIX_BITS):  # the group's high bits: the quad after its nibbles, a word a row
                 planes = [_load(builder, code_b, nibble_quads * QUAD * CHUNK + v * QUAD * LANES, BYTES, 1)
                           for v in range(vectors)]
-            for q in range(nibble_quads if packed else quads):
+            for q in range(code_quads):
                 loaded = [_load(builder, code_b, q * QUAD * CHUNK + v * QUAD * LANES, BYTES, 1) for v in range(vectors)]
                 if packed:  # low nibbles: weights 4q..4q+3, high: half+4q..; both unsigned bytes
                     low = [builder.and_(w, ir.Constant(BYTES, [15] * 32)) for w in loaded]

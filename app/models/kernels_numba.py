@@ -27,12 +27,11 @@ from numba.extending import intrinsic, overload
 
 from app.models import numba_cache
 from app.models.int8_tiles_numba import (AVX2, BYTE16_TILES, BYTE_TILES, FIVE_TILES, GRID, GRID_TILES, NIBBLE_TILES,
-                                         SIX_TILES, TILE_VECTORS)
+                                         QUAD, SIX_TILES, TILE_VECTORS)
 from app.models.kernel_tiles_numba import (CODE_DOT_TILES, DOT_ROWS, FLOAT_DOT_TILES, ONE_CODE_DOT, ONE_FLOAT_DOT,
                                           SUM_TILES)
 
 CHUNK = 64
-QUAD_BYTES = 4  # a row's consecutive code bytes side by side (int8_tiles_numba.QUAD)
 GROUP = 32
 HALF = GROUP // 2
 
@@ -74,6 +73,9 @@ NIBBLES32, BYTES32, BYTES16, BITS5_32, BITS6_16, GRID32 = 0, 1, 2, 3, 4, 5
 # (and dmin) start (-1 for one level; then OFFSETS_AT is only a flag, 0 for an offset); and what
 # its stored codes exceed the codes by (gguf_codes.BIAS_OF: Q5_0's 16, Q6_K's 32)
 CODES_AT, SCALES_AT, OFFSETS_AT, KIND, SMALL_AT, SUPERS_AT, BIAS = 0, 1, 2, 3, 4, 5, 6
+# code bytes a row of a group takes, by kind: packed nibbles, then for 5 and 6 bits a word of high
+# bits (int4_cpu_torch.STORED, which lays them out)
+STORED = (HALF, GROUP, HALF, HALF + 4, HALF // 2 + 4, HALF)
 SUPER = 256
 
 
@@ -253,15 +255,7 @@ def chunk_product(codes, scale, offset, small, supers, meta, acts, out, ch, acc,
     xq, dx, sx32, sx16, xs32, xs16 = acts
     kind = meta[ch, KIND]
     length = HALF if kind == BYTES16 or kind == BITS6_16 else GROUP
-    # code bytes a row of a group takes: packed nibbles, then for 5 and 6 bits a word of high bits
-    if kind == NIBBLES32 or kind == GRID32:
-        stored = HALF
-    elif kind == BITS5_32:
-        stored = HALF + 4
-    elif kind == BITS6_16:
-        stored = HALF // 2 + 4
-    else:
-        stored = length
+    stored = STORED[kind]
     tokens, groups = xq.shape[0], xq.shape[1] // length
     sx = sx16 if length == HALF else sx32
     xs = xs16 if length == HALF else xs32
@@ -335,7 +329,7 @@ def _grid_values(codes, at, values):  # pragma: no cover - compiled
     """A GRID32 group's codes from byte `at` (quads of nibbles: byte i of quad q holds the indices of
     weights 4q+i and 16+4q+i) -> `values` in BYTES32's layout (quad q: weights 4q..4q+3), IQ4's
     grid values: the same int8 codes a BYTES32 chunk of the values would hold."""
-    quad = QUAD_BYTES * CHUNK
+    quad = QUAD * CHUNK
     for q in range(4):
         for k in range(quad):
             byte = codes[at + q * quad + k]

@@ -68,7 +68,7 @@ def test_the_kernel_holds_and_multiplies_the_files_weights(kind):
     assert np.abs(swapped.matmul(x) - expected).max() > 0.1 * np.abs(expected).max()
 
 
-@pytest.mark.parametrize("kind", ["Q4_1", "Q8_0", "Q6_K", "Q5_K", "Q5_0", "IQ4_XS"])
+@pytest.mark.parametrize("kind", ["Q4_1", "Q8_0", "Q6_K", "Q5_K", "Q5_0", "IQ4_XS", "Q3_K", "Q2_K"])
 def test_every_width_gives_each_token_the_bits_one_token_gives(kind):
     """Batch invariance: a verify pass of n tokens and n one-token steps agree bit for bit, through
     every register tile (up to 6 tokens, any mix of them up to 17) and the one-token step that
@@ -83,29 +83,40 @@ def test_every_width_gives_each_token_the_bits_one_token_gives(kind):
         np.testing.assert_array_equal(blocks.matmul(np.ascontiguousarray(x[:width])), alone[:width])
 
 
-@pytest.mark.parametrize("kind", ["Q5_0", "Q5_1", "Q5_K", "Q6_K"])
-def test_five_and_six_bit_codes_are_held_at_the_files_size_and_their_extremes_multiply_exactly(kind):
-    """The 5- and 6-bit types keep their codes packed as the file has them (0.625 and 0.75 bytes a
-    weight, not a byte), planes that unpack to the very codes; and the integer sums at their
-    extremes (every stored code at 0 or at its top, activations of +-127, where a 16-bit partial
-    sum comes closest to its limit) come out exact: the kernel's sum of code x 127 over the row."""
+@pytest.mark.parametrize("kind", ["Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q3_K", "Q2_K"])
+def test_two_three_five_and_six_bit_codes_are_held_at_the_files_size_and_their_extremes_multiply_exactly(kind):
+    """The 2-, 3-, 5- and 6-bit types keep their codes packed as the file has them (0.25, 0.375,
+    0.625 and 0.75 bytes a weight, not a byte), planes that unpack to the very codes; and the
+    integer sums at their extremes (every stored code at 0 or at its top, activations of +-127,
+    where a 16-bit partial sum comes closest to its limit) come out exact: the kernel's sum of
+    code x 127 over the row. Q3_K's neighbouring groups share a word of third bits, so a row of
+    alternating groups (one at the top, the next at 0) must keep them apart."""
     from app.models.gguf_codes import BIAS_OF, GROUP_OF, KIND_OF
-    from app.models.int4_cpu_torch import PLANE_BITS, pack_planes, unpack_planes
+    from app.models.int4_cpu_torch import (CODE_BITS, PLANE_BITS, pack_crumbs, pack_planes, pack_triples,
+                                           unpack_crumbs, unpack_planes, unpack_triples)
 
     kind_code, cols = KIND_OF[kind], 512
-    bits, length, bias = 4 + PLANE_BITS[kind_code], GROUP_OF[kind_code], BIAS_OF[kind]
-    stored = np.random.default_rng(4).integers(0, 1 << bits, (3, 7, length), dtype=np.uint8)
-    packed = pack_planes(stored, PLANE_BITS[kind_code])
-    assert packed.shape == (3, 7, length * bits // 8)
-    np.testing.assert_array_equal(unpack_planes(packed, PLANE_BITS[kind_code]), stored)
+    bits, length, bias = CODE_BITS[kind_code], GROUP_OF[kind_code], BIAS_OF[kind]
+    stored = np.random.default_rng(4).integers(0, 1 << bits, (3, 8, length), dtype=np.uint8)
+    if kind_code in PLANE_BITS:
+        plane = PLANE_BITS[kind_code]
+        pack, unpack = (lambda c: pack_planes(c, plane)), (lambda b: unpack_planes(b, plane))
+    else:
+        pack, unpack = (pack_crumbs, unpack_crumbs) if bits == 2 else (pack_triples, unpack_triples)
+    packed = pack(stored)
+    assert packed.size == stored.size * bits // 8
+    np.testing.assert_array_equal(unpack(packed), stored)
     blocks, _ = _blocks_of(kind, 2 * CHUNK, cols, seed=3)
     assert blocks.codes.nbytes == 2 * CHUNK * cols * bits // 8
-    for top in (0, (1 << bits) - 1):
-        codes = np.full((CHUNK, cols), top - bias, np.int8)
+    top = (1 << bits) - 1
+    alternating = np.tile(np.repeat([top, 0], length), cols // (2 * length)) - bias
+    rows = (np.full((CHUNK, cols), -bias), np.full((CHUNK, cols), top - bias), alternating[None].repeat(CHUNK, 0))
+    for codes in rows:
+        codes = codes.astype(np.int8)
         ones = np.ones((CHUNK, cols // length), np.float32)
         weight = CodeBlocks(CHUNK, cols, [(CHUNK, kind)])
-        if kind in ("Q5_K", "Q6_K"):  # two levels: d = 1 per 256 weights, sc = 1 (and m = 0)
-            levels = 2 if kind == "Q5_K" else 1
+        if kind in ("Q5_K", "Q6_K", "Q3_K", "Q2_K"):  # two levels: d = 1 per 256 weights, sc = 1 (and m = 0)
+            levels = 2 if kind in ("Q5_K", "Q2_K") else 1
             supers = np.zeros((CHUNK, cols // 256, levels), np.float32)
             supers[..., 0] = 1
             smalls = np.zeros((CHUNK, cols // length, levels), np.int8)
@@ -114,9 +125,18 @@ def test_five_and_six_bit_codes_are_held_at_the_files_size_and_their_extremes_mu
         else:
             groups = CodeGroups(kind_code, codes, ones, 0 * ones if kind == "Q5_1" else None)
         weight.fill(0, groups)
+        np.testing.assert_array_equal(weight.dequantize(), codes.astype(np.float32))
         for sign in (1, -1):
             got = weight.matmul(np.full((3, cols), sign * 127, np.float32))
-            assert np.all(got == sign * 127 * cols * (top - bias)), (top, sign, got[0, :4])
+            assert np.all(got == sign * 127 * int(codes[0].astype(np.int64).sum())), (codes[0, :2], sign, got[0, :4])
+        if codes[0, 0] != codes[0, -1]:  # each group alone: only its own third bits count
+            x = np.zeros((2, cols), np.float32)
+            for g in range(cols // length):
+                x[:] = 0
+                x[:, g * length:(g + 1) * length] = 127
+                assert np.all(weight.matmul(x) == 127 * length * int(codes[0, g * length])), g
+    with pytest.raises(ValueError, match=f"{bits}-bit"):  # a code the kind cannot hold
+        CodeBlocks(CHUNK, cols, [(CHUNK, kind)]).fill(0, groups._replace(codes=codes + np.int8(1 << bits)))
 
 
 @pytest.mark.parametrize("kind", ["IQ4_NL", "IQ4_XS"])
@@ -198,7 +218,7 @@ from tests.test_cpu_kernels import _blocks_of
 from app.models import int4_cpu_torch, int8_tiles_numba
 assert not int8_tiles_numba.AVX2
 x = np.random.default_rng(7).standard_normal((7, 256)).astype(np.float32)
-kinds = ("Q4_K", "Q8_0", "Q6_K", "Q5_0", "IQ4_NL")
+kinds = ("Q4_K", "Q8_0", "Q6_K", "Q5_0", "IQ4_NL", "Q3_K", "Q2_K")
 np.save(sys.argv[1], np.stack([_blocks_of(kind, 2 * 64, 256, seed=11)[0].matmul(x) for kind in kinds]))
 """
 
@@ -221,7 +241,7 @@ def test_the_portable_build_of_the_products_gives_the_same_bits(tmp_path):
     subprocess.run([sys.executable, "-c", _PORTABLE_RUN.format(root=root), str(tmp_path / "out.npy")], env=env,
                    check=True, timeout=600)
     x = np.random.default_rng(7).standard_normal((7, 256)).astype(np.float32)
-    kinds = ("Q4_K", "Q8_0", "Q6_K", "Q5_0", "IQ4_NL")
+    kinds = ("Q4_K", "Q8_0", "Q6_K", "Q5_0", "IQ4_NL", "Q3_K", "Q2_K")
     here = np.stack([_blocks_of(kind, 2 * CHUNK, 256, seed=11)[0].matmul(x) for kind in kinds])
     np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), here)
 
@@ -469,6 +489,42 @@ def test_on_the_compiled_layers_speculation_writes_exactly_what_the_target_write
         answers[draft] = _speculative_answers(runner, SUITE[5:7], max_tokens=80)  # copy prompts: long drafts
     assert sum(len(tokens) for _, tokens in answers[PROMPT_LOOKUP]) >= 120
     assert answers[PROMPT_LOOKUP] == answers[NO_DRAFT]
+
+
+@pytest.mark.parametrize("file_type", ["Q3_K_M", "Q2_K"])
+def test_a_two_or_three_bit_preset_runs_packed_as_one_compiled_call_and_speculates_exactly(tmp_path, file_type):
+    """llama.cpp's Q3_K_M and Q2_K presets (random blocks at its per-tensor types: Q3_K or Q2_K
+    beside Q4_K / Q5_K by layer, the tied head Q6_K): every projection on the kernel, the 2- and
+    3-bit codes held packed (`models info`'s words), the decoder layers one compiled call, and
+    speculation token for token what the target writes alone."""
+    from app.bench.gguf_model_files import LlamaShape, write_random_llama
+    from app.engine.events import Round
+    from app.engine.sampling import SamplingParams
+    from app.models.gguf_import import import_gguf
+    from app.runner import ChatRequest, Runner
+    from tests.test_gguf_gpu_layers import VOCAB
+
+    shape = LlamaShape("tiny", hidden=256, layers=3, heads=4, kv_heads=2, head_dim=64, intermediate=512, tied=True)
+    types = write_random_llama(tmp_path / "m.gguf", shape, file_type, np.random.default_rng(9), tokenizer=VOCAB)
+    low = "Q3_K" if file_type == "Q3_K_M" else "Q2_K"
+    assert types["blk.1.attn_q.weight"] == low and types["token_embd.weight"] == "Q6_K"
+    assert {types[f"blk.{i}.attn_v.weight"] for i in range(3)} == ({"Q5_K", "Q4_K"} if low == "Q3_K" else {"Q3_K"})
+    folder = import_gguf(tmp_path / "m.gguf", tmp_path / "import", mlx_variants=())["hf"]
+    answers, widest = {}, 0
+    for draft in (PROMPT_LOOKUP, NO_DRAFT):
+        runner = Runner()
+        loaded = runner.load(folder, "torch", draft=draft, precision="gguf", progress=lambda m: None)
+        assert "decoder layers as one compiled call" in loaded.dtype
+        assert ("int3 g16 from Q3_K" if low == "Q3_K" else "int2 g16 from Q2_K") in loaded.dtype
+        answers[draft] = []
+        for prompt in ("a1 b2 a1 b2 a1 b2 a1 b2", "abc abc abc abc"):
+            request = ChatRequest(({"role": "user", "content": prompt},), max_tokens=40,
+                                  params=SamplingParams(temperature=0.0))
+            rounds = [event for event in runner.chat(request) if isinstance(event, Round)]
+            answers[draft].append([t for r in rounds for t in r.emitted])
+            widest = max([widest] + [len(r.emitted) for r in rounds])
+    assert answers[PROMPT_LOOKUP] == answers[NO_DRAFT]
+    assert widest > 1  # some verify pass took more than one token
 
 
 def test_the_first_gguf_load_of_a_process_says_it_prepares_the_kernel(tiny_q4, monkeypatch):

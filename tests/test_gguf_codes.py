@@ -11,9 +11,10 @@ from gguf.quants import dequantize, quantize
 from app.bench.random_gguf import BLOCK, SCALE_FIELDS, random_blocks
 from app.models.gguf_codes import (
     BIAS_OF,
+    BITS2_16,
+    BITS3_16,
     BITS5_32,
     BITS6_16,
-    BYTES16,
     GRID32,
     BYTES32,
     GROUP_OF,
@@ -50,14 +51,18 @@ def test_type_tables_match_ggml():
     assert {k for k, v in KIND_OF.items() if v == NIBBLES32} == {"Q4_0", "Q4_1", "Q4_K"}
     assert {k for k, v in KIND_OF.items() if v == BITS5_32} == {"Q5_0", "Q5_1", "Q5_K"}
     assert {k for k, v in KIND_OF.items() if v == BITS6_16} == {"Q6_K"}
-    assert {k for k, v in KIND_OF.items() if v == BYTES16} == {"Q2_K", "Q3_K"}
+    assert {k for k, v in KIND_OF.items() if v == BITS2_16} == {"Q2_K"}
+    assert {k for k, v in KIND_OF.items() if v == BITS3_16} == {"Q3_K"}
+    assert {k for k, v in KIND_OF.items() if v == BYTES32} == {"Q8_0"}
     assert {k for k, v in KIND_OF.items() if v == GRID32} == {"IQ4_NL", "IQ4_XS"}
-    assert GROUP_OF == {NIBBLES32: 32, BYTES32: 32, BYTES16: 16, BITS5_32: 32, BITS6_16: 16, GRID32: 32}
-    # a packed type's codes plus its bias are its unsigned 5- or 6-bit q (CODE_RANGE's low end)
-    assert {k: v for k, v in BIAS_OF.items() if v} == {"Q5_0": 16, "Q6_K": 32}
-    for kind in ("Q5_0", "Q5_1", "Q5_K", "Q6_K"):
+    assert GROUP_OF == {NIBBLES32: 32, BYTES32: 32, BITS2_16: 16, BITS5_32: 32, BITS6_16: 16, GRID32: 32,
+                        BITS3_16: 16}
+    # a packed type's codes plus its bias are its unsigned 2-, 3-, 5- or 6-bit q (CODE_RANGE's low end)
+    assert {k: v for k, v in BIAS_OF.items() if v} == {"Q5_0": 16, "Q6_K": 32, "Q3_K": 4}
+    bits = {BITS2_16: 2, BITS3_16: 3, BITS5_32: 5, BITS6_16: 6}
+    for kind in ("Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q2_K", "Q3_K"):
         low, high = CODE_RANGE[kind]
-        assert low + BIAS_OF[kind] == 0 and high + BIAS_OF[kind] == (31 if KIND_OF[kind] == BITS5_32 else 63)
+        assert low + BIAS_OF[kind] == 0 and high + BIAS_OF[kind] == (1 << bits[KIND_OF[kind]]) - 1
     for name, size in BLOCK.items():
         assert size == GGML_QUANT_SIZES[GGMLQuantizationType[name]], name
 

@@ -84,6 +84,26 @@ def test_untied_head_and_more_bits_layers(tmp_path):
     assert set(type_map(shape, "Q8_0", 64).values()) == {"Q8_0", "F32"}
 
 
+def test_the_two_and_three_bit_presets_mix_types_as_llama_cpp_does():
+    """Q3_K_M: attn_v Q5_K in the first two layers then Q4_K, ffn_down Q5_K in the first
+    sixteenth then Q4_K, attn_output Q4_K, the rest Q3_K. Q2_K: attn_v Q4_K where 4 query heads
+    or more share a KV head (else Q3_K), ffn_down and attn_output Q3_K, the rest Q2_K. Both keep
+    the head Q6_K, and a row that is not whole blocks of 256 falls back to IQ4_NL."""
+    shape = LlamaShape("s", hidden=2048, layers=16, heads=32, kv_heads=8, head_dim=64, intermediate=8192, tied=True)
+    q3 = type_map(shape, "Q3_K_M", 64)
+    assert [q3[f"blk.{i}.attn_v.weight"] for i in range(4)] == ["Q5_K", "Q5_K", "Q4_K", "Q4_K"]
+    assert [q3[f"blk.{i}.ffn_down.weight"] for i in range(3)] == ["Q5_K", "Q4_K", "Q4_K"]
+    assert q3["blk.9.attn_output.weight"] == "Q4_K" and q3["blk.9.ffn_up.weight"] == q3["blk.0.attn_q.weight"] == "Q3_K"
+    q2 = type_map(shape, "Q2_K", 64)
+    assert q2["blk.3.attn_v.weight"] == "Q4_K"  # 32 heads / 8 KV heads
+    assert q2["blk.3.ffn_down.weight"] == q2["blk.3.attn_output.weight"] == "Q3_K"
+    assert q2["blk.3.ffn_gate.weight"] == q2["blk.3.attn_k.weight"] == "Q2_K"
+    assert q2["token_embd.weight"] == q3["token_embd.weight"] == "Q6_K"
+    narrow = dict(layer=3, layers=16, tied=True, n_gqa=2)
+    assert tensor_type("blk.3.attn_v.weight", "Q2_K", cols=2048, **narrow) == "Q3_K"
+    assert tensor_type("blk.3.attn_q.weight", "Q2_K", cols=576, **narrow) == "IQ4_NL"
+
+
 @pytest.mark.parametrize(("file_type", "default", "more_bits"), [("Q4_K_M", "Q5_0", "Q8_0"), ("Q5_K_M", "Q5_1", "Q8_0"),
                                                                    ("IQ4_XS", "IQ4_NL", "IQ4_NL")])
 def test_rows_not_whole_k_blocks_fall_back_as_llama_cpp_does(file_type, default, more_bits):

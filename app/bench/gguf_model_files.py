@@ -20,10 +20,14 @@ for the file types here on a dense, non-Falcon model without an importance matri
 - attn_v: Q6_K in the "use more bits" layers for Q4_K_M and Q5_K_M (the first and last eighth,
   and every third layer between: i < n/8, i >= 7n/8, or (i - n/8) % 3 == 2, counted in layer
   order, as llama.cpp's loader sorts tensors by layer); Q5_K for IQ4_XS where heads / KV heads >= 4;
-- ffn_down: Q6_K in those layers for Q4_K_M and Q5_K_M; Q5_K in the first eighth for IQ4_XS;
-- every other 2-D weight: the default type (Q4_K, Q5_K, Q6_K, Q8_0, IQ4_XS);
+  for Q3_K_M Q5_K in the first two layers, else Q4_K; for Q2_K Q4_K where heads / KV heads >= 4,
+  else Q3_K;
+- ffn_down: Q6_K in those layers for Q4_K_M and Q5_K_M; Q5_K in the first eighth for IQ4_XS; for
+  Q3_K_M Q5_K in the first sixteenth, else Q4_K; Q3_K for Q2_K;
+- attn_output: Q4_K for Q3_K_M, Q3_K for Q2_K;
+- every other 2-D weight: the default type (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_0, IQ4_XS);
 - then a row that is not whole blocks of the chosen type falls back (Q4_K -> Q5_0, Q5_K -> Q5_1,
-  Q6_K -> Q8_0, IQ4_XS -> IQ4_NL; F16 if still not whole blocks). The demo's hidden size (576)
+  Q6_K -> Q8_0, IQ4_XS, Q3_K and Q2_K -> IQ4_NL; F16 if still not whole blocks). The demo's hidden size (576)
   is not a multiple of 256, so its "Q4_K_M" is mostly Q5_0 (ffn_down alone, 1536 wide, K-quant).
 
     python -m app.bench.gguf_model_files random OUT.gguf llama-3.2-1b Q4_K_M [--seed 0]
@@ -86,8 +90,10 @@ FILE_TYPES: dict[str, FileType] = {
     "Q6_K": FileType("Q6_K", 18),
     "Q8_0": FileType("Q8_0", 7),
     "IQ4_XS": FileType("IQ4_XS", 30),
+    "Q3_K_M": FileType("Q3_K", 12),
+    "Q2_K": FileType("Q2_K", 10),
 }
-FALLBACK = {"Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0", "IQ4_XS": "IQ4_NL"}
+FALLBACK = {"Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0", "IQ4_XS": "IQ4_NL", "Q3_K": "IQ4_NL", "Q2_K": "IQ4_NL"}
 
 
 def block_size(kind: str) -> int:
@@ -112,15 +118,25 @@ def tensor_type(name: str, file_type: str, *, cols: int, layer: int, layers: int
     elif name == "token_embd.weight":
         pass
     elif "attn_v.weight" in name:
-        if file_type == "IQ4_XS" and n_gqa >= 4:
+        if file_type == "Q2_K":
+            kind = "Q4_K" if n_gqa >= 4 else "Q3_K"
+        elif file_type == "Q3_K_M":
+            kind = "Q5_K" if layer < 2 else "Q4_K"
+        elif file_type == "IQ4_XS" and n_gqa >= 4:
             kind = "Q5_K"
         elif file_type in ("Q4_K_M", "Q5_K_M") and use_more_bits(layer, layers):
             kind = "Q6_K"
     elif "ffn_down" in name:
-        if file_type in ("Q4_K_M", "Q5_K_M") and use_more_bits(layer, layers):
+        if file_type == "Q2_K":
+            kind = "Q3_K"
+        elif file_type == "Q3_K_M":
+            kind = "Q5_K" if layer < layers // 16 else "Q4_K"
+        elif file_type in ("Q4_K_M", "Q5_K_M") and use_more_bits(layer, layers):
             kind = "Q6_K"
         elif file_type == "IQ4_XS" and layer < layers // 8:
             kind = "Q5_K"
+    elif "attn_output.weight" in name:
+        kind = {"Q2_K": "Q3_K", "Q3_K_M": "Q4_K"}.get(file_type, kind)
     if cols % block_size(kind):
         if kind not in FALLBACK:
             raise ValueError(f"{name}: rows of {cols} are not whole {kind} blocks, and llama.cpp has no fallback")

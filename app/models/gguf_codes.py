@@ -14,19 +14,21 @@ offset is the float32 value gguf then adds, or the negation of the one it subtra
 a - b as a + (-b), so that is the same rounding). Where gguf computes d * (q - c), the code is the
 signed q - c and there is no offset; Q4_0 is the one exception (see its comment).
 
-Five code kinds, each an inner loop of the kernel, so that codes are held at about the file's size:
+Seven code kinds, each an inner loop of the kernel, so that codes are held at about the file's size:
 
 - NIBBLES32: uint8 codes in 0..15, groups of 32 (Q4_0, Q4_1, Q4_K): kept packed, two a byte.
 - BITS5_32: 5-bit codes, groups of 32 (Q5_0, Q5_1, Q5_K): kept as the file has them, a nibble
   plane and a plane of fifth bits (0.625 bytes a weight, not 1).
 - BITS6_16: 6-bit codes, groups of 16 (Q6_K): a nibble plane and a plane of bit pairs (0.75).
+- BITS2_16: 2-bit codes, groups of 16 (Q2_K): four a byte (0.25).
+- BITS3_16: 3-bit codes, groups of 16 (Q3_K): a plane of bit pairs, and a plane of third bits
+  that two neighbouring groups share (0.375).
 - GRID32: 4-bit indices into IQ4's non-linear grid, groups of 32 (IQ4_NL, IQ4_XS): kept packed
   as NIBBLES32, each looked up in the kernel (the code is the grid's int8 value).
 - BYTES32: int8 codes, groups of 32 (Q8_0).
-- BYTES16: int8 codes, groups of 16 (Q2_K, Q3_K).
 
 A code is the integer gguf multiplies the scale by, signed where gguf subtracts a constant (Q5_0's
-q - 16, Q6_K's q - 32). The packed kinds hold such a code as the unsigned q and the kernel
+q - 16, Q6_K's q - 32, Q3_K's q - 4). The packed kinds hold such a code as the unsigned q and the kernel
 subtracts BIAS_OF times the activations' integer sum, which gives the same integer dot product
 (int8_tiles_numba.py).
 
@@ -40,8 +42,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-NIBBLES32, BYTES32, BYTES16, BITS5_32, BITS6_16, GRID32 = 0, 1, 2, 3, 4, 5
-GROUP_OF = {NIBBLES32: 32, BYTES32: 32, BYTES16: 16, BITS5_32: 32, BITS6_16: 16, GRID32: 32}
+NIBBLES32, BYTES32, BITS2_16, BITS5_32, BITS6_16, GRID32, BITS3_16 = 0, 1, 2, 3, 4, 5, 6
+GROUP_OF = {NIBBLES32: 32, BYTES32: 32, BITS2_16: 16, BITS5_32: 32, BITS6_16: 16, GRID32: 32, BITS3_16: 16}
 
 QK_K = 256  # weights per K-quant (and IQ4_XS) super-block
 
@@ -52,8 +54,8 @@ _TYPES: dict[str, tuple[int, int, int]] = {
     "Q5_0": (32, 22, BITS5_32),
     "Q5_1": (32, 24, BITS5_32),
     "Q8_0": (32, 34, BYTES32),
-    "Q2_K": (QK_K, 84, BYTES16),
-    "Q3_K": (QK_K, 110, BYTES16),
+    "Q2_K": (QK_K, 84, BITS2_16),
+    "Q3_K": (QK_K, 110, BITS3_16),
     "Q4_K": (QK_K, 144, NIBBLES32),
     "Q5_K": (QK_K, 176, BITS5_32),
     "Q6_K": (QK_K, 210, BITS6_16),
@@ -63,8 +65,8 @@ _TYPES: dict[str, tuple[int, int, int]] = {
 KERNEL_TYPES: tuple[str, ...] = tuple(_TYPES)
 KIND_OF: dict[str, int] = {name: kind for name, (_, _, kind) in _TYPES.items()}
 # what a packed kind's stored (unsigned) code exceeds the code by, per type: the constant gguf
-# subtracts (stored q, code q - 16 or q - 32); 0 for every other type
-BIAS_OF: dict[str, int] = {name: {"Q5_0": 16, "Q6_K": 32}.get(name, 0) for name in _TYPES}
+# subtracts (stored q, code q - 16, q - 32 or q - 4); 0 for every other type
+BIAS_OF: dict[str, int] = {name: {"Q5_0": 16, "Q6_K": 32, "Q3_K": 4}.get(name, 0) for name in _TYPES}
 # the types whose weights have an offset (w = scale * code + offset); the rest are w = scale * code
 OFFSET_TYPES: tuple[str, ...] = ("Q4_0", "Q4_1", "Q5_1", "Q2_K", "Q4_K", "Q5_K")
 # the types whose scales come in two levels (Factors): an fp16 per 256 weights times an integer per group
@@ -197,7 +199,7 @@ def _q8_0(b: np.ndarray):
 
 def _q2_k(b: np.ndarray):
     # gguf: fl(d * sc) * q - fl(dmin * m), sc and m the 4-bit halves of scales[g], q in 0..3.
-    # Kernel: BYTES16 code q (int8), scale fl(d * sc), offset -fl(dmin * m) (a - b is a + (-b) in IEEE).
+    # Kernel: BITS2_16 code q, scale fl(d * sc), offset -fl(dmin * m) (a - b is a + (-b) in IEEE).
     n = b.shape[0]
     scales, qs = b[:, :16], b[:, 16:80]
     q = _shifts(qs.reshape(n, 2, 32), (0, 2, 4, 6), 0x03).reshape(n, QK_K)
@@ -207,7 +209,7 @@ def _q2_k(b: np.ndarray):
 
 def _q3_k(b: np.ndarray):
     # gguf: fl(d * (sc - 32)) * q, sc 6-bit, q = low 2 bits - 4 * (1 - hmask bit) in -4..3.
-    # Kernel: BYTES16 code q (int8), scale fl(d * (sc - 32)), no offset.
+    # Kernel: BITS3_16 code q (int8; held as q + 4), scale fl(d * (sc - 32)), no offset.
     n = b.shape[0]
     hmask, qs = b[:, :32], b[:, 32:96]
     low = _shifts(qs.reshape(n, 2, 32), (0, 2, 4, 6), 0x03).reshape(n, QK_K)

@@ -108,7 +108,8 @@ class GGUFLoadReport:
 
 
 # each gguf_codes kind, as the load line says it
-CODE_WORDS = {0: "int4 g32", 1: "int8 g32", 2: "int8 g16", 3: "int5 g32", 4: "int6 g16", 5: "4-bit grid g32"}
+CODE_WORDS = {0: "int4 g32", 1: "int8 g32", 2: "int2 g16", 3: "int5 g32", 4: "int6 g16", 5: "4-bit grid g32",
+              6: "int3 g16"}
 
 
 def _codes_fit(module: torch.nn.Module, kind: str) -> bool:

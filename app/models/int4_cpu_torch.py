@@ -36,12 +36,13 @@ import hashlib
 import importlib
 import logging
 import os
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
-from app.models.gguf_codes import (BIAS_OF, BITS5_32, BITS6_16, BLOCK_SIZES, BYTES16, BYTES32, FACTORED_TYPES, GRID32,
-                                   GROUP_OF, IQ4_KVALUES, KIND_OF, NIBBLES32, OFFSET_TYPES)
+from app.models.gguf_codes import (BIAS_OF, BITS2_16, BITS3_16, BITS5_32, BITS6_16, BLOCK_SIZES, BYTES32,
+                                   FACTORED_TYPES, GRID32, GROUP_OF, IQ4_KVALUES, KIND_OF, NIBBLES32, OFFSET_TYPES)
 
 log = logging.getLogger(__name__)
 
@@ -318,10 +319,12 @@ def _repacker():
 
 
 # code bytes a row of a group takes, by kind: packed nibbles, then for 5 and 6 bits a 4-byte word of
-# the codes' high bits (kernels_numba's STORED)
-STORED = {NIBBLES32: HALF, BYTES32: GROUP, BYTES16: HALF, BITS5_32: HALF + QUAD, BITS6_16: HALF // 2 + QUAD,
-          GRID32: HALF}
+# the codes' high bits; 2 bits a quad of bit pairs; 3 bits a quad of bit pairs and half the word of
+# third bits a pair of groups shares (kernels_numba's STORED)
+STORED = {NIBBLES32: HALF, BYTES32: GROUP, BITS2_16: QUAD, BITS5_32: HALF + QUAD, BITS6_16: HALF // 2 + QUAD,
+          GRID32: HALF, BITS3_16: QUAD + QUAD // 2}
 PLANE_BITS = {BITS5_32: 1, BITS6_16: 2}  # the high bits a packed kind keeps beside a code's nibble
+CODE_BITS = {BITS5_32: 5, BITS6_16: 6, BITS2_16: 2, BITS3_16: 3}  # the kinds held unsigned, less their bias
 SUPER = 256  # weights a K-quant super-block holds (its fp16 d and dmin)
 
 
@@ -354,6 +357,48 @@ def unpack_planes(stored: np.ndarray, plane_bits: int) -> np.ndarray:
             low[..., 4 * q + i] |= ((word[..., i] >> (plane_bits * q)) & mask) << 4
             high[..., 4 * q + i] |= ((word[..., i] >> (4 + plane_bits * q)) & mask) << 4
     return np.concatenate([low, high], axis=-1)
+
+
+def pack_crumbs(codes: np.ndarray) -> np.ndarray:
+    """2-bit codes (..., 16) -> their stored quad (..., 4): byte i holds weights i, 4 + i, 8 + i and
+    12 + i at bits 0-1, 2-3, 4-5 and 6-7, so that one shift and one mask give a tile the codes of
+    four consecutive weights in every lane (int8_tiles_numba's TWO_BITS)."""
+    crumbs = codes.reshape(*codes.shape[:-1], 4, QUAD).astype(np.uint8)  # [k][i]: weight 4k + i
+    return (crumbs[..., 0, :] | (crumbs[..., 1, :] << 2) | (crumbs[..., 2, :] << 4)
+            | (crumbs[..., 3, :] << 6)).astype(np.uint8)
+
+
+def unpack_crumbs(stored: np.ndarray) -> np.ndarray:
+    """pack_crumbs' inverse: (..., 4) bytes -> the codes (..., 16)."""
+    crumbs = np.stack([(stored >> (2 * k)) & 3 for k in range(4)], axis=-2)  # [k][i]
+    return crumbs.reshape(*stored.shape[:-1], 16).astype(np.uint8)
+
+
+def pack_triples(codes: np.ndarray) -> np.ndarray:
+    """3-bit codes (..., groups, 16), an even number of groups -> their stored bytes (...,
+    groups / 2, 12), a pair of groups at a time: the first's low bit pairs as pack_crumbs lays
+    them out, the second's, then a word of their third bits, whose byte i holds, for k = 0..3, the
+    first group's weight 4k + i's at bit k and the second's at bit 4 + k (a tile shifts the word
+    right by 0 or 4, then one shift and one mask put a quad's third bits in place)."""
+    pairs = codes.reshape(*codes.shape[:-2], codes.shape[-2] // 2, 2, 4, QUAD).astype(np.uint8)  # [pair][g][k][i]
+    low = [pack_crumbs((pairs[..., g, :, :] & 3).reshape(*pairs.shape[:-3], 16)) for g in (0, 1)]
+    top = pairs >> 2
+    word = np.zeros((*pairs.shape[:-3], QUAD), np.uint8)
+    for g in (0, 1):
+        for k in range(4):
+            word |= top[..., g, k, :] << (4 * g + k)
+    return np.concatenate([low[0], low[1], word], axis=-1)
+
+
+def unpack_triples(stored: np.ndarray) -> np.ndarray:
+    """pack_triples' inverse: (..., pairs, 12) bytes -> the codes (..., 2 * pairs, 16)."""
+    word = stored[..., 2 * QUAD:]
+    groups = []
+    for g in (0, 1):
+        low = unpack_crumbs(stored[..., g * QUAD:(g + 1) * QUAD])
+        top = np.stack([(word >> (4 * g + k)) & 1 for k in range(4)], axis=-2).reshape(low.shape)
+        groups.append(low | (top << 2))
+    return np.stack(groups, axis=-2).reshape(*stored.shape[:-2], 2 * stored.shape[-2], 16).astype(np.uint8)
 
 
 def grid_indices(values: np.ndarray) -> np.ndarray:
@@ -454,17 +499,19 @@ class CodeBlocks:
             raise ValueError(f"rows {start}..{start + n} were planned for other codes than these")
         whole, ngroups = count * CHUNK, self.cols // length
         grouped = np.zeros((whole, ngroups, length), np.uint8)
-        if kind in PLANE_BITS:  # stored unsigned: the code plus the type's bias
+        if kind in CODE_BITS:  # stored unsigned: the code plus the type's bias
             bias = int(meta[0, 6])
-            grouped[:n] = self._unsigned(groups.codes.reshape(n, ngroups, length), bias, 4 + PLANE_BITS[kind])
-            grouped = pack_planes(grouped, PLANE_BITS[kind])
+            grouped[:n] = self._unsigned(groups.codes.reshape(n, ngroups, length), bias, CODE_BITS[kind])
+            grouped = (pack_planes(grouped, PLANE_BITS[kind]) if kind in PLANE_BITS
+                       else pack_crumbs(grouped) if kind == BITS2_16 else pack_triples(grouped))
         elif kind in (NIBBLES32, GRID32):  # byte j holds weight j (low nibble) and weight j + 16 (high)
             codes = groups.codes.reshape(n, ngroups, length)
             grouped[:n] = grid_indices(codes) if kind == GRID32 else codes.view(np.uint8)
             grouped = grouped[..., :HALF] | (grouped[..., HALF:] << 4)
         else:
             grouped[:n] = groups.codes.reshape(n, ngroups, length).view(np.uint8)
-        stored = grouped.reshape(count, CHUNK, ngroups, -1, QUAD).transpose(0, 2, 3, 1, 4)  # [quad][row][4]
+        units = grouped.shape[1]  # groups, or pairs of groups (3-bit codes)
+        stored = grouped.reshape(count, CHUNK, units, -1, QUAD).transpose(0, 2, 3, 1, 4)  # [quad][row][4]
         at = int(meta[0, 0])
         self.codes[at:at + stored.size] = stored.reshape(-1)
         if groups.factors is not None:
@@ -549,10 +596,13 @@ class CodeBlocks:
         for ch, (codes_at, scales_at, offsets_at, kind, small_at, supers_at, bias) in enumerate(self.meta.tolist()):
             length = GROUP_OF[kind]
             ngroups = self.cols // length
+            units, per_unit = (ngroups // 2, 2 * STORED[kind]) if kind == BITS3_16 else (ngroups, STORED[kind])
             raw = self.codes[codes_at:codes_at + ngroups * STORED[kind] * CHUNK].reshape(
-                ngroups, STORED[kind] // QUAD, CHUNK, QUAD).transpose(0, 1, 3, 2).reshape(ngroups, STORED[kind], CHUNK)
-            if kind in PLANE_BITS:
-                q = unpack_planes(raw.transpose(0, 2, 1), PLANE_BITS[kind]).transpose(0, 2, 1).astype(np.float32)
+                units, per_unit // QUAD, CHUNK, QUAD).transpose(0, 1, 3, 2).reshape(units, per_unit, CHUNK)
+            if kind in CODE_BITS:
+                unpack = (partial(unpack_planes, plane_bits=PLANE_BITS[kind]) if kind in PLANE_BITS
+                          else unpack_crumbs if kind == BITS2_16 else unpack_triples)
+                q = unpack(raw.transpose(2, 0, 1)).reshape(CHUNK, ngroups, length).transpose(1, 2, 0).astype(np.float32)
                 q -= bias
             elif kind in (NIBBLES32, GRID32):
                 q = np.concatenate([raw & 0x0F, raw >> 4], axis=1)

@@ -143,8 +143,9 @@ def _load(builder, pointer, index, vector_type, align):
     return builder.load(builder.bitcast(_at(builder, pointer, index), vector_type.as_pointer()), align=align)
 
 
-# The code kinds a tile reads (gguf_codes' NIBBLES32, BYTES32 / BYTES16, BITS5_32, BITS6_16, GRID32)
+# The code kinds a tile reads (gguf_codes' NIBBLES32, BYTES32, BITS5_32, BITS6_16, GRID32, BITS2_16, BITS3_16)
 NIBBLE_CODES, BYTE_CODES, FIVE_BITS, SIX_BITS, GRID_CODES = "nibbles", "bytes", "five", "six", "grid"
+TWO_BITS, THREE_BITS = "two", "three"
 # IQ4_NL's and IQ4_XS's non-linear grid (ggml's kvalues_iq4nl): a GRID_CODES nibble is an index into it
 GRID = tuple(int(v) for v in IQ4_KVALUES)
 
@@ -188,7 +189,11 @@ def _make_tile(tokens: int, vectors: int, mode: str, length: int):
     as int8 codes; AVX2 builds only), BYTE_CODES (int8), FIVE_BITS or SIX_BITS (5- or 6-bit unsigned codes: nibbles
     as NIBBLE_CODES, weight j and j + length / 2 in a byte, then one more quad of high bits; the
     stored code is the code plus `bias`, so the integer sum subtracts bias times the activations'
-    integer sum over the group: sum_j (q_j - bias) x_j = sum_j q_j x_j - bias sum_j x_j, the same integer).
+    integer sum over the group: sum_j (q_j - bias) x_j = sum_j q_j x_j - bias sum_j x_j, the same integer),
+    TWO_BITS or THREE_BITS (groups of 16: one quad of bit pairs, byte i holding weights i, 4 + i,
+    8 + i and 12 + i; for 3 bits, a word of third bits that two groups share, at `plane`, which the
+    tile shifts right by `plane_shift` bits, 0 or 4: int4_cpu_torch.pack_triples; stored code
+    q + bias as above).
 
     Arguments are addresses (an array's .ctypes.data plus the byte offset) and strides:
     codes: the group's quads from the tile's first row; xq: the tile's first token's int8
@@ -196,10 +201,14 @@ def _make_tile(tokens: int, vectors: int, mode: str, length: int):
     the tile's first token and row; scale, offset: float32 from the tile's first row; dx: the tile's
     first token's activation scale for the group, dx_stride floats a token; sx: its quantized
     activations' sum over the group, sx_stride floats a token; xs: that sum as the integer (int32),
-    xs_stride int32 a token; bias: as above (FIVE_BITS and SIX_BITS only)."""
+    xs_stride int32 a token; bias: as above (FIVE_BITS, SIX_BITS and THREE_BITS only); plane,
+    plane_shift: as above (THREE_BITS only)."""
     packed = mode in (NIBBLE_CODES, FIVE_BITS, SIX_BITS)
+    crumbs = mode in (TWO_BITS, THREE_BITS)
+    biased = mode in (FIVE_BITS, SIX_BITS, THREE_BITS)  # stored codes less a bias
     nibble_quads = length // QUAD // 2
-    code_quads = length // QUAD if mode == BYTE_CODES else nibble_quads  # the loads of codes a row vector takes
+    # the loads of codes a row vector takes
+    code_quads = length // QUAD if mode == BYTE_CODES else 1 if crumbs else nibble_quads
     quads = code_quads + (1 if mode in (FIVE_BITS, SIX_BITS) else 0)  # and of the high bits: the group's whole
     half = length // 2  # packed: the high nibble's weight is the low one's + half
     # quads summed in 16 bits before widening, so that no sum leaves int16: a quad adds 4 products
@@ -208,12 +217,12 @@ def _make_tile(tokens: int, vectors: int, mode: str, length: int):
 
     @intrinsic
     def tile(typingctx, codes, xq, xq_stride, acc, scale, offset, dx, dx_stride, sx, sx_stride, xs, xs_stride,
-             bias):
-        signature = types.void(*(types.int64,) * 13)
+             bias, plane, plane_shift):
+        signature = types.void(*(types.int64,) * 15)
 
         def codegen(context, builder, sig, args):
             (codes_p, xq_p, xq_stride_v, acc_p, scale_p, offset_p, dx_p, dx_stride_v, sx_p, sx_stride_v, xs_p,
-             xs_stride_v, bias_v) = args
+             xs_stride_v, bias_v, plane_p, plane_shift_v) = args
             code_b = _pointer(builder, codes_p, I8)
             xq_b = _pointer(builder, xq_p, I8)
             acc_f, scale_f, offset_f, dx_f, sx_f = (_pointer(builder, p, F32)
@@ -240,9 +249,30 @@ def _make_tile(tokens: int, vectors: int, mode: str, length: int):
             if mode in (FIVE_BITS, SIX_BITS):  # the group's high bits: the quad after its nibbles, a word a row
                 planes = [_load(builder, code_b, nibble_quads * QUAD * CHUNK + v * QUAD * LANES, BYTES, 1)
                           for v in range(vectors)]
+            if mode == THREE_BITS:  # the third bits of the pair's group in the low nibble of each byte
+                shift = _splat(builder, builder.trunc(plane_shift_v, I32), SUMS)
+                plane_b = _pointer(builder, plane_p, I8)
+                planes = [builder.bitcast(builder.lshr(builder.bitcast(
+                    _load(builder, plane_b, v * QUAD * LANES, BYTES, 1), SUMS), shift), BYTES) for v in range(vectors)]
             for q in range(code_quads):
                 loaded = [_load(builder, code_b, q * QUAD * CHUNK + v * QUAD * LANES, BYTES, 1) for v in range(vectors)]
-                if packed:  # low nibbles: weights 4q..4q+3, high: half+4q..; both unsigned bytes
+                if crumbs:  # bit pairs k: weights 4k..4k+3 of each row (and their third bits in place)
+                    for k in range(4):
+                        codes_k = [builder.and_(_byte_shift(builder, w, -2 * k), ir.Constant(BYTES, [3] * 32))
+                                   for w in loaded]
+                        if planes is not None:
+                            codes_k = [builder.or_(c, builder.and_(_byte_shift(builder, planes[v], 2 - k),
+                                                                   ir.Constant(BYTES, [4] * 32)))
+                                       for v, c in enumerate(codes_k)]
+                        for t in range(tokens):
+                            x_k = broadcast(t, QUAD * k)
+                            for v in range(vectors):
+                                product = _maddubs(builder, codes_k[v], x_k)
+                                words[t][v] = product if words[t][v] is None else builder.add(words[t][v], product)
+                    for t in range(tokens):  # a word's 4 pairs of |code| x 127: 4 x 2 x 7 x 127 = 7,112 at most
+                        for v in range(vectors):
+                            add_sum(t, v, _widen_pairs(builder, words[t][v]))
+                elif packed:  # low nibbles: weights 4q..4q+3, high: half+4q..; both unsigned bytes
                     low = [builder.and_(w, ir.Constant(BYTES, [15] * 32)) for w in loaded]
                     high = [builder.lshr(w, ir.Constant(BYTES, [4] * 32)) for w in loaded]
                     if planes is not None:
@@ -281,12 +311,12 @@ def _make_tile(tokens: int, vectors: int, mode: str, length: int):
                                                     align=4), FLOATS)
                 sx_t = _splat(builder, builder.load(_at(builder, sx_f, builder.mul(sx_stride_v, ir.Constant(I64, t))),
                                                     align=4), FLOATS)
-                if planes is not None:  # the stored codes' excess: bias x the group's integer sum
+                if biased:  # the stored codes' excess: bias x the group's integer sum
                     xs_t = builder.load(_at(builder, _pointer(builder, xs_p, I32),
                                             builder.mul(xs_stride_v, ir.Constant(I64, t))), align=4)
                     excess = _splat(builder, builder.mul(builder.trunc(bias_v, I32), xs_t), SUMS)
                 for v in range(vectors):
-                    total = sums[t][v] if planes is None else builder.sub(sums[t][v], excess)
+                    total = builder.sub(sums[t][v], excess) if biased else sums[t][v]
                     scaled = builder.fmul(_load(builder, scale_f, v * LANES, FLOATS, 4), dx_t)
                     shifted = builder.fmul(_load(builder, offset_f, v * LANES, FLOATS, 4), sx_t)
                     share = builder.call(fmuladd, [scaled, builder.sitofp(total, FLOATS), shifted])
@@ -299,12 +329,13 @@ def _make_tile(tokens: int, vectors: int, mode: str, length: int):
     return tile
 
 
-# by code kind (kernels_numba's NIBBLES32, BYTES32, BYTES16, BITS5_32, BITS6_16, GRID32), then tokens 1..6
+# by code kind (kernels_numba's NIBBLES32, BYTES32, BITS5_32, BITS6_16, GRID32, BITS2_16, BITS3_16), then tokens 1..6
 NIBBLE_TILES = {t: _make_tile(t, v, NIBBLE_CODES, 32) for t, v in TILES.items()}
 BYTE_TILES = {t: _make_tile(t, v, BYTE_CODES, 32) for t, v in TILES.items()}
-BYTE16_TILES = {t: _make_tile(t, v, BYTE_CODES, 16) for t, v in TILES.items()}
 FIVE_TILES = {t: _make_tile(t, v, FIVE_BITS, 32) for t, v in TILES.items()}
 SIX_TILES = {t: _make_tile(t, v, SIX_BITS, 16) for t, v in TILES.items()}
+TWO_TILES = {t: _make_tile(t, v, TWO_BITS, 16) for t, v in TILES.items()}
+THREE_TILES = {t: _make_tile(t, v, THREE_BITS, 16) for t, v in TILES.items()}
 # (a build without AVX2 has no pshufb: kernels_numba lays the grid's values out as int8 codes and
 # runs BYTE_TILES, where a lookup made of compares doubled the build's compile time, 65 to 140 s)
 GRID_TILES = {t: _make_tile(t, v, GRID_CODES, 32) for t, v in TILES.items()} if AVX2 else BYTE_TILES

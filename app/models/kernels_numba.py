@@ -26,8 +26,8 @@ from numba import njit, prange, types  # noqa: F401 - prange is read by the para
 from numba.extending import intrinsic, overload
 
 from app.models import numba_cache
-from app.models.int8_tiles_numba import (AVX2, BYTE16_TILES, BYTE_TILES, FIVE_TILES, GRID, GRID_TILES, NIBBLE_TILES,
-                                         QUAD, SIX_TILES, TILE_VECTORS)
+from app.models.int8_tiles_numba import (AVX2, BYTE_TILES, FIVE_TILES, GRID, GRID_TILES, NIBBLE_TILES, QUAD, SIX_TILES,
+                                         THREE_TILES, TILE_VECTORS, TWO_TILES)
 from app.models.kernel_tiles_numba import (CODE_DOT_TILES, DOT_ROWS, FLOAT_DOT_TILES, ONE_CODE_DOT, ONE_FLOAT_DOT,
                                           SUM_TILES)
 
@@ -66,7 +66,7 @@ def _widen(value):
 
 
 # The kinds of codes a chunk of 64 rows holds (gguf_codes.py: which GGUF type is which)
-NIBBLES32, BYTES32, BYTES16, BITS5_32, BITS6_16, GRID32 = 0, 1, 2, 3, 4, 5
+NIBBLES32, BYTES32, BITS2_16, BITS5_32, BITS6_16, GRID32, BITS3_16 = 0, 1, 2, 3, 4, 5, 6
 # meta's columns, a row per chunk: where its codes start (bytes), its scales and offsets (elements;
 # offsets -1 where the chunk has none: w = scale * code), its kind, and for two-level scales (the
 # K-quants': scale = d * sc, offset = -(dmin * m)) where its integers sc (and m) and its halves d
@@ -74,8 +74,8 @@ NIBBLES32, BYTES32, BYTES16, BITS5_32, BITS6_16, GRID32 = 0, 1, 2, 3, 4, 5
 # its stored codes exceed the codes by (gguf_codes.BIAS_OF: Q5_0's 16, Q6_K's 32)
 CODES_AT, SCALES_AT, OFFSETS_AT, KIND, SMALL_AT, SUPERS_AT, BIAS = 0, 1, 2, 3, 4, 5, 6
 # code bytes a row of a group takes, by kind: packed nibbles, then for 5 and 6 bits a word of high
-# bits (int4_cpu_torch.STORED, which lays them out)
-STORED = (HALF, GROUP, HALF, HALF + 4, HALF // 2 + 4, HALF)
+# bits; bit pairs; bit pairs and half a word of third bits (int4_cpu_torch.STORED, which lays them out)
+STORED = (HALF, GROUP, QUAD, HALF + 4, HALF // 2 + 4, HALF, QUAD + QUAD // 2)
 SUPER = 256
 
 
@@ -151,7 +151,8 @@ def part_product(codes, scale, offset, small, supers, meta, acts, out, part, par
 
 _N1, _N2, _N3, _N4, _N5, _N6 = (NIBBLE_TILES[t] for t in range(1, 7))
 _B1, _B2, _B3, _B4, _B5, _B6 = (BYTE_TILES[t] for t in range(1, 7))
-_P1, _P2, _P3, _P4, _P5, _P6 = (BYTE16_TILES[t] for t in range(1, 7))
+_C1, _C2, _C3, _C4, _C5, _C6 = (TWO_TILES[t] for t in range(1, 7))
+_T1, _T2, _T3, _T4, _T5, _T6 = (THREE_TILES[t] for t in range(1, 7))
 _V1, _V2, _V3, _V4, _V5, _V6 = (FIVE_TILES[t] for t in range(1, 7))
 _X1, _X2, _X3, _X4, _X5, _X6 = (SIX_TILES[t] for t in range(1, 7))
 _G1, _G2, _G3, _G4, _G5, _G6 = (GRID_TILES[t] for t in range(1, 7))
@@ -228,18 +229,31 @@ def _tile(args, size, kind):  # pragma: no cover - compiled
             _B5(*args)
         else:
             _B6(*args)
+    elif kind == BITS3_16:
+        if size == 1:
+            _T1(*args)
+        elif size == 2:
+            _T2(*args)
+        elif size == 3:
+            _T3(*args)
+        elif size == 4:
+            _T4(*args)
+        elif size == 5:
+            _T5(*args)
+        else:
+            _T6(*args)
     elif size == 1:
-        _P1(*args)
+        _C1(*args)
     elif size == 2:
-        _P2(*args)
+        _C2(*args)
     elif size == 3:
-        _P3(*args)
+        _C3(*args)
     elif size == 4:
-        _P4(*args)
+        _C4(*args)
     elif size == 5:
-        _P5(*args)
+        _C5(*args)
     else:
-        _P6(*args)
+        _C6(*args)
 
 
 @njit(**_OPTS)
@@ -254,7 +268,7 @@ def chunk_product(codes, scale, offset, small, supers, meta, acts, out, ch, acc,
     codes (CHUNK x 32 bytes; empty with AVX2, whose tiles look them up in registers)."""
     xq, dx, sx32, sx16, xs32, xs16 = acts
     kind = meta[ch, KIND]
-    length = HALF if kind == BYTES16 or kind == BITS6_16 else GROUP
+    length = HALF if kind == BITS2_16 or kind == BITS6_16 or kind == BITS3_16 else GROUP
     stored = STORED[kind]
     tokens, groups = xq.shape[0], xq.shape[1] // length
     sx = sx16 if length == HALF else sx32
@@ -297,6 +311,11 @@ def chunk_product(codes, scale, offset, small, supers, meta, acts, out, ch, acc,
                 for r in range(CHUNK):
                     ob[r] = widen(row[r])
         group_at = codes_at + b * stored * CHUNK
+        plane_at, plane_shift = 0, 0
+        if kind == BITS3_16:  # a pair of groups: each one's quad of bit pairs, then their word of third bits
+            pair_at = codes_at + (b // 2) * 3 * QUAD * CHUNK
+            group_at = pair_at + (b % 2) * QUAD * CHUNK
+            plane_at, plane_shift = pair_at + 2 * QUAD * CHUNK, 4 * (b % 2)
         tile_kind = kind
         if not AVX2 and kind == GRID32:  # no pshufb: the group's grid values as int8 codes, BYTES32's layout
             _grid_values(codes, group_at - codes.ctypes.data, values)
@@ -312,7 +331,7 @@ def chunk_product(codes, scale, offset, small, supers, meta, acts, out, ch, acc,
                        acc_at + 4 * t * CHUNK + r4, sb_at + r4, ob_at + r4,
                        dx_at + 4 * (t * dx_stride + b // per_block), dx_stride,
                        sx_at + 4 * (t * sx_stride + b), sx_stride, xs_at + 4 * (t * xs_stride + b), xs_stride,
-                       bias), size, tile_kind)
+                       bias, plane_at + r4, plane_shift), size, tile_kind)
             t += size
     rows = out.shape[1]
     for t in range(tokens):

@@ -269,7 +269,7 @@ def quantized_activations(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 # GGUF types whose bytes repack_numba copies straight into the layout: its function for the copy,
 # and for the rows as float32
 REPACKED = {"Q4_K": "q4_k", "Q5_K": "q5_k", "Q6_K": "q6_k", "Q8_0": "q8_0", "Q4_1": "q4_1", "Q4_0": "q4_0",
-            "Q5_0": "q5_0", "Q5_1": "q5_1", "IQ4_NL": "iq4_nl", "IQ4_XS": "iq4_xs"}
+            "Q5_0": "q5_0", "Q5_1": "q5_1", "IQ4_NL": "iq4_nl", "IQ4_XS": "iq4_xs", "Q2_K": "q2_k", "Q3_K": "q3_k"}
 ROWS = {kind: f"rows_{name}" for kind, name in REPACKED.items()}
 
 

@@ -9,10 +9,10 @@ bit (tests/test_repack.py compares every array): the codes are the same integers
 are the file's own fp16 fields copied as bits, where the reference converts them to float32 and
 back (exact for every finite half).
 
-Types: Q4_K and Q6_K (every K-quant preset's bulk), Q5_K (Q5_K_M's), Q5_0 and Q5_1 (where a row is
-not whole blocks of 256, K-quant presets fall back on them), Q8_0, Q4_1 (the demo), Q4_0, IQ4_XS and
-IQ4_NL.
-Others go the reference route.
+Types: Q4_K and Q6_K (every K-quant preset's bulk), Q5_K (Q5_K_M's), Q3_K and Q2_K (the 2- and 3-bit
+presets', for big models on small machines), Q5_0 and Q5_1 (where a row is not whole blocks of 256,
+K-quant presets fall back on them), Q8_0, Q4_1 (the demo), Q4_0, IQ4_XS and IQ4_NL: every type the
+kernel takes.
 
 The layout written (CodeBlocks): within a chunk of 64 rows, group by group, the code bytes in
 quads (bytes 4q..4q+3 of each row, row after row); per chunk and group the rows' scale fields
@@ -131,6 +131,78 @@ def q6_k(raw, codes, small, supers, codes_at, small_at, supers_at):  # pragma: n
                     high = (b[128 + half * 32 + rest % 32] >> (2 * (rest // 32))) & 3
                     u[j] = low | (high << 4)
                 _put_planes(codes, codes_at + (c * ngroups + g) * 12 * CHUNK + QUAD * r, u, 16, 2)
+
+
+@njit(inline="always")
+def _q3_k_scale(b, g):  # pragma: no cover - compiled
+    """Q3_K's 6-bit scale of group g (0..15) less 32, from its 12 bytes at 96 (gguf_codes._q3_k_scales)."""
+    low = (b[96 + g % 8] >> (4 * (g // 8))) & 15
+    high = (b[104 + g % 4] >> (2 * (g // 4))) & 3
+    return np.int64(low | (high << 4)) - 32
+
+
+@njit(inline="always")
+def _crumb(b, qs_at, w):  # pragma: no cover - compiled
+    """Q2_K's or Q3_K's low bit pair of weight w (0..255): 32 bytes a half of 128 weights, shift 2s
+    for weights 32s..32s+31 of the half."""
+    half, rest = w // 128, w % 128
+    return (b[qs_at + half * 32 + rest % 32] >> (2 * (rest // 32))) & 3
+
+
+@njit(parallel=True, **_OPTS)
+def q2_k(raw, codes, small, supers, codes_at, small_at, supers_at):  # pragma: no cover - compiled
+    """raw (n, row bytes) of Q2_K blocks (84 bytes: 16 of 4-bit sc and m, 64 of bit pairs, d,
+    dmin). Codes q in 0..3, four a byte (int4_cpu_torch.pack_crumbs: byte i of a group's quad
+    holds weights i, 4 + i, 8 + i, 12 + i), groups of 16."""
+    n = raw.shape[0]
+    nsuper = raw.shape[1] // 84
+    ngroups = nsuper * 16
+    for i in prange(n):
+        c, r = i // CHUNK, i % CHUNK
+        for sb in range(nsuper):
+            b = raw[i, sb * 84:(sb + 1) * 84]
+            for level in range(2):
+                supers[supers_at + ((c * nsuper + sb) * 2 + level) * CHUNK + r] = _half_bits(b, 80 + 2 * level)
+            for gi in range(16):
+                g = sb * 16 + gi
+                small[small_at + (g + c * ngroups) * 2 * CHUNK + r] = b[gi] & 15
+                small[small_at + ((g + c * ngroups) * 2 + 1) * CHUNK + r] = b[gi] >> 4
+                out = codes_at + (c * ngroups + g) * QUAD * CHUNK + QUAD * r
+                for j in range(QUAD):
+                    byte = 0
+                    for k in range(4):
+                        byte |= _crumb(b, 16, gi * 16 + 4 * k + j) << (2 * k)
+                    codes[out + j] = byte
+
+
+@njit(parallel=True, **_OPTS)
+def q3_k(raw, codes, small, supers, codes_at, small_at, supers_at):  # pragma: no cover - compiled
+    """raw (n, row bytes) of Q3_K blocks (110 bytes: 32 of high-bit masks, 64 of bit pairs, 12 of
+    6-bit scales, d). Codes q + 4 (q = low pair - 4 + 4 x the mask's bit) as int4_cpu_torch.pack_triples
+    lays them: per pair of groups, each one's quad of bit pairs, then a word of their third bits."""
+    n = raw.shape[0]
+    nsuper = raw.shape[1] // 110
+    ngroups = nsuper * 16
+    for i in prange(n):
+        c, r = i // CHUNK, i % CHUNK
+        for sb in range(nsuper):
+            b = raw[i, sb * 110:(sb + 1) * 110]
+            supers[supers_at + (c * nsuper + sb) * CHUNK + r] = _half_bits(b, 108)
+            for gi in range(16):
+                g = sb * 16 + gi
+                small[small_at + (c * ngroups + g) * CHUNK + r] = _q3_k_scale(b, gi)
+                pair = codes_at + (c * ngroups // 2 + g // 2) * 3 * QUAD * CHUNK + QUAD * r
+                side = g % 2
+                for j in range(QUAD):
+                    byte = 0
+                    for k in range(4):
+                        byte |= _crumb(b, 32, gi * 16 + 4 * k + j) << (2 * k)
+                    codes[pair + side * QUAD * CHUNK + j] = byte
+                    top = codes[pair + 2 * QUAD * CHUNK + j] & (0xF0 if side == 0 else 0x0F)  # the pair's other half
+                    for k in range(4):
+                        w = gi * 16 + 4 * k + j
+                        top |= ((b[w % 32] >> (w // 32)) & 1) << (4 * side + k)
+                    codes[pair + 2 * QUAD * CHUNK + j] = top
 
 
 @intrinsic
@@ -278,6 +350,37 @@ def rows_q6_k(raw, out):  # pragma: no cover - compiled
                     low = (b[half * 64 + rest % 64] >> (4 * (rest // 64))) & 15
                     high = (b[128 + half * 32 + rest % 32] >> (2 * (rest // 32))) & 3
                     out[i, sb * 256 + w] = scale * np.float32((low | (high << 4)) - 32)
+
+
+@njit(parallel=True, **_OPTS)
+def rows_q2_k(raw, out):  # pragma: no cover - compiled
+    """Q2_K's rows (q2_k's layout): fl(d * sc) * q - fl(dmin * m)."""
+    n, nsuper = raw.shape[0], raw.shape[1] // 84
+    for i in prange(n):
+        for sb in range(nsuper):
+            b = raw[i, sb * 84:(sb + 1) * 84]
+            d, dmin = _half(np.uint16(_half_bits(b, 80))), _half(np.uint16(_half_bits(b, 82)))
+            for gi in range(16):
+                scale, offset = d * np.float32(b[gi] & 15), dmin * np.float32(b[gi] >> 4)
+                for j in range(16):
+                    w = gi * 16 + j
+                    out[i, sb * 256 + w] = scale * np.float32(_crumb(b, 16, w)) - offset
+
+
+@njit(parallel=True, **_OPTS)
+def rows_q3_k(raw, out):  # pragma: no cover - compiled
+    """Q3_K's rows (q3_k's layout): fl(d * (sc - 32)) * q, q = low pair - 4 + 4 x the mask's bit."""
+    n, nsuper = raw.shape[0], raw.shape[1] // 110
+    for i in prange(n):
+        for sb in range(nsuper):
+            b = raw[i, sb * 110:(sb + 1) * 110]
+            d = _half(np.uint16(_half_bits(b, 108)))
+            for gi in range(16):
+                scale = d * np.float32(_q3_k_scale(b, gi))
+                for j in range(16):
+                    w = gi * 16 + j
+                    q = np.int64(_crumb(b, 32, w)) - 4 + 4 * np.int64((b[w % 32] >> (w // 32)) & 1)
+                    out[i, sb * 256 + w] = scale * np.float32(q)
 
 
 @njit(parallel=True, **_OPTS)

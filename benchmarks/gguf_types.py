@@ -13,7 +13,9 @@ Files, made once into --out (default: tandem-gguf-types under the system's temp 
 - llama1b-Q4_K_M, llama1b-Q8_0, llama3b-Q4_K_M, llama3b-Q8_0: random-weight Llama-3.2-1B and -3B
   shapes with the demo's vocabulary and tokenizer (49,152 tokens), written block by block at the
   types llama.cpp's quantizer picks (app/bench/gguf_model_files.py);
-- llama8b-Q4_K_M: the Llama-3.1-8B shape (untied head), for plain decoding and load only.
+- llama8b-Q4_K_M: the Llama-3.1-8B shape (untied head), for plain decoding and load only;
+- llama1b-Q3_K_M, llama1b-Q2_K: the 1B shape at the 2- and 3-bit presets people take for big
+  models on small machines (the demo's rows would fall back to IQ4_NL at these types).
 
 Rows per file, measured in one process with the bench's harness (app/bench/harness.py: warm-up,
 then methods interleaved A B C / C B A over the repeats): Tandem plain (the GGUF at its own
@@ -96,6 +98,8 @@ def all_files() -> list[FileSpec]:
     files += [FileSpec(f"demo-{t}", "demo", t) for t in DEMO_TYPES]
     for size, shape in (("1b", "llama-3.2-1b"), ("3b", "llama-3.2-3b")):
         files += [FileSpec(f"llama{size}-{t}", "random", t, shape) for t in ("Q4_K_M", "Q8_0")]
+    # the presets for big models on small machines (the demo's 576-wide rows would fall back to IQ4_NL)
+    files += [FileSpec(f"llama1b-{t}", "random", t, "llama-3.2-1b") for t in ("Q3_K_M", "Q2_K")]
     files.append(FileSpec("llama8b-Q4_K_M", "random", "Q4_K_M", "llama-3.1-8b", speculative=False))
     return files
 

@@ -2,6 +2,11 @@
 halves on the compiled path, the decoder layers (one compiled call) and the screened head.
 
     python benchmarks/pass_parts.py [--model demo] [--precision gguf] [--widths 1,4,8,17] [--context 300]
+    python benchmarks/pass_parts.py --model M --greedy 40   # one-token passes of a greedy answer instead
+
+The synthetic token sequences make hidden states no text makes, on which the screened head
+rescores far more rows (docs/gguf.md); --greedy N times the N one-token passes of a greedy
+answer to the suite's first prompt, as plain decoding runs them, and prints the peak RSS.
 
 To compare two versions of the kernels, run it in each checkout alternately (a module cannot be
 loaded twice in one process); this host's noise moves single figures by 20-30% between runs.
@@ -39,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--widths", default="1,4,8,17")
     parser.add_argument("--context", type=int, default=300)
     parser.add_argument("--passes", type=int, default=12)
+    parser.add_argument("--greedy", type=int, default=0, help="time N one-token passes of a greedy answer")
     args = parser.parse_args(argv)
 
     from app.engine.backends.torch_backend import TorchBackend
@@ -53,9 +59,11 @@ def main(argv: list[str] | None = None) -> int:
     if lean is not None and lean.native is not None:
         _timed(lean, "native", body)
         _timed(lean, "head", head)
+    median = lambda values: statistics.median(values[2:]) * 1000 if len(values) > 2 else float("nan")  # noqa: E731
+    if args.greedy:
+        return _greedy(backend, folder, args.greedy, body, head, median)
     ids = [(11 + 37 * i) % min(40000, backend.vocab_size) for i in range(args.context + 32)]
     print(f"{args.model}: {backend.precision}; {torch.get_num_threads()} threads; context {args.context}")
-    median = lambda values: statistics.median(values[2:]) * 1000 if len(values) > 2 else float("nan")  # noqa: E731
     with torch.inference_mode():
         backend.reset()
         backend.prefill(ids[:args.context])
@@ -70,6 +78,32 @@ def main(argv: list[str] | None = None) -> int:
                 backend.truncate(args.context)
             print(f"width {width:2d}: pass {median(passes):6.1f} ms   decoder layers {median(body):6.1f} ms   "
                   f"head {median(head):5.1f} ms")
+    return 0
+
+
+def _greedy(backend, folder, tokens: int, body: list, head: list, median) -> int:
+    import json
+    import resource
+
+    from app.models.transformers_tokenizer import ChatTokenizer
+
+    suite = json.loads((Path(__file__).parent / "suite.json").read_text())["prompts"]
+    tokenizer = ChatTokenizer(folder)
+    ids = tokenizer.render_chat([{"role": "user", "content": suite[0]["user"]}])
+    passes = []
+    with torch.inference_mode():
+        backend.reset()
+        token = int(torch.argmax(backend._forward(backend._ids(ids), 1)[-1]))
+        body.clear()
+        head.clear()
+        for _ in range(tokens):
+            start = time.perf_counter()
+            logits = backend._forward(backend._ids([token]), 1)
+            passes.append(time.perf_counter() - start)
+            token = int(torch.argmax(logits[-1]))
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"greedy, {tokens} tokens after a {len(ids)}-token prompt: pass {median(passes):6.1f} ms   decoder layers "
+          f"{median(body):6.1f} ms   head {median(head):5.1f} ms   peak RSS {peak:,.0f} MB")
     return 0
 
 

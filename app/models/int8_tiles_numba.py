@@ -241,7 +241,9 @@ def _make_tile(tokens: int, vectors: int, mode: str, length: int):
             # the codes PREFETCH bytes on (4 groups of a chunk's 4-bit codes) asked for now: the
             # hardware's prefetcher alone left a streamed weight at 17.5 GB/s where 2 threads read 28
             prefetch = _declared(builder.module, "llvm.prefetch.p0i8", ir.VoidType(), [I8.as_pointer(), I32, I32, I32])
-            for line in range(0, quads * QUAD * CHUNK, 64):
+            # (a 3-bit group's tile asks for two quads: its pair's quads lie 0, 256 and 512 bytes on
+            # from the first group's, and one quad from each group's codes would leave a third unasked)
+            for line in range(0, (2 if mode == THREE_BITS else quads) * QUAD * CHUNK, 64):
                 if line % (QUAD * CHUNK) < vectors * QUAD * LANES:  # this tile's rows of each quad
                     builder.call(prefetch, [_at(builder, code_b, PREFETCH + line), ir.Constant(I32, 0),
                                             ir.Constant(I32, 3), ir.Constant(I32, 1)])

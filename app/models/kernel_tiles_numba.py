@@ -60,6 +60,14 @@ DOT_ROWS = tuple(DOT_TILES.get(tokens, 0) for tokens in range(7))
 assert all(8 % rows == 0 for rows in DOT_TILES.values())
 
 
+def module_prefetch(module):
+    """llvm.prefetch (address, write 0 / read, locality 0-3, data 1): a hint, no arithmetic."""
+    i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+    declared = module.globals.get("llvm.prefetch.p0i8")
+    kind = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+    return declared if declared is not None else ir.Function(module, kind, name="llvm.prefetch.p0i8")
+
+
 def _hsum(builder, vector):
     """The 8 lanes of a vector summed in one fixed order: (0+4, 1+5, 2+6, 3+7), then pairs."""
     width = LANES
@@ -124,8 +132,15 @@ def _make_dot_tile(tokens: int, rows: int, codes: bool):
             out_f = _pointer(builder, out_p, _F32)
             row_at = [_at(builder, a_e, builder.mul(a_stride_v, ir.Constant(i64, r))) for r in range(rows)]
             token_at = [_at(builder, x_f, builder.mul(x_stride_v, ir.Constant(i64, t))) for t in range(tokens)]
+            if codes:  # the next tile's rows (contiguous after these), `rows` x 8 bytes a step: into L2
+                ahead = _at(builder, row_at[0], builder.mul(a_stride_v, ir.Constant(i64, rows)))
+                prefetch = module_prefetch(builder.module)
 
             def step(i, chains):
+                if codes:
+                    where = _at(builder, ahead, builder.mul(i, ir.Constant(i64, rows)))
+                    builder.call(prefetch, [where, ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), 2),
+                                            ir.Constant(ir.IntType(32), 1)])
                 weights = []
                 for r in range(rows):
                     vector_type = ir.VectorType(element, LANES)

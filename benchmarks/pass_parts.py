@@ -46,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--passes", type=int, default=12)
     parser.add_argument("--greedy", type=int, default=0, help="time N one-token passes of a greedy answer")
     args = parser.parse_args(argv)
+    if args.greedy < 0 or args.passes < 1 or args.context < 1:
+        parser.error("--greedy must be 0 or more, --passes and --context 1 or more")
 
     from app.engine.backends.torch_backend import TorchBackend
     from app.models.resolve import resolve_model

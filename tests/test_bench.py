@@ -180,3 +180,17 @@ def test_the_near_tie_threshold_follows_the_logits_rounding():
     assert tie_limit("bfloat16", 20.0) == 4 * tie_limit("bfloat16", 5.0)  # scales with the logit
     assert tie_limit("float16", 20.0) < tie_limit("bfloat16", 20.0)
     assert tie_limit("float32", 20.0) == 1e-3
+
+
+def test_pass_parts_refuses_bad_counts_in_words_before_loading_anything(capsys):
+    """benchmarks/pass_parts.py: a negative --greedy (or no passes) is an argparse error, exit 2,
+    before any model is read (the model named does not exist)."""
+    import runpy
+    from pathlib import Path
+
+    script = runpy.run_path(str(Path(__file__).parents[1] / "benchmarks" / "pass_parts.py"), run_name="pass_parts")
+    for bad in (["--greedy", "-1"], ["--passes", "0"]):
+        with pytest.raises(SystemExit) as ended:
+            script["main"](["--model", "/no/such/model.gguf", *bad])
+        assert ended.value.code == 2
+        assert "--greedy must be 0 or more" in capsys.readouterr().err

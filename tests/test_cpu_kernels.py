@@ -92,17 +92,12 @@ def test_two_three_five_and_six_bit_codes_are_held_at_the_files_size_and_their_e
     code x 127 over the row. Q3_K's neighbouring groups share a word of third bits, so a row of
     alternating groups (one at the top, the next at 0) must keep them apart."""
     from app.models.gguf_codes import BIAS_OF, GROUP_OF, KIND_OF
-    from app.models.int4_cpu_torch import (CODE_BITS, PLANE_BITS, pack_crumbs, pack_planes, pack_triples,
-                                           unpack_crumbs, unpack_planes, unpack_triples)
+    from app.models.int4_cpu_torch import CODE_BITS, PACKING
 
     kind_code, cols = KIND_OF[kind], 512
     bits, length, bias = CODE_BITS[kind_code], GROUP_OF[kind_code], BIAS_OF[kind]
     stored = np.random.default_rng(4).integers(0, 1 << bits, (3, 8, length), dtype=np.uint8)
-    if kind_code in PLANE_BITS:
-        plane = PLANE_BITS[kind_code]
-        pack, unpack = (lambda c: pack_planes(c, plane)), (lambda b: unpack_planes(b, plane))
-    else:
-        pack, unpack = (pack_crumbs, unpack_crumbs) if bits == 2 else (pack_triples, unpack_triples)
+    pack, unpack = PACKING[kind_code]
     packed = pack(stored)
     assert packed.size == stored.size * bits // 8
     np.testing.assert_array_equal(unpack(packed), stored)

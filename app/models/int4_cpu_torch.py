@@ -323,7 +323,6 @@ def _repacker():
 # third bits a pair of groups shares (kernels_numba's STORED)
 STORED = {NIBBLES32: HALF, BYTES32: GROUP, BITS2_16: QUAD, BITS5_32: HALF + QUAD, BITS6_16: HALF // 2 + QUAD,
           GRID32: HALF, BITS3_16: QUAD + QUAD // 2}
-PLANE_BITS = {BITS5_32: 1, BITS6_16: 2}  # the high bits a packed kind keeps beside a code's nibble
 CODE_BITS = {BITS5_32: 5, BITS6_16: 6, BITS2_16: 2, BITS3_16: 3}  # the kinds held unsigned, less their bias
 SUPER = 256  # weights a K-quant super-block holds (its fp16 d and dmin)
 
@@ -399,6 +398,13 @@ def unpack_triples(stored: np.ndarray) -> np.ndarray:
         top = np.stack([(word >> (4 * g + k)) & 1 for k in range(4)], axis=-2).reshape(low.shape)
         groups.append(low | (top << 2))
     return np.stack(groups, axis=-2).reshape(*stored.shape[:-2], 2 * stored.shape[-2], 16).astype(np.uint8)
+
+
+# the kinds held unsigned (CODE_BITS): how a row's groups (..., groups, length) become their stored
+# bytes (..., units, bytes a unit) and back, a unit a group or (3 bits) a pair of groups
+PACKING = {BITS5_32: (partial(pack_planes, plane_bits=1), partial(unpack_planes, plane_bits=1)),
+           BITS6_16: (partial(pack_planes, plane_bits=2), partial(unpack_planes, plane_bits=2)),
+           BITS2_16: (pack_crumbs, unpack_crumbs), BITS3_16: (pack_triples, unpack_triples)}
 
 
 def grid_indices(values: np.ndarray) -> np.ndarray:
@@ -502,8 +508,7 @@ class CodeBlocks:
         if kind in CODE_BITS:  # stored unsigned: the code plus the type's bias
             bias = int(meta[0, 6])
             grouped[:n] = self._unsigned(groups.codes.reshape(n, ngroups, length), bias, CODE_BITS[kind])
-            grouped = (pack_planes(grouped, PLANE_BITS[kind]) if kind in PLANE_BITS
-                       else pack_crumbs(grouped) if kind == BITS2_16 else pack_triples(grouped))
+            grouped = PACKING[kind][0](grouped)
         elif kind in (NIBBLES32, GRID32):  # byte j holds weight j (low nibble) and weight j + 16 (high)
             codes = groups.codes.reshape(n, ngroups, length)
             grouped[:n] = grid_indices(codes) if kind == GRID32 else codes.view(np.uint8)
@@ -600,9 +605,8 @@ class CodeBlocks:
             raw = self.codes[codes_at:codes_at + ngroups * STORED[kind] * CHUNK].reshape(
                 units, per_unit // QUAD, CHUNK, QUAD).transpose(0, 1, 3, 2).reshape(units, per_unit, CHUNK)
             if kind in CODE_BITS:
-                unpack = (partial(unpack_planes, plane_bits=PLANE_BITS[kind]) if kind in PLANE_BITS
-                          else unpack_crumbs if kind == BITS2_16 else unpack_triples)
-                q = unpack(raw.transpose(2, 0, 1)).reshape(CHUNK, ngroups, length).transpose(1, 2, 0).astype(np.float32)
+                q = PACKING[kind][1](raw.transpose(2, 0, 1)).reshape(CHUNK, ngroups, length)
+                q = q.transpose(1, 2, 0).astype(np.float32)
                 q -= bias
             elif kind in (NIBBLES32, GRID32):
                 q = np.concatenate([raw & 0x0F, raw >> 4], axis=1)

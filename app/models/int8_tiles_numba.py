@@ -36,6 +36,7 @@ from numba import types
 from numba.extending import intrinsic
 
 from app.models.gguf_codes import IQ4_KVALUES
+from app.models.kernel_tiles_numba import module_prefetch
 
 CHUNK = 64  # rows a chunk holds
 LANES = 8  # rows a vector holds (one 32-bit sum per row)
@@ -240,7 +241,7 @@ def _make_tile(tokens: int, vectors: int, mode: str, length: int):
 
             # the codes PREFETCH bytes on (4 groups of a chunk's 4-bit codes) asked for now: the
             # hardware's prefetcher alone left a streamed weight at 17.5 GB/s where 2 threads read 28
-            prefetch = _declared(builder.module, "llvm.prefetch.p0i8", ir.VoidType(), [I8.as_pointer(), I32, I32, I32])
+            prefetch = module_prefetch(builder.module)
             # (a 3-bit group's tile asks for two quads: its pair's quads lie 0, 256 and 512 bytes on
             # from the first group's, and one quad from each group's codes would leave a third unasked)
             for line in range(0, (2 if mode == THREE_BITS else quads) * QUAD * CHUNK, 64):

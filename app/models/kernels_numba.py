@@ -76,6 +76,7 @@ CODES_AT, SCALES_AT, OFFSETS_AT, KIND, SMALL_AT, SUPERS_AT, BIAS = 0, 1, 2, 3, 4
 # code bytes a row of a group takes, by kind: packed nibbles, then for 5 and 6 bits a word of high
 # bits; bit pairs; bit pairs and half a word of third bits (int4_cpu_torch.STORED, which lays them out)
 STORED = (HALF, GROUP, QUAD, HALF + 4, HALF // 2 + 4, HALF, QUAD + QUAD // 2)
+LENGTH = (GROUP, GROUP, HALF, GROUP, HALF, GROUP, HALF)  # weights a group holds, by kind (gguf_codes.GROUP_OF)
 SUPER = 256
 
 
@@ -268,7 +269,7 @@ def chunk_product(codes, scale, offset, small, supers, meta, acts, out, ch, acc,
     codes (CHUNK x 32 bytes; empty with AVX2, whose tiles look them up in registers)."""
     xq, dx, sx32, sx16, xs32, xs16 = acts
     kind = meta[ch, KIND]
-    length = HALF if kind == BITS2_16 or kind == BITS6_16 or kind == BITS3_16 else GROUP
+    length = LENGTH[kind]
     stored = STORED[kind]
     tokens, groups = xq.shape[0], xq.shape[1] // length
     sx = sx16 if length == HALF else sx32

@@ -149,6 +149,12 @@ def _crumb(b, qs_at, w):  # pragma: no cover - compiled
     return (b[qs_at + half * 32 + rest % 32] >> (2 * (rest // 32))) & 3
 
 
+@njit(inline="always")
+def _third_bit(b, w):  # pragma: no cover - compiled
+    """Q3_K's high bit of weight w (0..255): bit w // 32 of mask byte w % 32 (1: q is the pair, 0: the pair - 4)."""
+    return (b[w % 32] >> (w // 32)) & 1
+
+
 @njit(parallel=True, **_OPTS)
 def q2_k(raw, codes, small, supers, codes_at, small_at, supers_at):  # pragma: no cover - compiled
     """raw (n, row bytes) of Q2_K blocks (84 bytes: 16 of 4-bit sc and m, 64 of bit pairs, d,
@@ -201,7 +207,7 @@ def q3_k(raw, codes, small, supers, codes_at, small_at, supers_at):  # pragma: n
                     top = codes[pair + 2 * QUAD * CHUNK + j] & (0xF0 if side == 0 else 0x0F)  # the pair's other half
                     for k in range(4):
                         w = gi * 16 + 4 * k + j
-                        top |= ((b[w % 32] >> (w // 32)) & 1) << (4 * side + k)
+                        top |= _third_bit(b, w) << (4 * side + k)
                     codes[pair + 2 * QUAD * CHUNK + j] = top
 
 
@@ -379,7 +385,7 @@ def rows_q3_k(raw, out):  # pragma: no cover - compiled
                 scale = d * np.float32(_q3_k_scale(b, gi))
                 for j in range(16):
                     w = gi * 16 + j
-                    q = np.int64(_crumb(b, 32, w)) - 4 + 4 * np.int64((b[w % 32] >> (w // 32)) & 1)
+                    q = np.int64(_crumb(b, 32, w)) - 4 + 4 * np.int64(_third_bit(b, w))
                     out[i, sb * 256 + w] = scale * np.float32(q)
 
 

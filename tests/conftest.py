@@ -4,6 +4,7 @@ other file a test writes goes to a temporary TANDEM_HOME."""
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -63,6 +64,7 @@ def _real_user_folders_untouched():
         else:
             os.environ[name] = value
     after = _real_user_files()
+    shutil.rmtree(_session_home, ignore_errors=True)
     changed = sorted(p for p in {*before, *after} if before.get(p) != after.get(p))
     assert not changed, f"the tests wrote to the real user folders: {changed}"
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import sqlite3
 import tempfile
 from pathlib import Path
@@ -22,6 +23,17 @@ from app.chat.history import HistoryStore
 from app.chat.settings import MAX_COUNT, MAX_DRAFT_TOKENS, ChatSettings
 from app.draft_choice import PROMPT_LOOKUP, REQUEST_CHOICES, DraftChoice
 from app.models.pair_memory import PairMemory, TrialResult, alignment_key
+
+# Examples make their folders under one per module (hypothesis runs many examples in one test, so
+# no per-test tmp_path), removed with the module: runs once left thousands of them in /tmp.
+_SCRATCH = Path(tempfile.mkdtemp(prefix="tandem-fields-"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _scratch_removed():
+    yield
+    shutil.rmtree(_SCRATCH, ignore_errors=True)
+
 
 # The autouse per-test TANDEM_HOME is a function-scoped fixture; each example makes its own folder.
 FAST = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -56,7 +68,7 @@ GOOD_ALIGNMENT = {"aligned": "/models/a-draft", "original": "ngram", "before": G
 
 
 def _memory(content: dict) -> PairMemory:
-    folder = Path(tempfile.mkdtemp(prefix="pairs-"))
+    folder = Path(tempfile.mkdtemp(prefix="pairs-", dir=_SCRATCH))
     path = folder / "pairs.json"
     path.write_text(json.dumps(content), encoding="utf-8")  # NaN and Infinity as Python's json writes them
     return PairMemory(path)
@@ -216,7 +228,7 @@ STATS = {"tokens": 12, "tokens_per_s": 30.5, "drafted": 8, "acceptance": 0.75, "
 
 def _history() -> tuple[Path, int, int]:
     """A history with two chats of one turn each: (path, the chat to damage, the chat to keep)."""
-    path = Path(tempfile.mkdtemp(prefix="history-")) / "history.sqlite3"
+    path = Path(tempfile.mkdtemp(prefix="history-", dir=_SCRATCH)) / "history.sqlite3"
     with HistoryStore.open(path) as store:
         chats = []
         for name in ("damaged", "kept"):

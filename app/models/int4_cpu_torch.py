@@ -92,7 +92,8 @@ def _sources_version() -> str:
     here = Path(__file__).resolve().parent
     digest = hashlib.sha256()
     # (gguf_codes.py: the IQ4 grid the compiled tiles and copies hold)
-    sources = ("kernels_numba.py", "kernel_tiles_numba.py", "int8_tiles_numba.py", "repack_numba.py", "gguf_codes.py")
+    sources = ("kernels_numba.py", "kernel_tiles_numba.py", "int8_tiles_numba.py", "repack_numba.py", "gguf_codes.py",
+               "numba_calls.py")
     for name in sources:
         try:
             digest.update((here / name).read_bytes())
@@ -634,5 +635,7 @@ class CodeBlocks:
     def matmul(self, x: np.ndarray) -> np.ndarray:
         """x (n, cols) float32, C-contiguous -> (n, rows) float32."""
         out = np.empty((x.shape[0], self.rows), np.float32)
-        (_COMPILED or compiled()).matmul(*(getattr(self, name) for name in self.ARRAYS), x, out, threads())
+        module = _COMPILED or compiled()
+        module.matmul(*(getattr(self, name) for name in self.ARRAYS), x, out, threads(),
+                      module.product_address(self.scale.dtype, self.offset.dtype))
         return out

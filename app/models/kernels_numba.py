@@ -20,12 +20,16 @@ each token bit for bit what a one-token step gives it.
 
 from __future__ import annotations
 
+import functools
+
+import numba
 import numpy as np
 from llvmlite import ir
 from numba import njit, prange, types  # noqa: F401 - prange is read by the parallel functions
 from numba.extending import intrinsic, overload
 
 from app.models import numba_cache
+from app.models.numba_calls import address_of, caller
 from app.models.int8_tiles_numba import (AVX2, BYTE_TILES, FIVE_TILES, GRID, GRID_TILES, NIBBLE_TILES, QUAD, SIX_TILES,
                                          THREE_TILES, TILE_VECTORS, TWO_TILES)
 from app.models.kernel_tiles_numba import (CODE_DOT_TILES, DOT_ROWS, FLOAT_DOT_TILES, ONE_CODE_DOT, ONE_FLOAT_DOT,
@@ -162,7 +166,7 @@ _F1, _F2, _F3, _F4, _F5, _F6 = (FLOAT_DOT_TILES[t] for t in range(1, 7))
 _S1, _S2, _S3, _S4, _S5, _S6 = (SUM_TILES[t] for t in range(1, 7))
 
 
-@njit(**_OPTS)
+@njit(inline="always", **_OPTS)
 def _tile(args, size, kind):  # pragma: no cover - compiled
     """One register tile of `size` (1..6) tokens over a group of one kind of codes."""
     if kind == NIBBLES32:
@@ -257,7 +261,7 @@ def _tile(args, size, kind):  # pragma: no cover - compiled
         _C6(*args)
 
 
-@njit(**_OPTS)
+@njit(inline="always", **_OPTS)
 def chunk_product(codes, scale, offset, small, supers, meta, acts, out, ch, acc, scratch,
                   values):  # pragma: no cover - compiled
     """Rows ch * CHUNK.. of out (tokens, rows) = x (tokens, cols) @ the weight's rows, transposed.
@@ -357,14 +361,42 @@ def _grid_values(codes, at, values):  # pragma: no cover - compiled
             values[(4 + q) * quad + k] = _GRID_VALUES[byte >> 4]
 
 
+def _product_types(scale, offset) -> tuple:
+    """The argument types part_product is compiled for (product_address), its weight's scales and
+    offsets of these dtypes (Numba's: uint16 for halves, or float32): C arrays, activations()'s."""
+    acts = types.Tuple((types.int8[:, ::1], *(types.float32[:, ::1],) * 3, *(types.int32[:, ::1],) * 2))
+    return (types.uint8[::1], scale[::1], offset[::1], types.int8[::1], types.uint16[::1], types.int64[:, ::1], acts,
+            types.float32[:, ::1], types.int64, types.int64)
+
+
+# part_product(...) at an address (numba_calls.py: the products' code is compiled once, on its own,
+# and not again inside each function that runs a product, nor inside each of its prange loops)
+_call_product = caller(lambda given: _product_types(given[1].dtype, given[2].dtype))
+
+
+@functools.cache
+def product_address(scale: np.dtype, offset: np.dtype) -> int:
+    """Where part_product's code starts for a weight whose scales and offsets are of these types
+    (halves as uint16, or float32): what `matmul` and `decoder_body` call."""
+    return address_of(part_product, _product_types(numba.from_dtype(np.dtype(scale)),
+                                                   numba.from_dtype(np.dtype(offset))))
+
+
 @njit(parallel=True, **_OPTS)
-def matmul(codes, scale, offset, small, supers, meta, x, out, parts):  # pragma: no cover - compiled
+def _product(product_at, codes, scale, offset, small, supers, meta, acts, out, parts):  # pragma: no cover - compiled
+    """out (tokens, rows) = the activations' tokens @ weight.T, runs of chunks shared out between
+    threads: part_product at product_at (product_address(scale.dtype, offset.dtype)). One prange
+    loop that every product runs (each loop is compiled as a function of its own)."""
+    runs = min(parts, meta.shape[0])
+    for part in prange(runs):
+        _call_product(product_at, codes, scale, offset, small, supers, meta, acts, out, part, runs)
+
+
+@njit(**_OPTS)
+def matmul(codes, scale, offset, small, supers, meta, x, out, parts, product_at):  # pragma: no cover - compiled
     """out (tokens, rows) = x (tokens, cols) @ weight.T, x quantized to int8 per token (once),
-    runs of chunks shared out between threads."""
-    acts = activations(x)
-    parts = min(parts, meta.shape[0])
-    for part in prange(parts):
-        part_product(codes, scale, offset, small, supers, meta, acts, out, part, parts)
+    runs of chunks shared out between threads; product_at: product_address(scale.dtype, offset.dtype)."""
+    _product(product_at, codes, scale, offset, small, supers, meta, activations(x), out, parts)
 
 
 @intrinsic
@@ -489,6 +521,24 @@ def _attend_group(qkv, t, first_head, count, keys, values, upto, scaling, attn, 
         q0 += size
 
 
+# _attend_group's arguments: keys and values any layout (it reads them by address and row stride)
+_ATTEND_TYPES = (types.float32[:, ::1], types.int64, types.int64, types.int64, types.float32[:, :], types.float32[:, :],
+                 types.int64, types.float32, types.float32[:, ::1], types.float32[:, ::1])
+_call_attend = caller(lambda given: _ATTEND_TYPES)  # called by address, as the products are
+
+
+@functools.cache
+def attend_address() -> int:
+    """Where _attend_group's code starts: what decoder_body's and _attend_tree's loops call."""
+    return address_of(_attend_group, _ATTEND_TYPES)
+
+
+def addresses(products: list[tuple[np.dtype, np.dtype]]) -> np.ndarray:
+    """decoder_body's `addresses`: each product's product_address (by its scales' and offsets'
+    dtypes, in the order qkv, o, gate_up, down), then attend_address."""
+    return np.array([*(product_address(scale, offset) for scale, offset in products), attend_address()], np.int64)
+
+
 @njit(**_ROW_OPTS)
 def _place(qkv_out, t, kh, q_width, kv_width, head_dim, keys, values, slot):  # pragma: no cover - compiled
     """Token t's key and value of KV head kh (from the pass's q/k/v rows) into `slot`."""
@@ -500,7 +550,7 @@ def _place(qkv_out, t, kh, q_width, kv_width, head_dim, keys, values, slot):  # 
 
 @njit(parallel=True, **_ROW_OPTS)
 def _attend_tree(qkv_out, parent, start, heads, kv_heads, head_dim, keys, values, scaling,
-                 attn):  # pragma: no cover - compiled
+                 attn, attend_at):  # pragma: no cover - compiled
     """Attention of a token tree's pass (decoder_body's `parent`), each token bit for bit as a
     one-token step along its path would attend: over the context, then its path's keys and values
     in order, contiguous from `start`, the very rows and length `_attend_group` reads in that step.
@@ -525,8 +575,8 @@ def _attend_tree(qkv_out, parent, start, heads, kv_heads, head_dim, keys, values
                     _place(qkv_out, u, kh, q_width, kv_width, head_dim, keys, values, start + depth[u])
                     placed[depth[u]] = u
                 u = parent[u]
-            _attend_group(qkv_out, t, kh * group, group, keys[kh], values[kh], start + depth[t] + 1, scaling,
-                          attn, scores[kh])
+            _call_attend(attend_at, qkv_out, t, kh * group, group, keys[kh], values[kh], start + depth[t] + 1,
+                         scaling, attn, scores[kh])
         for t in range(n):
             _place(qkv_out, t, kh, q_width, kv_width, head_dim, keys, values, start + t)
 
@@ -540,7 +590,8 @@ def _arrays_of(product, layer):  # pragma: no cover - compiled
 
 @njit(parallel=True, **_ROW_OPTS)
 def decoder_body(x, store, start, cos, sin, norms, eps, qk_norms, qk_eps, heads, kv_heads, head_dim,
-                 scaling, inner, qkv, o, gate_up, down, final_norm, out, parts, parent):  # pragma: no cover - compiled
+                 scaling, inner, qkv, o, gate_up, down, final_norm, out, parts, parent,
+                 addresses):  # pragma: no cover - compiled
     """x (n, D) float32, the residual stream of tokens at positions start..start+n-1, through every
     layer; keys and values written into store (layers, 2, kv_heads, capacity, hd); out (n, D): the
     final norm's output; inner: the MLP's width; parts: runs of chunks per product (the threads).
@@ -551,7 +602,8 @@ def decoder_body(x, store, start, cos, sin, norms, eps, qk_norms, qk_eps, heads,
     by chunk.
     parent: empty for a causal pass; for a token tree's pass (app/engine/tree.py) (n,): token t's
     parent in the pass, t - 1 for the first tokens, read in order, and an earlier token for the
-    tree's nodes (`_attend_tree`)."""
+    tree's nodes (`_attend_tree`).
+    addresses: where the compiled products and attention are (`addresses()`)."""
     n, width = x.shape
     group = heads // kv_heads
     q_width, kv_width = heads * head_dim, kv_heads * head_dim
@@ -562,8 +614,7 @@ def decoder_body(x, store, start, cos, sin, norms, eps, qk_norms, qk_eps, heads,
         h_acts = activations(h)
         qkv_out = np.empty((n, q_width + 2 * kv_width), np.float32)
         codes, scale, offset, small, supers, meta = _arrays_of(qkv, layer)
-        for part in prange(min(parts, meta.shape[0])):
-            part_product(codes, scale, offset, small, supers, meta, h_acts, qkv_out, part, min(parts, meta.shape[0]))
+        _product(addresses[0], codes, scale, offset, small, supers, meta, h_acts, qkv_out, parts)
         keys, values = store[layer, 0], store[layer, 1]
         for t in range(n):
             for kh in range(heads + kv_heads):
@@ -577,25 +628,23 @@ def decoder_body(x, store, start, cos, sin, norms, eps, qk_norms, qk_eps, heads,
                 for kh in range(kv_heads):
                     _place(qkv_out, t, kh, q_width, kv_width, head_dim, keys, values, start + t)
         if parent.shape[0]:
-            _attend_tree(qkv_out, parent, start, heads, kv_heads, head_dim, keys, values, scaling, attn)
+            _attend_tree(qkv_out, parent, start, heads, kv_heads, head_dim, keys, values, scaling, attn, addresses[4])
         else:
             scores = np.empty((n * kv_heads, group, start + n), np.float32)
             for job in prange(n * kv_heads):
                 t, kh = job // kv_heads, job % kv_heads
-                _attend_group(qkv_out, t, kh * group, group, keys[kh], values[kh], start + t + 1, scaling, attn,
-                              scores[job])
+                _call_attend(addresses[4], qkv_out, t, kh * group, group, keys[kh], values[kh], start + t + 1,
+                             scaling, attn, scores[job])
         y = np.empty((n, width), np.float32)
         attn_acts = activations(attn)
         codes, scale, offset, small, supers, meta = _arrays_of(o, layer)
-        for part in prange(min(parts, meta.shape[0])):
-            part_product(codes, scale, offset, small, supers, meta, attn_acts, y, part, min(parts, meta.shape[0]))
+        _product(addresses[1], codes, scale, offset, small, supers, meta, attn_acts, y, parts)
         x += y
         _rms_norm(x, norms[layer, 1], eps, h)
         h_acts = activations(h)
         gu_out = np.empty((n, 2 * inner), np.float32)
         codes, scale, offset, small, supers, meta = _arrays_of(gate_up, layer)
-        for part in prange(min(parts, meta.shape[0])):
-            part_product(codes, scale, offset, small, supers, meta, h_acts, gu_out, part, min(parts, meta.shape[0]))
+        _product(addresses[2], codes, scale, offset, small, supers, meta, h_acts, gu_out, parts)
         act = np.empty((n, inner), np.float32)
         for t in range(n):
             for i in range(inner):
@@ -603,8 +652,7 @@ def decoder_body(x, store, start, cos, sin, norms, eps, qk_norms, qk_eps, heads,
                 act[t, i] = g / (np.float32(1.0) + _exp(-g)) * gu_out[t, inner + i]
         act_acts = activations(act)
         codes, scale, offset, small, supers, meta = _arrays_of(down, layer)
-        for part in prange(min(parts, meta.shape[0])):
-            part_product(codes, scale, offset, small, supers, meta, act_acts, y, part, min(parts, meta.shape[0]))
+        _product(addresses[3], codes, scale, offset, small, supers, meta, act_acts, y, parts)
         x += y
     _rms_norm(x, final_norm, eps, out)
 

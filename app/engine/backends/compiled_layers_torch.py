@@ -66,12 +66,15 @@ class NativeBody:
         self.inner = first.gate_up.blocks.rows // 2
         # one typed list per field of each product: passed to the compiled call as one object each
         _one_scale_type(layers)
-        self.products = [tuple(List(arrays) for arrays in fields) for fields in _product_fields(layers)]
+        fields = _product_fields(layers)
+        self.products = [tuple(List(arrays) for arrays in product) for product in fields]
+        # where the compiled products (by their scales' types) and attention are
+        self.addresses = self.kernels.addresses([(product[1][0].dtype, product[2][0].dtype) for product in fields])
         self._prepare(len(layers), first.input_norm.weight.shape[0])
 
     def _prepare(self, layers: int, width: int) -> None:
         """One token through the layers into a scratch cache, at load: the call is compiled (on a new
-        machine, ~30 s), or read from the kernel cache, here and not at the first answer, where the
+        machine, ~15 s), or read from the kernel cache, here and not at the first answer, where the
         window would sit silent after "Loaded"."""
         store = np.zeros((layers, 2, self.kv_heads, 1, self.head_dim), np.float32)
         cos = np.ones((1, self.head_dim), np.float32)
@@ -87,7 +90,8 @@ class NativeBody:
             hidden, store.numpy(), start, np.ascontiguousarray(cos.numpy(), dtype=np.float32),
             np.ascontiguousarray(sin.numpy(), dtype=np.float32), self.norms, self.eps, self.qk_norms, self.qk_eps,
             self.heads, self.kv_heads, self.head_dim, self.scaling, self.inner, *self.products,
-            self.final_norm, out, threads(), CAUSAL if parent is None else np.ascontiguousarray(parent, np.int64))
+            self.final_norm, out, threads(), CAUSAL if parent is None else np.ascontiguousarray(parent, np.int64),
+            self.addresses)
         return torch.from_numpy(out)
 
 

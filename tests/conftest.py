@@ -3,6 +3,7 @@ other file a test writes goes to a temporary TANDEM_HOME."""
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import tempfile
@@ -46,6 +47,8 @@ _REAL_USER_FILES = _real_user_files()
 USER_FOLDERS = ("XDG_DATA_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME", "HF_HOME")
 _ORIGINAL_FOLDERS = {name: os.environ.get(name) for name in USER_FOLDERS}
 _session_home = Path(tempfile.mkdtemp(prefix="tandem-tests-"))
+# removed when the process ends: xdist's controlling process imports this file too, and runs no fixture
+atexit.register(shutil.rmtree, _session_home, ignore_errors=True)
 for _name in USER_FOLDERS:
     os.environ[_name] = str(_session_home / _name.lower())
 os.environ.pop("HF_HUB_CACHE", None)
@@ -64,7 +67,6 @@ def _real_user_folders_untouched():
         else:
             os.environ[name] = value
     after = _real_user_files()
-    shutil.rmtree(_session_home, ignore_errors=True)
     changed = sorted(p for p in {*before, *after} if before.get(p) != after.get(p))
     assert not changed, f"the tests wrote to the real user folders: {changed}"
 

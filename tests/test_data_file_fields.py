@@ -8,6 +8,7 @@ damaged pairs.json and a damaged history row."""
 
 from __future__ import annotations
 
+import atexit
 import json
 import math
 import shutil
@@ -24,15 +25,11 @@ from app.chat.settings import MAX_COUNT, MAX_DRAFT_TOKENS, ChatSettings
 from app.draft_choice import PROMPT_LOOKUP, REQUEST_CHOICES, DraftChoice
 from app.models.pair_memory import PairMemory, TrialResult, alignment_key
 
-# Examples make their folders under one per module (hypothesis runs many examples in one test, so
-# no per-test tmp_path), removed with the module: runs once left thousands of them in /tmp.
+# Examples make their folders under one per process (hypothesis runs many examples in one test, so
+# no per-test tmp_path), removed when it ends (every xdist worker imports this file, whichever
+# runs it): runs once left thousands of them in /tmp.
 _SCRATCH = Path(tempfile.mkdtemp(prefix="tandem-fields-"))
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _scratch_removed():
-    yield
-    shutil.rmtree(_SCRATCH, ignore_errors=True)
+atexit.register(shutil.rmtree, _SCRATCH, ignore_errors=True)
 
 
 # The autouse per-test TANDEM_HOME is a function-scoped fixture; each example makes its own folder.

@@ -66,10 +66,11 @@ class NativeBody:
         self.inner = first.gate_up.blocks.rows // 2
         # one typed list per field of each product: passed to the compiled call as one object each
         _one_scale_type(layers)
-        fields = _product_fields(layers)
-        self.products = [tuple(List(arrays) for arrays in product) for product in fields]
-        # where the compiled products (by their scales' types) and attention are
-        self.addresses = self.kernels.addresses([(product[1][0].dtype, product[2][0].dtype) for product in fields])
+        self.products = [tuple(List(arrays) for arrays in fields) for fields in _product_fields(layers)]
+        # where the compiled products (by their scales' and offsets' types, one per product in every
+        # layer since _one_scale_type) and attention are
+        blocks = [getattr(first, role).blocks for role in ROLES]
+        self.addresses = self.kernels.addresses([(b.scale.dtype, b.offset.dtype) for b in blocks])
         self._prepare(len(layers), first.input_norm.weight.shape[0])
 
     def _prepare(self, layers: int, width: int) -> None:
